@@ -1,0 +1,424 @@
+"""Host side: event buffers, the ``@ktrace.trace`` decorator and capture sessions.
+
+Usage::
+
+    @ktrace.trace(events_per_program=4)
+    @triton.jit
+    def copy(x, y, n, BLOCK: tl.constexpr, ktrace_buf=None, KTRACE: tl.constexpr = 0):
+        ...
+
+    copy[grid](x, y, n, BLOCK=1024)          # untraced: exactly the plain Triton launch
+
+    with ktrace.capture() as cap:             # traced: buffers allocated, launches recorded
+        copy[grid](x, y, n, BLOCK=1024)
+    cap.events()                              # numpy table (schema.EVENT_DTYPE)
+    cap.save("run.ktrace")
+
+Setting the environment variable ``KTRACE=1`` traces every launch of every traced kernel in
+the process and writes ``$KTRACE_OUT`` (default ``ktrace-rank<r>.ktrace``) at exit.
+
+Each traced launch gets its own zeroed device buffer (one memset, no host-to-device copy);
+buffers stay on the device until the session ends, then each is copied to the host once.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import inspect
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from . import regions, schema
+from .io.capture_file import Capture, Launch, RankCapture, write_capture
+
+log = logging.getLogger("ktrace")
+
+#: Default event slots per program when a kernel's decorator does not say.
+DEFAULT_EVENTS_PER_PROGRAM = 16
+
+_state = threading.local()
+_env_session: "Session | None" = None
+_env_lock = threading.Lock()
+
+
+def _env_on() -> bool:
+    return os.environ.get("KTRACE", "").strip().lower() not in ("", "0", "false", "off", "no")
+
+
+def _stack() -> list:
+    st = getattr(_state, "stack", None)
+    if st is None:
+        st = _state.stack = []
+    return st
+
+
+def active_session() -> "Session | None":
+    """The innermost open capture session of this thread, else the env-var session, else None."""
+    st = getattr(_state, "stack", None)
+    if st:
+        return st[-1]
+    if _env_on():
+        return _get_env_session()
+    return None
+
+
+def _get_env_session() -> "Session":
+    global _env_session
+    with _env_lock:
+        if _env_session is None:
+            _env_session = Session()
+            _env_session._open()
+            atexit.register(_save_env_session)
+        return _env_session
+
+
+def _save_env_session() -> None:
+    s = _env_session
+    if s is None or not s.launches:
+        return
+    out = os.environ.get("KTRACE_OUT") or f"ktrace-rank{s.rank}.ktrace"
+    if "{rank}" in out:
+        out = out.format(rank=s.rank)
+    try:
+        s.close()
+        path = s.save(out)
+        log.info("[rank %d] ktrace: wrote %s (%d launches)", s.rank, path, len(s.launches))
+    except Exception as e:  # at exit, report instead of raising into the interpreter's shutdown
+        log.error("[rank %d] ktrace: could not write %s: %s", s.rank, out, e)
+
+
+# ---------------------------------------------------------------------------------------------
+# devices
+# ---------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def device_info(index: int) -> dict:
+    """What a capture records about a device: name, vendor, arch, timer and its rate."""
+    import torch
+
+    props = torch.cuda.get_device_properties(index)
+    is_hip = bool(getattr(torch.version, "hip", None))
+    if is_hip:
+        arch = str(getattr(props, "gcnArchName", "gfx")).split(":")[0]
+        timer = schema.TimerKind.AMD_MEMREALTIME
+        tick_hz = _amd_wallclock_hz(index, arch)
+    else:
+        arch = f"sm_{props.major}{props.minor}"
+        timer = schema.TimerKind.NV_GLOBALTIMER
+        tick_hz = schema.DEFAULT_TICK_HZ[timer]
+    return {
+        "index": index,
+        "name": props.name,
+        "vendor": "amd" if is_hip else "nvidia",
+        "arch": arch,
+        "sm_count": props.multi_processor_count,
+        "timer": timer.name,
+        "tick_hz": tick_hz,
+        "uuid": str(getattr(props, "uuid", "")),
+    }
+
+
+def _amd_wallclock_hz(index: int, arch: str) -> int:
+    """hipDeviceAttributeWallClockRate (kHz) in Hz; the architecture's known rate when it reads 0."""
+    rate_khz = 0
+    try:
+        import ctypes
+
+        lib = ctypes.CDLL("libamdhip64.so")
+        val = ctypes.c_int(0)
+        attr_wallclock = 10_016  # hipDeviceAttributeWallClockRate
+        if lib.hipDeviceGetAttribute(ctypes.byref(val), attr_wallclock, index) == 0:
+            rate_khz = int(val.value)
+    except OSError:
+        pass
+    if rate_khz > 0:
+        return rate_khz * 1000
+    hz = schema.AMD_WALLCLOCK_HZ.get(arch)
+    if hz is None:
+        log.warning("unknown s_memrealtime rate for %s; assuming %d Hz", arch, schema.DEFAULT_TICK_HZ[schema.TimerKind.AMD_MEMREALTIME])
+        hz = schema.DEFAULT_TICK_HZ[schema.TimerKind.AMD_MEMREALTIME]
+    return hz
+
+
+# ---------------------------------------------------------------------------------------------
+# sessions
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PendingLaunch:
+    index: int
+    kernel: str
+    grid: tuple[int, int, int]
+    capacity: int
+    device: int
+    host_ns: int
+    buffer: Any  # torch int64 tensor on the device until fetched
+    stream: int = 0
+    raw: np.ndarray | None = None
+
+
+@dataclass
+class Session:
+    """A capture: collects every traced launch made while it is open.
+
+    Args:
+        events_per_program: if set, overrides every kernel's own slots per program.
+        rank, world_size: default to torch.distributed's when it is initialised, else 0 and 1.
+        max_launches: stop recording (and warn once) after this many launches; None = no limit.
+    """
+
+    events_per_program: int | None = None
+    rank: int | None = None
+    world_size: int | None = None
+    max_launches: int | None = None
+    launches: list[PendingLaunch] = field(default_factory=list)
+    kernels: dict[str, Any] = field(default_factory=dict)
+    started_ns: int = 0
+    closed: bool = False
+    _warned_full: bool = False
+
+    def __post_init__(self):
+        if self.events_per_program is not None and self.events_per_program <= 0:
+            raise ValueError(f"events_per_program must be positive, got {self.events_per_program}")
+        if self.rank is None or self.world_size is None:
+            r, w = _dist_rank_world()
+            self.rank = r if self.rank is None else self.rank
+            self.world_size = w if self.world_size is None else self.world_size
+
+    # context manager -------------------------------------------------------------------------
+    def _open(self):
+        self.started_ns = time.time_ns()
+        return self
+
+    def __enter__(self) -> "Session":
+        self._open()
+        _stack().append(self)
+        return self
+
+    def __exit__(self, *exc):
+        st = _stack()
+        if st and st[-1] is self:
+            st.pop()
+        self.close()
+        return False
+
+    # recording -------------------------------------------------------------------------------
+    def _new_launch(self, kernel: "TracedKernel", grid: tuple[int, int, int], capacity: int, device: int):
+        import torch
+
+        if self.closed:
+            raise RuntimeError("this ktrace capture is closed; open a new one")
+        if self.max_launches is not None and len(self.launches) >= self.max_launches:
+            if not self._warned_full:
+                log.warning("[rank %s] ktrace: capture holds max_launches=%d; later launches run untraced", self.rank, self.max_launches)
+                self._warned_full = True
+            return None
+        n_prog = grid[0] * grid[1] * grid[2]
+        nbytes = schema.buffer_bytes(n_prog, capacity)
+        buf = torch.zeros((nbytes + 7) // 8, dtype=torch.int64, device=f"cuda:{device}")
+        pl = PendingLaunch(
+            index=len(self.launches),
+            kernel=kernel.name,
+            grid=grid,
+            capacity=capacity,
+            device=device,
+            host_ns=time.time_ns(),
+            buffer=buf,
+            stream=torch.cuda.current_stream(device).cuda_stream,
+        )
+        self.launches.append(pl)
+        self.kernels.setdefault(kernel.name, kernel)
+        return pl
+
+    def close(self) -> None:
+        """Wait for the device, then copy every buffer to the host once and release it."""
+        if self.closed:
+            return
+        self.closed = True
+        if not self.launches:
+            return
+        import torch
+
+        for dev in sorted({pl.device for pl in self.launches}):
+            torch.cuda.synchronize(dev)
+        for pl in self.launches:
+            if pl.raw is None:
+                host = pl.buffer.cpu().numpy().view(np.uint8)
+                n_prog = pl.grid[0] * pl.grid[1] * pl.grid[2]
+                raw = host[: schema.buffer_bytes(n_prog, pl.capacity)].copy()
+                info = device_info(pl.device)
+                hdr = schema.Header(
+                    timer=schema.TimerKind[info["timer"]],
+                    tick_hz=info["tick_hz"],
+                    capacity=pl.capacity,
+                    n_programs=n_prog,
+                    grid=pl.grid,
+                )
+                raw[: schema.HEADER_BYTES] = np.frombuffer(hdr.to_bytes(), np.uint8)
+                pl.raw = raw
+                pl.buffer = None
+
+    # results ---------------------------------------------------------------------------------
+    def region_names(self) -> dict[int, str]:
+        names: dict[int, str] = {}
+        for k in self.kernels.values():
+            names.update(regions.scan_kernel(k.jit_fn))
+        names.update(regions.table())
+        return names
+
+    def to_capture(self) -> Capture:
+        """This rank's capture (``ktrace.io.Capture``)."""
+        self.close()
+        devices = sorted({pl.device for pl in self.launches})
+        rc = RankCapture(
+            rank=int(self.rank),
+            device=device_info(devices[0]) if devices else {},
+            launches=[
+                Launch(
+                    index=pl.index,
+                    kernel=pl.kernel,
+                    grid=pl.grid,
+                    capacity=pl.capacity,
+                    raw=pl.raw,
+                    host_ns=pl.host_ns,
+                    stream=pl.stream,
+                    meta={"device": pl.device},
+                )
+                for pl in self.launches
+            ],
+        )
+        return Capture(world_size=int(self.world_size), ranks={int(self.rank): rc}, regions=self.region_names())
+
+    def events(self) -> np.ndarray:
+        """Every event of every launch of this session (``schema.EVENT_DTYPE``, raw ticks)."""
+        return self.to_capture().events()
+
+    def save(self, path) -> "os.PathLike":
+        """Write this rank's capture file."""
+        return write_capture(path, self.to_capture())
+
+
+def capture(**kwargs) -> Session:
+    """Open a capture session: ``with ktrace.capture() as cap: ...`` (see :class:`Session`)."""
+    return Session(**kwargs)
+
+
+def _dist_rank_world() -> tuple[int, int]:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except ImportError:
+        pass
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+# ---------------------------------------------------------------------------------------------
+# the decorator
+# ---------------------------------------------------------------------------------------------
+
+
+def _grid3(g) -> tuple[int, int, int]:
+    if isinstance(g, int):
+        g = (g,)
+    g = tuple(int(x) for x in g)
+    if not 1 <= len(g) <= 3 or any(x < 0 for x in g):
+        raise ValueError(f"bad launch grid {g}")
+    return (g + (1, 1))[:3]  # type: ignore[return-value]
+
+
+class TracedKernel:
+    """A ``@triton.jit`` kernel that records events when a capture is active.
+
+    Launch it exactly like the kernel (``k[grid](...)``). When no capture is active and
+    ``KTRACE`` is not set in the environment, the launch is the plain Triton launch, with
+    ``KTRACE=0`` (the kernel's default): no buffer, no probe code.
+    """
+
+    def __init__(self, jit_fn, events_per_program: int | Callable[[dict], int] = DEFAULT_EVENTS_PER_PROGRAM, name: str | None = None):
+        if not hasattr(jit_fn, "arg_names") or not hasattr(jit_fn, "run"):
+            raise TypeError("@ktrace.trace wraps a @triton.jit function: put it above @triton.jit")
+        missing = [p for p in ("ktrace_buf", "KTRACE") if p not in jit_fn.arg_names]
+        if missing:
+            raise TypeError(
+                f"kernel {jit_fn.__name__} lacks the parameter(s) {missing}: "
+                "declare `ktrace_buf=None, KTRACE: tl.constexpr = 0` as its last parameters"
+            )
+        if isinstance(events_per_program, int) and events_per_program <= 0:
+            raise ValueError(f"events_per_program must be positive, got {events_per_program}")
+        self.jit_fn = jit_fn
+        self.events_per_program = events_per_program
+        self.name = name or jit_fn.__name__
+        self._sig = inspect.signature(jit_fn.fn)
+        functools.update_wrapper(self, jit_fn.fn)
+        regions.scan_kernel(jit_fn)
+
+    def __getattr__(self, name):  # .fn, .cache, .warmup, ... of the jit function
+        return getattr(self.__dict__["jit_fn"], name)
+
+    def __getitem__(self, grid):
+        return functools.partial(self._launch, grid)
+
+    def run(self, *args, grid, **kwargs):
+        return self._launch(grid, *args, **kwargs)
+
+    def _launch(self, grid, *args, **kwargs):
+        session = active_session()
+        if session is None or "KTRACE" in kwargs:
+            return self.jit_fn[grid](*args, **kwargs)
+        params = self._sig.parameters
+        try:
+            bound = self._sig.bind_partial(*args, **{k: v for k, v in kwargs.items() if k in params})
+        except TypeError as e:
+            raise TypeError(f"{self.name}: {e}") from None
+        bound.apply_defaults()
+        meta = dict(bound.arguments)
+        meta.update({k: v for k, v in kwargs.items() if k not in params})
+        g = _grid3(grid(meta) if callable(grid) else grid)
+        cap = session.events_per_program or (
+            self.events_per_program(meta) if callable(self.events_per_program) else self.events_per_program
+        )
+        cap = int(cap)
+        if cap <= 0:
+            raise ValueError(f"{self.name}: events per program must be positive, got {cap}")
+        device = _device_of(args, kwargs)
+        pl = session._new_launch(self, g, cap, device) if g[0] * g[1] * g[2] > 0 else None
+        if pl is None:
+            return self.jit_fn[grid](*args, **kwargs)
+        kwargs = dict(kwargs, ktrace_buf=pl.buffer, KTRACE=cap)
+        return self.jit_fn[grid](*args, **kwargs)
+
+
+def _device_of(args, kwargs) -> int:
+    import torch
+
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, torch.Tensor) and a.is_cuda:
+            return a.device.index if a.device.index is not None else torch.cuda.current_device()
+    return torch.cuda.current_device()
+
+
+def trace(fn=None, *, events_per_program: int | Callable[[dict], int] = DEFAULT_EVENTS_PER_PROGRAM, name: str | None = None):
+    """Decorate a ``@triton.jit`` kernel so that captures record its probes.
+
+    Use as ``@ktrace.trace`` or ``@ktrace.trace(events_per_program=N)`` above ``@triton.jit``.
+
+    Args:
+        events_per_program: event slots each program owns (an int, or a function of the launch's
+            arguments by name). Waits and notifies take two slots. Events past it are dropped
+            and counted.
+        name: the kernel's name in traces (default: the function's name).
+    """
+    if fn is None:
+        return lambda f: TracedKernel(f, events_per_program=events_per_program, name=name)
+    return TracedKernel(fn, events_per_program=events_per_program, name=name)

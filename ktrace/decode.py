@@ -1,0 +1,197 @@
+"""Decode a raw event buffer (bytes copied from the device once) into a numpy table.
+
+No Python loop runs per event: every step is a vectorised numpy operation over the whole
+buffer. Any input that is not a well-formed buffer raises :class:`DecodeError` with a message
+saying what is wrong and where; nothing else escapes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import schema
+from .schema import EventFlag, EventKind
+
+_VALID_KINDS = np.zeros(16, dtype=bool)
+_VALID_KINDS[[int(k) for k in EventKind if k != EventKind.EMPTY]] = True
+
+
+class DecodeError(ValueError):
+    """The bytes are not a well-formed ktrace event buffer."""
+
+
+@dataclass(frozen=True)
+class DecodedBuffer:
+    """One launch's events and what its header says."""
+
+    header: schema.Header
+    #: One row per event (EVENT_DTYPE), in program order: by program, then by slot.
+    events: np.ndarray
+    #: Events each program could not record because its slots were full (uint32 per program).
+    dropped_per_program: np.ndarray
+
+    @property
+    def written(self) -> int:
+        return int(self.events.shape[0])
+
+    @property
+    def dropped(self) -> int:
+        return int(self.dropped_per_program.sum(dtype=np.int64))
+
+
+def read_header(buf) -> schema.Header:
+    """Parse and validate the header at the start of ``buf`` (bytes-like)."""
+    mv = memoryview(buf).cast("B")
+    if mv.nbytes < schema.HEADER_BYTES:
+        raise DecodeError(
+            f"buffer is {mv.nbytes} bytes, shorter than the {schema.HEADER_BYTES}-byte header: truncated or not a ktrace buffer"
+        )
+    h = np.frombuffer(mv, schema.HEADER_DTYPE, count=1)[0]
+    if int(h["magic"]) != schema.MAGIC:
+        raise DecodeError(
+            f"bad magic 0x{int(h['magic']):08x} (expected 0x{schema.MAGIC:08x}, b'KTRC'): not a ktrace event buffer"
+        )
+    version = int(h["version"])
+    if version > schema.FORMAT_VERSION:
+        raise DecodeError(
+            f"buffer format version {version} is newer than this ktrace understands ({schema.FORMAT_VERSION}): upgrade ktrace"
+        )
+    if version < 1:
+        raise DecodeError(f"buffer format version {version} is not valid")
+    if int(h["header_bytes"]) != schema.HEADER_BYTES or int(h["record_bytes"]) != schema.RECORD_BYTES:
+        raise DecodeError(
+            f"header says {int(h['header_bytes'])}-byte header and {int(h['record_bytes'])}-byte records; "
+            f"version {version} uses {schema.HEADER_BYTES} and {schema.RECORD_BYTES}: corrupt header"
+        )
+    try:
+        timer = schema.TimerKind(int(h["timer"]))
+    except ValueError:
+        raise DecodeError(f"unknown timer kind {int(h['timer'])} in header") from None
+    grid = tuple(int(g) for g in h["grid"])
+    capacity, n_programs = int(h["capacity"]), int(h["n_programs"])
+    if capacity <= 0 or n_programs <= 0:
+        raise DecodeError(f"header has capacity {capacity} and {n_programs} programs: corrupt header")
+    if grid[0] * grid[1] * grid[2] != n_programs:
+        raise DecodeError(f"header grid {grid} does not hold its {n_programs} programs: corrupt header")
+    if int(h["tick_hz"]) <= 0:
+        raise DecodeError("header tick rate is 0: corrupt header")
+    return schema.Header(
+        timer=timer,
+        tick_hz=int(h["tick_hz"]),
+        capacity=capacity,
+        n_programs=n_programs,
+        grid=grid,  # type: ignore[arg-type]
+        written=int(h["written"]),
+        dropped=int(h["dropped"]),
+        version=version,
+    )
+
+
+def decode_buffer(buf, *, rank: int = 0, launch: int = 0) -> DecodedBuffer:
+    """Decode one launch's event buffer.
+
+    Args:
+        buf: the whole buffer as bytes-like (bytes, memoryview, numpy uint8 array).
+        rank: value for the ``rank`` column.
+        launch: value for the ``launch`` column.
+
+    Returns:
+        The header and the events in program order.
+
+    Raises:
+        DecodeError: the buffer is truncated, foreign, of a newer version, or its records are
+            inconsistent (unknown kinds, a DETAIL record with no event before it, ...).
+    """
+    if isinstance(buf, np.ndarray):
+        buf = np.ascontiguousarray(buf).view(np.uint8).reshape(-1)
+    mv = memoryview(buf).cast("B")
+    header = read_header(mv)
+    P, C = header.n_programs, header.capacity
+    need = header.nbytes
+    if mv.nbytes < need:
+        raise DecodeError(
+            f"buffer is {mv.nbytes} bytes but its header ({P} programs x {C} slots) needs {need}: truncated"
+        )
+    n_slots = P * C
+    rec = np.frombuffer(mv, schema.RECORD_DTYPE, count=n_slots, offset=schema.HEADER_BYTES)
+    dropped = np.frombuffer(mv, "<u4", count=P, offset=schema.dropped_offset(P, C)).copy()
+
+    tag = rec["tag"]
+    kind = (tag & 0xF).astype(np.uint8)
+    flags = ((tag >> schema.KIND_BITS) & 0xF).astype(np.uint8)
+    used = np.flatnonzero(kind != EventKind.EMPTY)
+    ukind = kind[used]
+    if not _VALID_KINDS[ukind].all():
+        bad = used[~_VALID_KINDS[ukind]][0]
+        raise DecodeError(
+            f"record of program {bad // C}, slot {bad % C} has unknown kind {int(kind[bad])}: corrupt buffer"
+        )
+
+    is_detail = ukind == EventKind.DETAIL
+    det = used[is_detail]
+    main = used[~is_detail]
+    # Every DETAIL record continues the event in the slot before it, in the same program.
+    if det.size:
+        orphan = (det % C == 0) | ((flags[det - 1] & EventFlag.DETAIL) == 0) | (kind[det - 1] == EventKind.DETAIL)
+        orphan |= kind[det - 1] == EventKind.EMPTY
+        if orphan.any():
+            bad = det[orphan][0]
+            raise DecodeError(
+                f"DETAIL record at program {bad // C}, slot {bad % C} does not follow an event that has one: corrupt buffer"
+            )
+    wants = main[(flags[main] & EventFlag.DETAIL) != 0]
+    if wants.size:
+        nxt = wants + 1
+        missing = (nxt % C == 0) | (kind[np.minimum(nxt, n_slots - 1)] != EventKind.DETAIL)
+        if missing.any():
+            bad = wants[missing][0]
+            raise DecodeError(
+                f"event at program {bad // C}, slot {bad % C} says a DETAIL record follows, but none does: corrupt buffer"
+            )
+    starts_after_end = rec["t1"][main] < rec["t0"][main]
+    if starts_after_end.any():
+        bad = main[starts_after_end][0]
+        raise DecodeError(f"event at program {bad // C}, slot {bad % C} ends before it starts: corrupt buffer")
+
+    ev = np.zeros(main.size, schema.EVENT_DTYPE)
+    ev["rank"] = rank
+    ev["launch"] = launch
+    ev["program"] = main // C
+    ev["slot"] = main % C
+    ev["kind"] = kind[main]
+    ev["flags"] = flags[main]
+    ev["region"] = tag[main] >> schema.REGION_SHIFT
+    ev["hw"] = rec["hw"][main]
+    ev["start"] = rec["t0"][main].astype(np.int64)
+    ev["end"] = rec["t1"][main].astype(np.int64)
+    a0 = rec["arg0"][main].astype(np.int64)
+    a1 = rec["arg1"][main].astype(np.int64)
+    is_counter = ev["kind"] == EventKind.COUNTER
+    # Counters carry one 64-bit value split over arg0 (low half) and arg1 (high half).
+    ev["arg0"] = np.where(is_counter, (a0 & 0xFFFFFFFF) | (a1 << 32), a0)
+    ev["arg1"] = np.where(is_counter, 0, a1)
+    if wants.size:
+        drec = rec[wants + 1].view(schema.DETAIL_DTYPE)
+        pos = np.searchsorted(main, wants)
+        ev["arg2"][pos] = drec["x0"]
+        ev["arg3"][pos] = drec["x1"]
+        ev["arg4"][pos] = drec["x2"]
+        ev["arg5"][pos] = drec["x3"]
+
+    header = schema.Header(
+        timer=header.timer,
+        tick_hz=header.tick_hz,
+        capacity=C,
+        n_programs=P,
+        grid=header.grid,
+        written=int(main.size),
+        dropped=int(dropped.sum(dtype=np.int64)),
+        version=header.version,
+    )
+    return DecodedBuffer(header=header, events=ev, dropped_per_program=dropped)
+
+
+def empty_events() -> np.ndarray:
+    return np.zeros(0, schema.EVENT_DTYPE)

@@ -1,0 +1,277 @@
+"""Capture files: what a traced run leaves behind, readable anywhere without torch or triton.
+
+A capture file (``*.ktrace``) is a zip archive (stored, or deflated on request) holding:
+
+``ktrace.json``
+    ``{"format": "ktrace-capture", "version": 1, "ktrace_version": ..., "created_ns": ...,
+    "world_size": W, "ranks": [...], "regions": {"<id>": "<name>"}, "clock": {...} | null,
+    "partial": false, "meta": {...}}``. Each rank entry holds its device (name, vendor, arch,
+    timer kind, tick rate, SM count), its launches (index, kernel, grid, capacity, host time,
+    the name of its raw buffer in the archive and that buffer's size and CRC-32) and its clock
+    calibration samples, if any.
+``r<rank>/l<launch>.bin``
+    The raw event buffer of one launch, byte for byte as it was on the device (``ktrace.schema``
+    layout; its header says how to read it).
+
+Each rank may write its own file and ``ktrace merge`` (or :func:`merge_captures`) combines them;
+or the ranks gather to one through ``torch.distributed`` and one file is written.
+
+Reading a truncated, corrupt, foreign or newer-version file raises :class:`CaptureError` with a
+clear message. A merge with ranks missing warns and marks the result partial.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import zipfile
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import orjson
+
+from .. import __version__, schema
+from ..decode import DecodeError, DecodedBuffer, decode_buffer
+
+log = logging.getLogger("ktrace")
+
+CAPTURE_FORMAT = "ktrace-capture"
+CAPTURE_VERSION = 1
+_META = "ktrace.json"
+
+
+class CaptureError(ValueError):
+    """A capture file cannot be read or merged."""
+
+
+@dataclass
+class Launch:
+    """One kernel launch on one rank: what was launched and its raw event buffer."""
+
+    index: int  # launch order on its rank, from 0
+    kernel: str
+    grid: tuple[int, int, int]
+    capacity: int  # event slots per program
+    raw: np.ndarray  # uint8: the whole device buffer
+    host_ns: int = 0  # host wall clock (time.time_ns) when it was launched
+    stream: int = 0
+    meta: dict = field(default_factory=dict)
+    _decoded: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def decode(self, rank: int) -> DecodedBuffer:
+        """Decode the raw buffer (once; the result is kept)."""
+        if rank not in self._decoded:
+            try:
+                self._decoded[rank] = decode_buffer(self.raw, rank=rank, launch=self.index)
+            except DecodeError as e:
+                raise CaptureError(f"rank {rank}, launch {self.index} ({self.kernel}): {e}") from None
+        return self._decoded[rank]
+
+
+@dataclass
+class RankCapture:
+    """Everything one rank recorded."""
+
+    rank: int
+    device: dict = field(default_factory=dict)
+    launches: list[Launch] = field(default_factory=list)
+    #: Clock calibration samples against the reference rank (see ktrace.clock), or None.
+    clock_samples: dict | None = None
+
+
+@dataclass
+class Capture:
+    """A whole capture: one or more ranks, the region names, the clock model."""
+
+    world_size: int
+    ranks: dict[int, RankCapture]
+    regions: dict[int, str] = field(default_factory=dict)
+    #: The fitted clock model (ktrace.clock), or None when ranks were not aligned.
+    clock: dict | None = None
+    partial: bool = False
+    created_ns: int = field(default_factory=time.time_ns)
+    ktrace_version: str = __version__
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def missing_ranks(self) -> list[int]:
+        return [r for r in range(self.world_size) if r not in self.ranks]
+
+    def events(self) -> np.ndarray:
+        """Every event of every rank and launch, one table (``schema.EVENT_DTYPE``), raw ticks."""
+        parts = [ln.decode(r).events for r, rc in sorted(self.ranks.items()) for ln in rc.launches]
+        if not parts:
+            return np.zeros(0, schema.EVENT_DTYPE)
+        return np.concatenate(parts)
+
+    def region_name(self, rid: int) -> str:
+        return self.regions.get(int(rid), f"region#{int(rid):06x}")
+
+
+# ---------------------------------------------------------------------------------------------
+# writing
+# ---------------------------------------------------------------------------------------------
+
+
+def _launch_meta(rank: int, ln: Launch) -> dict:
+    raw = np.ascontiguousarray(ln.raw, dtype=np.uint8)
+    return {
+        "index": ln.index,
+        "kernel": ln.kernel,
+        "grid": list(ln.grid),
+        "capacity": ln.capacity,
+        "host_ns": ln.host_ns,
+        "stream": ln.stream,
+        "meta": ln.meta,
+        "file": f"r{rank}/l{ln.index}.bin",
+        "bytes": int(raw.nbytes),
+        "crc32": zlib.crc32(raw.data),
+    }
+
+
+def write_capture(path: str | os.PathLike, cap: Capture, *, compress: bool = False) -> Path:
+    """Write ``cap`` to ``path`` atomically (a temporary file renamed into place)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    comp = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+    meta = {
+        "format": CAPTURE_FORMAT,
+        "version": CAPTURE_VERSION,
+        "ktrace_version": cap.ktrace_version,
+        "created_ns": cap.created_ns,
+        "world_size": cap.world_size,
+        "partial": bool(cap.partial or cap.missing_ranks),
+        "regions": {str(k): v for k, v in sorted(cap.regions.items())},
+        "clock": cap.clock,
+        "meta": cap.meta,
+        "ranks": [],
+    }
+    with zipfile.ZipFile(tmp, "w", compression=comp, compresslevel=1 if compress else None) as zf:
+        for r, rc in sorted(cap.ranks.items()):
+            entry = {"rank": r, "device": rc.device, "clock_samples": rc.clock_samples, "launches": []}
+            for ln in rc.launches:
+                lm = _launch_meta(r, ln)
+                zf.writestr(lm["file"], np.ascontiguousarray(ln.raw, dtype=np.uint8).tobytes())
+                entry["launches"].append(lm)
+            meta["ranks"].append(entry)
+        zf.writestr(_META, orjson.dumps(meta, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS))
+    os.replace(tmp, path)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# reading
+# ---------------------------------------------------------------------------------------------
+
+
+def read_capture(path: str | os.PathLike) -> Capture:
+    """Read a capture file written by :func:`write_capture`.
+
+    Raises:
+        CaptureError: missing, truncated, corrupt, foreign or newer-version file.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise CaptureError(f"{path}: no such capture file")
+    try:
+        zf = zipfile.ZipFile(path)
+    except zipfile.BadZipFile:
+        with open(path, "rb") as f:
+            head = f.read(4)
+        if head[:2] == b"PK":
+            raise CaptureError(f"{path}: truncated or corrupt capture file (its zip directory is unreadable)") from None
+        raise CaptureError(f"{path}: not a ktrace capture file (it is not a zip archive)") from None
+    with zf:
+        try:
+            meta = orjson.loads(zf.read(_META))
+        except KeyError:
+            raise CaptureError(f"{path}: not a ktrace capture file (no {_META} inside)") from None
+        except (zipfile.BadZipFile, zlib.error, orjson.JSONDecodeError, EOFError) as e:
+            raise CaptureError(f"{path}: corrupt capture metadata: {e}") from None
+        if not isinstance(meta, dict) or meta.get("format") != CAPTURE_FORMAT:
+            raise CaptureError(f"{path}: not a ktrace capture file (format is {meta.get('format') if isinstance(meta, dict) else type(meta).__name__!r})")
+        version = meta.get("version")
+        if not isinstance(version, int) or version < 1:
+            raise CaptureError(f"{path}: capture format version {version!r} is not valid")
+        if version > CAPTURE_VERSION:
+            raise CaptureError(
+                f"{path}: capture format version {version} is newer than this ktrace reads ({CAPTURE_VERSION}); "
+                f"it was written by ktrace {meta.get('ktrace_version')}: upgrade ktrace"
+            )
+        try:
+            ranks: dict[int, RankCapture] = {}
+            for entry in meta["ranks"]:
+                r = int(entry["rank"])
+                rc = RankCapture(rank=r, device=entry.get("device") or {}, clock_samples=entry.get("clock_samples"))
+                for lm in entry["launches"]:
+                    try:
+                        data = zf.read(lm["file"])
+                    except KeyError:
+                        raise CaptureError(f"{path}: rank {r} launch {lm['index']}: buffer {lm['file']} is missing") from None
+                    except (zipfile.BadZipFile, zlib.error, EOFError) as e:
+                        raise CaptureError(f"{path}: rank {r} launch {lm['index']}: buffer unreadable: {e}") from None
+                    if len(data) != lm["bytes"] or zlib.crc32(data) != lm["crc32"]:
+                        raise CaptureError(f"{path}: rank {r} launch {lm['index']}: buffer is damaged (size or CRC-32 mismatch)")
+                    rc.launches.append(
+                        Launch(
+                            index=int(lm["index"]),
+                            kernel=str(lm["kernel"]),
+                            grid=tuple(int(g) for g in lm["grid"]),  # type: ignore[arg-type]
+                            capacity=int(lm["capacity"]),
+                            raw=np.frombuffer(data, np.uint8),
+                            host_ns=int(lm.get("host_ns", 0)),
+                            stream=int(lm.get("stream", 0)),
+                            meta=lm.get("meta") or {},
+                        )
+                    )
+                ranks[r] = rc
+            cap = Capture(
+                world_size=int(meta["world_size"]),
+                ranks=ranks,
+                regions={int(k): str(v) for k, v in (meta.get("regions") or {}).items()},
+                clock=meta.get("clock"),
+                partial=bool(meta.get("partial", False)),
+                created_ns=int(meta.get("created_ns", 0)),
+                ktrace_version=str(meta.get("ktrace_version", "?")),
+                meta=meta.get("meta") or {},
+            )
+        except CaptureError:
+            raise
+        except (KeyError, TypeError, ValueError) as e:
+            raise CaptureError(f"{path}: corrupt capture metadata ({type(e).__name__}: {e})") from None
+    if cap.missing_ranks:
+        cap.partial = True
+    return cap
+
+
+def merge_captures(caps: Iterable[Capture], *, world_size: int | None = None) -> Capture:
+    """Combine per-rank captures into one.
+
+    A rank present in two inputs is an error. Ranks missing from ``range(world_size)`` give a
+    warning and a capture marked partial.
+    """
+    caps = list(caps)
+    if not caps:
+        raise CaptureError("nothing to merge")
+    ws = world_size or max(c.world_size for c in caps)
+    ranks: dict[int, RankCapture] = {}
+    regions: dict[int, str] = {}
+    clock = None
+    for c in caps:
+        for r, rc in c.ranks.items():
+            if r in ranks:
+                raise CaptureError(f"rank {r} appears in more than one capture")
+            if r >= ws:
+                raise CaptureError(f"rank {r} is outside world size {ws}")
+            ranks[r] = rc
+        regions.update(c.regions)
+        clock = clock or c.clock
+    out = Capture(world_size=ws, ranks=dict(sorted(ranks.items())), regions=regions, clock=clock)
+    if out.missing_ranks:
+        log.warning("capture is partial: ranks %s of %d are missing", out.missing_ranks, ws)
+        out.partial = True
+    return out

@@ -1,0 +1,442 @@
+"""Device-side probes: ``import ktrace.language as kl`` inside ``@triton.jit`` code.
+
+A traced kernel declares two trailing parameters and opens a tracer once per program::
+
+    @ktrace.trace
+    @triton.jit
+    def copy(x, y, n, BLOCK: tl.constexpr, ktrace_buf=None, KTRACE: tl.constexpr = 0):
+        kt = kl.init(ktrace_buf, KTRACE)
+        s = kl.begin(kt, "copy", tl.program_id(0))
+        ...
+        kt = kl.end(kt, s)
+
+``KTRACE`` is the compile-time gate and the number of event slots each program owns. With
+``KTRACE == 0`` (the default, and what an untraced launch gets) every probe is resolved at
+compile time to nothing: the kernel's PTX/AMDGCN holds no timer read and no record store
+(tests/test_compile.py checks this). ``@ktrace.trace`` fills both parameters when tracing is on.
+
+Writers (``end``, ``mark``, ``counter``) return the tracer with its slot cursor advanced:
+reassign it (``kt = kl.end(kt, s)``), in loops too. Each program writes only its own slots, with
+no atomics; an event that does not fit is counted in the program's dropped counter and never
+written out of bounds.
+
+Timestamps
+    NVIDIA: ``mov.u64 %globaltimer`` (ns; it updates every 32 ns on H100/H200).
+    AMD CDNA: ``s_waitcnt vmcnt(0); s_memrealtime; s_waitcnt lgkmcnt(0)`` (100 MHz on MI300).
+    The read is inline assembly marked as having side effects and clobbering memory, so
+    neither Triton's passes nor LLVM move loads or stores across it: in the assembly, the
+    memory instructions of a region stay between its two timer reads (checked in
+    tests/test_compile.py). What the read does NOT order differs by vendor:
+
+    * NVIDIA: loads and stores are asynchronous. A timestamp taken after a ``tl.load`` is
+      taken after the load was *issued*, not after its data arrived; a ``tl.store`` is
+      fire-and-forget. A region ends when its last instruction issued. To time data arrival,
+      end the region after an instruction that uses the loaded value.
+    * AMD: ``s_waitcnt vmcnt(0)`` before the read waits for every outstanding vector memory
+      operation of the wavefront, so a timestamp follows the completion of earlier loads (and
+      the acknowledgement of earlier stores). This costs the latency of whatever is in flight.
+
+Cost (per probe, per program)
+    ``begin``: one timer read (a few tens of cycles), nothing written.
+    ``end`` / ``mark`` / ``counter``: one timer read, a handful of integer ops, and one 32-byte
+    store issued by 4 lanes of the first warp (one memory transaction), predicated on the slot
+    being free; on overflow, a 4-byte store of the dropped count instead.
+    ``init``: one read of the SM id (NVIDIA) or HW_ID/XCC_ID registers (AMD) and the grid size.
+    Events carrying a DETAIL record (waits, notifies) store 64 bytes from 8 lanes.
+"""
+
+
+import triton
+import triton.language as tl
+from triton.language import core
+
+from . import regions as _regions
+from . import schema as _schema
+
+# Integer constants the jit code below uses (module-level ints are compile-time constants).
+_SPAN: tl.constexpr = tl.constexpr(int(_schema.EventKind.SPAN))
+_INSTANT: tl.constexpr = tl.constexpr(int(_schema.EventKind.INSTANT))
+_COUNTER: tl.constexpr = tl.constexpr(int(_schema.EventKind.COUNTER))
+_WAIT: tl.constexpr = tl.constexpr(int(_schema.EventKind.WAIT))
+_NOTIFY: tl.constexpr = tl.constexpr(int(_schema.EventKind.NOTIFY))
+_DETAIL: tl.constexpr = tl.constexpr(int(_schema.EventKind.DETAIL))
+_FLAG_DETAIL: tl.constexpr = tl.constexpr(int(_schema.EventFlag.DETAIL))
+_FLAG_TIMEOUT: tl.constexpr = tl.constexpr(int(_schema.EventFlag.TIMEOUT))
+_WORDS: tl.constexpr = tl.constexpr(_schema.RECORD_BYTES // 8)  # int64 words per record
+_HEADER_WORDS: tl.constexpr = tl.constexpr(_schema.HEADER_BYTES // 8)
+
+
+# ---------------------------------------------------------------------------------------------
+# Compile-time helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def _register_region(name):
+    return _regions.register(name)
+
+
+# Triton's dependency tracker refuses plain functions reached from jit code; this one only maps a
+# name to its hash id (a kernel's cache key already covers the name), so let it pass.
+_register_region.__triton_builtin__ = True
+
+
+@triton.constexpr_function
+def region(name):
+    """The 24-bit id of a region name, computed at compile time (and registered on the host).
+
+    Args:
+        name: a string literal or a module-level string constant.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"a ktrace region name must be a compile-time string, got {name!r}")
+    return _register_region(name)
+
+
+@triton.constexpr_function
+def _tag(kind, rid, flags):
+    return (kind & 0xF) | ((flags & 0xF) << _schema.KIND_BITS) | ((rid & _schema.REGION_MASK) << _schema.REGION_SHIFT)
+
+
+@triton.constexpr_function
+def _check_gate(n):
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise TypeError(f"KTRACE must be a non-negative int (0 = off, N = event slots per program), got {n!r}")
+    return n
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardware reads, chosen by the compile target
+# ---------------------------------------------------------------------------------------------
+
+
+def _backend(_semantic):
+    opts = _semantic.builder.options
+    return getattr(opts, "backend_name", None) or ("hip" if "gfx" in str(getattr(opts, "arch", "")) else "cuda")
+
+
+@core.extern
+def now(_semantic=None):
+    """Read the device timer (int64 raw ticks; ns on NVIDIA).
+
+    Every thread executes the read; it is ordered with the surrounding memory operations at
+    compile time (side effects + memory clobber). See the module docstring for what it does and
+    does not order at run time.
+    """
+    if _backend(_semantic) == "cuda":
+        return core.inline_asm_elementwise(
+            "mov.u64 $0, %globaltimer;", "=l,~{memory}", [], dtype=core.int64, is_pure=False, pack=1, _semantic=_semantic
+        )
+    arch = str(_semantic.builder.options.arch)
+    if "gfx11" in arch or "gfx12" in arch:
+        raise NotImplementedError(f"ktrace's AMD timer supports CDNA (gfx9xx) targets, not {arch}")
+    return core.inline_asm_elementwise(
+        "s_waitcnt vmcnt(0)\n\ts_memrealtime $0\n\ts_waitcnt lgkmcnt(0)",
+        "=s,~{memory}",
+        [],
+        dtype=core.int64,
+        is_pure=False,
+        pack=1,
+        _semantic=_semantic,
+    )
+
+
+@core.extern
+def hw_id(_semantic=None):
+    """Where this program runs (int32): the SM id on NVIDIA; on AMD ``xcc << 16 | se << 5 | sh << 4 | cu``."""
+    if _backend(_semantic) == "cuda":
+        return core.inline_asm_elementwise(
+            "mov.u32 $0, %smid;", "=r", [], dtype=core.int32, is_pure=True, pack=1, _semantic=_semantic
+        )
+    arch = str(_semantic.builder.options.arch)
+    if arch.startswith("gfx94") or arch.startswith("gfx95"):
+        asm = (
+            "s_getreg_b32 $0, hwreg(HW_REG_HW_ID)\n\t"
+            "s_bfe_u32 $0, $0, 0x80008\n\t"  # bits 15:8 -> cu[3:0] sh[4] se[7:5]
+            "s_getreg_b32 $1, hwreg(HW_REG_XCC_ID)\n\t"
+            "s_and_b32 $1, $1, 0xf\n\t"
+            "s_lshl_b32 $1, $1, 16\n\t"
+            "s_or_b32 $0, $0, $1"
+        )
+        return core.inline_asm_elementwise(
+            asm, "=s,=&s", [], dtype=(core.int32, core.int32), is_pure=True, pack=1, _semantic=_semantic
+        )[0]
+    return core.inline_asm_elementwise(
+        "s_getreg_b32 $0, hwreg(HW_REG_HW_ID)\n\ts_bfe_u32 $0, $0, 0x80008",
+        "=s",
+        [],
+        dtype=core.int32,
+        is_pure=True,
+        pack=1,
+        _semantic=_semantic,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Tracer state
+# ---------------------------------------------------------------------------------------------
+
+
+@core._aggregate
+class Tracer:
+    """A program's view of the event buffer (on). Created by :func:`init`."""
+
+    recs: tl.tensor  # *int64: this program's first slot
+    dropped_ptr: tl.tensor  # *int32: this program's dropped counter
+    cur: tl.tensor  # int32: next free slot
+    nd: tl.tensor  # int32: events dropped so far
+    hw: tl.tensor  # int64: placement, pre-shifted into the tag word's high half
+    CAP: tl.constexpr
+    ON: tl.constexpr
+
+    @triton.constexpr_function
+    def __init__(self, recs, dropped_ptr, cur, nd, hw, CAP):
+        self.recs = recs
+        self.dropped_ptr = dropped_ptr
+        self.cur = cur
+        self.nd = nd
+        self.hw = hw
+        self.CAP = tl.constexpr(CAP)
+        self.ON = tl.constexpr(True)
+
+
+@core._aggregate
+class NoTracer:
+    """The tracer of an untraced launch: every probe on it compiles to nothing."""
+
+    CAP: tl.constexpr
+    ON: tl.constexpr
+
+    @triton.constexpr_function
+    def __init__(self):
+        self.CAP = tl.constexpr(0)
+        self.ON = tl.constexpr(False)
+
+
+@core._aggregate
+class Span:
+    """An open span: its start time, region and arguments (returned by :func:`begin`)."""
+
+    t0: tl.tensor
+    args: tl.tensor  # int64: arg0 (low half) | arg1 (high half)
+    REGION: tl.constexpr
+    ON: tl.constexpr
+
+    @triton.constexpr_function
+    def __init__(self, t0, args, REGION):
+        self.t0 = t0
+        self.args = args
+        self.REGION = tl.constexpr(REGION)
+        self.ON = tl.constexpr(True)
+
+
+@core._aggregate
+class NoSpan:
+    ON: tl.constexpr
+
+    @triton.constexpr_function
+    def __init__(self):
+        self.ON = tl.constexpr(False)
+
+
+@triton.jit
+def _pack(a, b):
+    """Two int32 arguments in one int64 word: ``a`` in the low half, ``b`` in the high half."""
+    return (tl.cast(a, tl.int64) & 0xFFFFFFFF) | (tl.cast(b, tl.int64) << 32)
+
+
+@triton.jit
+def init(ktrace_buf, KTRACE: tl.constexpr):
+    """Open this program's tracer. Call once per program, before any other probe.
+
+    Args:
+        ktrace_buf: the kernel's ``ktrace_buf`` parameter (an int64 device buffer, or None).
+        KTRACE: the kernel's ``KTRACE`` constexpr: 0 = off, N = slots per program.
+
+    Returns:
+        A tracer to pass to the other probes (a no-op tracer when ``KTRACE == 0``).
+
+    Cost: when on, reads the SM id and the grid size once; writes nothing.
+    """
+    if _check_gate(KTRACE) > 0:
+        n0 = tl.num_programs(0)
+        n1 = tl.num_programs(1)
+        n2 = tl.num_programs(2)
+        pid = (tl.program_id(2).to(tl.int64) * n1 + tl.program_id(1)) * n0 + tl.program_id(0)
+        n_prog = n0.to(tl.int64) * n1 * n2
+        recs = ktrace_buf + _HEADER_WORDS + pid * (KTRACE * _WORDS)
+        dropped = (ktrace_buf + _HEADER_WORDS + n_prog * (KTRACE * _WORDS)).to(tl.pointer_type(tl.int32)) + pid
+        hw = tl.cast(hw_id(), tl.int64) << 32
+        return Tracer(recs, dropped, tl.zeros((), tl.int32), tl.zeros((), tl.int32), hw, KTRACE)
+    else:
+        return NoTracer()
+
+
+@triton.jit
+def _write(kt, t0, t1, TAG: tl.constexpr, args):
+    """Store one 32-byte record at the cursor (or count it dropped) and advance."""
+    i = tl.arange(0, 4)
+    w2 = kt.hw | TAG
+    rec = tl.where(i == 0, t0, tl.where(i == 1, t1, tl.where(i == 2, w2, args)))
+    fits = kt.cur < kt.CAP
+    tl.store(kt.recs + kt.cur * _WORDS + i, rec, mask=fits)
+    nd = kt.nd + (1 - fits.to(tl.int32))
+    tl.store(kt.dropped_ptr, nd, mask=kt.cur >= kt.CAP)
+    return Tracer(kt.recs, kt.dropped_ptr, kt.cur + 1, nd, kt.hw, kt.CAP)
+
+
+@triton.jit
+def _write_ext(kt, t0, t1, TAG: tl.constexpr, args, x0, x1, x23):
+    """Store an event with a DETAIL record (two slots, one 64-byte store) or count it dropped."""
+    i = tl.arange(0, 8)
+    w2 = kt.hw | TAG
+    dtag = kt.hw | _tag(_DETAIL, 0, 0)
+    rec = tl.where(
+        i == 0,
+        t0,
+        tl.where(
+            i == 1,
+            t1,
+            tl.where(
+                i == 2,
+                w2,
+                tl.where(
+                    i == 3,
+                    args,
+                    tl.where(i == 4, tl.cast(x0, tl.int64), tl.where(i == 5, tl.cast(x1, tl.int64), tl.where(i == 6, dtag, x23))),
+                ),
+            ),
+        ),
+    )
+    fits = kt.cur + 1 < kt.CAP
+    tl.store(kt.recs + kt.cur * _WORDS + i, rec, mask=fits)
+    nd = kt.nd + (1 - fits.to(tl.int32))
+    tl.store(kt.dropped_ptr, nd, mask=kt.cur + 1 >= kt.CAP)
+    return Tracer(kt.recs, kt.dropped_ptr, kt.cur + 2, nd, kt.hw, kt.CAP)
+
+
+# ---------------------------------------------------------------------------------------------
+# Probes
+# ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def begin(kt, name: tl.constexpr, arg0=0, arg1=0):
+    """Open a span named ``name`` (a compile-time string). Spans may nest and overlap freely.
+
+    Args:
+        kt: the tracer from :func:`init`.
+        name: region name: a string literal or module-level string constant.
+        arg0, arg1: int32 arguments recorded with the span (e.g. tile id, peer, bytes).
+
+    Returns:
+        The open span, to close with :func:`end`.
+
+    Cost: one timer read. Nothing is written until :func:`end`.
+    """
+    if kt.ON:
+        return Span(now(), _pack(arg0, arg1), region(name))
+    else:
+        return NoSpan()
+
+
+@triton.jit
+def end(kt, span, arg0=None, arg1=None):
+    """Close ``span`` and record it (kind SPAN). Returns the advanced tracer.
+
+    Args:
+        kt: the tracer.
+        span: what :func:`begin` returned.
+        arg0, arg1: if given, replace the arguments given to :func:`begin`.
+
+    Cost: one timer read and one 32-byte record store (see the module docstring).
+    """
+    if kt.ON:
+        t1 = now()
+        args = span.args
+        if arg0 is not None:
+            args = (args & -4294967296) | (tl.cast(arg0, tl.int64) & 0xFFFFFFFF)
+        if arg1 is not None:
+            args = (args & 0xFFFFFFFF) | (tl.cast(arg1, tl.int64) << 32)
+        return _write(kt, span.t0, t1, _tag(_SPAN, span.REGION, 0), args)
+    else:
+        return kt
+
+
+@triton.jit
+def mark(kt, name: tl.constexpr, arg0=0, arg1=0):
+    """Record an instant named ``name`` with two int32 arguments. Returns the advanced tracer.
+
+    Cost: one timer read and one 32-byte record store.
+    """
+    if kt.ON:
+        t = now()
+        return _write(kt, t, t, _tag(_INSTANT, region(name), 0), _pack(arg0, arg1))
+    else:
+        return kt
+
+
+@triton.jit
+def counter(kt, name: tl.constexpr, value):
+    """Record the int64 ``value`` of the counter ``name`` at this moment. Returns the advanced tracer.
+
+    Cost: one timer read and one 32-byte record store.
+    """
+    if kt.ON:
+        t = now()
+        return _write(kt, t, t, _tag(_COUNTER, region(name), 0), tl.cast(value, tl.int64))
+    else:
+        return kt
+
+
+@triton.jit
+def record_wait(kt, name: tl.constexpr, t0, t1, peer, spins, flag, value, expected, cmp, timed_out):
+    """Record a finished spin-wait (kind WAIT, two slots). Used by ``ktrace.shmem.wait``.
+
+    Args:
+        t0, t1: when the wait began and when it saw the flag (or gave up).
+        peer: the rank expected to set the flag.
+        spins: how many times the flag was read.
+        flag: the flag's byte offset in the symmetric heap.
+        value: the last value read; expected: the value waited for; cmp: the comparison code.
+        timed_out: true if the wait gave up at its bound (sets the TIMEOUT flag).
+    """
+    if kt.ON:
+        args = _pack(peer, spins)
+        x23 = _pack(expected, cmp)
+        if timed_out:
+            kt = _write_ext(kt, t0, t1, _tag(_WAIT, region(name), _FLAG_DETAIL | _FLAG_TIMEOUT), args, flag, value, x23)
+        else:
+            kt = _write_ext(kt, t0, t1, _tag(_WAIT, region(name), _FLAG_DETAIL), args, flag, value, x23)
+    return kt
+
+
+@triton.jit
+def record_notify(kt, name: tl.constexpr, t0, t1, peer, value, flag, seq):
+    """Record a signal sent to ``peer`` (kind NOTIFY, two slots). Used by ``ktrace.shmem.notify``.
+
+    Args:
+        t0, t1: just before and just after the flag write was issued.
+        peer: the rank whose flag was written; value: the value written.
+        flag: the flag's byte offset in the symmetric heap; seq: a sequence number for pairing.
+    """
+    if kt.ON:
+        kt = _write_ext(kt, t0, t1, _tag(_NOTIFY, region(name), _FLAG_DETAIL), _pack(peer, value), flag, seq, 0)
+    return kt
+
+
+__all__ = [
+    "Tracer",
+    "NoTracer",
+    "Span",
+    "NoSpan",
+    "init",
+    "begin",
+    "end",
+    "mark",
+    "counter",
+    "now",
+    "hw_id",
+    "region",
+    "record_wait",
+    "record_notify",
+]

@@ -1,0 +1,270 @@
+"""The one definition of ktrace's event buffer: header, record, event kinds, units.
+
+Everything that reads or writes an event buffer takes its layout from here: the device
+probes (``ktrace.language``), the host-side buffers (``ktrace.capture``), the decoder
+(``ktrace.decode``), the file formats (``ktrace.io``) and the tests. Pure Python and numpy;
+importing it never pulls in torch or triton.
+
+Buffer layout (little-endian, byte offsets)::
+
+    [0, 64)                               header (HEADER_DTYPE)
+    [64, 64 + P*C*32)                     records: program p owns slots [p*C, (p+1)*C)
+    [64 + P*C*32, 64 + P*C*32 + P*4)      dropped events per program (uint32)
+
+with P programs in the launch grid and C slots per program (the ``KTRACE`` constexpr).
+
+A record is 32 bytes (RECORD_DTYPE)::
+
+    t0   u64   start timestamp, raw timer ticks
+    t1   u64   end timestamp (== t0 for instants and counters)
+    tag  u32   kind (bits 0-3) | flags (bits 4-7) | region id (bits 8-31)
+    hw   u32   where it ran: SM id on NVIDIA; on AMD (xcc << 16) | (se << 5) | (sh << 4) | cu
+    arg0 i32   first integer argument  (counters: low 32 bits of the value)
+    arg1 i32   second integer argument (counters: high 32 bits of the value)
+
+An event with more arguments than two (a wait, a notify) takes two consecutive slots: the
+event's own record with FLAG_DETAIL set, then a DETAIL record whose t0/t1 fields carry two
+64-bit arguments and whose arg0/arg1 carry two 32-bit ones. The decoder folds the pair into
+one row with six arguments (``arg0`` .. ``arg5``).
+"""
+
+from __future__ import annotations
+
+import enum
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+#: First four bytes of every event buffer: b"KTRC".
+MAGIC = int.from_bytes(b"KTRC", "little")
+#: Layout version of the buffer described here. Bump on any change to the layouts below.
+FORMAT_VERSION = 1
+
+HEADER_BYTES = 64
+RECORD_BYTES = 32
+#: Bytes per program of the dropped-event counters after the records.
+DROPPED_BYTES = 4
+
+KIND_BITS = 4
+FLAG_BITS = 4
+REGION_SHIFT = KIND_BITS + FLAG_BITS  # 8
+REGION_BITS = 24
+REGION_MASK = (1 << REGION_BITS) - 1
+
+
+class EventKind(enum.IntEnum):
+    """What a record describes. 0 marks a slot never written."""
+
+    EMPTY = 0
+    #: A region with a start and an end (``kl.begin`` / ``kl.end``).
+    SPAN = 1
+    #: A point in time (``kl.mark``).
+    INSTANT = 2
+    #: A named 64-bit integer value at a point in time (``kl.counter``).
+    COUNTER = 3
+    #: A spin-wait on a flag: t0 when the wait began, t1 when the flag was seen (or given up).
+    WAIT = 4
+    #: A signal sent to a peer (the flag write that may release someone's wait).
+    NOTIFY = 5
+    #: The continuation of the previous slot's event (two more 64-bit and two 32-bit arguments).
+    DETAIL = 15
+
+
+class EventFlag(enum.IntFlag):
+    """Bits 4-7 of a record's tag."""
+
+    NONE = 0
+    #: The next slot of the same program holds this event's DETAIL record.
+    DETAIL = 1
+    #: A wait that gave up at its bound instead of seeing the value it waited for.
+    TIMEOUT = 2
+
+
+class TimerKind(enum.IntEnum):
+    """Which hardware counter produced the timestamps."""
+
+    UNKNOWN = 0
+    #: NVIDIA ``%globaltimer``: nanoseconds (updates every 32 ns on H100/H200).
+    NV_GLOBALTIMER = 1
+    #: AMD ``s_memrealtime``: a constant-rate counter (100 MHz on MI300, 25 MHz on MI200).
+    AMD_MEMREALTIME = 2
+
+
+#: Tick rate of each timer kind when the device does not say (Hz).
+DEFAULT_TICK_HZ = {
+    TimerKind.NV_GLOBALTIMER: 1_000_000_000,
+    TimerKind.AMD_MEMREALTIME: 100_000_000,
+}
+
+#: ``s_memrealtime`` rate by AMD architecture, for when hipDeviceAttributeWallClockRate reads 0.
+AMD_WALLCLOCK_HZ = {
+    "gfx942": 100_000_000,
+    "gfx941": 100_000_000,
+    "gfx940": 100_000_000,
+    "gfx950": 100_000_000,
+    "gfx90a": 25_000_000,
+    "gfx908": 25_000_000,
+}
+
+HEADER_DTYPE = np.dtype(
+    [
+        ("magic", "<u4"),
+        ("version", "<u2"),
+        ("header_bytes", "<u2"),
+        ("record_bytes", "<u2"),
+        ("timer", "u1"),
+        ("reserved0", "u1"),
+        ("capacity", "<u4"),  # slots per program (C)
+        ("tick_hz", "<u8"),
+        ("n_programs", "<u4"),  # P
+        ("grid", "<u4", (3,)),
+        ("written", "<u8"),  # events decoded (filled by the host when it decodes)
+        ("dropped", "<u8"),  # events that did not fit (filled by the host when it decodes)
+        ("reserved1", "<u8"),
+    ]
+)
+assert HEADER_DTYPE.itemsize == HEADER_BYTES, HEADER_DTYPE.itemsize
+
+RECORD_DTYPE = np.dtype(
+    [
+        ("t0", "<u8"),
+        ("t1", "<u8"),
+        ("tag", "<u4"),
+        ("hw", "<u4"),
+        ("arg0", "<i4"),
+        ("arg1", "<i4"),
+    ]
+)
+assert RECORD_DTYPE.itemsize == RECORD_BYTES, RECORD_DTYPE.itemsize
+
+#: The same 32 bytes seen as a DETAIL record.
+DETAIL_DTYPE = np.dtype(
+    [
+        ("x0", "<i8"),
+        ("x1", "<i8"),
+        ("tag", "<u4"),
+        ("hw", "<u4"),
+        ("x2", "<i4"),
+        ("x3", "<i4"),
+    ]
+)
+assert DETAIL_DTYPE.itemsize == RECORD_BYTES
+
+#: One decoded event per row: what ``ktrace.decode`` yields for a launch.
+#: ``start``/``end`` are raw ticks of the device timer; the collector converts them to ns on a
+#: common clock. ``slot`` is the event's position in its program's slots (its program order).
+EVENT_DTYPE = np.dtype(
+    [
+        ("rank", "<i4"),
+        ("launch", "<i4"),
+        ("program", "<i4"),
+        ("slot", "<i4"),
+        ("kind", "u1"),
+        ("flags", "u1"),
+        ("region", "<u4"),
+        ("hw", "<u4"),
+        ("start", "<i8"),
+        ("end", "<i8"),
+        ("arg0", "<i8"),
+        ("arg1", "<i8"),
+        ("arg2", "<i8"),
+        ("arg3", "<i8"),
+        ("arg4", "<i8"),
+        ("arg5", "<i8"),
+    ]
+)
+
+#: What each argument column means, per event kind (names are used by writers and analyses).
+ARG_NAMES = {
+    EventKind.SPAN: ("arg0", "arg1"),
+    EventKind.INSTANT: ("arg0", "arg1"),
+    EventKind.COUNTER: ("value",),
+    # wait: peer waited on, spins; detail: flag heap offset (bytes), value seen, expected value,
+    # the comparison used (see ktrace.shmem).
+    EventKind.WAIT: ("peer", "spins", "flag", "value", "expected", "cmp"),
+    # notify: peer signalled, the value written; detail: flag heap offset (bytes) on the peer,
+    # the sender's notify sequence number, (unused), (unused).
+    EventKind.NOTIFY: ("peer", "value", "flag", "seq", "arg4", "arg5"),
+}
+
+#: Units of the columns that have one (the unit-suffixed names analyses use).
+UNITS = {"start": "ticks", "end": "ticks", "start_ns": "ns", "end_ns": "ns", "dur_ns": "ns"}
+
+
+def tag_of(kind: int, region: int, flags: int = 0) -> int:
+    """The u32 tag of a record."""
+    return (int(kind) & 0xF) | ((int(flags) & 0xF) << KIND_BITS) | ((int(region) & REGION_MASK) << REGION_SHIFT)
+
+
+def region_id(name: str) -> int:
+    """The 24-bit id of a region name: the same in every process, on every rank.
+
+    Ids are a hash, so no table of names has to be kept in step by hand; 0 is never used
+    (it would look like an empty slot's region).
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a region name must be a non-empty string, got {name!r}")
+    rid = zlib.crc32(name.encode("utf-8")) & REGION_MASK
+    return rid or 1
+
+
+def buffer_bytes(n_programs: int, capacity: int) -> int:
+    """Size in bytes of an event buffer for ``n_programs`` programs of ``capacity`` slots."""
+    if n_programs <= 0 or capacity <= 0:
+        raise ValueError(f"n_programs and capacity must be positive, got {n_programs}, {capacity}")
+    return HEADER_BYTES + n_programs * capacity * RECORD_BYTES + n_programs * DROPPED_BYTES
+
+
+def records_offset() -> int:
+    return HEADER_BYTES
+
+
+def dropped_offset(n_programs: int, capacity: int) -> int:
+    return HEADER_BYTES + n_programs * capacity * RECORD_BYTES
+
+
+@dataclass(frozen=True)
+class Header:
+    """A buffer header as Python values."""
+
+    timer: TimerKind
+    tick_hz: int
+    capacity: int
+    n_programs: int
+    grid: tuple[int, int, int]
+    written: int = 0
+    dropped: int = 0
+    version: int = FORMAT_VERSION
+
+    def __post_init__(self):
+        if self.capacity <= 0 or self.n_programs <= 0:
+            raise ValueError(f"capacity and n_programs must be positive: {self}")
+        gx, gy, gz = self.grid
+        if gx * gy * gz != self.n_programs:
+            raise ValueError(f"grid {self.grid} does not hold {self.n_programs} programs")
+        if self.tick_hz <= 0:
+            raise ValueError(f"tick_hz must be positive, got {self.tick_hz}")
+
+    def to_array(self) -> np.ndarray:
+        h = np.zeros((), HEADER_DTYPE)
+        h["magic"] = MAGIC
+        h["version"] = self.version
+        h["header_bytes"] = HEADER_BYTES
+        h["record_bytes"] = RECORD_BYTES
+        h["timer"] = int(self.timer)
+        h["capacity"] = self.capacity
+        h["tick_hz"] = self.tick_hz
+        h["n_programs"] = self.n_programs
+        h["grid"] = self.grid
+        h["written"] = self.written
+        h["dropped"] = self.dropped
+        return h
+
+    def to_bytes(self) -> bytes:
+        return self.to_array().tobytes()
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the whole buffer this header describes."""
+        return buffer_bytes(self.n_programs, self.capacity)

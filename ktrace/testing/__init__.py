@@ -1,0 +1,1 @@
+"""Helpers for ktrace's own tests and for users testing traced kernels."""

@@ -1,0 +1,34 @@
+"""Compile a ``@triton.jit`` kernel for a target without a GPU and return its assembly.
+
+Triton compiles for ``GPUTarget("cuda", 90, 32)`` and ``GPUTarget("hip", "gfx942", 64)`` on a
+CPU-only machine; this is how the AMD path is verified here (by compilation, not execution).
+"""
+
+from __future__ import annotations
+
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+import triton
+
+CUDA_SM90 = GPUTarget("cuda", 90, 32)
+HIP_GFX942 = GPUTarget("hip", "gfx942", 64)
+TARGETS = {"sm_90": CUDA_SM90, "gfx942": HIP_GFX942}
+
+
+def compile_asm(fn, signature: dict, constexprs: dict, target: GPUTarget, **options) -> str:
+    """Compile ``fn`` and return its PTX (NVIDIA) or AMDGCN (AMD) text.
+
+    Args:
+        fn: a ``@triton.jit`` function (a ``@ktrace.trace`` wrapper is unwrapped).
+        signature: argument name -> Triton type string (``"*fp32"``, ``"i32"``, ``"constexpr"``).
+        constexprs: values of the constexpr arguments.
+        target: the GPU target.
+        options: compiler options (``num_warps``, ...).
+    """
+    fn = getattr(fn, "jit_fn", fn)
+    sig = dict(signature)
+    for k in constexprs:
+        sig[k] = "constexpr"
+    src = ASTSource(fn, sig, constexprs=dict(constexprs))
+    kernel = triton.compile(src, target=target, options=options or None)
+    return kernel.asm["ptx"] if target.backend == "cuda" else kernel.asm["amdgcn"]
