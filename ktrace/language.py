@@ -325,7 +325,7 @@ def begin(kt, name: tl.constexpr, arg0=0, arg1=0):
 
     Args:
         kt: the tracer from :func:`init`.
-        name: region name: a string literal or module-level string constant.
+        name: region name: a string literal or a module-level ``tl.constexpr("...")`` string.
         arg0, arg1: int32 arguments recorded with the span (e.g. tile id, peer, bytes).
 
     Returns:
@@ -389,6 +389,18 @@ def counter(kt, name: tl.constexpr, value):
 
 
 @triton.jit
+def timestamp(kt):
+    """The device timer (int64 ticks) if ``kt`` is on, else the constant 0 (no instruction).
+
+    For code that takes its own timestamps (waits, notifies) and must compile away when off.
+    """
+    if kt.ON:
+        return now()
+    else:
+        return 0
+
+
+@triton.jit
 def record_wait(kt, name: tl.constexpr, t0, t1, peer, spins, flag, value, expected, cmp, timed_out):
     """Record a finished spin-wait (kind WAIT, two slots). Used by ``ktrace.shmem.wait``.
 
@@ -435,6 +447,7 @@ __all__ = [
     "mark",
     "counter",
     "now",
+    "timestamp",
     "hw_id",
     "region",
     "record_wait",

@@ -15,7 +15,7 @@ HIP_GFX942 = GPUTarget("hip", "gfx942", 64)
 TARGETS = {"sm_90": CUDA_SM90, "gfx942": HIP_GFX942}
 
 
-def compile_asm(fn, signature: dict, constexprs: dict, target: GPUTarget, **options) -> str:
+def compile_asm(fn, signature: dict, constexprs: dict, target: GPUTarget, stage: str | None = None, **options) -> str:
     """Compile ``fn`` and return its PTX (NVIDIA) or AMDGCN (AMD) text.
 
     Args:
@@ -23,6 +23,7 @@ def compile_asm(fn, signature: dict, constexprs: dict, target: GPUTarget, **opti
         signature: argument name -> Triton type string (``"*fp32"``, ``"i32"``, ``"constexpr"``).
         constexprs: values of the constexpr arguments.
         target: the GPU target.
+        stage: which text to return: None for the target assembly, or "ttir", "ttgir", "llir".
         options: compiler options (``num_warps``, ...).
     """
     fn = getattr(fn, "jit_fn", fn)
@@ -31,4 +32,6 @@ def compile_asm(fn, signature: dict, constexprs: dict, target: GPUTarget, **opti
         sig[k] = "constexpr"
     src = ASTSource(fn, sig, constexprs=dict(constexprs))
     kernel = triton.compile(src, target=target, options=options or None)
+    if stage is not None:
+        return kernel.asm[stage]
     return kernel.asm["ptx"] if target.backend == "cuda" else kernel.asm["amdgcn"]

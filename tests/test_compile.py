@@ -1,0 +1,153 @@
+"""Compile checks: probes present when traced, absent when not, for sm_90 and gfx942.
+
+No GPU is needed: Triton compiles for both targets on the CPU. The AMD path is verified here
+by compilation only (no AMD GPU runs these tests).
+"""
+
+import re
+
+import pytest
+
+from ktrace.testing.compile import CUDA_SM90, HIP_GFX942, compile_asm
+from tests import probe_kernels as pk
+
+TIMER = {"cuda": re.compile(r"%globaltimer"), "hip": re.compile(r"s_memrealtime")}
+PLACE = {"cuda": re.compile(r"%smid"), "hip": re.compile(r"hwreg\(HW_REG_HW_ID\)")}
+
+CASES = {
+    "copy": (pk.copy_kernel, {"x": "*fp32", "y": "*fp32", "n": "i32", "ktrace_buf": "*i64"}, {"BLOCK": 1024}),
+    "shape": (pk.shape_kernel, {"out": "*fp32", "ktrace_buf": "*i64"}, {}),
+    "overflow": (pk.overflow_kernel, {"out": "*i32", "n_marks": "i32", "ktrace_buf": "*i64"}, {}),
+    "multi": (pk.copy_multi_span_kernel, {"x": "*fp32", "y": "*fp32", "n": "i32", "ktrace_buf": "*i64"}, {"BLOCK": 1024, "SPANS": 4}),
+}
+
+
+def _stores(asm, backend):
+    if backend == "cuda":
+        return len(re.findall(r"\bst\.global", asm))
+    return len(re.findall(r"\b(global_store|buffer_store)", asm))
+
+
+@pytest.mark.parametrize("target", [CUDA_SM90, HIP_GFX942], ids=["sm_90", "gfx942"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_probes_compile_away_when_off(case, target):
+    fn, sig, consts = CASES[case]
+    off = compile_asm(fn, sig, {**consts, "KTRACE": 0}, target)
+    on = compile_asm(fn, sig, {**consts, "KTRACE": 8}, target)
+    be = target.backend
+    assert not TIMER[be].search(off), "untraced kernel reads the timer"
+    assert not PLACE[be].search(off), "untraced kernel reads the SM/CU id"
+    assert TIMER[be].search(on), "traced kernel has no timer read"
+    assert PLACE[be].search(on)
+    # the traced kernel has record stores the untraced one does not
+    assert _stores(on, be) > _stores(off, be)
+
+
+def test_untraced_kernel_is_identical_to_a_kernel_without_probes():
+    """KTRACE=0 gives the same PTX as the same kernel written with no probe calls at all."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def plain_copy(x, y, n, BLOCK: tl.constexpr, ktrace_buf=None, KTRACE: tl.constexpr = 0):
+        pid = tl.program_id(0)
+        off = pid * BLOCK + tl.arange(0, BLOCK)
+        m = off < n
+        tl.store(y + off, tl.load(x + off, mask=m), mask=m)
+
+    sig = {"x": "*fp32", "y": "*fp32", "n": "i32", "ktrace_buf": "*i64"}
+    a = compile_asm(pk.copy_kernel, sig, {"BLOCK": 1024, "KTRACE": 0}, CUDA_SM90)
+    b = compile_asm(plain_copy, sig, {"BLOCK": 1024, "KTRACE": 0}, CUDA_SM90)
+
+    def instructions(asm, name):
+        out = []
+        for ln in asm.split(".section")[0].splitlines():  # drop the debug sections
+            ln = ln.split("//")[0].strip()
+            if ln and not ln.startswith((".loc", ".file")):
+                out.append(ln.replace(name, "K"))
+        return out
+
+    ia, ib = instructions(a, "copy_kernel"), instructions(b, "plain_copy")
+    assert len(ia) > 20
+    assert ia == ib
+
+
+def _lines(asm, pat):
+    return [i for i, ln in enumerate(asm.splitlines()) if re.search(pat, ln)]
+
+
+def test_nvidia_region_memory_ops_stay_between_timer_reads():
+    """The copy's loads and stores sit between the span's two %globaltimer reads in the PTX
+    (straight-line code: predicated, no branches); after the second read come only the
+    record store (b64) and the dropped-counter store."""
+    fn, sig, consts = CASES["copy"]
+    asm = compile_asm(fn, sig, {**consts, "KTRACE": 4}, CUDA_SM90)
+    assert not re.search(r"\bbra\b", asm)
+    timers = _lines(asm, r"%globaltimer")
+    loads = _lines(asm, r"ld\.global")
+    stores = _lines(asm, r"st\.global")
+    assert len(timers) == 2, timers
+    assert loads and timers[0] < min(loads) and max(loads) < timers[1]
+    inside = [i for i in stores if timers[0] < i < timers[1]]
+    after = [asm.splitlines()[i] for i in stores if i > timers[1]]
+    assert len(inside) == len(loads)  # every loaded element is stored inside the span
+    assert len(after) == 2 and "st.global.b64" in after[0] and "st.global.b32" in after[1], after
+
+
+def test_amd_timer_is_fenced():
+    """gfx942: s_waitcnt vmcnt(0) right before each s_memrealtime, lgkmcnt(0) right after it."""
+    fn, sig, consts = CASES["copy"]
+    asm = compile_asm(fn, sig, {**consts, "KTRACE": 4}, HIP_GFX942)
+    lines = asm.splitlines()
+    timers = _lines(asm, r"s_memrealtime")
+    assert len(timers) == 2
+    for t in timers:
+        assert "s_waitcnt vmcnt(0)" in lines[t - 1]
+        assert "s_waitcnt lgkmcnt(0)" in lines[t + 1]
+
+
+@pytest.mark.parametrize("target", [CUDA_SM90, HIP_GFX942], ids=["sm_90", "gfx942"])
+def test_llvm_ir_keeps_region_memory_ops_between_timer_reads(target):
+    """In program order (LLVM IR, before the backend lays out blocks: on gfx942 masked memory
+    operations go to out-of-line blocks that branch back), the copy's loads and stores lie
+    between the two timer reads, which are side-effecting asm with a memory clobber."""
+    fn, sig, consts = CASES["copy"]
+    ir = compile_asm(fn, sig, {**consts, "KTRACE": 4}, target, stage="llir")
+    timer = "globaltimer" if target.backend == "cuda" else "s_memrealtime"
+    timers = _lines(ir, r"asm sideeffect.*" + timer)
+    assert len(timers) == 2
+    assert all("~{memory}" in ir.splitlines()[t] for t in timers)
+    if target.backend == "cuda":  # NVIDIA lowers memory ops to inline PTX
+        mem = _lines(ir, r"(ld|st)\.global\.b32")
+    else:
+        mem = _lines(ir, r"(load|store) .*addrspace\(1\)|buffer\.(load|store)")
+    assert len(mem) >= 2
+    inside = [m for m in mem if timers[0] < m < timers[1]]
+    before = [m for m in mem if m < timers[0]]
+    assert not before and len(inside) >= len(mem) - 2, (timers, mem)
+
+
+@pytest.mark.parametrize("target", [CUDA_SM90, HIP_GFX942], ids=["sm_90", "gfx942"])
+def test_record_store_is_guarded_by_capacity(target):
+    """The record store is predicated on the slot being free (no out-of-bounds write)."""
+    fn, sig, consts = CASES["overflow"]
+    asm = compile_asm(fn, sig, {**consts, "KTRACE": 4}, target)
+    if target.backend == "cuda":
+        recs = [ln for ln in asm.splitlines() if re.search(r"st\.global\.b64", ln)]
+        assert recs and all(ln.strip().startswith("@") for ln in recs), recs
+    else:
+        assert re.search(r"s_and_saveexec|v_cmp", asm)
+
+
+def test_gate_must_be_a_non_negative_int():
+    import triton
+
+    fn, sig, consts = CASES["copy"]
+    for bad in (-1, True, 2.5):
+        with pytest.raises(triton.CompilationError) as ei:
+            compile_asm(fn, sig, {**consts, "KTRACE": bad}, CUDA_SM90)
+        causes, e = [], ei.value
+        while e is not None:
+            causes.append(str(e))
+            e = e.__cause__
+        assert any("KTRACE must be a non-negative int" in c for c in causes), causes
