@@ -13,10 +13,10 @@ Device API: ``import ktrace.language as kl`` inside kernels.
 __version__ = "0.1.0"
 
 _LAZY = {
-    "trace": ("ktrace.capture", "trace"),
-    "capture": ("ktrace.capture", "capture"),
-    "Session": ("ktrace.capture", "Session"),
-    "TracedKernel": ("ktrace.capture", "TracedKernel"),
+    "trace": ("ktrace.session", "trace"),
+    "capture": ("ktrace.session", "capture"),
+    "Session": ("ktrace.session", "Session"),
+    "TracedKernel": ("ktrace.session", "TracedKernel"),
     "read_capture": ("ktrace.io.capture_file", "read_capture"),
     "write_capture": ("ktrace.io.capture_file", "write_capture"),
     "merge_captures": ("ktrace.io.capture_file", "merge_captures"),

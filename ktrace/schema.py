@@ -1,7 +1,7 @@
 """The one definition of ktrace's event buffer: header, record, event kinds, units.
 
 Everything that reads or writes an event buffer takes its layout from here: the device
-probes (``ktrace.language``), the host-side buffers (``ktrace.capture``), the decoder
+probes (``ktrace.language``), the host-side buffers (``ktrace.session``), the decoder
 (``ktrace.decode``), the file formats (``ktrace.io``) and the tests. Pure Python and numpy;
 importing it never pulls in torch or triton.
 

@@ -1,0 +1,105 @@
+"""The @ktrace.trace decorator's host logic, on the CPU (the launch itself is recorded, not run)."""
+
+import pytest
+
+import ktrace
+from ktrace import session as kcap
+from tests import probe_kernels as pk
+
+
+class _Recorder:
+    """Stands in for the JIT function's launcher to see exactly what the decorator passes."""
+
+    def __init__(self, real):
+        self.real = real
+        self.calls = []
+
+    def __getitem__(self, grid):
+        return lambda *a, **k: self.calls.append((grid, a, k))
+
+    def __getattr__(self, n):
+        return getattr(self.real, n)
+
+
+class _FakeSession:
+    events_per_program = None
+
+    def __init__(self):
+        self.asked = []
+
+    def _new_launch(self, kernel, grid, capacity, device):
+        self.asked.append((kernel.name, grid, capacity))
+
+        class PL:
+            buffer = "BUF"
+
+        return PL()
+
+
+def _wrap(tk):
+    rec = _Recorder(tk.jit_fn)
+    tk.__dict__["jit_fn"] = rec
+    return rec
+
+
+def test_decorator_requires_the_trace_parameters():
+    import triton
+    import triton.language as tl
+
+    with pytest.raises(TypeError, match="ktrace_buf"):
+
+        @ktrace.trace
+        @triton.jit
+        def k(x, n):
+            pass
+
+    with pytest.raises(TypeError, match="above @triton.jit"):
+        ktrace.trace(lambda x: x)
+
+
+def test_untraced_launch_passes_arguments_through_unchanged(monkeypatch):
+    tk = ktrace.trace(events_per_program=4)(pk.copy_kernel.jit_fn)
+    rec = _wrap(tk)
+    monkeypatch.delenv("KTRACE", raising=False)
+    tk[(3,)]("x", "y", 10, BLOCK=4)
+    assert rec.calls == [((3,), ("x", "y", 10), {"BLOCK": 4})]
+
+
+def test_traced_launch_sizes_buffer_from_grid_and_fills_the_gate(monkeypatch):
+    tk = ktrace.trace(events_per_program=lambda meta: meta["BLOCK"] // 2, name="mycopy")(pk.copy_kernel.jit_fn)
+    rec = _wrap(tk)
+    s = _FakeSession()
+    monkeypatch.setattr(kcap, "active_session", lambda: s)
+    monkeypatch.setattr(kcap, "_device_of", lambda a, k: 0)
+    tk[lambda meta: (meta["n"] // meta["BLOCK"], 2)]("x", "y", 12, BLOCK=6, num_warps=2)
+    assert s.asked == [("mycopy", (2, 2, 1), 3)]
+    grid, args, kw = rec.calls[0]
+    assert args == ("x", "y", 12)
+    assert kw == {"BLOCK": 6, "num_warps": 2, "ktrace_buf": "BUF", "KTRACE": 3}
+
+
+def test_session_override_and_env_switch(monkeypatch):
+    tk = ktrace.trace(pk.copy_kernel.jit_fn)
+    _wrap(tk)
+    s = _FakeSession()
+    s.events_per_program = 9
+    monkeypatch.setattr(kcap, "active_session", lambda: s)
+    monkeypatch.setattr(kcap, "_device_of", lambda a, k: 0)
+    tk[(5,)]("x", "y", 1, BLOCK=1)
+    assert s.asked == [("copy_kernel", (5, 1, 1), 9)]
+    monkeypatch.undo()
+    for v, on in [("", False), ("0", False), ("off", False), ("1", True), ("yes", True)]:
+        monkeypatch.setenv("KTRACE", v)
+        assert kcap._env_on() is on
+
+
+def test_capture_context_nests_and_restores():
+    assert kcap.active_session() is None or kcap._env_on()
+    with ktrace.capture(rank=0, world_size=1) as a:
+        assert kcap.active_session() is a
+        with ktrace.capture(rank=0, world_size=1) as b:
+            assert kcap.active_session() is b
+        assert kcap.active_session() is a
+    assert a.closed and b.closed
+    with pytest.raises(ValueError):
+        ktrace.capture(events_per_program=0)
