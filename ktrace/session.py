@@ -17,8 +17,9 @@ Usage::
 Setting the environment variable ``KTRACE=1`` traces every launch of every traced kernel in
 the process and writes ``$KTRACE_OUT`` (default ``ktrace-rank<r>.ktrace``) at exit.
 
-Each traced launch gets its own zeroed device buffer (one memset, no host-to-device copy);
-buffers stay on the device until the session ends, then each is copied to the host once.
+Each traced launch gets its own zeroed device buffer, carved from arenas of ``ARENA_BYTES``
+that are zeroed once when allocated: a launch adds no memset and no host-to-device copy.
+Buffers stay on the device until the session ends; then each arena is copied to the host once.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ log = logging.getLogger("ktrace")
 
 #: Default event slots per program when a kernel's decorator does not say.
 DEFAULT_EVENTS_PER_PROGRAM = 16
+#: Launch buffers are carved from zeroed arenas of this size (one memset per arena, not per launch).
+ARENA_BYTES = 64 << 20
+_ALIGN_WORDS = 32  # 256-byte alignment of each launch buffer inside an arena
 
 _state = threading.local()
 _env_session: "Session | None" = None
@@ -161,9 +165,20 @@ class PendingLaunch:
     capacity: int
     device: int
     host_ns: int
-    buffer: Any  # torch int64 tensor on the device until fetched
+    buffer: Any  # torch int64 tensor (a view into an arena) until fetched
+    arena: int = 0  # which arena of its device
+    offset: int = 0  # int64 words into the arena
     stream: int = 0
     raw: np.ndarray | None = None
+
+
+@dataclass
+class _Arena:
+    tensor: Any  # zeroed int64 device tensor
+    used: int  # words handed out
+    ready: Any  # CUDA event recorded after the zeroing
+    stream: int  # stream that zeroed it
+    waited: set = field(default_factory=set)  # streams already made to wait for the zeroing
 
 
 @dataclass
@@ -182,6 +197,8 @@ class Session:
     max_launches: int | None = None
     launches: list[PendingLaunch] = field(default_factory=list)
     kernels: dict[str, Any] = field(default_factory=dict)
+    arena_bytes: int = ARENA_BYTES
+    _arenas: dict[int, list] = field(default_factory=dict, repr=False)
     started_ns: int = 0
     closed: bool = False
     _warned_full: bool = False
@@ -223,8 +240,21 @@ class Session:
                 self._warned_full = True
             return None
         n_prog = grid[0] * grid[1] * grid[2]
-        nbytes = schema.buffer_bytes(n_prog, capacity)
-        buf = torch.zeros((nbytes + 7) // 8, dtype=torch.int64, device=f"cuda:{device}")
+        words = (schema.buffer_bytes(n_prog, capacity) + 7) // 8
+        stream = torch.cuda.current_stream(device)
+        arenas = self._arenas.setdefault(device, [])
+        if not arenas or arenas[-1].used + words > arenas[-1].tensor.numel():
+            size = max(self.arena_bytes // 8, words)
+            t = torch.zeros(size, dtype=torch.int64, device=f"cuda:{device}")
+            ev = torch.cuda.Event()
+            ev.record(stream)
+            arenas.append(_Arena(tensor=t, used=0, ready=ev, stream=stream.cuda_stream))
+        ar = arenas[-1]
+        if stream.cuda_stream != ar.stream and stream.cuda_stream not in ar.waited:
+            stream.wait_event(ar.ready)  # a launch on another stream must not overtake the zeroing
+            ar.waited.add(stream.cuda_stream)
+        off = ar.used
+        ar.used += -(-words // _ALIGN_WORDS) * _ALIGN_WORDS
         pl = PendingLaunch(
             index=len(self.launches),
             kernel=kernel.name,
@@ -232,15 +262,17 @@ class Session:
             capacity=capacity,
             device=device,
             host_ns=time.time_ns(),
-            buffer=buf,
-            stream=torch.cuda.current_stream(device).cuda_stream,
+            buffer=ar.tensor[off : off + words],
+            arena=len(arenas) - 1,
+            offset=off,
+            stream=stream.cuda_stream,
         )
         self.launches.append(pl)
         self.kernels.setdefault(kernel.name, kernel)
         return pl
 
     def close(self) -> None:
-        """Wait for the device, then copy every buffer to the host once and release it."""
+        """Wait for the device, then copy each arena to the host once and release it."""
         if self.closed:
             return
         self.closed = True
@@ -250,11 +282,17 @@ class Session:
 
         for dev in sorted({pl.device for pl in self.launches}):
             torch.cuda.synchronize(dev)
+        host = {
+            (dev, i): ar.tensor[: ar.used].cpu().numpy().view(np.uint8)
+            for dev, arenas in self._arenas.items()
+            for i, ar in enumerate(arenas)
+        }
+        self._arenas.clear()
         for pl in self.launches:
             if pl.raw is None:
-                host = pl.buffer.cpu().numpy().view(np.uint8)
                 n_prog = pl.grid[0] * pl.grid[1] * pl.grid[2]
-                raw = host[: schema.buffer_bytes(n_prog, pl.capacity)].copy()
+                start = pl.offset * 8
+                raw = host[(pl.device, pl.arena)][start : start + schema.buffer_bytes(n_prog, pl.capacity)].copy()
                 info = device_info(pl.device)
                 hdr = schema.Header(
                     timer=schema.TimerKind[info["timer"]],

@@ -182,3 +182,27 @@ def test_overflow_is_clean_under_compute_sanitizer_memcheck():
     assert r.returncode == 0
     assert "ERROR SUMMARY: 0 errors" in r.stdout
     assert "dropped:" in r.stdout
+
+
+def test_many_launches_across_arenas_and_streams():
+    """Small arenas force several of them; launches on a side stream wait for the zeroing."""
+    n, B = 8192, 1024
+    x = torch.randn(n, device=DEV)
+    ys = [torch.full_like(x, float("nan")) for _ in range(12)]
+    side = torch.cuda.Stream()
+    with ktrace.capture(arena_bytes=4096) as cap:
+        for i, y in enumerate(ys):
+            if i % 2:
+                with torch.cuda.stream(side):
+                    pk.copy_kernel[(n // B,)](x, y, n, BLOCK=B)
+            else:
+                pk.copy_kernel[(n // B,)](x, y, n, BLOCK=B)
+    torch.cuda.synchronize()
+    for y in ys:
+        torch.testing.assert_close(y, x)
+    c = cap.to_capture()
+    assert len(c.ranks[0].launches) == 12
+    for ln in c.ranks[0].launches:
+        d = ln.decode(0)
+        assert d.written == n // B and d.dropped == 0
+        assert sorted(d.events["program"]) == list(range(n // B))
