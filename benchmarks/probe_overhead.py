@@ -122,21 +122,46 @@ def run(reps: int, warmup: int, n_elems: int, block: int) -> dict:
     return results
 
 
+#: Proton configurations tried in order (data structure, mode); the first that runs is reported.
+PROTON_CONFIGS = [
+    ("tree", None),
+    ("trace", None),
+    ("tree", "cta-global"),
+]
+
+
+def _proton_mode(name):
+    if name is None:
+        return None
+    import triton.profiler.mode as pm
+
+    return pm.Default(granularity="cta", buffer_type="global")
+
+
 def _proton_subprocess(args) -> dict:
-    """Run the Proton reference in a child process: if Proton crashes, say how, and keep ours."""
+    """Run the Proton reference in child processes: if Proton crashes, say how, and keep ours."""
     import subprocess
 
-    cmd = [sys.executable, __file__, "--proton-only", "--reps", str(args.reps), "--warmup", str(args.warmup),
-           "--elems", str(args.elems), "--block", str(args.block)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if r.returncode != 0:
+    errors = []
+    for k, cfg in enumerate(PROTON_CONFIGS):
+        cmd = [sys.executable, __file__, "--proton-only", str(k), "--reps", str(args.reps), "--warmup", str(args.warmup),
+               "--elems", str(args.elems), "--block", str(args.block)]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if r.returncode == 0:
+            out = json.loads(r.stdout.strip().splitlines()[-1])
+            if "error" not in out:
+                out["config"] = f"data={cfg[0]} mode={cfg[1] or 'default'}"
+                out["failed_configs"] = errors
+                return out
+            errors.append(f"{cfg}: {out['error']}")
+            continue
         sig = f"signal {-r.returncode}" if r.returncode < 0 else f"exit code {r.returncode}"
-        tail = (r.stderr or r.stdout).strip().splitlines()[-3:]
-        return {"error": f"Proton run ended with {sig}: {' | '.join(tail)}"}
-    return json.loads(r.stdout.strip().splitlines()[-1])
+        tail = (r.stderr or r.stdout).strip().splitlines()[-2:]
+        errors.append(f"{cfg}: ended with {sig} {' | '.join(tail)}")
+    return {"error": "; ".join(errors)}
 
 
-def _proton(x, y, grid, block, reps, warmup) -> dict:
+def _proton(x, y, grid, block, reps, warmup, config=0) -> dict:
     """Proton's instrumentation on the same copy (one scope per program), if it runs here."""
     try:
         import triton.profiler as proton
@@ -161,7 +186,8 @@ def _proton(x, y, grid, block, reps, warmup) -> dict:
         import tempfile, os
 
         d = tempfile.mkdtemp()
-        proton.start(os.path.join(d, "proton"), backend="instrumentation", data="trace")
+        data, mode = PROTON_CONFIGS[config]
+        proton.start(os.path.join(d, "proton"), backend="instrumentation", data=data, mode=_proton_mode(mode))
         try:
             t = _median_times(
                 {"untraced": lambda: copy_plain[grid](x, y, BLOCK=block), "proton": lambda: copy_proton[grid](x, y, BLOCK=block)},
@@ -183,15 +209,15 @@ def main(argv=None) -> int:
     ap.add_argument("--elems", type=int, default=64 * 2**20)
     ap.add_argument("--block", type=int, default=1024)
     ap.add_argument("--json", help="also write the results here")
-    ap.add_argument("--proton-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--proton-only", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--no-proton", action="store_true", help="skip the Proton reference")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("probe_overhead: needs a GPU", file=sys.stderr)
         return 2
-    if a.proton_only:
+    if a.proton_only is not None:
         x = torch.randn(a.elems, device="cuda")
-        print(json.dumps(_proton(x, torch.empty_like(x), (a.elems // a.block,), a.block, a.reps, a.warmup)))
+        print(json.dumps(_proton(x, torch.empty_like(x), (a.elems // a.block,), a.block, a.reps, a.warmup, a.proton_only)))
         return 0
     r = run(a.reps, a.warmup, a.elems, a.block)
     print(f"device: {r['device']}  copy of {r['n_elems']} fp32, {r['programs']} programs, median of {r['reps']} after warm-up")
@@ -207,7 +233,9 @@ def main(argv=None) -> int:
     if "error" in p:
         print(f"proton: did not run ({p['error']})")
     else:
-        print(f"{'proton 1 scope/program':<22}{p['untraced']['median_us']:>12.1f}{p['proton']['median_us']:>12.1f}{p['ratio_proton']:>8.4f}")
+        print(f"{'proton 1 scope/program':<22}{p['untraced']['median_us']:>12.1f}{p['proton']['median_us']:>12.1f}{p['ratio_proton']:>8.4f}  ({p['config']})")
+        for e in p["failed_configs"]:
+            print(f"  proton config that failed first: {e}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(r, f, indent=1)
