@@ -1,0 +1,472 @@
+"""The one shared harness of ``instrumented_kernels/``: setup, fault knobs, checks, timing, cases.
+
+Every kernel folder (``all_to_all``, ``all_reduce``, the GEMM folders, ...) uses this module and
+nothing else for what they have in common. Its API is stable; extend it, do not change it.
+
+Host API
+    ``Dist`` / ``setup()``
+        ``dist = setup()`` initialises ``torch.distributed`` from the launcher's environment
+        (``ktrace.shmem.init_distributed``), selects this rank's GPU and returns a frozen
+        ``Dist(rank, world_size, device)``.
+    ``heap(min_free_bytes)``
+        The process's symmetric heap (``ktrace.shmem.SymmetricHeap``), shared by every kernel
+        plan; collective. A new, larger heap is created when the current one has fewer than
+        ``min_free_bytes`` left (the old one lives as long as tensors on it do).
+    ``Fault``
+        Frozen dataclass, the fault-injection knob: ``Fault(delay_rank=r, delay_ns=D)`` makes
+        rank ``r`` spin D ns before each of its notifies; ``Fault(skip_rank=r, skip_notify=k)``
+        makes rank ``r`` skip the notify whose *notify index* is ``k`` (each kernel's README says
+        how it numbers its notifies). ``fault.kernel_args(rank)`` gives the two runtime ints
+        ``(fault_delay_ns, fault_skip)`` and ``fault.active`` the ``FAULTS`` constexpr a kernel
+        takes (see :func:`notify` below). ``NO_FAULT`` is the default.
+    ``fresh_seed(dist)``
+        A random seed drawn on rank 0 and broadcast (every rank gets the same one); logged so a
+        failure can be replayed with ``KTRACE_KERNEL_SEED=<seed>``.
+    ``poison(t)``
+        Fill an output with NaN (floats) or ``-1`` (ints) before a kernel writes it.
+    ``rel_err(out, ref)`` / ``check_close(what, out, ref, tol=1e-2)``
+        ``||out - ref|| / ||ref||`` computed in float64 (NaN anywhere gives ``inf``);
+        ``check_close`` raises :class:`MismatchError` naming the rank and the error.
+    ``trace_buffer(n_programs, capacity, device)``
+        A zeroed event buffer for a direct traced launch (``ktrace_buf=..., KTRACE=capacity``),
+        used by benchmarks to time the probes' own cost without a capture session.
+    ``time_interleaved(fns, reps, warmup, dist=None)``
+        Time callables side by side: each repetition runs every callable once, in turn, each
+        between two CUDA events, after ``warmup`` rounds. Returns ``{name: Timing}``; with
+        ``dist`` the median is the maximum over ranks of the per-rank medians (a collective is
+        as slow as its slowest rank).
+    ``BenchCase``
+        One benchmark entry: a name, the kernel, a description of the shape and a ``build``
+        function ``build(dist) -> Built`` that allocates, generates fresh inputs, and returns
+        the variants to time (``{"ktrace": fn, "baseline": fn, "traced": fn}``) plus a
+        ``check()`` that raises if the outputs are wrong. Each kernel folder's ``bench.py``
+        exposes ``cases(world_size) -> list[BenchCase]``; ``benchmarks/kernels.py`` finds them.
+
+Device API (``@triton.jit``)
+    ``spin_ns(delay_ns)``
+        Spin on the device timer for ``delay_ns`` ns (the timer's tick converted per target).
+    ``notify(kt, flag, value, rank, peer, heap_bases, index, fault_delay_ns, fault_skip, FAULTS, ...)``
+        ``ktrace.shmem.language.notify`` with the fault knob: with ``FAULTS`` false (constexpr)
+        it *is* ``ks.notify`` (no extra instruction); with ``FAULTS`` true it first spins
+        ``fault_delay_ns`` (0 = no delay), and skips the write when ``index == fault_skip``.
+
+Kernels take the knob as trailing runtime parameters ``fault_delay_ns, fault_skip`` and the
+constexpr ``FAULTS``, before ``ktrace_buf=None, KTRACE: tl.constexpr = 0``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import triton
+import triton.language as tl
+
+import ktrace.language as kl
+import ktrace.shmem.language as ks
+
+log = logging.getLogger("ktrace")
+
+#: Bytes of the first heap a process creates (grown on demand; see :func:`heap`).
+DEFAULT_HEAP_BYTES = int(os.environ.get("KTRACE_KERNEL_HEAP_MB", "1024")) << 20
+
+__all__ = [
+    "Dist",
+    "setup",
+    "heap",
+    "Fault",
+    "NO_FAULT",
+    "fresh_seed",
+    "poison",
+    "rel_err",
+    "check_close",
+    "MismatchError",
+    "trace_buffer",
+    "Timing",
+    "time_interleaved",
+    "BenchCase",
+    "Built",
+    "spin_ns",
+    "notify",
+    "device_name",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# processes and the heap
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Dist:
+    """Where this process runs: its rank, the world size, and its device (``torch.device``)."""
+
+    rank: int
+    world_size: int
+    device: Any
+
+    def __post_init__(self):
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank {self.rank} out of range for world size {self.world_size}")
+
+
+def setup() -> Dist:
+    """Initialise ``torch.distributed`` (if needed) and this rank's GPU; returns a :class:`Dist`."""
+    import torch
+
+    from ktrace.shmem import init_distributed
+
+    rank, world = init_distributed()
+    if not torch.cuda.is_available():
+        raise RuntimeError("instrumented kernels need a GPU per rank")
+    return Dist(rank, world, torch.device("cuda", torch.cuda.current_device()))
+
+
+_HEAPS: list = []
+
+
+def heap(min_free_bytes: int = 0):
+    """The process's symmetric heap with at least ``min_free_bytes`` free. Collective.
+
+    Every rank must call it with the same argument in the same order (the allocations that
+    follow must match too: the heap checks it). When the current heap is too full, a new one of
+    ``max(DEFAULT_HEAP_BYTES, 2 * min_free_bytes)`` is created and becomes current.
+    """
+    from ktrace.shmem import SymmetricHeap
+
+    if min_free_bytes < 0:
+        raise ValueError(f"min_free_bytes must be >= 0, got {min_free_bytes}")
+    if _HEAPS:
+        h = _HEAPS[-1]
+        if h.config.size_bytes - h.used_bytes >= min_free_bytes + 4096:
+            return h
+    size = max(DEFAULT_HEAP_BYTES, 2 * min_free_bytes + (1 << 20))
+    h = SymmetricHeap(size)
+    _HEAPS.append(h)
+    return h
+
+
+def device_name() -> str:
+    """The current GPU's name (for tables)."""
+    import torch
+
+    return torch.cuda.get_device_name()
+
+
+# ---------------------------------------------------------------------------------------------
+# faults
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Fault injection for a kernel launch (validated on construction).
+
+    Args:
+        delay_rank: the rank whose notifies are delayed (-1: none).
+        delay_ns: how long that rank spins on the device timer before each notify (ns, >= 0).
+        skip_rank: the rank that skips one notify (-1: none).
+        skip_notify: the notify index skipped on ``skip_rank`` (the kernel's README numbers its
+            notifies); -1: none. A skipped notify leaves its peer waiting until the wait's
+            timeout; the host then reports the wait (``heap.check()``).
+    """
+
+    delay_rank: int = -1
+    delay_ns: int = 0
+    skip_rank: int = -1
+    skip_notify: int = -1
+
+    def __post_init__(self):
+        for name in ("delay_rank", "delay_ns", "skip_rank", "skip_notify"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"Fault.{name} must be an int, got {v!r}")
+        if self.delay_rank < -1 or self.skip_rank < -1 or self.skip_notify < -1:
+            raise ValueError(f"Fault ranks and notify index are -1 (none) or >= 0: {self}")
+        if self.delay_ns < 0 or self.delay_ns >= 1 << 31:
+            raise ValueError(f"Fault.delay_ns must be in [0, 2**31), got {self.delay_ns}")
+        if (self.delay_rank >= 0) != (self.delay_ns > 0):
+            raise ValueError(f"give both delay_rank and delay_ns > 0, or neither: {self}")
+        if (self.skip_rank >= 0) != (self.skip_notify >= 0):
+            raise ValueError(f"give both skip_rank and skip_notify, or neither: {self}")
+
+    @property
+    def active(self) -> bool:
+        """Whether any fault is set (the ``FAULTS`` constexpr of the launch)."""
+        return self.delay_rank >= 0 or self.skip_rank >= 0
+
+    def check_world(self, world_size: int) -> None:
+        """Raise ValueError if a rank of the fault is not in the world."""
+        for r in (self.delay_rank, self.skip_rank):
+            if r >= world_size:
+                raise ValueError(f"fault rank {r} out of range for world size {world_size}")
+
+    def kernel_args(self, rank: int) -> tuple[int, int]:
+        """``(fault_delay_ns, fault_skip)`` for ``rank``'s launch (0 and -1 when not affected)."""
+        delay = self.delay_ns if rank == self.delay_rank else 0
+        skip = self.skip_notify if rank == self.skip_rank else -1
+        return delay, skip
+
+
+NO_FAULT = Fault()
+
+
+@triton.jit
+def spin_ns(delay_ns):
+    """Spin on the device timer until ``delay_ns`` ns have passed (every thread spins).
+
+    Args:
+        delay_ns: int32 or int64 nanoseconds; <= 0 returns after one timer read.
+
+    Cost: one timer read per iteration (about 32 ns per distinct value on H100/H200). No memory
+    operation: the delay orders nothing by itself.
+    """
+    t0 = kl.now()
+    limit = delay_ns.to(tl.int64) // ks.tick_ns()
+    t = t0
+    while t - t0 < limit:
+        t = kl.now()
+
+
+@triton.jit
+def notify(
+    kt,
+    flag,
+    value,
+    rank,
+    peer,
+    heap_bases,
+    index,
+    fault_delay_ns,
+    fault_skip,
+    FAULTS: tl.constexpr,
+    op: tl.constexpr = tl.constexpr("set"),
+    scope: tl.constexpr = tl.constexpr("sys"),
+    name: tl.constexpr = tl.constexpr("notify"),
+):
+    """``ks.notify`` with the fault knob (see :class:`Fault`).
+
+    Args:
+        kt, flag, value, rank, peer, heap_bases, op, scope, name: as ``ks.notify``.
+        index: this notify's index in the kernel's numbering (int32; what ``skip_notify`` names).
+        fault_delay_ns: ns to spin before notifying (0 = none).
+        fault_skip: the notify index to skip (-1 = none).
+        FAULTS: compile-time gate; false compiles to exactly ``ks.notify``.
+
+    Returns:
+        The tracer, advanced as ``ks.notify`` advances it (a skipped notify records nothing).
+
+    Ordering and cost: those of ``ks.notify``; with ``FAULTS``, plus the spin and a compare.
+    """
+    if FAULTS:
+        if fault_delay_ns > 0:
+            spin_ns(fault_delay_ns)
+        if index != fault_skip:
+            kt = ks.notify(kt, flag, value, rank, peer, heap_bases, op=op, scope=scope, name=name)
+        else:
+            tl.debug_barrier()  # keep the barrier count of every path equal
+    else:
+        kt = ks.notify(kt, flag, value, rank, peer, heap_bases, op=op, scope=scope, name=name)
+    return kt
+
+
+# ---------------------------------------------------------------------------------------------
+# inputs and checks
+# ---------------------------------------------------------------------------------------------
+
+
+def fresh_seed(dist: Dist | None = None) -> int:
+    """A seed for fresh random inputs, the same on every rank.
+
+    ``KTRACE_KERNEL_SEED`` in the environment fixes it (to replay a failure); otherwise rank 0
+    draws one from ``os.urandom`` and broadcasts it.
+    """
+    env = os.environ.get("KTRACE_KERNEL_SEED")
+    if env:
+        seed = int(env)
+    else:
+        seed = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
+        if dist is not None and dist.world_size > 1:
+            import torch
+            import torch.distributed as tdist
+
+            t = torch.tensor([seed], dtype=torch.int64, device=dist.device)
+            tdist.broadcast(t, src=0)
+            seed = int(t.item())
+    rank = dist.rank if dist is not None else 0
+    log.info("[rank %d] instrumented_kernels: seed %d (KTRACE_KERNEL_SEED=%d replays it)", rank, seed, seed)
+    return seed
+
+
+def poison(t):
+    """Fill ``t`` with NaN (floating point) or -1 (integers) in place; returns ``t``."""
+    if t.dtype.is_floating_point:
+        t.fill_(float("nan"))
+    else:
+        t.fill_(-1)
+    return t
+
+
+class MismatchError(AssertionError):
+    """A kernel's output differs from its reference by more than the tolerance."""
+
+
+def rel_err(out, ref) -> float:
+    """``||out - ref|| / ||ref||`` in float64; ``inf`` if ``out`` holds a NaN/inf or shapes differ."""
+    import torch
+
+    if tuple(out.shape) != tuple(ref.shape):
+        return math.inf
+    o = out.detach().to(torch.float64)
+    r = ref.detach().to(o.device, torch.float64)
+    if not torch.isfinite(o).all():
+        return math.inf
+    den = torch.linalg.vector_norm(r).item()
+    num = torch.linalg.vector_norm(o - r).item()
+    if den == 0.0:
+        return 0.0 if num == 0.0 else math.inf
+    return num / den
+
+
+def check_close(what: str, out, ref, tol: float = 1e-2, rank: int | None = None) -> float:
+    """Raise :class:`MismatchError` unless ``rel_err(out, ref) <= tol``; returns the error."""
+    e = rel_err(out, ref)
+    if not e <= tol:
+        import torch
+
+        o = out.detach().float()
+        bad = (~torch.isfinite(o)).sum().item() if tuple(out.shape) == tuple(ref.shape) else -1
+        where = f"rank {rank}: " if rank is not None else ""
+        raise MismatchError(
+            f"{where}{what}: relative error {e:.3e} > {tol:.1e} (shape {tuple(out.shape)} vs "
+            f"{tuple(ref.shape)}, {bad} non-finite elements)"
+        )
+    return e
+
+
+def trace_buffer(n_programs: int, capacity: int, device):
+    """A zeroed int64 event buffer for ``n_programs`` programs of ``capacity`` slots each."""
+    import torch
+
+    from ktrace import schema
+
+    return torch.zeros((schema.buffer_bytes(n_programs, capacity) + 7) // 8, dtype=torch.int64, device=device)
+
+
+# ---------------------------------------------------------------------------------------------
+# timing
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Times of one variant (µs): median, 10th and 90th percentiles, and repetitions."""
+
+    median_us: float
+    p10_us: float
+    p90_us: float
+    reps: int
+
+
+def time_interleaved(fns: dict[str, Callable[[], Any]], reps: int = 100, warmup: int = 10, dist: Dist | None = None) -> dict[str, Timing]:
+    """Time callables side by side with CUDA events (see the module docstring).
+
+    Args:
+        fns: name -> callable launching the work on the current stream.
+        reps: timed repetitions (each runs every callable once, in turn).
+        warmup: untimed rounds first.
+        dist: if given, a barrier precedes the timed rounds and the reported figures are the
+            maxima over ranks.
+
+    Returns:
+        ``{name: Timing}``.
+    """
+    import torch
+
+    if reps < 1 or warmup < 0:
+        raise ValueError(f"reps must be >= 1 and warmup >= 0, got {reps}, {warmup}")
+    names = list(fns)
+    for _ in range(warmup):
+        for n in names:
+            fns[n]()
+    torch.cuda.synchronize()
+    if dist is not None and dist.world_size > 1:
+        import torch.distributed as tdist
+
+        tdist.barrier()
+    ev = {n: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)] for n in names}
+    for r in range(reps):
+        for n in names:
+            a, b = ev[n][r]
+            a.record()
+            fns[n]()
+            b.record()
+    torch.cuda.synchronize()
+    stats = []
+    for n in names:
+        ts = sorted(a.elapsed_time(b) * 1000.0 for a, b in ev[n])
+        stats.append([statistics.median(ts), ts[len(ts) // 10], ts[(9 * len(ts)) // 10]])
+    if dist is not None and dist.world_size > 1:
+        import torch.distributed as tdist
+
+        t = torch.tensor(stats, dtype=torch.float64, device=dist.device)
+        tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
+        stats = t.tolist()
+    return {n: Timing(s[0], s[1], s[2], reps) for n, s in zip(names, stats)}
+
+
+# ---------------------------------------------------------------------------------------------
+# benchmark cases
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Built:
+    """What a case's ``build`` returns.
+
+    Attributes:
+        variants: name -> callable to time. Conventional names: ``"ktrace"`` (our kernel,
+            untraced), ``"traced"`` (the same launch traced at its default probe density),
+            ``"baseline"`` (the torch/NCCL implementation). Others are timed and reported too.
+        check: raises (e.g. :class:`MismatchError`) if the outputs of the variants are wrong;
+            called after one run of every variant and before timing.
+        bytes: bytes moved per call (for a bandwidth column; 0 if not meaningful).
+        extra: anything the case wants in the JSON output.
+        close: called when the case is done (free heap-independent resources).
+    """
+
+    variants: dict[str, Callable[[], Any]]
+    check: Callable[[], Any]
+    bytes: int = 0
+    extra: dict = field(default_factory=dict)
+    close: Callable[[], Any] | None = None
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    """One benchmark entry of a kernel folder (see the module docstring).
+
+    Args:
+        kernel: the kernel folder's name (``"all_to_all"``).
+        name: the case's name (``"gpumode-256x7168"``).
+        shape: the shape parameters, for the table and the JSON.
+        build: ``build(dist) -> Built``; collective (every rank builds the same case).
+        reps, warmup: timing repetitions for this case.
+    """
+
+    kernel: str
+    name: str
+    shape: dict
+    build: Callable[[Dist], Built]
+    reps: int = 100
+    warmup: int = 10
+
+    def __post_init__(self):
+        if not self.kernel or not self.name:
+            raise ValueError("a BenchCase needs a kernel and a name")
+        if self.reps < 1 or self.warmup < 0:
+            raise ValueError(f"{self.kernel}/{self.name}: reps must be >= 1, warmup >= 0")
