@@ -22,6 +22,7 @@ clear message. A merge with ranks missing warns and marks the result partial.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import time
@@ -62,14 +63,27 @@ class Launch:
     meta: dict = field(default_factory=dict)
     _decoded: dict = field(default_factory=dict, repr=False, compare=False)
 
-    def decode(self, rank: int) -> DecodedBuffer:
-        """Decode the raw buffer (once; the result is kept)."""
-        if rank not in self._decoded:
-            try:
-                self._decoded[rank] = decode_buffer(self.raw, rank=rank, launch=self.index)
-            except DecodeError as e:
-                raise CaptureError(f"rank {rank}, launch {self.index} ({self.kernel}): {e}") from None
-        return self._decoded[rank]
+    def decode(self, rank: int, *, cache: bool = True) -> DecodedBuffer:
+        """Decode the raw buffer.
+
+        Args:
+            rank: the rank column's value.
+            cache: keep the result on the launch (decode once). Writers streaming a large
+                capture pass False so that decoded tables never pile up in memory.
+
+        Raises:
+            CaptureError: the buffer does not decode (the message names rank and launch).
+        """
+        hit = self._decoded.get(rank)
+        if hit is not None:
+            return hit
+        try:
+            d = decode_buffer(self.raw, rank=rank, launch=self.index)
+        except DecodeError as e:
+            raise CaptureError(f"rank {rank}, launch {self.index} ({self.kernel}): {e}") from None
+        if cache:
+            self._decoded[rank] = d
+        return d
 
 
 @dataclass
@@ -134,9 +148,49 @@ def _launch_meta(rank: int, ln: Launch) -> dict:
 
 
 def write_capture(path: str | os.PathLike, cap: Capture, *, compress: bool = False) -> Path:
-    """Write ``cap`` to ``path`` atomically (a temporary file renamed into place)."""
+    """Write ``cap`` to ``path`` atomically (a temporary file renamed into place).
+
+    Args:
+        path: the ``.ktrace`` file to write.
+        cap: the capture.
+        compress: deflate the buffers (smaller, slower; raw buffers of sparse launches
+            compress well).
+    """
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
+    try:
+        _write_zip(tmp, cap, compress)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def capture_to_bytes(cap: Capture, *, compress: bool = False) -> bytes:
+    """The bytes of ``cap``'s capture file (what :func:`write_capture` would write)."""
+    bio = io.BytesIO()
+    _write_zip(bio, cap, compress)
+    return bio.getvalue()
+
+
+def capture_from_bytes(data: bytes, *, name: str = "<bytes>") -> Capture:
+    """Read a capture from the bytes of a capture file.
+
+    Raises:
+        CaptureError: as :func:`read_capture`; messages name the source ``name``.
+    """
+    data = bytes(data)
+    if data[:2] != b"PK":
+        raise CaptureError(f"{name}: not a ktrace capture file (it is not a zip archive)")
+    try:
+        zf = zipfile.ZipFile(io.BytesIO(data))
+    except zipfile.BadZipFile:
+        raise CaptureError(f"{name}: truncated or corrupt capture file (its zip directory is unreadable)") from None
+    return _read_zip(zf, name)
+
+
+def _write_zip(target, cap: Capture, compress: bool) -> None:
     comp = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
     meta = {
         "format": CAPTURE_FORMAT,
@@ -150,7 +204,7 @@ def write_capture(path: str | os.PathLike, cap: Capture, *, compress: bool = Fal
         "meta": cap.meta,
         "ranks": [],
     }
-    with zipfile.ZipFile(tmp, "w", compression=comp, compresslevel=1 if compress else None) as zf:
+    with zipfile.ZipFile(target, "w", compression=comp, compresslevel=1 if compress else None) as zf:
         for r, rc in sorted(cap.ranks.items()):
             entry = {"rank": r, "device": rc.device, "clock_samples": rc.clock_samples, "launches": []}
             for ln in rc.launches:
@@ -159,8 +213,6 @@ def write_capture(path: str | os.PathLike, cap: Capture, *, compress: bool = Fal
                 entry["launches"].append(lm)
             meta["ranks"].append(entry)
         zf.writestr(_META, orjson.dumps(meta, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS))
-    os.replace(tmp, path)
-    return path
 
 
 # ---------------------------------------------------------------------------------------------
@@ -185,6 +237,12 @@ def read_capture(path: str | os.PathLike) -> Capture:
         if head[:2] == b"PK":
             raise CaptureError(f"{path}: truncated or corrupt capture file (its zip directory is unreadable)") from None
         raise CaptureError(f"{path}: not a ktrace capture file (it is not a zip archive)") from None
+    except OSError as e:
+        raise CaptureError(f"{path}: cannot read: {e}") from None
+    return _read_zip(zf, str(path))
+
+
+def _read_zip(zf: zipfile.ZipFile, path: str) -> Capture:
     with zf:
         try:
             meta = orjson.loads(zf.read(_META))
@@ -248,11 +306,22 @@ def read_capture(path: str | os.PathLike) -> Capture:
     return cap
 
 
-def merge_captures(caps: Iterable[Capture], *, world_size: int | None = None) -> Capture:
+def merge_captures(caps: Iterable[Capture], *, world_size: int | None = None, refit_clock: bool = True) -> Capture:
     """Combine per-rank captures into one.
 
-    A rank present in two inputs is an error. Ranks missing from ``range(world_size)`` give a
-    warning and a capture marked partial.
+    The clock model of the result is fitted again from the ranks' calibration samples when
+    any rank carries some (each rank's file holds only its own samples, so no single input can
+    hold the whole model); otherwise an input's stored model that covers every merged rank is
+    kept.
+
+    Args:
+        caps: the captures (typically one file per rank).
+        world_size: the expected number of ranks (default: the largest the inputs declare).
+        refit_clock: fit the clock model from the merged samples (see above).
+
+    Raises:
+        CaptureError: nothing to merge, a rank present twice or outside the world size, or
+            malformed calibration samples.
     """
     caps = list(caps)
     if not caps:
@@ -260,7 +329,7 @@ def merge_captures(caps: Iterable[Capture], *, world_size: int | None = None) ->
     ws = world_size or max(c.world_size for c in caps)
     ranks: dict[int, RankCapture] = {}
     regions: dict[int, str] = {}
-    clock = None
+    meta: dict = {}
     for c in caps:
         for r, rc in c.ranks.items():
             if r in ranks:
@@ -269,8 +338,21 @@ def merge_captures(caps: Iterable[Capture], *, world_size: int | None = None) ->
                 raise CaptureError(f"rank {r} is outside world size {ws}")
             ranks[r] = rc
         regions.update(c.regions)
-        clock = clock or c.clock
-    out = Capture(world_size=ws, ranks=dict(sorted(ranks.items())), regions=regions, clock=clock)
+        meta.update(c.meta)
+    out = Capture(world_size=ws, ranks=dict(sorted(ranks.items())), regions=regions, meta=meta,
+                  created_ns=min(c.created_ns for c in caps))
+    if refit_clock and any(rc.clock_samples for rc in ranks.values()):
+        from ..clock.model import fit_clock
+
+        try:
+            out.clock = fit_clock(out).to_dict()
+        except ValueError as e:
+            raise CaptureError(f"clock calibration samples: {e}") from None
+    else:
+        for c in caps:
+            if c.clock and {int(x["rank"]) for x in c.clock.get("ranks", [])} >= set(ranks):
+                out.clock = c.clock
+                break
     if out.missing_ranks:
         log.warning("capture is partial: ranks %s of %d are missing", out.missing_ranks, ws)
         out.partial = True

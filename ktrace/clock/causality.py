@@ -1,0 +1,179 @@
+"""Pair each notify with the wait it released, across ranks, and check causality.
+
+A wait on rank B for peer A on flag ``f`` with expected value ``v`` (WAIT args: peer=A,
+flag=f, expected=v) is released by the notify on rank A that wrote ``v`` to flag ``f`` of rank B
+(NOTIFY args: peer=B, value=v, flag=f). When one flag is signalled with the same value many
+times (a flag reused across iterations or launches), the k-th such wait (in order of its end)
+pairs with the k-th such notify (in order of its start): releases are first in, first out.
+Waits that timed out released nothing and are not paired.
+
+On a correctly aligned trace no wait ends before the notify that released it began, up to
+the alignment's error bounds: :func:`check_causality` counts the pairs that do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..schema import EventFlag, EventKind
+
+_KEY = np.dtype([("src", "<i8"), ("dst", "<i8"), ("flag", "<i8"), ("value", "<i8")])
+
+#: One row per notify/wait pair (indices are rows of the table given to the pairing).
+PAIR_DTYPE = np.dtype(
+    [
+        ("notify", "<i8"),
+        ("wait", "<i8"),
+        ("notify_rank", "<i4"),
+        ("wait_rank", "<i4"),
+        ("flag", "<i8"),
+        ("value", "<i8"),
+        ("notify_start_ns", "<i8"),
+        ("wait_end_ns", "<i8"),
+        ("lag_ns", "<i8"),
+        ("tolerance_ns", "<f8"),
+        ("violation", "?"),
+    ]
+)
+
+
+def _occurrence(groups_sorted: np.ndarray) -> np.ndarray:
+    """0, 1, 2, ... within each run of equal values of a sorted array."""
+    n = groups_sorted.size
+    if n == 0:
+        return np.zeros(0, np.int64)
+    starts = np.flatnonzero(np.r_[True, groups_sorted[1:] != groups_sorted[:-1]])
+    return np.arange(n, dtype=np.int64) - np.repeat(starts, np.diff(np.r_[starts, n]))
+
+
+def pair_notify_wait(events: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """Find, for each wait, the notify that released it.
+
+    Args:
+        events: a table with ``rank``, ``kind``, ``flags``, ``arg0``..``arg4`` and either
+            ``start_ns``/``end_ns`` (aligned) or ``start``/``end`` (used only to order events
+            of one rank, so raw ticks do as well).
+
+    Returns:
+        ``(notify_rows, wait_rows, unmatched_notifies, unmatched_waits)``: two int64 arrays of
+        row indices into ``events``, one pair per position, and the counts left unpaired.
+    """
+    names = events.dtype.names or ()
+    s_col, e_col = ("start_ns", "end_ns") if "start_ns" in names else ("start", "end")
+    kind = events["kind"]
+    ni = np.flatnonzero(kind == EventKind.NOTIFY)
+    wi = np.flatnonzero((kind == EventKind.WAIT) & ((events["flags"] & EventFlag.TIMEOUT) == 0))
+    if ni.size == 0 or wi.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), int(ni.size), int(wi.size)
+    keys = np.empty(ni.size + wi.size, _KEY)
+    n = ni.size
+    keys["src"][:n] = events["rank"][ni]
+    keys["dst"][:n] = events["arg0"][ni]
+    keys["flag"][:n] = events["arg2"][ni]
+    keys["value"][:n] = events["arg1"][ni]
+    keys["src"][n:] = events["arg0"][wi]
+    keys["dst"][n:] = events["rank"][wi]
+    keys["flag"][n:] = events["arg2"][wi]
+    keys["value"][n:] = events["arg4"][wi]
+    _, inv = np.unique(keys, return_inverse=True)
+    inv = inv.reshape(-1).astype(np.int64)
+    gn, gw = inv[:n], inv[n:]
+    on = np.lexsort((events[s_col][ni], gn))
+    ow = np.lexsort((events[e_col][wi], gw))
+    big = np.int64(max(ni.size, wi.size) + 1)
+    kn = gn[on] * big + _occurrence(gn[on])
+    kw = gw[ow] * big + _occurrence(gw[ow])
+    _, pn, pw = np.intersect1d(kn, kw, assume_unique=True, return_indices=True)
+    nrows, wrows = ni[on][pn], wi[ow][pw]
+    order = np.argsort(wrows, kind="stable")
+    return nrows[order], wrows[order], int(ni.size - pn.size), int(wi.size - pw.size)
+
+
+@dataclass(frozen=True)
+class CausalityReport:
+    """The outcome of :func:`check_causality`.
+
+    Attributes:
+        pairs: one row per notify/wait pair (``PAIR_DTYPE``); ``lag_ns`` is the wait's end
+            minus the notify's start, ``violation`` marks ``lag_ns < -tolerance_ns``.
+        n_pairs: pairs found.
+        n_violations: pairs whose wait ends before its notify starts, beyond the tolerance.
+        unmatched_notifies: notifies no wait was found for (nobody waited, or a wait timed out).
+        unmatched_waits: completed waits no notify was found for (the notifier's rank is
+            missing, or the flag was set by something untraced).
+        timeouts: waits that gave up.
+        worst_lag_ns: the most negative lag (0 when there are no pairs).
+    """
+
+    pairs: np.ndarray
+    n_pairs: int
+    n_violations: int
+    unmatched_notifies: int
+    unmatched_waits: int
+    timeouts: int
+    worst_lag_ns: int
+
+    @property
+    def ok(self) -> bool:
+        return self.n_violations == 0
+
+    def summary(self) -> str:
+        return (
+            f"{self.n_pairs} notify->wait pairs, {self.n_violations} causality violations "
+            f"(worst lag {self.worst_lag_ns} ns), {self.unmatched_waits} waits and "
+            f"{self.unmatched_notifies} notifies unpaired, {self.timeouts} timeouts"
+        )
+
+
+def check_causality(events: np.ndarray, model=None, *, slack_ns: float = 0.0) -> CausalityReport:
+    """Count waits that appear to end before the notify that released them began.
+
+    Args:
+        events: an aligned table (``ktrace.clock.aligned_events``).
+        model: the ``ClockModel`` the table was aligned with; each pair's tolerance is the sum
+            of its two ranks' error bounds (half the round-trip bound plus the fit residual).
+            Without a model the tolerance is ``slack_ns`` alone.
+        slack_ns: added to every pair's tolerance.
+
+    Returns:
+        A :class:`CausalityReport`.
+
+    Raises:
+        ValueError: the table has no ``start_ns``/``end_ns`` (align it first).
+    """
+    names = events.dtype.names or ()
+    if "start_ns" not in names or "end_ns" not in names:
+        raise ValueError("check_causality needs an aligned table (start_ns, end_ns): use ktrace.clock.aligned_events")
+    nrows, wrows, un_n, un_w = pair_notify_wait(events)
+    timeouts = int(((events["kind"] == EventKind.WAIT) & ((events["flags"] & EventFlag.TIMEOUT) != 0)).sum())
+    pairs = np.zeros(nrows.size, PAIR_DTYPE)
+    pairs["notify"] = nrows
+    pairs["wait"] = wrows
+    pairs["notify_rank"] = events["rank"][nrows]
+    pairs["wait_rank"] = events["rank"][wrows]
+    pairs["flag"] = events["arg2"][wrows]
+    pairs["value"] = events["arg4"][wrows]
+    pairs["notify_start_ns"] = events["start_ns"][nrows]
+    pairs["wait_end_ns"] = events["end_ns"][wrows]
+    pairs["lag_ns"] = pairs["wait_end_ns"] - pairs["notify_start_ns"]
+    tol = np.full(nrows.size, float(slack_ns))
+    if model is not None and nrows.size:
+        n_ranks = int(max(pairs["notify_rank"].max(), pairs["wait_rank"].max())) + 1
+        bounds = model.error_bounds_ns(n_ranks)
+        # a rank without a measured map has no bound: nothing about its pairs can be trusted,
+        # so its tolerance stays the slack and violations show.
+        bounds = np.where(np.isnan(bounds), 0.0, bounds)
+        tol += bounds[pairs["notify_rank"]] + bounds[pairs["wait_rank"]]
+    pairs["tolerance_ns"] = tol
+    pairs["violation"] = pairs["lag_ns"] < -tol
+    return CausalityReport(
+        pairs=pairs,
+        n_pairs=int(nrows.size),
+        n_violations=int(pairs["violation"].sum()),
+        unmatched_notifies=un_n,
+        unmatched_waits=un_w,
+        timeouts=timeouts,
+        worst_lag_ns=int(pairs["lag_ns"].min()) if nrows.size else 0,
+    )

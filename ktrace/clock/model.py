@@ -1,0 +1,692 @@
+"""The clock model: per-rank offset and drift against a reference rank, anchored to host time.
+
+Calibration samples (written by ``ktrace.clock.calibrate`` into ``RankCapture.clock_samples``)
+have this shape, per rank::
+
+    {
+      "pingpong": [                      # absent on the reference rank
+        {"ref_rank": 0, "peer": 1, "phase": "before",
+         "t1": [...],   # reference sends ping   (reference ticks)
+         "t2": [...],   # peer sees the ping     (peer ticks)
+         "t3": [...],   # peer sends pong        (peer ticks)
+         "t4": [...],   # reference sees pong    (reference ticks)
+         "ref_tick_hz": 1000000000},     # optional; else the reference rank's device rate
+        {... "phase": "after" ...},
+      ],
+      "host_anchor": {                   # host wall clock around one device timer read
+        "host_before_ns": [...], "dev_ticks": [...], "host_after_ns": [...]},
+    }
+
+The fit (:func:`fit_clock`):
+
+1. Ticks become nanoseconds of each device's own clock with its tick rate (AMD: the device's
+   wall-clock rate, else the architecture's known rate; see :func:`resolve_tick_hz`).
+2. Per phase, each round trip gives the NTP estimate of the peer's offset
+   ``theta = ((t2 - t1) + (t3 - t4)) / 2`` and its round trip ``delta = (t4 - t1) - (t3 - t2)``;
+   ``theta`` is off by at most ``delta / 2`` (the unknown asymmetry of the two one-way trips).
+   Only the samples with the smallest round trips are kept (``keep_fraction``, default 5 %).
+3. The median offset of the kept samples of each phase, at the phase's median time on the
+   reference clock, gives one point per phase; a line through the points (least squares when
+   there are more than two) is the offset + drift. With one phase the drift is taken as 0.
+4. The reference rank's device clock is mapped to host wall-clock time (``time.time_ns``)
+   with its host anchor: the best-bracketed reads give ``host - device`` (and its rate when
+   the anchors span at least 100 ms).
+
+Everything is stored per rank as one affine map from device nanoseconds to the common clock
+(:class:`RankClock`): ``common_ns = pivot_ns + (device_ns - pivot_dev_ns) * scale``. Pivots are
+exact integers and only the small difference goes through floating point, so nanoseconds
+survive even on clocks that count from 1970 (NVIDIA ``%globaltimer`` readings are ~1.7e18).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping
+
+import numpy as np
+
+from .. import schema
+from ..schema import TimerKind
+
+log = logging.getLogger("ktrace")
+
+#: ``schema.EVENT_DTYPE`` plus the event's start and end on the common clock (ns, host-anchored).
+ALIGNED_DTYPE = np.dtype(schema.EVENT_DTYPE.descr + [("start_ns", "<i8"), ("end_ns", "<i8")])
+
+#: Phases of a calibration, in the order they run.
+PHASES = ("before", "after")
+#: Anchors spanning less than this are fitted as an offset only (no host-rate estimate).
+_MIN_HOST_RATE_SPAN_NS = 100_000_000
+
+
+# ---------------------------------------------------------------------------------------------
+# ticks
+# ---------------------------------------------------------------------------------------------
+
+
+def ticks_to_ns(ticks, tick_hz: int):
+    """Device ticks to nanoseconds of the same device clock, exactly (integer arithmetic).
+
+    Args:
+        ticks: an int or an integer numpy array of raw timer ticks.
+        tick_hz: the timer's rate in Hz (1e9 for NVIDIA ``%globaltimer``).
+
+    Returns:
+        int64 nanoseconds (same shape), rounded down to a whole nanosecond.
+    """
+    hz = int(tick_hz)
+    if hz <= 0:
+        raise ValueError(f"tick rate must be positive, got {tick_hz}")
+    scalar = np.isscalar(ticks) or isinstance(ticks, int)
+    t = np.asarray(ticks, dtype=np.int64)
+    if hz == 1_000_000_000:
+        out = t
+    elif 1_000_000_000 % hz == 0:
+        out = t * (1_000_000_000 // hz)
+    else:
+        q, r = np.divmod(t, hz)
+        out = q * 1_000_000_000 + (r * 1_000_000_000) // hz
+    return int(out) if scalar else out
+
+
+def resolve_tick_hz(device: Mapping | None, header_hz: int | None = None) -> int:
+    """The tick rate of a rank's timer.
+
+    The device's own rate when it reports one; for AMD ``s_memrealtime`` the known rate of the
+    architecture when the device attribute read 0; else the event buffer header's rate; else the
+    timer kind's default.
+
+    Args:
+        device: ``RankCapture.device`` (keys ``tick_hz``, ``vendor``, ``arch``, ``timer``).
+        header_hz: the tick rate an event buffer header of this rank carries, if any.
+    """
+    device = device or {}
+    hz = int(device.get("tick_hz") or 0)
+    if hz > 0:
+        return hz
+    timer = str(device.get("timer", ""))
+    if device.get("vendor") == "amd" or timer == TimerKind.AMD_MEMREALTIME.name:
+        arch = str(device.get("arch", "")).split(":")[0]
+        if arch in schema.AMD_WALLCLOCK_HZ:
+            return schema.AMD_WALLCLOCK_HZ[arch]
+        if header_hz:
+            return int(header_hz)
+        fallback = schema.DEFAULT_TICK_HZ[TimerKind.AMD_MEMREALTIME]
+        log.warning("unknown s_memrealtime rate for architecture %r; assuming %d Hz", arch, fallback)
+        return fallback
+    if header_hz:
+        return int(header_hz)
+    return schema.DEFAULT_TICK_HZ[TimerKind.NV_GLOBALTIMER]
+
+
+# ---------------------------------------------------------------------------------------------
+# the model
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RankClock:
+    """How one rank's device clock maps onto the common clock.
+
+    ``common_ns = pivot_ns + (device_ns - pivot_dev_ns) * scale``, with ``device_ns`` the
+    rank's timer in nanoseconds (:func:`ticks_to_ns`).
+
+    Attributes:
+        rank: the rank.
+        tick_hz: its timer's rate.
+        pivot_dev_ns: an instant on the rank's device clock (ns).
+        pivot_ns: the same instant on the common clock (ns, host wall clock when anchored).
+        scale: common nanoseconds per device nanosecond.
+        offset_ns: device clock minus the reference's at the pivot (0 on the reference).
+        drift_ppm: rate of this clock relative to the reference's, parts per million.
+        rtt_ns: the largest round trip among the kept calibration samples (its half bounds
+            each kept offset estimate); for a host anchor, the width of the host interval; 0 on
+            the reference; NaN when not aligned.
+        rtt_min_ns: the smallest round trip seen.
+        residual_ns: RMS of the kept samples' offsets about the fitted line.
+        n_kept: calibration samples kept.
+        n_samples: calibration samples seen.
+        method: ``reference``, ``pingpong+drift``, ``pingpong``, ``host-anchor`` or ``unaligned``.
+    """
+
+    rank: int
+    tick_hz: int
+    pivot_dev_ns: int
+    pivot_ns: int
+    scale: float = 1.0
+    offset_ns: int = 0
+    drift_ppm: float = 0.0
+    rtt_ns: float = 0.0
+    rtt_min_ns: float = 0.0
+    residual_ns: float = 0.0
+    n_kept: int = 0
+    n_samples: int = 0
+    method: str = "reference"
+
+    def __post_init__(self):
+        if self.tick_hz <= 0:
+            raise ValueError(f"rank {self.rank}: tick rate must be positive, got {self.tick_hz}")
+        if not (self.scale > 0 and math.isfinite(self.scale)):
+            raise ValueError(f"rank {self.rank}: clock scale must be positive and finite, got {self.scale}")
+
+    @property
+    def error_bound_ns(self) -> float:
+        """How far this rank's aligned times may be from the reference's (ns); NaN if unknown.
+
+        Half the round-trip bound of the kept samples plus the fit's residual.
+        """
+        if self.method == "reference":
+            return 0.0
+        return self.rtt_ns / 2.0 + self.residual_ns
+
+    def to_common(self, ticks, tick_hz: int | None = None) -> np.ndarray:
+        """Raw ticks of this rank's timer to common-clock nanoseconds (int64)."""
+        dev = ticks_to_ns(np.asarray(ticks, dtype=np.int64), tick_hz or self.tick_hz)
+        d = dev - np.int64(self.pivot_dev_ns)
+        if self.scale == 1.0:
+            return d + np.int64(self.pivot_ns)
+        return np.rint(d * self.scale).astype(np.int64) + np.int64(self.pivot_ns)
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "RankClock":
+        kw = {}
+        for k, f in cls.__dataclass_fields__.items():
+            if k not in d:
+                continue
+            v = d[k]
+            if f.type in ("float",) and v is None:
+                v = math.nan
+            kw[k] = v
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
+class ClockModel:
+    """How the ranks of a capture were put on one clock; stored in ``Capture.clock`` as a dict.
+
+    Attributes:
+        method: how the ranks were aligned (the non-reference ranks' methods, joined).
+        reference_rank: the rank every other is measured against.
+        anchor: ``host`` when the common clock is host wall-clock time (``time.time_ns``),
+            ``device`` when it is the reference device's clock (no host anchor recorded).
+        ranks: the map of each rank.
+        host_drift_ppm: host clock rate relative to the reference device's (0 if not fitted).
+        host_bound_ns: half-width of the best host anchor interval (how well the common clock
+            sits on host time; NaN when not anchored).
+        notes: what a reader should know (fallbacks taken, samples dropped).
+    """
+
+    method: str
+    reference_rank: int
+    anchor: str
+    ranks: Mapping[int, RankClock]
+    host_drift_ppm: float = 0.0
+    host_bound_ns: float = math.nan
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.anchor not in ("host", "device"):
+            raise ValueError(f"clock anchor must be 'host' or 'device', got {self.anchor!r}")
+
+    def rank(self, r: int) -> RankClock:
+        try:
+            return self.ranks[int(r)]
+        except KeyError:
+            raise KeyError(f"the clock model has no rank {r} (it has {sorted(self.ranks)})") from None
+
+    @property
+    def max_residual_ns(self) -> float:
+        vals = [rc.residual_ns for rc in self.ranks.values() if rc.method != "reference"]
+        return max(vals) if vals else 0.0
+
+    @property
+    def max_rtt_ns(self) -> float:
+        vals = [rc.rtt_ns for rc in self.ranks.values() if rc.method != "reference"]
+        return max(vals) if vals else 0.0
+
+    @property
+    def aligned(self) -> bool:
+        """True when every rank has a measured map (none left ``unaligned``)."""
+        return all(rc.method != "unaligned" for rc in self.ranks.values())
+
+    def error_bounds_ns(self, n_ranks: int | None = None) -> np.ndarray:
+        """Per-rank error bound (ns) indexed by rank; NaN for ranks without a measured map."""
+        n = max(max(self.ranks, default=-1) + 1, n_ranks or 0)
+        out = np.full(n, np.nan)
+        for r, rc in self.ranks.items():
+            out[r] = rc.error_bound_ns
+        return out
+
+    def tolerance_ns(self, a: int, b: int) -> float:
+        """How far apart two events of ranks ``a`` and ``b`` may be misplaced by alignment."""
+        return self.rank(a).error_bound_ns + self.rank(b).error_bound_ns
+
+    def to_dict(self) -> dict:
+        return {
+            "method": self.method,
+            "reference_rank": self.reference_rank,
+            "anchor": self.anchor,
+            "host_drift_ppm": self.host_drift_ppm,
+            "host_bound_ns": None if math.isnan(self.host_bound_ns) else self.host_bound_ns,
+            "notes": list(self.notes),
+            "ranks": [rc.to_dict() for _, rc in sorted(self.ranks.items())],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "ClockModel":
+        """Rebuild a model stored by :meth:`to_dict`.
+
+        Raises:
+            ValueError: the dict is not a stored clock model.
+        """
+        try:
+            ranks = {int(x["rank"]): RankClock.from_dict(x) for x in d["ranks"]}
+            hb = d.get("host_bound_ns")
+            return cls(
+                method=str(d["method"]),
+                reference_rank=int(d["reference_rank"]),
+                anchor=str(d.get("anchor", "device")),
+                ranks=ranks,
+                host_drift_ppm=float(d.get("host_drift_ppm") or 0.0),
+                host_bound_ns=math.nan if hb is None else float(hb),
+                notes=tuple(d.get("notes") or ()),
+            )
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"not a stored clock model ({type(e).__name__}: {e})") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# fitting
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PingPongFit:
+    """The offset + drift of a peer clock against the reference clock (both in device ns).
+
+    ``peer_ns - ref_ns = offset_ns + drift * (ref_ns - t0_ns)`` where ``offset_ns`` is split into
+    an exact integer and a fraction so that large clock differences keep nanoseconds.
+    """
+
+    t0_ns: int  # pivot on the reference clock
+    offset_int_ns: int
+    offset_frac_ns: float
+    drift: float  # dimensionless (ppm * 1e-6)
+    rtt_ns: float  # largest round trip kept
+    rtt_min_ns: float
+    residual_ns: float
+    n_kept: int
+    n_samples: int
+    phases: tuple[str, ...]
+    phase_offsets_ns: tuple[float, ...] = field(default=())  # per phase, relative to offset_int_ns
+
+    @property
+    def offset_ns(self) -> float:
+        return self.offset_int_ns + self.offset_frac_ns
+
+
+def _keep_best(score: np.ndarray, keep_fraction: float, min_keep: int) -> np.ndarray:
+    n = score.size
+    k = min(n, max(int(min_keep), int(math.ceil(keep_fraction * n))))
+    if k >= n:
+        return np.arange(n)
+    return np.argpartition(score, k - 1)[:k]
+
+
+def _int_array(sample: Mapping, key: str, where: str) -> np.ndarray:
+    try:
+        a = np.asarray(sample[key], dtype=np.int64)
+    except KeyError:
+        raise ValueError(f"{where}: calibration sample has no {key!r}") from None
+    except (TypeError, ValueError, OverflowError) as e:
+        raise ValueError(f"{where}: calibration field {key!r} is not a list of integers ({e})") from None
+    if a.ndim != 1:
+        raise ValueError(f"{where}: calibration field {key!r} must be one-dimensional")
+    return a
+
+
+def fit_pingpong(
+    samples: list[Mapping],
+    ref_tick_hz: int,
+    peer_tick_hz: int,
+    *,
+    keep_fraction: float = 0.05,
+    min_keep: int = 5,
+) -> PingPongFit:
+    """Fit one peer's offset and drift from its ping-pong samples against the reference.
+
+    Args:
+        samples: the peer's sample dicts (``t1``..``t4`` lists and ``phase``), one per phase.
+        ref_tick_hz: the reference timer's rate (for ``t1``, ``t4``).
+        peer_tick_hz: the peer timer's rate (for ``t2``, ``t3``).
+        keep_fraction: the fraction of round trips kept per phase, smallest first.
+        min_keep: keep at least this many per phase (all when fewer).
+
+    Returns:
+        The fit; its ``residual_ns`` is the RMS of the kept samples about the line.
+
+    Raises:
+        ValueError: no usable samples, mismatched lengths, or time running backwards.
+    """
+    if not 0 < keep_fraction <= 1:
+        raise ValueError(f"keep_fraction must be in (0, 1], got {keep_fraction}")
+    phase_data = []
+    coarse = None
+    n_total = 0
+    for i, s in enumerate(samples):
+        where = f"ping-pong sample set {i} ({s.get('phase', '?')})"
+        t1, t2, t3, t4 = (_int_array(s, k, where) for k in ("t1", "t2", "t3", "t4"))
+        if not (t1.size == t2.size == t3.size == t4.size):
+            raise ValueError(f"{where}: t1..t4 have different lengths {t1.size}, {t2.size}, {t3.size}, {t4.size}")
+        if t1.size == 0:
+            continue
+        r1, r4 = ticks_to_ns(t1, ref_tick_hz), ticks_to_ns(t4, ref_tick_hz)
+        p2, p3 = ticks_to_ns(t2, peer_tick_hz), ticks_to_ns(t3, peer_tick_hz)
+        good = (r4 >= r1) & (p3 >= p2)
+        if not good.all():
+            log.warning("%s: %d of %d round trips run backwards (t4 < t1 or t3 < t2); dropped", where, int((~good).sum()), good.size)
+            r1, r4, p2, p3 = r1[good], r4[good], p2[good], p3[good]
+        if r1.size == 0:
+            continue
+        n_total += r1.size
+        if coarse is None:
+            coarse = int(np.median(p2 - r1))
+        theta = ((p2 - r1 - coarse).astype(np.float64) + (p3 - r4 - coarse).astype(np.float64)) / 2.0
+        delta = ((r4 - r1) - (p3 - p2)).astype(np.float64)
+        t_mid = r1 + (r4 - r1) // 2
+        keep = _keep_best(delta, keep_fraction, min_keep)
+        phase_data.append((str(s.get("phase", f"set{i}")), t_mid[keep], theta[keep], delta[keep]))
+    if not phase_data:
+        raise ValueError("no usable ping-pong samples")
+    t_all = np.concatenate([p[1] for p in phase_data])
+    th_all = np.concatenate([p[2] for p in phase_data])
+    d_all = np.concatenate([p[3] for p in phase_data])
+    t0 = int(np.median(t_all))
+    # One point per phase: the median offset of its kept samples at their median time.
+    px = np.array([float(np.median(p[1] - t0)) for p in phase_data])
+    py = np.array([float(np.median(p[2])) for p in phase_data])
+    drift = 0.0
+    if len(phase_data) >= 2 and np.ptp(px) > 0:
+        drift, a = np.polyfit(px, py, 1)
+        drift, a = float(drift), float(a)
+    else:
+        a = float(np.median(th_all))
+    resid = th_all - (a + drift * (t_all - t0).astype(np.float64))
+    a_int = int(round(a))
+    return PingPongFit(
+        t0_ns=t0,
+        offset_int_ns=coarse + a_int,
+        offset_frac_ns=a - a_int,
+        drift=drift,
+        rtt_ns=float(d_all.max()),
+        rtt_min_ns=float(d_all.min()),
+        residual_ns=float(np.sqrt(np.mean(resid**2))),
+        n_kept=int(th_all.size),
+        n_samples=n_total,
+        phases=tuple(p[0] for p in phase_data),
+        phase_offsets_ns=tuple(float(y) + coarse for y in py),
+    )
+
+
+@dataclass(frozen=True)
+class HostAnchorFit:
+    """``host_ns - device_ns = offset_ns + rate * (device_ns - dev0_ns)`` for one device."""
+
+    dev0_ns: int
+    offset_ns: int
+    rate: float  # dimensionless host-minus-device rate
+    bound_ns: float  # half-width of the best bracketing interval
+    n_kept: int
+    n_samples: int
+
+    def host_at(self, dev_ns: int) -> int:
+        return int(dev_ns) + self.offset_ns + int(round(self.rate * (int(dev_ns) - self.dev0_ns)))
+
+
+def fit_host_anchor(anchor: Mapping, tick_hz: int, *, keep_fraction: float = 0.25, min_keep: int = 3) -> HostAnchorFit:
+    """Fit host wall-clock time against one device's clock from bracketed timer reads.
+
+    Args:
+        anchor: ``{"host_before_ns": [...], "dev_ticks": [...], "host_after_ns": [...]}``: each
+            device read happened between the two host reads around it.
+        tick_hz: the device timer's rate.
+        keep_fraction, min_keep: keep the reads with the tightest brackets.
+
+    Raises:
+        ValueError: empty, mismatched or backwards anchors.
+    """
+    hb = _int_array(anchor, "host_before_ns", "host anchor")
+    dt = _int_array(anchor, "dev_ticks", "host anchor")
+    ha = _int_array(anchor, "host_after_ns", "host anchor")
+    if not (hb.size == dt.size == ha.size) or hb.size == 0:
+        raise ValueError(f"host anchor: need equal, non-zero numbers of reads (got {hb.size}, {dt.size}, {ha.size})")
+    if (ha < hb).any():
+        raise ValueError("host anchor: a host_after_ns is earlier than its host_before_ns")
+    dev = ticks_to_ns(dt, tick_hz)
+    width = (ha - hb).astype(np.float64)
+    keep = _keep_best(width, keep_fraction, min_keep)
+    hm = hb[keep] + (ha[keep] - hb[keep]) // 2
+    dk = dev[keep]
+    phi = hm - dk  # int64, may be large
+    coarse = int(np.median(phi))
+    fine = (phi - coarse).astype(np.float64)
+    dev0 = int(np.median(dk))
+    x = (dk - dev0).astype(np.float64)
+    rate = 0.0
+    if np.ptp(x) >= _MIN_HOST_RATE_SPAN_NS:
+        rate, a = np.polyfit(x, fine, 1)
+        rate, a = float(rate), float(a)
+    else:
+        a = float(np.median(fine))
+    return HostAnchorFit(
+        dev0_ns=dev0,
+        offset_ns=coarse + int(round(a)),
+        rate=rate,
+        bound_ns=float(np.median(width[keep])) / 2.0,
+        n_kept=int(keep.size),
+        n_samples=int(hb.size),
+    )
+
+
+def _rank_tick_hz(rc) -> int:
+    header_hz = None
+    for ln in rc.launches:
+        raw = np.asarray(ln.raw, dtype=np.uint8)
+        if raw.nbytes >= schema.HEADER_BYTES:
+            header_hz = int(np.frombuffer(raw[: schema.HEADER_BYTES].tobytes(), schema.HEADER_DTYPE)[0]["tick_hz"]) or None
+            break
+    return resolve_tick_hz(rc.device, header_hz)
+
+
+def _samples(rc) -> dict:
+    cs = rc.clock_samples
+    if cs is None:
+        return {}
+    if not isinstance(cs, Mapping):
+        raise ValueError(f"rank {rc.rank}: clock_samples must be a dict, got {type(cs).__name__}")
+    return cs
+
+
+def fit_clock(capture, *, reference_rank: int | None = None, keep_fraction: float = 0.05, min_keep: int = 5) -> ClockModel:
+    """Fit the clock model of a capture from its ranks' calibration samples.
+
+    This is the entry point the collector uses; store the result with
+    ``capture.clock = model.to_dict()``.
+
+    Ranks without ping-pong samples fall back to their own host anchor (microsecond-level
+    alignment) or, lacking that too, are left on their raw device clock (``unaligned``, with a
+    warning); the fallback is recorded per rank in ``RankClock.method``.
+
+    Args:
+        capture: a ``ktrace.io.Capture``.
+        reference_rank: the rank others were measured against (default: the one the samples
+            name, else the lowest rank).
+        keep_fraction, min_keep: see :func:`fit_pingpong`.
+
+    Raises:
+        ValueError: malformed samples (the message names the rank).
+    """
+    ranks = dict(capture.ranks)
+    samples = {r: _samples(rc) for r, rc in ranks.items()}
+    named = {int(s["ref_rank"]) for cs in samples.values() for s in (cs.get("pingpong") or []) if "ref_rank" in s}
+    if reference_rank is None:
+        if len(named) > 1:
+            raise ValueError(f"calibration samples name several reference ranks {sorted(named)}; pass reference_rank")
+        reference_rank = named.pop() if named else (min(ranks) if ranks else 0)
+    ref = int(reference_rank)
+    hz = {r: _rank_tick_hz(rc) for r, rc in ranks.items()}
+    notes: list[str] = []
+
+    # reference -> host
+    host = None
+    ref_anchor = samples.get(ref, {}).get("host_anchor")
+    if ref in ranks and ref_anchor:
+        try:
+            host = fit_host_anchor(ref_anchor, hz[ref])
+        except ValueError as e:
+            raise ValueError(f"rank {ref}: {e}") from None
+    if host is None:
+        notes.append(f"no host anchor on reference rank {ref}: the common clock is rank {ref}'s device clock")
+
+    def ref_to_common(t_ref_ns: int) -> int:
+        return host.host_at(t_ref_ns) if host else int(t_ref_ns)
+
+    host_rate = host.rate if host else 0.0
+    out: dict[int, RankClock] = {}
+    for r, rc in sorted(ranks.items()):
+        cs = samples[r]
+        pp = [s for s in (cs.get("pingpong") or []) if int(s.get("ref_rank", ref)) == ref]
+        if r == ref:
+            pivot_dev = host.dev0_ns if host else 0
+            out[r] = RankClock(rank=r, tick_hz=hz[r], pivot_dev_ns=pivot_dev, pivot_ns=ref_to_common(pivot_dev), scale=1.0 + host_rate, method="reference")
+            continue
+        if pp:
+            ref_hz = int(pp[0].get("ref_tick_hz") or hz.get(ref) or hz[r])
+            try:
+                f = fit_pingpong(pp, ref_hz, hz[r], keep_fraction=keep_fraction, min_keep=min_keep)
+            except ValueError as e:
+                raise ValueError(f"rank {r}: {e}") from None
+            # peer_ns = ref_ns + offset + drift (ref_ns - t0)  =>  ref_ns = t0 + (peer_ns - (t0 + offset)) / (1 + drift)
+            pivot_dev = f.t0_ns + f.offset_int_ns
+            # the fraction of the offset left out of the integer pivot, moved to the common side
+            pivot_common = ref_to_common(f.t0_ns) - int(round(f.offset_frac_ns))
+            scale = (1.0 + host_rate) / (1.0 + f.drift)
+            method = "pingpong+drift" if len(f.phases) >= 2 and f.drift != 0.0 else "pingpong"
+            if len(f.phases) < 2:
+                notes.append(f"rank {r}: one calibration phase ({f.phases[0]}): offset only, drift not measured")
+            out[r] = RankClock(
+                rank=r, tick_hz=hz[r], pivot_dev_ns=pivot_dev, pivot_ns=pivot_common, scale=scale,
+                offset_ns=int(round(f.offset_ns)), drift_ppm=f.drift * 1e6, rtt_ns=f.rtt_ns, rtt_min_ns=f.rtt_min_ns,
+                residual_ns=f.residual_ns, n_kept=f.n_kept, n_samples=f.n_samples, method=method,
+            )
+            continue
+        anchor = cs.get("host_anchor")
+        if anchor and host is not None:
+            try:
+                h = fit_host_anchor(anchor, hz[r])
+            except ValueError as e:
+                raise ValueError(f"rank {r}: {e}") from None
+            pivot_dev = h.dev0_ns
+            out[r] = RankClock(
+                rank=r, tick_hz=hz[r], pivot_dev_ns=pivot_dev, pivot_ns=h.host_at(pivot_dev), scale=1.0 + h.rate,
+                # both map to host time: device(r) - device(ref) at one host instant
+                offset_ns=int(host.offset_ns - h.offset_ns),
+                drift_ppm=(h.rate - host_rate) * 1e6, rtt_ns=2.0 * (h.bound_ns + host.bound_ns), n_kept=h.n_kept,
+                n_samples=h.n_samples, method="host-anchor",
+            )
+            notes.append(f"rank {r}: no ping-pong samples; aligned through host time only (bound {h.bound_ns + host.bound_ns:.0f} ns)")
+            continue
+        out[r] = RankClock(rank=r, tick_hz=hz[r], pivot_dev_ns=0, pivot_ns=0, rtt_ns=math.nan, rtt_min_ns=math.nan, residual_ns=math.nan, method="unaligned")
+        notes.append(f"rank {r}: no calibration samples: left on its own device clock (NOT aligned)")
+        log.warning("rank %d has no clock calibration samples: its events are not aligned to the other ranks", r)
+
+    methods = sorted({rc.method for r, rc in out.items() if r != ref})
+    method = "+".join(methods) if len(methods) == 1 else ("mixed:" + ",".join(methods) if methods else "single-rank")
+    return ClockModel(
+        method=method,
+        reference_rank=ref,
+        anchor="host" if host else "device",
+        ranks=out,
+        host_drift_ppm=host_rate * 1e6,
+        host_bound_ns=host.bound_ns if host else math.nan,
+        notes=tuple(notes),
+    )
+
+
+def clock_model_of(capture, *, refit: bool = False) -> ClockModel:
+    """The capture's stored clock model, or one fitted from its samples (not stored).
+
+    Args:
+        capture: a ``ktrace.io.Capture``.
+        refit: ignore a stored model and fit again.
+    """
+    if capture.clock and not refit:
+        model = ClockModel.from_dict(capture.clock)
+        missing = sorted(set(capture.ranks) - set(model.ranks))
+        if not missing:
+            return model
+        log.warning("stored clock model lacks ranks %s; fitting again", missing)
+    return fit_clock(capture)
+
+
+# ---------------------------------------------------------------------------------------------
+# aligned events
+# ---------------------------------------------------------------------------------------------
+
+
+def iter_aligned(capture, model: ClockModel | None = None, *, keep_decoded: bool = False) -> Iterator[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]]:
+    """Per launch, its decoded events and their common-clock times, one launch at a time.
+
+    This is the streaming form writers use so that a capture's events are never all in memory.
+
+    Args:
+        capture: a ``ktrace.io.Capture``.
+        model: the clock model (default :func:`clock_model_of`).
+        keep_decoded: keep each launch's decoded table cached on the launch.
+
+    Yields:
+        ``(rank, launch_index, events, start_ns, end_ns)``: ``events`` is the decoded table
+        (``schema.EVENT_DTYPE``), ``start_ns``/``end_ns`` int64 arrays of the same length.
+    """
+    model = model or clock_model_of(capture)
+    for r, rc in sorted(capture.ranks.items()):
+        clk = model.rank(r)
+        for ln in rc.launches:
+            d = ln.decode(r, cache=keep_decoded)
+            ev = d.events
+            hz = d.header.tick_hz
+            yield r, ln.index, ev, clk.to_common(ev["start"], hz), clk.to_common(ev["end"], hz)
+
+
+def aligned_events(capture, model: ClockModel | None = None) -> np.ndarray:
+    """Every event of a capture on the common clock: THE table analyses start from.
+
+    Columns are ``schema.EVENT_DTYPE`` (raw ``start``/``end`` ticks kept) plus ``start_ns`` and
+    ``end_ns`` (int64 nanoseconds on the common clock: host wall-clock time, ``time.time_ns``,
+    when the capture has a host anchor; see ``model.anchor``). Rows are ordered by rank, launch,
+    program, slot. Vectorised: one pass of numpy operations per launch.
+
+    Args:
+        capture: a ``ktrace.io.Capture``.
+        model: the clock model (default: the capture's stored one, else fitted from its samples;
+            ranks without samples stay on their own clock, with a warning).
+
+    Returns:
+        A structured array of ``ALIGNED_DTYPE``.
+    """
+    parts = []
+    for _, _, ev, s, e in iter_aligned(capture, model):
+        out = np.empty(ev.shape[0], ALIGNED_DTYPE)
+        for name in schema.EVENT_DTYPE.names:
+            out[name] = ev[name]
+        out["start_ns"] = s
+        out["end_ns"] = e
+        parts.append(out)
+    if not parts:
+        return np.zeros(0, ALIGNED_DTYPE)
+    return np.concatenate(parts)

@@ -1,0 +1,191 @@
+"""Chrome JSON trace writer (``.json`` / ``.json.gz``), readable by ui.perfetto.dev and chrome://tracing.
+
+Layout as in :mod:`ktrace.io.layout`: ``pid`` = rank + 1 (named ``rank r · GPU``), ``tid`` 1 is
+the rank's ``kernels`` track and ``tid`` 2.. are its program tracks (``p<program>``, extra lanes
+``p<program> lane<k>``) in program order. Spans, waits and notifies are complete (``X``) events;
+waits are named ``wait r<peer>`` in category ``wait`` (``wait TIMEOUT`` / ``wait,timeout`` when
+they gave up); notifies ``notify r<peer>``; marks are thread instants; counters are ``C``
+events named ``p<program> <counter>``. Each notify's flow arrow to the wait it released uses
+the version-2 flow fields (``bind_id`` with ``flow_out`` / ``flow_in``).
+
+Timestamps are microseconds with three decimals (exact nanoseconds) counted from the trace's
+first event; the absolute start (``base_ns``, on the common clock: host wall-clock time when
+anchored) and the clock model are in ``otherData``.
+
+Per-event rows are laid out with numpy (see ``ktrace.io._rows``); orjson encodes every string
+and all metadata.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from .. import __version__
+from ..clock.model import ClockModel
+from . import _rows
+from .layout import COUNTER, INSTANT, NOTIFY, SPAN, WAIT, TracePlan, event_class, plan_trace, timeout_mask
+
+log = logging.getLogger("ktrace")
+
+#: Rows formatted at a time (bounds the writer's working memory).
+CHUNK = 262_144
+_WAIT_CMP = {0: "eq", 1: "ge", 2: "gt", 3: "ne"}
+
+
+def _j(x) -> bytes:
+    return orjson.dumps(x)
+
+
+def _meta_events(plan: TracePlan, capture) -> list[dict]:
+    out = []
+    for r, rp in sorted(plan.ranks.items()):
+        pid = r + 1
+        out.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": rp.name}})
+        out.append({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": r}})
+        out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "kernels"}})
+        out.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": 1, "args": {"sort_index": 0}})
+        for (g, prog, lane), i in rp.tracks.items():
+            name = f"p{prog}" + (f" lane{lane}" if lane else "") + (f" [stream group {g}]" if g else "")
+            out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": i + 2, "args": {"name": name}})
+            out.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": i + 2, "args": {"sort_index": i + 1}})
+    for lp in plan.launches:
+        if not lp.n_events:
+            continue
+        name = lp.kernel + (f" ({lp.dropped} DROPPED)" if lp.dropped else "")
+        out.append({
+            "ph": "X", "pid": lp.rank + 1, "tid": 1, "name": name, "cat": "kernel",
+            "ts": (lp.start_ns - plan.base_ns) / 1000.0, "dur": (lp.end_ns - lp.start_ns) / 1000.0,
+            "args": {"launch": lp.index, "grid": list(lp.grid), "events": lp.n_events, "dropped": lp.dropped},
+        })
+    return out
+
+
+def _names(keys: np.ndarray, make) -> tuple[np.ndarray, np.ndarray]:
+    """Unique keys -> (per-row index into a table, the table of JSON-encoded names)."""
+    uk, inv = np.unique(keys, return_inverse=True)
+    return inv.reshape(-1), _rows.table([_j(make(int(k))) for k in uk.tolist()])
+
+
+def _launch_rows(plan: TracePlan, lp, ev, s_ns, e_ns, out) -> None:
+    regions = plan.regions
+
+    def region_name(rid: int) -> str:
+        return regions.get(rid, f"region#{rid:06x}")
+
+    pid = str(lp.rank + 1).encode()
+    tids = plan.track_index(lp.rank, lp.group, ev["program"], lp.lanes) + 2
+    flow_out = np.zeros(ev.size, np.int64)
+    flow_out[lp.flow_out_rows] = lp.flow_out_ids
+    flow_in = np.zeros(ev.size, np.int64)
+    flow_in[lp.flow_in_rows] = lp.flow_in_ids
+    classes = event_class(ev["kind"], s_ns, e_ns)
+    for cls, idx_all in classes.items():
+        for c0 in range(0, idx_all.size, CHUNK):
+            idx = idx_all[c0 : c0 + CHUNK]
+            n = idx.size
+            if n == 0:
+                continue
+            ts = _rows.fmt_fixed3(s_ns[idx] - plan.base_ns)
+            if cls == COUNTER:
+                ni, tab = _names((ev["program"][idx].astype(np.int64) << 24) | ev["region"][idx], lambda k: f"p{k >> 24} {region_name(k & 0xFFFFFF)}")
+                out.write(_rows.rows(n, [b'{"ph":"C","pid":' + pid + b',"ts":', ts, b',"name":', tab[ni], b',"args":{"value":',
+                                         _rows.fmt_int(ev["arg0"][idx]), b"}},\n"]))
+                continue
+            tid = _rows.fmt_int(tids[idx])
+            hw = _rows.fmt_int(ev["hw"][idx])
+            if cls == INSTANT:
+                ni, tab = _names(ev["region"][idx], region_name)
+                out.write(_rows.rows(n, [b'{"ph":"i","s":"t","pid":' + pid + b',"tid":', tid, b',"ts":', ts, b',"name":', tab[ni],
+                                         b',"cat":"mark","args":{"arg0":', _rows.fmt_int(ev["arg0"][idx]), b',"arg1":',
+                                         _rows.fmt_int(ev["arg1"][idx]), b',"sm":', hw, b"}},\n"]))
+                continue
+            dur = _rows.fmt_fixed3(e_ns[idx] - s_ns[idx])
+            head = [b'{"ph":"X","pid":' + pid + b',"tid":', tid, b',"ts":', ts, b',"dur":', dur]
+            if cls == SPAN:
+                ni, tab = _names(ev["region"][idx], region_name)
+                out.write(_rows.rows(n, head + [b',"name":', tab[ni], b',"cat":"span","args":{"arg0":', _rows.fmt_int(ev["arg0"][idx]),
+                                                b',"arg1":', _rows.fmt_int(ev["arg1"][idx]), b',"sm":', hw, b"}},\n"]))
+            elif cls == WAIT:
+                to = timeout_mask(ev["flags"][idx]).astype(np.int64)
+                ni, tab = _names((ev["arg0"][idx] << 1) | to, lambda k: f"wait r{k >> 1}" + (" TIMEOUT" if k & 1 else ""))
+                cat = _rows.table([b'"wait"', b'"wait,timeout"'])[to]
+                fl = flow_in[idx]
+                has = np.flatnonzero(fl)
+                flow = _rows.optional(n, has, [b',"bind_id":', _rows.fmt_int(fl[has]), b',"flow_in":true'])
+                cmp_i, cmp_tab = _names(ev["arg5"][idx], lambda k: _WAIT_CMP.get(k, str(k)))
+                out.write(_rows.rows(n, head + [flow, b',"name":', tab[ni], b',"cat":', cat, b',"args":{"peer":', _rows.fmt_int(ev["arg0"][idx]),
+                                                b',"spins":', _rows.fmt_int(ev["arg1"][idx]), b',"flag":', _rows.fmt_int(ev["arg2"][idx]),
+                                                b',"value":', _rows.fmt_int(ev["arg3"][idx]), b',"expected":', _rows.fmt_int(ev["arg4"][idx]),
+                                                b',"cmp":', cmp_tab[cmp_i], b',"sm":', hw, b"}},\n"]))
+            elif cls == NOTIFY:
+                ni, tab = _names(ev["arg0"][idx], lambda k: f"notify r{k}")
+                fl = flow_out[idx]
+                has = np.flatnonzero(fl)
+                flow = _rows.optional(n, has, [b',"bind_id":', _rows.fmt_int(fl[has]), b',"flow_out":true'])
+                out.write(_rows.rows(n, head + [flow, b',"name":', tab[ni], b',"cat":"notify","args":{"peer":', _rows.fmt_int(ev["arg0"][idx]),
+                                                b',"value":', _rows.fmt_int(ev["arg1"][idx]), b',"flag":', _rows.fmt_int(ev["arg2"][idx]),
+                                                b',"seq":', _rows.fmt_int(ev["arg3"][idx]), b',"sm":', hw, b"}},\n"]))
+
+
+def write_chrome_json(capture, path: str | os.PathLike, *, model: ClockModel | None = None, compress: bool | None = None,
+                      plan: TracePlan | None = None) -> Path:
+    """Write a capture as a Chrome JSON trace.
+
+    Args:
+        capture: a ``ktrace.io.Capture`` (all ranks to show).
+        path: output file; gzip-compressed when it ends in ``.gz`` (or ``compress=True``).
+        model: the clock model (default: stored in the capture, else fitted from its samples).
+        compress: force gzip on or off.
+        plan: a layout already computed with :func:`ktrace.io.layout.plan_trace`.
+
+    Returns:
+        The path written (atomically: a temporary file renamed into place).
+    """
+    path = Path(path)
+    compress = path.name.endswith(".gz") if compress is None else compress
+    t0 = time.perf_counter()
+    plan = plan or plan_trace(capture, model)
+    other = {
+        "ktrace_version": __version__,
+        "base_ns": plan.base_ns,
+        "time_unit": "ts/dur are microseconds since base_ns on the common clock",
+        "clock": plan.model.to_dict(),
+        "world_size": capture.world_size,
+        "partial": plan.partial,
+        "missing_ranks": plan.missing_ranks,
+        "events": plan.n_events,
+        "flows": plan.n_flows,
+    }
+    if plan.partial:
+        log.warning("writing a PARTIAL trace: ranks %s are missing", plan.missing_ranks)
+    tmp = path.with_name(path.name + ".tmp")
+    opener = (lambda p: gzip.open(p, "wb", compresslevel=1)) if compress else (lambda p: open(p, "wb", buffering=1 << 20))
+    try:
+        with opener(tmp) as out:
+            out.write(b'{"displayTimeUnit":"ns","otherData":' + _j(other) + b',"traceEvents":[\n')
+            li = 0
+            for r, rc in sorted(capture.ranks.items()):
+                clk = plan.model.rank(r)
+                for ln in rc.launches:
+                    lp = plan.launches[li]
+                    li += 1
+                    d = ln.decode(r, cache=False)
+                    ev = d.events
+                    hz = d.header.tick_hz
+                    _launch_rows(plan, lp, ev, clk.to_common(ev["start"], hz), clk.to_common(ev["end"], hz), out)
+            # every event row ends in a comma; the metadata events close the array
+            out.write(b",\n".join(_j(m) for m in _meta_events(plan, capture)) + b"\n]}\n")
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    log.info("wrote %s: %d events in %.2f s", path, plan.n_events, time.perf_counter() - t0)
+    return path
+
