@@ -1,0 +1,37 @@
+"""Analyses of a capture: spin-lock stalls and their cause, workgroup load, overlap, critical
+path, hangs and diffs. Each is a plain function from a :class:`Trace` (``prepare(capture)``) to a
+table (a numpy structured array) with unit-suffixed columns; nothing here plots or prints.
+
+Needs numpy only (and ``ktrace.io`` / ``ktrace.clock`` to read and align a capture): no torch,
+no triton. ``ktrace report`` and ``ktrace diff`` (:mod:`ktrace.analysis.commands`) print what
+:func:`build_report` finds; ``viewers/report.py`` renders it as one HTML file.
+"""
+
+from .compare import diff, diff_ranks, diff_regions, diff_workgroups
+from .hangs import missing_notifies, silent_programs, timeouts, wait_for_cycles
+from .load import LoadConfig, imbalance, per_sm, workgroups
+from .timeline import RegionClasses, critical_path, critical_path_summary, launch_timing, overlap
+from .report import (
+    DiffReport,
+    Finding,
+    Report,
+    ReportConfig,
+    build_diff,
+    build_report,
+    diff_json,
+    perfetto_link,
+    render_diff_text,
+    render_text,
+    report_json,
+)
+from .stalls import kernel_time, notify_lateness, release_pairs, stall_totals, stragglers, waits
+from .trace import AnalysisError, Trace, prepare
+
+__all__ = [
+    "AnalysisError", "DiffReport", "Finding", "LoadConfig", "RegionClasses", "Report", "ReportConfig", "Trace",
+    "build_diff", "build_report", "critical_path", "critical_path_summary", "diff", "diff_json", "diff_ranks",
+    "diff_regions", "diff_workgroups", "imbalance", "kernel_time", "launch_timing", "missing_notifies",
+    "notify_lateness", "overlap", "per_sm", "perfetto_link", "prepare", "release_pairs", "render_diff_text",
+    "render_text", "report_json", "silent_programs", "stall_totals", "stragglers", "timeouts", "wait_for_cycles",
+    "waits", "workgroups",
+]

@@ -1,0 +1,106 @@
+"""Diff of two captures of the same kernel (before / after a change): the biggest movers first.
+
+Every figure is a mean per launch (the captures may hold different numbers of launches), and
+captures are matched by region name, rank and program, never by region id or row. A key present
+in only one capture has 0 on the other side.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..schema import EventKind
+from .load import workgroups
+from .stalls import kernel_time
+from .trace import Trace, group_index, group_sum
+
+DIFF_FIELDS = [("a_ns", "<f8"), ("b_ns", "<f8"), ("delta_ns", "<f8"), ("rel_change", "<f8")]
+
+
+def _launches_per_rank(trace: Trace) -> dict[int, int]:
+    k = trace.wg_keys
+    out: dict[int, int] = {}
+    for r in np.unique(k[:, 0]).tolist():
+        out[r] = int(np.unique(k[k[:, 0] == r, 1]).size)
+    return out
+
+
+def _region_totals(trace: Trace) -> dict[tuple[str, int], tuple[float, float]]:
+    """(region name, rank) -> (time per launch ns, events per launch) of spans and waits."""
+    kind = trace.column("kind")
+    rows = np.flatnonzero((kind == int(EventKind.SPAN)) | (kind == int(EventKind.WAIT)))
+    if rows.size == 0:
+        return {}
+    d = trace.column("end_ns")[rows] - trace.column("start_ns")[rows]
+    inv, keys = group_index(trace.column("region")[rows], trace.column("rank")[rows])
+    G = keys.shape[0]
+    tot = group_sum(inv, d, G)
+    cnt = np.bincount(inv, minlength=G)
+    nl = _launches_per_rank(trace)
+    out: dict[tuple[str, int], tuple[float, float]] = {}
+    for (rid, r), t, c in zip(keys.tolist(), tot.tolist(), cnt.tolist()):
+        k = (trace.region_name(rid), r)
+        n = max(nl.get(r, 1), 1)
+        pt, pc = out.get(k, (0.0, 0.0))
+        out[k] = (pt + t / n, pc + c / n)
+    return out
+
+
+def _table(keys_dt, a: dict, b: dict, extra=()) -> np.ndarray:
+    keys = sorted(set(a) | set(b))
+    dt = keys_dt + DIFF_FIELDS + list(extra)
+    out = np.zeros(len(keys), dt)
+    for i, k in enumerate(keys):
+        av, bv = a.get(k, 0.0), b.get(k, 0.0)
+        a0 = av[0] if isinstance(av, tuple) else av
+        b0 = bv[0] if isinstance(bv, tuple) else bv
+        row = list(k) + [a0, b0, b0 - a0, (b0 - a0) / a0 if a0 else (np.inf if b0 else 0.0)]
+        if extra:
+            row += [av[1] if isinstance(av, tuple) else 0.0, bv[1] if isinstance(bv, tuple) else 0.0]
+        out[i] = tuple(row)
+    return out[np.argsort(-np.abs(out["delta_ns"]), kind="stable")]
+
+
+def diff_regions(a: Trace, b: Trace) -> np.ndarray:
+    """Per (region, rank): time per launch in A and B, sorted by the absolute change."""
+    return _table([("region", "O"), ("rank", "<i4")], _region_totals(a), _region_totals(b),
+                  extra=[("a_count", "<f8"), ("b_count", "<f8")])
+
+
+def diff_ranks(a: Trace, b: Trace) -> np.ndarray:
+    """Per (rank, measure): kernel time, wait time and busy time per launch in A and B."""
+
+    def per_rank(t: Trace) -> dict:
+        kt = kernel_time(t)
+        wg = workgroups(t)
+        nl = _launches_per_rank(t)
+        out = {}
+        for r in np.unique(kt["rank"]).tolist():
+            n = max(nl.get(r, 1), 1)
+            sel = wg["rank"] == r
+            out[(r, "kernel")] = float(kt["kernel_ns"][kt["rank"] == r].sum()) / n
+            out[(r, "wait")] = float(wg["wait_ns"][sel].sum()) / n
+            out[(r, "busy")] = float(wg["busy_ns"][sel].sum()) / n
+        return out
+
+    return _table([("rank", "<i4"), ("measure", "O")], per_rank(a), per_rank(b))
+
+
+def diff_workgroups(a: Trace, b: Trace) -> np.ndarray:
+    """Per (rank, program): lifetime per launch in A and B (with busy and wait), biggest change first."""
+
+    def per_wg(t: Trace) -> dict:
+        wg = workgroups(t)
+        inv, keys = group_index(wg["rank"], wg["program"])
+        G = keys.shape[0]
+        n = np.bincount(inv, minlength=G)
+        life = group_sum(inv, wg["lifetime_ns"], G) / np.maximum(n, 1)
+        busy = group_sum(inv, wg["busy_ns"], G) / np.maximum(n, 1)
+        return {(int(r), int(p)): (float(x), float(y)) for (r, p), x, y in zip(keys.tolist(), life.tolist(), busy.tolist())}
+
+    return _table([("rank", "<i4"), ("program", "<i4")], per_wg(a), per_wg(b), extra=[("a_busy_ns", "<f8"), ("b_busy_ns", "<f8")])
+
+
+def diff(a: Trace, b: Trace) -> dict[str, np.ndarray]:
+    """All three diff tables: ``regions``, ``ranks``, ``workgroups``."""
+    return {"regions": diff_regions(a, b), "ranks": diff_ranks(a, b), "workgroups": diff_workgroups(a, b)}

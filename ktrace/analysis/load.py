@@ -1,0 +1,278 @@
+"""Workgroup load: how busy each workgroup was, how uneven that was, and why.
+
+A workgroup is one program of one launch on one rank. Its lifetime runs from its first event's
+start to its last event's end; ``wait_ns`` is the time its waits spun and ``busy_ns`` the rest.
+Its work items are the spans of the work region (by default the span region recorded most
+often in the capture: one per tile in a persistent kernel).
+
+Outliers are found among workgroups of the same role (same kernel and the same dominant region,
+so that e.g. send and receive workgroups are not compared with each other): a workgroup whose
+busy time (or wait time) is above ``(1 + min_excess)`` x the role's median and more than
+``z`` robust standard deviations (1.4826 x the median absolute deviation) above it. For each
+outlier the region that made it slow is the one where it spent the most time beyond the role's
+median for that region, and its cause is ``work`` when it is slow mostly from busy time
+(uneven work distribution) or ``waiting`` when mostly from waiting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..schema import EventKind
+from .stalls import workgroup_extent
+from .trace import Trace, group_count, group_index, group_median, group_sum
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    """How workgroup load is measured.
+
+    Attributes:
+        work_region: the region name whose spans count as work items (None: the span region
+            recorded most often).
+        z: robust z-score above the role median that makes an outlier.
+        min_excess: an outlier also exceeds the role median by at least this fraction.
+    """
+
+    work_region: str | None = None
+    z: float = 3.5
+    min_excess: float = 0.2
+
+    def __post_init__(self):
+        if not self.z > 0:
+            raise ValueError(f"LoadConfig.z must be positive, got {self.z}")
+        if not self.min_excess >= 0:
+            raise ValueError(f"LoadConfig.min_excess must be >= 0, got {self.min_excess}")
+        if self.work_region is not None and not (isinstance(self.work_region, str) and self.work_region):
+            raise ValueError(f"LoadConfig.work_region must be a non-empty name or None, got {self.work_region!r}")
+
+
+WORKGROUP_DTYPE = np.dtype(
+    [
+        ("rank", "<i4"),
+        ("launch", "<i4"),
+        ("program", "<i4"),
+        ("sm", "<i8"),
+        ("start_ns", "<i8"),
+        ("end_ns", "<i8"),
+        ("lifetime_ns", "<i8"),
+        ("busy_ns", "<i8"),
+        ("wait_ns", "<i8"),
+        ("work_items", "<i8"),
+        ("n_events", "<i8"),
+        ("role", "O"),
+        ("overloaded", "?"),  # busy-time outlier: more work (or slower work) than its role's median
+        ("wait_outlier", "?"),  # wait-time outlier: slowed by waiting on others
+        ("outlier", "?"),  # either
+        ("busy_z", "<f8"),
+        ("wait_z", "<f8"),
+        ("cause", "O"),  # "work" | "waiting" | ""
+        ("top_region", "O"),  # for outliers: the region with the most time beyond the role's median
+        ("top_region_excess_ns", "<f8"),
+    ]
+)
+
+
+def work_region_id(trace: Trace, config: LoadConfig = LoadConfig()) -> int | None:
+    """The region id counted as work items (see :class:`LoadConfig`), None if no spans."""
+    spans = trace.rows_of(EventKind.SPAN)
+    if config.work_region is not None:
+        for rid, name in trace.regions.items():
+            if name == config.work_region:
+                return int(rid)
+        from ..schema import region_id
+
+        return region_id(config.work_region)
+    if spans.size == 0:
+        return None
+    u, c = np.unique(trace.column("region")[spans], return_counts=True)
+    return int(u[np.argmax(c)])
+
+
+def region_time(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Time per region and workgroup of leaf spans and waits (by the wait's name), the events
+    that say where time went (containers would cover their parts): ``(matrix (W, R) ns, ids (R,))``."""
+    key = ("region_time",)
+    if key in trace._cache:
+        return trace._cache[key]
+    from .timeline import leaf_spans
+
+    spans = np.concatenate([leaf_spans(trace), trace.rows_of(EventKind.WAIT)])
+    reg = trace.column("region")[spans]
+    rids, rinv = np.unique(reg, return_inverse=True)
+    W, R = trace.n_workgroups, rids.size
+    dur = (trace.column("end_ns")[spans] - trace.column("start_ns")[spans]).astype(np.float64)
+    m = np.bincount(trace.wg[spans] * R + rinv.reshape(-1), weights=dur, minlength=W * R).reshape(W, R) if R else np.zeros((W, 0))
+    trace._cache[key] = (m, rids)
+    return m, rids
+
+
+def workgroups(trace: Trace, config: LoadConfig = LoadConfig()) -> np.ndarray:
+    """Per workgroup: lifetime, busy and wait time, work items, role, and whether it is an outlier.
+
+    Returns:
+        A table of ``WORKGROUP_DTYPE`` in (rank, launch, program) order.
+    """
+    W = trace.n_workgroups
+    out = np.zeros(W, WORKGROUP_DTYPE)
+    if W == 0:
+        return out
+    k = trace.wg_keys
+    out["rank"], out["launch"], out["program"] = k[:, 0], k[:, 1], k[:, 2]
+    ws, we = workgroup_extent(trace)
+    first = np.flatnonzero(np.r_[True, trace.wg[1:] != trace.wg[:-1]])
+    out["sm"] = trace.column("hw")[first]
+    out["start_ns"], out["end_ns"] = ws, we
+    out["lifetime_ns"] = we - ws
+    wr = trace.rows_of(EventKind.WAIT)
+    wdur = trace.column("end_ns")[wr] - trace.column("start_ns")[wr]
+    wait = np.bincount(trace.wg[wr], weights=wdur.astype(np.float64), minlength=W).astype(np.int64)
+    out["wait_ns"] = np.minimum(wait, out["lifetime_ns"])
+    out["busy_ns"] = out["lifetime_ns"] - out["wait_ns"]
+    out["n_events"] = np.bincount(trace.wg, minlength=W)
+    wid = work_region_id(trace, config)
+    spans = trace.rows_of(EventKind.SPAN)
+    if wid is not None:
+        is_work = trace.column("region")[spans] == wid
+        out["work_items"] = np.bincount(trace.wg[spans[is_work]], minlength=W)
+    m, rids = region_time(trace)
+    # role: kernel + dominant span region by time
+    kern = np.array([trace.kernel_name(r, l) for r, l in k[:, :2].tolist()], dtype=object) if trace.kernels else np.full(W, "?", object)
+    # role: the leaf span region (not a wait) with the most time
+    is_wait_col = np.isin(rids, np.unique(trace.column("region")[trace.rows_of(EventKind.WAIT)]))
+    is_wait_col &= ~np.isin(rids, np.unique(trace.column("region")[spans]))
+    ms = np.where(is_wait_col[None, :], -1.0, m) if rids.size else m
+    if rids.size:
+        dom_name = trace.names_of(rids[np.argmax(ms, axis=1)])
+        dom_name[ms.max(axis=1) <= 0] = "(no spans)"
+    else:
+        dom_name = np.full(W, "(no spans)", object)
+    role = np.array([f"{a}:{b}" for a, b in zip(kern.tolist(), dom_name.tolist())], dtype=object)
+    out["role"] = role
+    rkeys, rinv = np.unique(role, return_inverse=True)
+    rinv = rinv.reshape(-1)
+    G = rkeys.size
+    for col, flag, z in (("busy_ns", "overloaded", "busy_z"), ("wait_ns", "wait_outlier", "wait_z")):
+        x = out[col].astype(np.float64)
+        med = group_median(rinv, x, G)[rinv]
+        mad = group_median(rinv, np.abs(x - med), G)[rinv] * 1.4826
+        with np.errstate(divide="ignore", invalid="ignore"):
+            zz = np.where(mad > 0, (x - med) / np.where(mad > 0, mad, 1), np.where(x > med, np.inf, 0.0))
+        out[z] = zz
+        out[flag] = (x > med * (1 + config.min_excess)) & (zz > config.z) & (group_count(rinv, G)[rinv] >= 3)
+    out["outlier"] = out["overloaded"] | out["wait_outlier"]
+    med_b = group_median(rinv, out["busy_ns"], G)[rinv]
+    med_w = group_median(rinv, out["wait_ns"], G)[rinv]
+    ex_b, ex_w = out["busy_ns"] - med_b, out["wait_ns"] - med_w
+    cause = np.full(W, "", dtype=object)
+    # an overloaded workgroup is slow from work unless it also waited more than it worked extra
+    cause[out["outlier"]] = np.where(out["overloaded"][out["outlier"]] & (ex_b[out["outlier"]] >= ex_w[out["outlier"]]), "work", "waiting")
+    out["cause"] = cause
+    top = np.full(W, "", dtype=object)
+    top_ex = np.full(W, np.nan)
+    oi = np.flatnonzero(out["outlier"])
+    if oi.size and rids.size:
+        for g in np.unique(rinv[oi]).tolist():  # one pass per role with outliers (a handful)
+            members = rinv == g
+            med_r = np.median(m[members], axis=0)
+            sel = oi[rinv[oi] == g]
+            ex = m[sel] - med_r
+            j = np.argmax(ex, axis=1)
+            top[sel] = trace.names_of(rids[j])
+            top_ex[sel] = ex[np.arange(sel.size), j]
+    out["top_region"] = top
+    out["top_region_excess_ns"] = top_ex
+    return out
+
+
+IMBALANCE_DTYPE = np.dtype(
+    [
+        ("rank", "<i4"),  # -1: all ranks of the launch together
+        ("launch", "<i4"),
+        ("n_workgroups", "<i8"),
+        ("busy_mean_ns", "<f8"),
+        ("busy_max_ns", "<f8"),
+        ("max_over_mean", "<f8"),
+        ("cv", "<f8"),  # coefficient of variation of busy time
+        ("wait_mean_ns", "<f8"),
+        ("finish_median_ns", "<f8"),
+        ("finish_last_ns", "<i8"),
+        ("tail_ns", "<f8"),  # last finish - median finish
+        ("tail_program", "<i4"),  # the last workgroup to finish
+        ("tail_rank", "<i4"),
+        ("tail_from_work_ns", "<f8"),  # its busy time beyond the mean
+        ("tail_from_wait_ns", "<f8"),  # its wait time beyond the mean
+        ("cause", "O"),  # what the tail comes from: "work" | "waiting" | "start" (it began late)
+        ("n_outliers", "<i8"),
+    ]
+)
+
+
+def imbalance(trace: Trace, wg: np.ndarray | None = None) -> np.ndarray:
+    """Imbalance of busy time across workgroups per (rank, launch), and per launch over all ranks.
+
+    Returns:
+        A table of ``IMBALANCE_DTYPE``; rows with ``rank == -1`` take a launch's workgroups of
+        every rank together.
+    """
+    wg = workgroups(trace) if wg is None else wg
+    if wg.size == 0:
+        return np.zeros(0, IMBALANCE_DTYPE)
+    parts = []
+    for scope_rank in (True, False):
+        keys = [wg["rank"], wg["launch"]] if scope_rank else [wg["launch"]]
+        inv, gk = group_index(*keys)
+        G = gk.shape[0]
+        t = np.zeros(G, IMBALANCE_DTYPE)
+        t["rank"] = gk[:, 0] if scope_rank else -1
+        t["launch"] = gk[:, 1] if scope_rank else gk[:, 0]
+        n = group_count(inv, G)
+        t["n_workgroups"] = n
+        b = wg["busy_ns"].astype(np.float64)
+        mean = group_sum(inv, b, G) / np.maximum(n, 1)
+        sq = group_sum(inv, b * b, G) / np.maximum(n, 1)
+        std = np.sqrt(np.maximum(sq - mean * mean, 0))
+        bmax = np.full(G, -np.inf)
+        np.maximum.at(bmax, inv, b)
+        t["busy_mean_ns"], t["busy_max_ns"] = mean, bmax
+        t["max_over_mean"] = np.where(mean > 0, bmax / np.where(mean > 0, mean, 1), np.nan)
+        t["cv"] = np.where(mean > 0, std / np.where(mean > 0, mean, 1), np.nan)
+        wmean = group_sum(inv, wg["wait_ns"], G) / np.maximum(n, 1)
+        t["wait_mean_ns"] = wmean
+        fin_med = group_median(inv, wg["end_ns"], G)
+        t["finish_median_ns"] = fin_med
+        o = np.lexsort((wg["end_ns"], inv))
+        last = o[np.r_[np.flatnonzero(np.diff(inv[o])), o.size - 1]]
+        t["finish_last_ns"] = wg["end_ns"][last]
+        t["tail_ns"] = wg["end_ns"][last] - fin_med
+        t["tail_program"], t["tail_rank"] = wg["program"][last], wg["rank"][last]
+        fw = wg["busy_ns"][last] - mean
+        fwt = wg["wait_ns"][last] - wmean
+        t["tail_from_work_ns"], t["tail_from_wait_ns"] = fw, fwt
+        start_med = group_median(inv, wg["start_ns"], G)
+        fs = wg["start_ns"][last] - start_med
+        t["cause"] = np.where((fs > fw) & (fs > fwt), "start", np.where(fw >= fwt, "work", "waiting")).astype(object)
+        t["n_outliers"] = group_sum(inv, wg["outlier"], G).astype(np.int64)
+        parts.append(t)
+    return np.concatenate(parts)
+
+
+def per_sm(trace: Trace, wg: np.ndarray | None = None) -> np.ndarray:
+    """Busy time, wait time and work items per (rank, SM), summed over launches.
+
+    Returns:
+        A table with ``rank``, ``sm``, ``n_workgroups``, ``busy_ns``, ``wait_ns``, ``work_items``,
+        sorted by busy time, largest first.
+    """
+    wg = workgroups(trace) if wg is None else wg
+    inv, gk = group_index(wg["rank"], wg["sm"])
+    G = gk.shape[0]
+    out = np.zeros(G, [("rank", "<i4"), ("sm", "<i8"), ("n_workgroups", "<i8"), ("busy_ns", "<i8"), ("wait_ns", "<i8"), ("work_items", "<i8")])
+    out["rank"], out["sm"] = gk[:, 0], gk[:, 1]
+    out["n_workgroups"] = group_count(inv, G)
+    out["busy_ns"] = group_sum(inv, wg["busy_ns"], G).astype(np.int64)
+    out["wait_ns"] = group_sum(inv, wg["wait_ns"], G).astype(np.int64)
+    out["work_items"] = group_sum(inv, wg["work_items"], G).astype(np.int64)
+    return out[np.argsort(-out["busy_ns"], kind="stable")]

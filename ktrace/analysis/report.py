@@ -1,0 +1,589 @@
+"""Run every analysis on a capture and state the findings in plain words, most costly first.
+
+:func:`build_report` returns a :class:`Report`: findings (each with its cost, the ranks
+involved and the time range to look at in Perfetto), a short summary and every analysis table.
+:func:`render_text` turns it into the terminal summary, :func:`report_json` into JSON-ready
+data; ``viewers/report.py`` renders the HTML file. Nothing here prints.
+
+Times in findings are relative to the capture's first event (``Report.origin_ns``), which is
+also where the Chrome/Perfetto trace writers put time 0, so a finding's range is the range to
+look at in the trace.
+"""
+
+from __future__ import annotations
+
+import math
+import urllib.parse
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import compare as _diff
+from . import hangs, load, stalls
+from . import timeline as overlap
+from .trace import Progress, Trace, fmt_ns, prepare, ranks_text, table_to_records
+
+PERFETTO_UI = "https://ui.perfetto.dev"
+_SEVERITY = {"error": 0, "warning": 1, "info": 2}
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    """What the report looks for.
+
+    Attributes:
+        load: workgroup-load settings (work region, outlier thresholds).
+        classes: how regions are classified as communication or compute.
+        min_late_ns: a producer is named a straggler when its median lateness is at least
+            this and beyond the other producers' by at least this.
+        max_rows: rows of each table kept in the JSON/HTML output (the biggest first).
+        trace_url: where the trace of this capture is served, for Perfetto links (optional).
+    """
+
+    load: load.LoadConfig = field(default_factory=load.LoadConfig)
+    classes: overlap.RegionClasses = field(default_factory=overlap.RegionClasses)
+    min_late_ns: float = 1_000.0
+    max_rows: int = 200
+    trace_url: str | None = None
+
+    def __post_init__(self):
+        if not self.min_late_ns >= 0:
+            raise ValueError(f"ReportConfig.min_late_ns must be >= 0, got {self.min_late_ns}")
+        if self.max_rows < 1:
+            raise ValueError(f"ReportConfig.max_rows must be >= 1, got {self.max_rows}")
+
+
+@dataclass
+class Finding:
+    """One thing the report wants the reader to know.
+
+    Attributes:
+        kind: ``hang``, ``straggler``, ``load``, ``imbalance``, ``overlap``, ``skew``,
+            ``critical_path``, ``capture``.
+        severity: ``error`` (a hang), ``warning`` (costs time) or ``info``.
+        cost_ns: the waiting or time it accounts for (how findings are ranked).
+        text: the finding in plain words.
+        ranks: the ranks involved.
+        start_ns, end_ns: the time range to look at, relative to ``Report.origin_ns``.
+        data: the numbers behind the text.
+    """
+
+    kind: str
+    severity: str
+    cost_ns: float
+    text: str
+    ranks: tuple[int, ...] = ()
+    start_ns: int | None = None
+    end_ns: int | None = None
+    data: dict = field(default_factory=dict)
+
+    def perfetto_url(self, trace_url: str | None = None) -> str:
+        return perfetto_link(self.start_ns, self.end_ns, trace_url)
+
+    def to_dict(self, trace_url: str | None = None) -> dict:
+        return {"kind": self.kind, "severity": self.severity, "cost_ns": self.cost_ns, "text": self.text,
+                "ranks": list(self.ranks), "start_ns": self.start_ns, "end_ns": self.end_ns,
+                "perfetto": self.perfetto_url(trace_url) if self.start_ns is not None else None, "data": _jsonable(self.data)}
+
+
+@dataclass
+class Report:
+    """Findings, summary and tables of one capture (see :func:`build_report`)."""
+
+    source: str
+    origin_ns: int
+    summary: dict
+    findings: list[Finding]
+    tables: dict[str, np.ndarray]
+    config: ReportConfig
+    trace: Trace | None = field(default=None, repr=False)
+
+
+def perfetto_link(start_ns: int | None, end_ns: int | None, trace_url: str | None = None) -> str:
+    """A ui.perfetto.dev link that opens ``trace_url`` (when given) showing [start, end] (trace ns).
+
+    Without ``trace_url`` the link opens the UI; load the trace there (``ktrace open``) and the
+    range is in the finding's text.
+    """
+    args = {}
+    if trace_url:
+        args["url"] = trace_url
+    if start_ns is not None and end_ns is not None:
+        pad = max((end_ns - start_ns) // 10, 1_000)
+        args["visStart"] = str(max(int(start_ns) - pad, 0))
+        args["visEnd"] = str(int(end_ns) + pad)
+    return f"{PERFETTO_UI}/#!/" + (("?" + urllib.parse.urlencode(args, safe=":/")) if args else "")
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _jsonable(x.tolist())
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def _rel(trace: Trace, t) -> int:
+    return int(t) - trace.origin_ns
+
+
+def _programs_text(progs) -> str:
+    ps = sorted({int(p) for p in progs})
+    if len(ps) == 1:
+        return f"program {ps[0]}"
+    shown = ", ".join(str(p) for p in ps[:8])
+    return f"programs {shown}" + (f" and {len(ps) - 8} more" if len(ps) > 8 else "")
+
+
+# ---------------------------------------------------------------------------------------------
+# findings
+# ---------------------------------------------------------------------------------------------
+
+
+def _hang_findings(trace: Trace, to: np.ndarray, missing: np.ndarray, cycles: list[list[int]]) -> list[Finding]:
+    out: list[Finding] = []
+    if to.size == 0:
+        return out
+    for m in missing:
+        sel = to[(to["rank"] == m["consumer"]) & (to["peer"] == m["producer"]) & (to["flag"] == m["flag"]) &
+                 (to["expected"] == m["expected"]) & (to["launch"] == m["launch"]) & (to["status"] == "never signalled")]
+        first = sel[np.argmin(sel["since_ns"])]
+        sent = (f"its last notify on that flag wrote {m['last_value_sent']}" if m["last_value_sent"] >= 0
+                else "it sent no notify on that flag")
+        stuck = (f"; rank {m['producer']} was itself stuck waiting" if m["producer_stuck"]
+                 else f"; rank {m['producer']} was not waiting on anything (its last event ended at "
+                      f"+{fmt_ns(_rel(trace, m['producer_last_event_ns']))})" if m["producer_last_event_ns"] >= 0 else "")
+        text = (f"HANG: rank {m['consumer']} {_programs_text(m['programs'])} (SM {first['sm']}, launch {m['launch']}) waited on "
+                f"flag +{m['flag']:#x} for value {m['cmp']} {m['expected']} from rank {m['producer']} since "
+                f"+{fmt_ns(_rel(trace, m['since_ns']))} and gave up after {fmt_ns(first['waited_ns'])}: "
+                f"rank {m['producer']} never sent it ({sent}){stuck}.")
+        out.append(Finding("hang", "error", float(sel["waited_ns"].sum()), text, (int(m["consumer"]), int(m["producer"])),
+                           _rel(trace, m["since_ns"]), _rel(trace, sel["gave_up_ns"].max()),
+                           {"producer": m["producer"], "consumer": m["consumer"], "flag": m["flag"], "expected": m["expected"],
+                            "programs": list(m["programs"]), "launch": m["launch"], "waited_ns": first["waited_ns"],
+                            "sm": first["sm"]}))
+    cut = to[to["status"] != "never signalled"]
+    if cut.size:
+        text = (f"{cut.size} more waits on {ranks_text(cut['rank'])} gave up with them (their notify "
+                f"{'came later' if (cut['status'] == 'signalled late').all() else 'came, or came later'}): cut short by the "
+                f"first timeout on their rank, not missing signals themselves.")
+        out.append(Finding("hang", "warning", float(cut["waited_ns"].sum()), text, tuple(sorted(set(cut["rank"].tolist()))),
+                           _rel(trace, cut["since_ns"].min()), _rel(trace, cut["gave_up_ns"].max()), {"n": int(cut.size)}))
+    for c in cycles:
+        if len(c) > 1:
+            chain = " -> ".join(f"rank {r}" for r in c + [c[0]])
+            out.append(Finding("hang", "error", 0.0, f"DEADLOCK: {chain}: each waited for a notify the next never sent.",
+                               tuple(c), data={"cycle": c}))
+    return out
+
+
+def _straggler_findings(trace: Trace, by_rank: np.ndarray, by_wg: np.ndarray, nl: np.ndarray, cfg: ReportConfig,
+                        total_wait: float) -> list[Finding]:
+    out: list[Finding] = []
+    if by_rank.size == 0:
+        return out
+    n = by_rank.size
+    for row in by_rank:
+        share = row["cost_ns"] / max(float(by_rank["cost_ns"].sum()), 1.0)
+        excess = row["excess_late_ns"] if np.isfinite(row["excess_late_ns"]) else row["late_median_ns"]
+        if not (row["late_median_ns"] >= cfg.min_late_ns and excess >= cfg.min_late_ns and (n == 1 or share > 1.0 / n)):
+            continue
+        r = int(row["rank"])
+        mine = nl[nl["rank"] == r]
+        worst = mine[np.argmax(mine["late_ns"])]
+        ranks_w = ranks_text(row["waiter_ranks"])
+        text = (f"rank {r} notified {fmt_ns(row['late_median_ns'])} late (median over its {row['n_notifies']} notifies; "
+                f"{fmt_ns(excess)} later than the other ranks'); worst: program {worst['program']} seq {worst['seq']} "
+                f"(flag +{worst['flag']:#x}) {fmt_ns(worst['late_ns'])} late. {row['n_waits']} waits by "
+                f"{row['waiter_workgroups']} workgroups on {ranks_w} waited {fmt_ns(row['cost_ns'])} in total for it "
+                f"({100 * row['cost_ns'] / max(total_wait, 1):.0f}% of all waiting).")
+        if row["before_region"]:
+            text += f" Before notifying it ran '{row['before_region']}' ({fmt_ns(row['before_ns'])} on average"
+            if np.isfinite(row["before_others_ns"]):
+                text += f" vs {fmt_ns(row['before_others_ns'])} on other ranks"
+            text += ")."
+        out.append(Finding("straggler", "warning", float(row["cost_ns"]), text, (r,) + tuple(int(x) for x in row["waiter_ranks"]),
+                           _rel(trace, row["worst_start_ns"]), _rel(trace, row["worst_end_ns"]),
+                           {"rank": r, "late_median_ns": row["late_median_ns"], "excess_late_ns": excess,
+                            "cost_ns": row["cost_ns"], "n_waits": row["n_waits"], "waiter_ranks": list(row["waiter_ranks"]),
+                            "before_region": row["before_region"], "before_ns": row["before_ns"],
+                            "before_others_ns": row["before_others_ns"]}))
+    # the single workgroup whose late notifies cost most, if it stands out among its rank's
+    if by_wg.size and out:
+        top = by_wg[0]
+        if top["late_median_ns"] >= cfg.min_late_ns:
+            out.append(Finding(
+                "straggler", "info", float(top["cost_ns"]),
+                f"the costliest producer workgroup: rank {top['rank']} program {top['program']} (launch {top['launch']}): "
+                f"its {top['n_notifies']} notifies kept {top['n_waits']} waits on {ranks_text(top['waiter_ranks'])} "
+                f"waiting {fmt_ns(top['cost_ns'])}.",
+                (int(top["rank"]),), _rel(trace, top["worst_start_ns"]), _rel(trace, top["worst_end_ns"]),
+                {"rank": top["rank"], "program": top["program"], "cost_ns": top["cost_ns"]}))
+    return out
+
+
+def _load_findings(trace: Trace, wg: np.ndarray, imb: np.ndarray) -> list[Finding]:
+    out: list[Finding] = []
+    o = wg[wg["outlier"]]
+    if o.size:
+        groups: dict = {}
+        for i, row in enumerate(o):
+            groups.setdefault((row["cause"], row["top_region"], row["role"]), []).append(i)
+        for (cause, region, role), idx in groups.items():
+            sel = o[idx]
+            role_wg = wg[wg["role"] == role]
+            med_busy = float(np.median(role_wg["busy_ns"]))
+            med_wait = float(np.median(role_wg["wait_ns"]))
+            med_items = float(np.median(role_wg["work_items"]))
+            by_rank: dict = {}
+            for r, p in zip(sel["rank"].tolist(), sel["program"].tolist()):
+                by_rank.setdefault(r, []).append(p)
+            where = "; ".join(f"rank {r} {_programs_text(ps)}" for r, ps in sorted(by_rank.items()))
+            n = sel.size
+            role_name = role.split(":", 1)[-1]
+            extra = float(np.nanmean(sel["top_region_excess_ns"])) if np.isfinite(sel["top_region_excess_ns"]).any() else np.nan
+            if cause == "work":
+                items = float(np.mean(sel["work_items"]))
+                items_text = (f"{items:.1f} work items vs {med_items:.0f}: uneven work distribution" if items > med_items * 1.05
+                              else f"the same number of work items ({med_items:.0f}) as the others: its work went slower")
+                text = (f"{n} overloaded workgroup{'s' if n > 1 else ''} ({role_name}): {where}; busy "
+                        f"{fmt_ns(float(np.mean(sel['busy_ns'])))} on average vs a median of {fmt_ns(med_busy)} "
+                        f"({float(np.mean(sel['busy_ns'])) / max(med_busy, 1):.1f}x), {items_text}")
+                cost = float((sel["busy_ns"] - med_busy).clip(0).sum())
+                sev = "warning"
+            else:
+                text = (f"{n} workgroup{'s' if n > 1 else ''} slowed by waiting, not by work ({role_name}): {where}; waited "
+                        f"{fmt_ns(float(np.mean(sel['wait_ns'])))} on average vs a median of {fmt_ns(med_wait)}")
+                cost = float((sel["wait_ns"] - med_wait).clip(0).sum())
+                sev = "info"
+            if region:
+                text += f"; most extra time in '{region}' (+{fmt_ns(extra)})"
+            out.append(Finding("load", sev, cost, text + ".", tuple(sorted(by_rank)), _rel(trace, sel["start_ns"].min()),
+                               _rel(trace, sel["end_ns"].max()),
+                               {"cause": cause, "region": region,
+                                "workgroups": [[int(r), int(p)] for r, p in zip(sel["rank"], sel["program"])]}))
+    for row in imb[imb["rank"] >= 0]:
+        if row["n_workgroups"] >= 2 and row["max_over_mean"] >= 1.3 and row["tail_ns"] > 0:
+            text = (f"rank {row['rank']} launch {row['launch']}: busy time max/mean {row['max_over_mean']:.2f} "
+                    f"(CV {row['cv']:.2f}); the last workgroup (program {row['tail_program']}) finished "
+                    f"{fmt_ns(row['tail_ns'])} after the median one, from {row['cause']}.")
+            out.append(Finding("imbalance", "info", float(row["tail_ns"]), text, (int(row["rank"]),),
+                               _rel(trace, row["finish_median_ns"]), _rel(trace, row["finish_last_ns"]),
+                               {k: row[k] for k in ("max_over_mean", "cv", "tail_ns", "cause")}))
+    return out
+
+
+def _overlap_findings(trace: Trace, ov: np.ndarray) -> list[Finding]:
+    out: list[Finding] = []
+    if ov.size == 0:
+        return out
+    inv, keys = np.unique(ov["rank"], return_inverse=True)
+    for i, r in enumerate(keys.tolist()):
+        sel = ov[inv.reshape(-1) == i]
+        comm, exp, kern = float(sel["comm_ns"].sum()), float(sel["exposed_ns"].sum()), float(sel["kernel_ns"].sum())
+        if comm <= 0 or kern <= 0:
+            continue
+        if exp / kern >= 0.1:
+            out.append(Finding("overlap", "info", exp,
+                               f"rank {r}: {fmt_ns(exp)} of its {fmt_ns(comm)} of communication ({100 * exp / comm:.0f}%) was "
+                               f"exposed (no compute running on the rank): {100 * exp / kern:.0f}% of its kernel time.",
+                               (r,), data={"comm_ns": comm, "exposed_ns": exp, "kernel_ns": kern}))
+    return out
+
+
+def _skew_findings(trace: Trace, lt: np.ndarray) -> list[Finding]:
+    out: list[Finding] = []
+    for ln in np.unique(lt["launch"]).tolist():
+        sel = lt[lt["launch"] == ln]
+        if sel.size < 2:
+            continue
+        dur = float(np.median(sel["dur_ns"]))
+        worst = sel[np.argmax(sel["start_skew_ns"])]
+        if worst["start_skew_ns"] > max(0.05 * dur, 5_000):
+            first = sel[np.argmin(sel["start_ns"])]
+            out.append(Finding("skew", "info", float(worst["start_skew_ns"]),
+                               f"launch {ln}: rank {worst['rank']} started {fmt_ns(worst['start_skew_ns'])} after rank {first['rank']} "
+                               f"({100 * worst['start_skew_ns'] / max(dur, 1):.0f}% of the kernel); the last rank finished "
+                               f"{fmt_ns(float(sel['end_skew_ns'].max()))} after the first.",
+                               (int(worst["rank"]), int(first["rank"])), _rel(trace, first["start_ns"]), _rel(trace, worst["start_ns"]),
+                               {"start_skew_ns": worst["start_skew_ns"], "end_skew_ns": sel["end_skew_ns"].max()}))
+    return out
+
+
+def _path_findings(trace: Trace, path: np.ndarray) -> list[Finding]:
+    out: list[Finding] = []
+    for ln in np.unique(path["launch"]).tolist():
+        p = path[path["launch"] == ln]
+        hops = int((p["kind"] == "signal").sum())
+        if hops == 0:
+            continue
+        tot = float(p["dur_ns"].sum())
+        ranks = {}
+        for r, d in zip(p["rank"].tolist(), p["dur_ns"].tolist()):
+            ranks[r] = ranks.get(r, 0) + d
+        top_r = max(ranks, key=ranks.get)
+        runs = p[(p["kind"] == "run") & (p["rank"] == top_r)]
+        reg = runs["region"][np.argmax(runs["dur_ns"])] if runs.size else ""
+        route = " -> ".join(f"r{r}p{q}" for r, q, k in zip(p["rank"].tolist(), p["program"].tolist(), p["kind"].tolist()) if k == "run")
+        out.append(Finding("critical_path", "info", 0.0,
+                           f"launch {ln}: the critical path ({fmt_ns(tot)}) crosses ranks {hops} time{'s' if hops > 1 else ''} "
+                           f"({route}); rank {top_r} holds {100 * ranks[top_r] / max(tot, 1):.0f}% of it"
+                           + (f", mostly in '{reg}'" if reg else "") + ".",
+                           tuple(sorted(ranks)), _rel(trace, p["start_ns"].min()), _rel(trace, p["end_ns"].max()),
+                           {"hops": hops, "share": {int(k): v / max(tot, 1) for k, v in ranks.items()}}))
+    return out
+
+
+def _capture_findings(trace: Trace, silent: np.ndarray) -> list[Finding]:
+    out: list[Finding] = []
+    if trace.partial:
+        missing = sorted(set(range(trace.world_size)) - set(np.unique(trace.wg_keys[:, 0]).tolist()))
+        out.append(Finding("capture", "warning", 0.0,
+                           f"the capture is partial (ranks {missing or '?'} missing): waits on those ranks' notifies have no "
+                           f"release and are left out of the producer-late split.", tuple(missing)))
+    model = trace.clock
+    if model is not None and not getattr(model, "aligned", True):
+        out.append(Finding("capture", "warning", 0.0,
+                           "some ranks have no clock calibration: their events are on their own device clock and cross-rank "
+                           "timings (lateness, skew, critical path) involving them are not meaningful."))
+    if silent.size:
+        for row in silent:
+            out.append(Finding("capture", "warning", 0.0,
+                               f"rank {row['rank']} launch {row['launch']}: {row['n_silent']} of {row['n_programs']} programs "
+                               f"recorded nothing (never started, never finished, or not traced).", (int(row["rank"]),)))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the report
+# ---------------------------------------------------------------------------------------------
+
+
+def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Progress | None = None) -> Report:
+    """Run every analysis on a capture and gather its findings.
+
+    Args:
+        source: anything :func:`ktrace.analysis.prepare` takes (a capture, a path, a table).
+        config: what to look for.
+        progress: called as each step starts (name, steps done, steps in all).
+
+    Raises:
+        AnalysisError: the capture cannot be analysed.
+    """
+    steps = ["align", "waits", "stragglers", "load", "overlap", "critical path", "hangs", "findings"]
+    done = [0]
+
+    def step(name):
+        if progress:
+            progress(name, done[0], len(steps))
+        done[0] += 1
+
+    step("align")
+    trace = prepare(source)
+    step("waits")
+    w = stalls.waits(trace)
+    tot_rank = stalls.stall_totals(trace, "rank", w)
+    tot_peer = stalls.stall_totals(trace, "peer", w)
+    tot_wg = stalls.stall_totals(trace, "workgroup", w)
+    step("stragglers")
+    by_rank, by_wg = stalls.stragglers(trace, w)
+    nl = stalls.notify_lateness(trace, w)
+    step("load")
+    wg = load.workgroups(trace, config.load)
+    imb = load.imbalance(trace, wg)
+    sm = load.per_sm(trace, wg)
+    step("overlap")
+    ov = overlap.overlap(trace, config.classes)
+    lt = overlap.launch_timing(trace)
+    step("critical path")
+    path = overlap.critical_path(trace)
+    path_sum = overlap.critical_path_summary(path)
+    step("hangs")
+    to = hangs.timeouts(trace)
+    missing = hangs.missing_notifies(trace, to)
+    cycles = hangs.wait_for_cycles(missing)
+    silent = hangs.silent_programs(trace)
+    step("findings")
+    total_wait = float(w["wait_ns"].sum())
+    findings = (_hang_findings(trace, to, missing, cycles) + _straggler_findings(trace, by_rank, by_wg, nl, config, total_wait)
+                + _load_findings(trace, wg, imb) + _overlap_findings(trace, ov) + _skew_findings(trace, lt)
+                + _path_findings(trace, path) + _capture_findings(trace, silent))
+    findings.sort(key=lambda f: (_SEVERITY[f.severity], -f.cost_ns))
+    kt = stalls.kernel_time(trace)
+    paired = w["notify_row"] >= 0
+    summary = {
+        "source": trace.source,
+        "world_size": trace.world_size,
+        "ranks": sorted(set(trace.wg_keys[:, 0].tolist())),
+        "launches": int(np.unique(trace.wg_keys[:, 1]).size) if trace.n_workgroups else 0,
+        "kernels": sorted(set(trace.kernels.values())),
+        "events": int(trace.events.size),
+        "workgroups": trace.n_workgroups,
+        "kernel_ns": float(kt["kernel_ns"].sum()),
+        "waits": int(w.size),
+        "wait_ns": total_wait,
+        "producer_late_ns": float(np.nansum(w["producer_late_ns"])),
+        "signal_latency_ns": float(np.nansum(w["signal_latency_ns"])),
+        "waits_released": int(paired.sum()),
+        "waits_unreleased": int((~paired & ~w["timed_out"]).sum()),
+        "timeouts": int(w["timed_out"].sum()),
+        "clock": (getattr(trace.clock, "method", None) if trace.clock is not None else "given table"),
+        "clock_bound_ns": (float(trace.clock.max_rtt_ns / 2 + trace.clock.max_residual_ns) if trace.clock is not None else None),
+        "partial": trace.partial,
+    }
+    tables = {
+        "waits": w, "stalls_by_rank": tot_rank, "stalls_by_peer": tot_peer, "stalls_by_workgroup": tot_wg,
+        "stragglers": by_rank, "straggler_workgroups": by_wg, "notify_lateness": nl,
+        "workgroups": wg, "imbalance": imb, "per_sm": sm, "overlap": ov, "launch_timing": lt,
+        "critical_path": path, "critical_path_summary": path_sum, "timeouts": to, "missing_notifies": missing,
+        "silent_programs": silent,
+    }
+    if progress:
+        progress("done", len(steps), len(steps))
+    return Report(source=trace.source, origin_ns=trace.origin_ns, summary=summary, findings=findings, tables=tables,
+                  config=config, trace=trace)
+
+
+def render_text(rep: Report, *, max_findings: int = 20) -> str:
+    """The terminal summary: findings first, in plain words, then the headline numbers."""
+    s = rep.summary
+    lines = [f"ktrace report: {s['source']}", ""]
+    if rep.findings:
+        lines.append("Findings (most costly first):")
+        for i, f in enumerate(rep.findings[:max_findings], 1):
+            tag = {"error": "!!", "warning": " !", "info": "  "}[f.severity]
+            where = f" [+{fmt_ns(f.start_ns)} .. +{fmt_ns(f.end_ns)}]" if f.start_ns is not None else ""
+            lines.append(f"{tag} {i}. {f.text}{where}")
+        if len(rep.findings) > max_findings:
+            lines.append(f"   ... and {len(rep.findings) - max_findings} more (see --json / --html)")
+    else:
+        lines.append("No findings: no late producers, overloaded workgroups, exposed communication or hangs stood out.")
+    lines += [
+        "",
+        f"Capture: {s['world_size']} ranks ({', '.join(map(str, s['ranks']))}), {s['launches']} launches of "
+        f"{', '.join(s['kernels']) or '?'}, {s['events']:,} events, {s['workgroups']:,} workgroups"
+        + (" (PARTIAL)" if s["partial"] else ""),
+        f"Clock: {s['clock']}" + (f", ranks aligned within ~{fmt_ns(s['clock_bound_ns'])}" if s.get("clock_bound_ns") else ""),
+        f"Waits: {s['waits']:,} waited {fmt_ns(s['wait_ns'])} in total: producer late {fmt_ns(s['producer_late_ns'])}, "
+        f"signal latency {fmt_ns(s['signal_latency_ns'])}; {s['waits_unreleased']} completed waits without a captured "
+        f"notify; {s['timeouts']} timed out.",
+    ]
+    tr = rep.tables["stalls_by_rank"]
+    if tr.size:
+        lines.append("Waiting per rank: " + ", ".join(
+            f"r{r['rank']} {fmt_ns(r['wait_ns'])} ({100 * r['wait_frac']:.0f}% of program time)" if np.isfinite(r["wait_frac"])
+            else f"r{r['rank']} {fmt_ns(r['wait_ns'])}" for r in np.sort(tr, order="rank")))
+    ov = rep.tables["overlap"]
+    if ov.size:
+        parts = []
+        for r in np.unique(ov["rank"]).tolist():
+            sel = ov[ov["rank"] == r]
+            c = float(sel["comm_ns"].sum())
+            parts.append(f"r{r} {100 * float(sel['hidden_ns'].sum()) / c:.0f}% hidden" if c else f"r{r} no comm")
+        lines.append("Communication under compute: " + ", ".join(parts))
+    imb = rep.tables["imbalance"]
+    allr = imb[imb["rank"] < 0]
+    if allr.size:
+        lines.append("Workgroup busy time max/mean: " + ", ".join(
+            f"launch {r['launch']} {r['max_over_mean']:.2f} (CV {r['cv']:.2f}, tail {fmt_ns(r['tail_ns'])})" for r in allr[:4]))
+    lines.append("Times are relative to the capture's first event (time 0 of its Perfetto trace).")
+    return "\n".join(lines)
+
+
+def report_json(rep: Report) -> dict:
+    """The report as JSON-ready data: summary, findings (with Perfetto links) and the tables
+    (the first ``config.max_rows`` rows of each, biggest first; ``rows_total`` gives the count)."""
+    tables = {}
+    for name, t in rep.tables.items():
+        tables[name] = {"rows_total": int(t.size), "columns": list(t.dtype.names or ()),
+                        "rows": _jsonable(table_to_records(t, rep.config.max_rows))}
+    return {"format": "ktrace-report", "version": 1, "source": rep.source, "origin_ns": rep.origin_ns,
+            "summary": _jsonable(rep.summary), "findings": [f.to_dict(rep.config.trace_url) for f in rep.findings],
+            "tables": tables}
+
+
+# ---------------------------------------------------------------------------------------------
+# diff
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DiffReport:
+    """Two captures compared (see :func:`build_diff`)."""
+
+    a: str
+    b: str
+    findings: list[Finding]
+    tables: dict[str, np.ndarray]
+    summary: dict
+
+
+def build_diff(a, b, *, progress: Progress | None = None, top: int = 10) -> DiffReport:
+    """Compare two captures of the same kernel: per region, rank and workgroup, biggest movers first."""
+    if progress:
+        progress("align A", 0, 3)
+    ta = prepare(a)
+    if progress:
+        progress("align B", 1, 3)
+    tb = prepare(b)
+    if progress:
+        progress("diff", 2, 3)
+    tables = _diff.diff(ta, tb)
+    findings: list[Finding] = []
+    ranks = tables["ranks"]
+    kern = ranks[ranks["measure"] == "kernel"]
+    a_k, b_k = float(kern["a_ns"].sum()), float(kern["b_ns"].sum())
+    ka, kb = sorted(set(ta.kernels.values())), sorted(set(tb.kernels.values()))
+    if ka and kb and ka != kb:
+        findings.append(Finding("capture", "warning", 0.0, f"the captures hold different kernels: A {ka}, B {kb}."))
+    for row in tables["regions"][:top]:
+        if row["delta_ns"] == 0:
+            break
+        word = "more" if row["delta_ns"] > 0 else "less"
+        rel = f" ({100 * row['rel_change']:+.0f}%)" if np.isfinite(row["rel_change"]) else " (new in B)"
+        findings.append(Finding("diff", "info", abs(float(row["delta_ns"])),
+                                f"'{row['region']}' on rank {row['rank']}: {fmt_ns(abs(row['delta_ns']))} {word} per launch "
+                                f"({fmt_ns(row['a_ns'])} -> {fmt_ns(row['b_ns'])}{rel}; events {row['a_count']:.0f} -> {row['b_count']:.0f}).",
+                                (int(row["rank"]),), data={k: row[k] for k in ("a_ns", "b_ns", "delta_ns")}))
+    for row in tables["workgroups"][:3]:
+        if abs(row["delta_ns"]) <= 0:
+            break
+        findings.append(Finding("diff", "info", abs(float(row["delta_ns"])),
+                                f"workgroup rank {row['rank']} program {row['program']}: lifetime {fmt_ns(row['a_ns'])} -> "
+                                f"{fmt_ns(row['b_ns'])} per launch (busy {fmt_ns(row['a_busy_ns'])} -> {fmt_ns(row['b_busy_ns'])}).",
+                                (int(row["rank"]),)))
+    findings.sort(key=lambda f: (_SEVERITY[f.severity], -f.cost_ns))
+    summary = {"a": ta.source, "b": tb.source, "kernel_a_ns": a_k, "kernel_b_ns": b_k,
+               "kernel_change": (b_k - a_k) / a_k if a_k else None}
+    if progress:
+        progress("done", 3, 3)
+    return DiffReport(a=ta.source, b=tb.source, findings=findings, tables=tables, summary=summary)
+
+
+def render_diff_text(d: DiffReport, *, rows: int = 10) -> str:
+    s = d.summary
+    ch = f" ({100 * s['kernel_change']:+.1f}%)" if s["kernel_change"] is not None else ""
+    lines = [f"ktrace diff: A = {d.a}, B = {d.b}", "",
+             f"Kernel time per launch, summed over ranks: {fmt_ns(s['kernel_a_ns'])} -> {fmt_ns(s['kernel_b_ns'])}{ch}", ""]
+    lines.append("Biggest movers:" if d.findings else "No differences.")
+    for i, f in enumerate(d.findings, 1):
+        lines.append(f"  {i}. {f.text}")
+    r = d.tables["ranks"]
+    if r.size:
+        lines += ["", "Per rank (per launch):"]
+        for row in np.sort(r, order=["rank", "measure"]):
+            lines.append(f"  rank {row['rank']} {row['measure']:>6}: {fmt_ns(row['a_ns']):>10} -> {fmt_ns(row['b_ns']):>10}")
+    return "\n".join(lines)
+
+
+def diff_json(d: DiffReport, max_rows: int = 200) -> dict:
+    return {"format": "ktrace-diff", "version": 1, "a": d.a, "b": d.b, "summary": _jsonable(d.summary),
+            "findings": [f.to_dict() for f in d.findings],
+            "tables": {k: {"rows_total": int(t.size), "columns": list(t.dtype.names or ()),
+                           "rows": _jsonable(table_to_records(t, max_rows))} for k, t in d.tables.items()}}

@@ -1,0 +1,491 @@
+"""Spin-lock stalls: every wait, the notify that released it, and who made whom wait.
+
+A WAIT event spans from the moment a program began spinning on a flag to the read that saw the
+value it wanted (or gave up). The notify that released it is found across ranks on the aligned
+clock (:func:`release_pairs`), and each wait is split in two:
+
+``producer_late_ns``
+    the part before the producer began its notify: the flag was not yet set when the waiter
+    arrived, because the producer was late;
+``signal_latency_ns``
+    the rest, from the notify to the read that saw it (the signal's trip plus the spin's
+    polling interval). A wait whose flag was set before it began is all signal latency.
+
+The two add up to ``wait_ns``. A wait that timed out is all producer lateness (the value never
+came); a completed wait whose notify was not captured (its producer's rank is missing, or the
+flag was set by untraced code) has NaN for both.
+
+Stragglers (:func:`stragglers`): producers ranked by the waiting their late notifies caused
+(sum of ``producer_late_ns`` over the waits they released), with what each was doing just
+before it notified (its preceding spans).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..schema import EventKind
+from ..shmem.codes import Cmp
+from .trace import (
+    Trace,
+    enclosing_span,
+    group_count,
+    group_index,
+    group_max,
+    group_median,
+    group_sum,
+    is_timeout,
+    preceding_span,
+)
+
+#: One row per WAIT event (see the module docstring for the two parts of ``wait_ns``).
+WAIT_DTYPE = np.dtype(
+    [
+        ("row", "<i8"),  # row of the event in Trace.events
+        ("rank", "<i4"),
+        ("launch", "<i4"),
+        ("program", "<i4"),
+        ("sm", "<i8"),
+        ("name", "O"),  # the wait's own name (``ks.wait(..., name=)``)
+        ("region", "O"),  # the span enclosing the wait ("" if none)
+        ("peer", "<i8"),
+        ("flag", "<i8"),  # heap offset (bytes)
+        ("expected", "<i8"),
+        ("value", "<i8"),  # last value read
+        ("cmp", "<i8"),
+        ("start_ns", "<i8"),
+        ("end_ns", "<i8"),
+        ("wait_ns", "<i8"),
+        ("spins", "<i8"),
+        ("timed_out", "?"),
+        ("notify_row", "<i8"),  # releasing notify's row, -1 if none
+        ("notify_rank", "<i8"),
+        ("notify_program", "<i8"),
+        ("notify_start_ns", "<i8"),
+        ("producer_late_ns", "<f8"),
+        ("signal_latency_ns", "<f8"),
+    ]
+)
+
+
+def _signal_rows(trace: Trace) -> np.ndarray:
+    return np.sort(np.concatenate([trace.rows_of(EventKind.WAIT), trace.rows_of(EventKind.NOTIFY)]))
+
+
+def release_pairs(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """For each completed wait that a captured notify released, that notify.
+
+    Exact pairs first (``ktrace.clock.causality.pair_notify_wait``: the notify wrote the very
+    value waited for, first in first out). Then, for ``ge``/``gt`` waits left over, the first
+    notify of the same producer, flag, consumer and launch that made the flag reach the expected
+    value. The flag's value is not recorded: notifies that all write the same value are read as
+    a counter (adds; the flag is their running sum), others as sets (the flag is the value
+    written).
+
+    Returns:
+        ``(notify_rows, wait_rows)``: rows of ``trace.events``, one pair per position.
+    """
+    from ..clock.causality import pair_notify_wait
+
+    key = ("pairs",)
+    if key in trace._cache:
+        return trace._cache[key]
+    sel = _signal_rows(trace)
+    sub = trace.events[sel]
+    n_loc, w_loc, _, _ = pair_notify_wait(sub)
+    n_rows, w_rows = sel[n_loc], sel[w_loc]
+
+    # ge/gt waits left unpaired: counters and round numbers
+    waits = trace.rows_of(EventKind.WAIT)
+    ev = trace.events
+    cmpc = ev["arg5"][waits]
+    left = waits[~np.isin(waits, w_rows) & ~is_timeout(ev["flags"][waits]) & np.isin(cmpc, [int(Cmp.GE), int(Cmp.GT)])]
+    nots = trace.rows_of(EventKind.NOTIFY)
+    if left.size and nots.size:
+        # groups: (producer, consumer, flag, launch)
+        kn = np.stack([ev["rank"][nots], ev["arg0"][nots], ev["arg2"][nots], ev["launch"][nots]], axis=1).astype(np.int64)
+        kw = np.stack([ev["arg0"][left], ev["rank"][left], ev["arg2"][left], ev["launch"][left]], axis=1).astype(np.int64)
+        allk, inv = np.unique(np.concatenate([kn, kw]), axis=0, return_inverse=True)
+        inv = inv.reshape(-1)
+        gn, gw = inv[: nots.size], inv[nots.size :]
+        ns = ev["start_ns"][nots]
+        o = np.lexsort((ns, gn))
+        nots_o, gn_o = nots[o], gn[o]
+        val = ev["arg1"][nots_o].astype(np.int64)
+        counts = np.bincount(gn_o, minlength=allk.shape[0])
+        lo = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        hi = lo + counts
+        big = np.int64(1) << 34
+        half = np.int64(1) << 33
+        cs = np.cumsum(val)
+        cs_in = cs - np.repeat(cs[lo[counts > 0]] - val[lo[counts > 0]], counts[counts > 0])
+        expected = ev["arg4"][left].astype(np.int64)
+        gt = ev["arg5"][left] == int(Cmp.GT)
+        need = expected + gt  # the value that satisfies ">= need"
+
+        def first_reaching(v: np.ndarray) -> np.ndarray:
+            v = np.clip(v, -half + 1, half - 1)
+            run = np.maximum.accumulate(gn_o * big + v + half)
+            target = gw * big + np.clip(need, -half + 1, half - 1) + half
+            p = np.searchsorted(run, target, side="left")
+            return np.where((p < hi[gw]) & (counts[gw] > 0), p, -1)
+
+        # a group whose notifies all write the same value is a counter (adds): its running sum
+        # is the flag's value; otherwise the notifies set the flag to their values
+        vmin = np.full(allk.shape[0], np.iinfo(np.int64).max)
+        vmax = np.full(allk.shape[0], np.iinfo(np.int64).min)
+        np.minimum.at(vmin, gn_o, val)
+        np.maximum.at(vmax, gn_o, val)
+        counter = (vmin == vmax) & (counts > 1)
+        p = np.where(counter[gw], first_reaching(cs_in), first_reaching(val))
+        ok = p >= 0
+        n_rows = np.concatenate([n_rows, nots_o[p[ok]]])
+        w_rows = np.concatenate([w_rows, left[ok]])
+    o = np.argsort(w_rows, kind="stable")
+    out = (n_rows[o], w_rows[o])
+    trace._cache[key] = out
+    return out
+
+
+def waits(trace: Trace) -> np.ndarray:
+    """Every wait with where it ran, what it waited for, how long, and what released it.
+
+    Returns:
+        A table of ``WAIT_DTYPE``, one row per WAIT event, in event order.
+    """
+    key = ("waits",)
+    if key in trace._cache:
+        return trace._cache[key]
+    ev = trace.events
+    rows = trace.rows_of(EventKind.WAIT)
+    t = np.zeros(rows.size, WAIT_DTYPE)
+    t["row"] = rows
+    for c in ("rank", "launch", "program"):
+        t[c] = ev[c][rows]
+    t["sm"] = ev["hw"][rows]
+    t["name"] = trace.names_of(ev["region"][rows])
+    enc = enclosing_span(trace, rows)
+    reg = np.full(rows.size, "", dtype=object)
+    has = enc >= 0
+    reg[has] = trace.names_of(ev["region"][enc[has]])
+    t["region"] = reg
+    t["peer"] = ev["arg0"][rows]
+    t["spins"] = ev["arg1"][rows]
+    t["flag"] = ev["arg2"][rows]
+    t["value"] = ev["arg3"][rows]
+    t["expected"] = ev["arg4"][rows]
+    t["cmp"] = ev["arg5"][rows]
+    s = ev["start_ns"][rows]
+    e = ev["end_ns"][rows]
+    t["start_ns"] = s
+    t["end_ns"] = e
+    dur = np.maximum(e - s, 0)
+    t["wait_ns"] = dur
+    to = is_timeout(ev["flags"][rows])
+    t["timed_out"] = to
+
+    n_rows, w_rows = release_pairs(trace)
+    pos = np.searchsorted(rows, w_rows)
+    nr = np.full(rows.size, -1, np.int64)
+    nr[pos] = n_rows
+    t["notify_row"] = nr
+    paired = nr >= 0
+    t["notify_rank"] = np.where(paired, ev["rank"][np.maximum(nr, 0)], -1)
+    t["notify_program"] = np.where(paired, ev["program"][np.maximum(nr, 0)], -1)
+    ns = np.where(paired, ev["start_ns"][np.maximum(nr, 0)], 0)
+    t["notify_start_ns"] = ns
+    late = np.full(rows.size, np.nan)
+    late[paired] = np.clip(ns[paired] - s[paired], 0, dur[paired])
+    late[to] = dur[to]
+    t["producer_late_ns"] = late
+    t["signal_latency_ns"] = dur - late
+    trace._cache[key] = t
+    return t
+
+
+def kernel_time(trace: Trace) -> np.ndarray:
+    """Per (rank, launch), the launch's extent on that rank: first event start to last event end.
+
+    Returns:
+        A table with ``rank``, ``launch``, ``start_ns``, ``end_ns``, ``kernel_ns``.
+    """
+    key = ("kernel_time",)
+    if key in trace._cache:
+        return trace._cache[key]
+    s, e = trace.column("start_ns"), trace.column("end_ns")
+    r, l = trace.column("rank").astype(np.int64), trace.column("launch").astype(np.int64)
+    out = np.zeros(0, [("rank", "<i4"), ("launch", "<i4"), ("start_ns", "<i8"), ("end_ns", "<i8"), ("kernel_ns", "<i8")])
+    if s.size:
+        # the table is sorted by rank, launch: contiguous groups
+        new = np.r_[True, (r[1:] != r[:-1]) | (l[1:] != l[:-1])]
+        first = np.flatnonzero(new)
+        out = np.zeros(first.size, out.dtype)
+        out["rank"], out["launch"] = r[first], l[first]
+        out["start_ns"] = np.minimum.reduceat(s, first)
+        out["end_ns"] = np.maximum.reduceat(e, first)
+        out["kernel_ns"] = out["end_ns"] - out["start_ns"]
+    trace._cache[key] = out
+    return out
+
+
+def workgroup_extent(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Per workgroup (``trace.wg_keys`` order), its first event start and last event end."""
+    key = ("wg_extent",)
+    if key in trace._cache:
+        return trace._cache[key]
+    s, e = trace.column("start_ns"), trace.column("end_ns")
+    if s.size == 0:
+        out = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    else:
+        first = np.flatnonzero(np.r_[True, trace.wg[1:] != trace.wg[:-1]])
+        out = (np.minimum.reduceat(s, first), np.maximum.reduceat(e, first))
+    trace._cache[key] = out
+    return out
+
+
+_TOTAL_FIELDS = [
+    ("n_waits", "<i8"),
+    ("timeouts", "<i8"),
+    ("wait_ns", "<i8"),
+    ("producer_late_ns", "<f8"),
+    ("signal_latency_ns", "<f8"),
+    ("time_ns", "<i8"),  # the time the fraction is of: kernel time (rank, peer) or lifetime (workgroup)
+    ("wait_frac", "<f8"),
+]
+
+
+def stall_totals(trace: Trace, by: str = "rank", w: np.ndarray | None = None) -> np.ndarray:
+    """Wait time summed per rank, per (rank, peer) or per workgroup, and its share of the time.
+
+    Args:
+        trace: the prepared capture.
+        by: ``"rank"`` (the waiting rank; share of its kernel time, summed over launches and
+            programs: waiting programs run in parallel, so this is program-time, and
+            ``wait_frac`` = wait / (kernel time x programs that recorded events)), ``"peer"``
+            (waiting rank and the rank waited on) or ``"workgroup"`` (rank, launch, program;
+            share of the workgroup's lifetime).
+        w: the :func:`waits` table (computed when not given).
+
+    Returns:
+        A table sorted by ``wait_ns``, largest first.
+    """
+    w = waits(trace) if w is None else w
+    if by == "rank":
+        kcols = [w["rank"]]
+        names = [("rank", "<i4")]
+    elif by == "peer":
+        kcols = [w["rank"], w["peer"]]
+        names = [("rank", "<i4"), ("peer", "<i4")]
+    elif by == "workgroup":
+        kcols = [w["rank"], w["launch"], w["program"]]
+        names = [("rank", "<i4"), ("launch", "<i4"), ("program", "<i4")]
+    else:
+        raise ValueError(f"stall_totals: by must be 'rank', 'peer' or 'workgroup', got {by!r}")
+    inv, keys = group_index(*kcols)
+    g = keys.shape[0]
+    out = np.zeros(g, names + _TOTAL_FIELDS)
+    for i, (n, _) in enumerate(names):
+        out[n] = keys[:, i]
+    out["n_waits"] = group_count(inv, g)
+    out["timeouts"] = group_sum(inv, w["timed_out"], g).astype(np.int64)
+    out["wait_ns"] = group_sum(inv, w["wait_ns"], g).astype(np.int64)
+    out["producer_late_ns"] = group_sum(inv, np.nan_to_num(w["producer_late_ns"]), g)
+    out["signal_latency_ns"] = group_sum(inv, np.nan_to_num(w["signal_latency_ns"]), g)
+    if by == "workgroup":
+        ws, we = workgroup_extent(trace)
+        wk = trace.wg_keys
+        idx = _lookup_rows(wk, keys)
+        out["time_ns"] = np.where(idx >= 0, (we - ws)[np.maximum(idx, 0)], 0)
+    else:
+        # program-time of each rank: kernel extent x programs with events, summed over launches
+        kt = kernel_time(trace)
+        nprog = np.bincount(_lookup_rows(kt_keys(kt), trace.wg_keys[:, :2]), minlength=kt.size) if kt.size else np.zeros(0)
+        per_rank = np.zeros(int(max(kt["rank"].max() + 1 if kt.size else 0, trace.world_size)), np.float64)
+        np.add.at(per_rank, kt["rank"], kt["kernel_ns"] * nprog)
+        out["time_ns"] = per_rank[np.asarray(out["rank"], np.int64)] if per_rank.size else 0
+    out["wait_frac"] = np.where(out["time_ns"] > 0, out["wait_ns"] / np.maximum(out["time_ns"], 1), np.nan)
+    return out[np.argsort(-out["wait_ns"], kind="stable")]
+
+
+def kt_keys(kt: np.ndarray) -> np.ndarray:
+    return np.stack([kt["rank"].astype(np.int64), kt["launch"].astype(np.int64)], axis=1)
+
+
+def _lookup_rows(table_keys: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Index of each query key (rows of ints) in ``table_keys`` (unique rows), -1 when absent."""
+    if table_keys.shape[0] == 0:
+        return np.full(query.shape[0], -1, np.int64)
+    allk, inv = np.unique(np.concatenate([table_keys, query]), axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    where = np.full(allk.shape[0], -1, np.int64)
+    where[inv[: table_keys.shape[0]]] = np.arange(table_keys.shape[0])
+    return where[inv[table_keys.shape[0] :]]
+
+
+#: One row per producer rank (``stragglers(...)[0]``) or producer workgroup (``[1]``).
+STRAGGLER_FIELDS = [
+    ("n_notifies", "<i8"),  # notifies of this producer that released a captured wait
+    ("n_waits", "<i8"),  # waits they released
+    ("n_late", "<i8"),  # of those, waits that began before the notify
+    ("cost_ns", "<f8"),  # sum of producer lateness over the waits released: the waiting caused
+    ("late_median_ns", "<f8"),  # per notify, the lateness (largest over its waits); median
+    ("late_max_ns", "<f8"),
+    ("excess_late_ns", "<f8"),  # late_median_ns minus the median of the other producers'
+    ("waiter_ranks", "O"),  # list of ranks that waited on it
+    ("waiter_workgroups", "<i8"),  # distinct (rank, launch, program) that waited on it
+    ("worst_notify_row", "<i8"),
+    ("worst_start_ns", "<i8"),  # time range of the worst notify's lateness
+    ("worst_end_ns", "<i8"),
+    ("before_region", "O"),  # the region it most often ran just before notifying
+    ("before_ns", "<f8"),  # mean duration of that region before its notifies
+    ("before_others_ns", "<f8"),  # mean duration of the same region on other producers
+]
+
+
+def notify_lateness(trace: Trace, w: np.ndarray | None = None) -> np.ndarray:
+    """One row per notify that released at least one captured wait: how late it was.
+
+    Columns: ``row``, ``rank``, ``launch``, ``program``, ``seq``, ``flag``, ``start_ns``,
+    ``late_ns`` (the largest producer lateness among the waits it released: how long its first
+    waiter had been spinning), ``cost_ns`` (summed over its waits), ``n_waits``,
+    ``before_row`` (the span that ended last before it, -1 if none), ``before_region``,
+    ``before_ns`` (that span's duration), ``gap_ns`` (from that span's end to the notify).
+    Sorted by ``cost_ns``, largest first.
+    """
+    key = ("notify_late",)
+    if key in trace._cache:
+        return trace._cache[key]
+    w = waits(trace) if w is None else w
+    paired = w[w["notify_row"] >= 0]
+    ev = trace.events
+    u, inv = np.unique(paired["notify_row"], return_inverse=True)
+    g = u.size
+    late = np.nan_to_num(paired["producer_late_ns"])
+    out = np.zeros(
+        g,
+        [("row", "<i8"), ("rank", "<i4"), ("launch", "<i4"), ("program", "<i4"), ("seq", "<i8"), ("flag", "<i8"),
+         ("start_ns", "<i8"), ("late_ns", "<f8"), ("cost_ns", "<f8"), ("n_waits", "<i8"), ("before_row", "<i8"),
+         ("before_region", "O"), ("before_ns", "<f8"), ("gap_ns", "<f8")],
+    )
+    out["row"] = u
+    for c in ("rank", "launch", "program"):
+        out[c] = ev[c][u]
+    out["seq"] = ev["arg3"][u]
+    out["flag"] = ev["arg2"][u]
+    out["start_ns"] = ev["start_ns"][u]
+    out["late_ns"] = group_max(inv, late, g, fill=0.0)
+    out["cost_ns"] = group_sum(inv, late, g)
+    out["n_waits"] = group_count(inv, g)
+    prev = preceding_span(trace, u)
+    out["before_row"] = prev
+    has = prev >= 0
+    reg = np.full(g, "", dtype=object)
+    reg[has] = trace.names_of(ev["region"][prev[has]])
+    out["before_region"] = reg
+    bn = np.full(g, np.nan)
+    gap = np.full(g, np.nan)
+    bn[has] = ev["end_ns"][prev[has]] - ev["start_ns"][prev[has]]
+    gap[has] = out["start_ns"][has] - ev["end_ns"][prev[has]]
+    out["before_ns"] = bn
+    out["gap_ns"] = gap
+    out = out[np.argsort(-out["cost_ns"], kind="stable")]
+    trace._cache[key] = out
+    return out
+
+
+def stragglers(trace: Trace, w: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Rank producers by the waiting their late notifies caused.
+
+    Returns:
+        ``(by_rank, by_workgroup)``: tables with ``rank`` (and ``launch``, ``program``) plus
+        ``STRAGGLER_FIELDS``, sorted by ``cost_ns``, largest first. ``excess_late_ns`` compares a
+        producer's median lateness with the median of the other producers' medians (ranks
+        compared with ranks, workgroups with workgroups): a rank whose notifies are all
+        delayed by D stands out by about D.
+    """
+    w = waits(trace) if w is None else w
+    nl = notify_lateness(trace, w)
+    paired = w[w["notify_row"] >= 0]
+    return (_straggler_table(trace, nl, paired, ("rank",)), _straggler_table(trace, nl, paired, ("rank", "launch", "program")))
+
+
+def _straggler_table(trace: Trace, nl: np.ndarray, paired: np.ndarray, by: tuple[str, ...]) -> np.ndarray:
+    dt = [(c, "<i4") for c in by] + STRAGGLER_FIELDS
+    if nl.size == 0:
+        return np.zeros(0, dt)
+    inv, keys = group_index(*[nl[c] for c in by])
+    g = keys.shape[0]
+    out = np.zeros(g, dt)
+    for i, c in enumerate(by):
+        out[c] = keys[:, i]
+    out["n_notifies"] = group_count(inv, g)
+    out["n_waits"] = group_sum(inv, nl["n_waits"], g).astype(np.int64)
+    out["cost_ns"] = group_sum(inv, nl["cost_ns"], g)
+    out["late_median_ns"] = group_median(inv, nl["late_ns"], g)
+    out["late_max_ns"] = group_max(inv, nl["late_ns"], g, fill=0.0)
+    med = out["late_median_ns"]
+    if g > 1:
+        # the median of the others' medians, for each producer (leave-one-out on a sorted list)
+        srt = np.sort(med)
+        k = g - 1
+        idx_self = np.searchsorted(srt, med)
+        lo_i, hi_i = (k - 1) // 2, k // 2
+
+        def other_at(i):  # i-th smallest of the list without this producer's own value
+            return np.where(i < idx_self, srt[np.minimum(i, g - 1)], srt[np.minimum(i + 1, g - 1)])
+
+        out["excess_late_ns"] = med - 0.5 * (other_at(lo_i) + other_at(hi_i))
+    else:
+        out["excess_late_ns"] = np.nan
+    # waits: late count, waiter ranks and workgroups, via the paired waits' notify rows
+    pos = np.searchsorted(nl["row"][np.argsort(nl["row"])], paired["notify_row"])
+    srt_rows = np.argsort(nl["row"])
+    g_of_wait = inv[srt_rows[pos]]
+    out["n_late"] = np.bincount(g_of_wait, weights=(np.nan_to_num(paired["producer_late_ns"]) > 0), minlength=g).astype(np.int64)
+    wr_inv, wr_keys = group_index(g_of_wait, paired["rank"])
+    ranks_per = [[] for _ in range(g)]
+    for gi, r in wr_keys.tolist():  # one entry per (producer, waiting rank): small
+        ranks_per[gi].append(r)
+    out["waiter_ranks"] = np.array([tuple(x) for x in ranks_per] + [None], dtype=object)[:-1]
+    _, wg_keys = group_index(g_of_wait, paired["rank"], paired["launch"], paired["program"])
+    out["waiter_workgroups"] = np.bincount(wg_keys[:, 0], minlength=g) if wg_keys.size else 0
+    # worst notify of each producer
+    o = np.lexsort((nl["late_ns"], inv))
+    last = np.r_[np.flatnonzero(np.diff(inv[o])), o.size - 1]
+    worst = o[last]
+    out["worst_notify_row"] = nl["row"][worst]
+    out["worst_end_ns"] = nl["start_ns"][worst]
+    out["worst_start_ns"] = nl["start_ns"][worst] - nl["late_ns"][worst].astype(np.int64)
+    # what the producer ran just before its notifies: the most frequent preceding region
+    has = nl["before_row"] >= 0
+    reg_ids = np.where(has, trace.events["region"][np.maximum(nl["before_row"], 0)], -1).astype(np.int64)
+    br_inv, br_keys = group_index(inv, reg_ids)
+    cnt = np.bincount(br_inv, minlength=br_keys.shape[0])
+    o2 = np.lexsort((cnt, br_keys[:, 0]))
+    last2 = np.r_[np.flatnonzero(np.diff(br_keys[o2, 0])), o2.size - 1]
+    top = o2[last2]  # per producer group (in order of group id)
+    top_reg = np.full(g, -1, np.int64)
+    top_reg[br_keys[top, 0]] = br_keys[top, 1]
+    dur = np.nan_to_num(nl["before_ns"])
+    mean_dur = group_sum(br_inv, dur, br_keys.shape[0]) / np.maximum(cnt, 1)
+    before_ns = np.full(g, np.nan)
+    before_ns[br_keys[top, 0]] = mean_dur[top]
+    # the same region before other producers' notifies
+    tot_by_reg_inv, tot_by_reg = group_index(reg_ids)
+    tot_sum = group_sum(tot_by_reg_inv, dur, tot_by_reg.shape[0])
+    tot_cnt = group_count(tot_by_reg_inv, tot_by_reg.shape[0])
+    ridx = np.searchsorted(tot_by_reg[:, 0], top_reg)
+    ridx = np.clip(ridx, 0, max(tot_by_reg.shape[0] - 1, 0))
+    own_sum = np.zeros(g)
+    own_cnt = np.zeros(g)
+    own_sum[br_keys[top, 0]] = mean_dur[top] * cnt[top]
+    own_cnt[br_keys[top, 0]] = cnt[top]
+    o_cnt = tot_cnt[ridx] - own_cnt
+    others = np.where(o_cnt > 0, (tot_sum[ridx] - own_sum) / np.maximum(o_cnt, 1), np.nan)
+    valid_reg = top_reg >= 0
+    names = np.full(g, "", dtype=object)
+    names[valid_reg] = trace.names_of(top_reg[valid_reg])
+    out["before_region"] = names
+    out["before_ns"] = np.where(valid_reg, before_ns, np.nan)
+    out["before_others_ns"] = np.where(valid_reg, others, np.nan)
+    return out[np.argsort(-out["cost_ns"], kind="stable")]

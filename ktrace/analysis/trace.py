@@ -1,0 +1,435 @@
+"""What every analysis starts from: a capture's events on one clock, sorted, with names.
+
+:func:`prepare` turns a ``ktrace.io.Capture`` (or an already aligned event table) into a
+:class:`Trace`: the aligned table (``ktrace.clock.aligned_events``) sorted by rank, launch,
+program and slot, the region names, the kernels' names and grids, and a dense workgroup id per
+event. The clock package is reached through :func:`_align` only, so a change to its API touches
+one function.
+
+Also here: the small vectorised helpers the analyses share (group keys, group-by sums, interval
+unions). Nothing in this package loops over events in Python.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .. import schema
+from ..schema import EventFlag, EventKind
+
+log = logging.getLogger("ktrace")
+
+#: Called with (step name, steps done, steps in all) as a long analysis advances.
+Progress = Callable[[str, int, int], None]
+
+#: Columns an event table must have to be analysed (``ktrace.clock.ALIGNED_DTYPE`` has them all).
+REQUIRED_COLUMNS = ("rank", "launch", "program", "slot", "kind", "flags", "region", "hw", "arg0", "arg1", "arg2",
+                    "arg3", "arg4", "arg5", "start_ns", "end_ns")
+
+
+class AnalysisError(ValueError):
+    """The input cannot be analysed (not aligned, missing columns, nothing recorded)."""
+
+
+def _align(capture) -> tuple[np.ndarray, object]:
+    """The capture's events on the common clock and the clock model used (the one use of ktrace.clock)."""
+    from ..clock.model import aligned_events, clock_model_of
+
+    model = clock_model_of(capture)
+    return aligned_events(capture, model), model
+
+
+@dataclass
+class Trace:
+    """A capture's events ready for analysis.
+
+    Attributes:
+        events: the aligned event table (``start_ns``/``end_ns`` on the common clock), sorted by
+            rank, launch, program, slot. Analyses report rows of it by index (``row`` columns).
+        regions: region id -> name.
+        world_size: ranks the capture was taken on.
+        kernels: (rank, launch) -> kernel name.
+        n_programs: (rank, launch) -> programs in the launch grid (0 when unknown).
+        partial: the capture misses ranks or was marked partial.
+        clock: the ``ClockModel`` the events were aligned with (None for a given table).
+        source: where it came from (a file name), for reports.
+        wg: per event, a dense workgroup id (index into ``wg_keys``).
+        wg_keys: per workgroup, ``(rank, launch, program)`` (int64, shape (W, 3)).
+    """
+
+    events: np.ndarray
+    regions: dict[int, str] = field(default_factory=dict)
+    world_size: int = 0
+    kernels: dict[tuple[int, int], str] = field(default_factory=dict)
+    n_programs: dict[tuple[int, int], int] = field(default_factory=dict)
+    partial: bool = False
+    clock: object | None = None
+    source: str = ""
+    wg: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
+    wg_keys: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        names = self.events.dtype.names or ()
+        missing = [c for c in REQUIRED_COLUMNS if c not in names]
+        if missing:
+            raise AnalysisError(
+                f"event table lacks columns {missing}: analyses need an aligned table (ktrace.clock.aligned_events)"
+            )
+        ev = self.events
+        if ev.size and not _is_sorted(ev):
+            order = np.lexsort((ev["slot"], ev["program"], ev["launch"], ev["rank"]))
+            self.events = ev = ev[order]
+        if self.wg is None:
+            self.wg, self.wg_keys = _workgroups(ev)
+        if not self.world_size:
+            self.world_size = int(ev["rank"].max()) + 1 if ev.size else 0
+
+    # -- names ---------------------------------------------------------------------------
+    def region_name(self, rid: int) -> str:
+        return self.regions.get(int(rid), f"region#{int(rid):06x}")
+
+    def names_of(self, rids: np.ndarray) -> np.ndarray:
+        """Region names (object array) for an array of region ids."""
+        rids = np.asarray(rids)
+        if rids.size == 0:
+            return np.zeros(0, object)
+        u, inv = np.unique(rids, return_inverse=True)
+        return np.array([self.region_name(x) for x in u], dtype=object)[inv.reshape(-1)]
+
+    def kernel_name(self, rank: int, launch: int) -> str:
+        return self.kernels.get((int(rank), int(launch)), "?")
+
+    # -- cached columns ------------------------------------------------------------------
+    def column(self, name: str) -> np.ndarray:
+        """A contiguous copy of one column (cached: structured-array columns are strided)."""
+        c = self._cache.get(("col", name))
+        if c is None:
+            c = np.ascontiguousarray(self.events[name])
+            self._cache[("col", name)] = c
+        return c
+
+    def rows_of(self, kind: EventKind) -> np.ndarray:
+        """Row indices of the events of one kind (cached)."""
+        key = ("kind", int(kind))
+        r = self._cache.get(key)
+        if r is None:
+            r = np.flatnonzero(self.column("kind") == int(kind))
+            self._cache[key] = r
+        return r
+
+    @property
+    def origin_ns(self) -> int:
+        """The earliest event start: reports give times relative to it."""
+        if not self.events.size:
+            return 0
+        return int(self.column("start_ns").min())
+
+    @property
+    def n_workgroups(self) -> int:
+        return int(self.wg_keys.shape[0])
+
+
+def _is_sorted(ev: np.ndarray) -> bool:
+    r, l, p, s = (np.asarray(ev[c], np.int64) for c in ("rank", "launch", "program", "slot"))
+    key_changes = (np.diff(r) != 0) | (np.diff(l) != 0) | (np.diff(p) != 0)
+    ok = (np.diff(r) >= 0)
+    ok &= (np.diff(r) > 0) | (np.diff(l) >= 0)
+    ok &= (np.diff(r) > 0) | (np.diff(l) > 0) | (np.diff(p) >= 0)
+    ok &= key_changes | (np.diff(s) > 0)
+    return bool(ok.all())
+
+
+def _workgroups(ev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Dense workgroup ids of a sorted table and each workgroup's (rank, launch, program)."""
+    n = ev.shape[0]
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros((0, 3), np.int64)
+    r, l, p = (np.asarray(ev[c], np.int64) for c in ("rank", "launch", "program"))
+    new = np.empty(n, bool)
+    new[0] = True
+    new[1:] = (r[1:] != r[:-1]) | (l[1:] != l[:-1]) | (p[1:] != p[:-1])
+    wg = np.cumsum(new) - 1
+    first = np.flatnonzero(new)
+    keys = np.stack([r[first], l[first], p[first]], axis=1)
+    return wg.astype(np.int64), keys
+
+
+def prepare(source, *, regions: dict[int, str] | None = None, name: str = "") -> Trace:
+    """Make a :class:`Trace` from a capture, a capture file's path, or an aligned event table.
+
+    Args:
+        source: a ``ktrace.io.Capture``, a path to a ``.ktrace`` file, a :class:`Trace` (returned
+            as is), or a structured array with the columns of ``ktrace.clock.ALIGNED_DTYPE``.
+        regions: region id -> name (default: the capture's; for a table, none: ids are shown).
+        name: what to call it in reports (default: the file name).
+
+    Raises:
+        AnalysisError: the table is not aligned or has no events.
+        ktrace.io.CaptureError: the file cannot be read.
+    """
+    if isinstance(source, Trace):
+        return source
+    if isinstance(source, np.ndarray):
+        return Trace(events=source, regions=dict(regions or {}), source=name or "<table>")
+    if isinstance(source, (str, bytes)) or hasattr(source, "__fspath__"):
+        from ..io.capture_file import read_capture
+
+        path = str(source)
+        cap = read_capture(path)
+        return prepare(cap, regions=regions, name=name or path)
+    cap = source
+    if not hasattr(cap, "ranks"):
+        raise AnalysisError(f"cannot analyse a {type(cap).__name__}: give a Capture, a .ktrace path or an aligned table")
+    events, model = _align(cap)
+    kernels: dict[tuple[int, int], str] = {}
+    n_programs: dict[tuple[int, int], int] = {}
+    for r, rc in cap.ranks.items():
+        for ln in rc.launches:
+            kernels[(r, ln.index)] = ln.kernel
+            g = tuple(ln.grid)
+            n_programs[(r, ln.index)] = int(g[0] * g[1] * g[2]) if len(g) == 3 else 0
+    regs = dict(cap.regions)
+    regs.update(regions or {})
+    if cap.partial or cap.missing_ranks:
+        log.warning("capture is partial (missing ranks %s): stall pairing misses the absent ranks' notifies", cap.missing_ranks)
+    return Trace(events=events, regions=regs, world_size=cap.world_size, kernels=kernels, n_programs=n_programs,
+                 partial=bool(cap.partial or cap.missing_ranks), clock=model, source=name or "<capture>")
+
+
+# ---------------------------------------------------------------------------------------------
+# vectorised helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def group_index(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Dense group ids of rows keyed by several integer columns.
+
+    Returns:
+        ``(inverse, keys)``: per row its group (int64), and per group its key values (G, k).
+    """
+    n = cols[0].shape[0]
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros((0, len(cols)), np.int64)
+    stacked = np.stack([np.asarray(c, np.int64) for c in cols], axis=1)
+    keys, inv = np.unique(stacked, axis=0, return_inverse=True)
+    return inv.reshape(-1).astype(np.int64), keys
+
+
+def group_sum(inv: np.ndarray, weights: np.ndarray, n_groups: int) -> np.ndarray:
+    """Sum of ``weights`` per group (float64)."""
+    return np.bincount(inv, weights=np.asarray(weights, np.float64), minlength=n_groups)
+
+
+def group_count(inv: np.ndarray, n_groups: int) -> np.ndarray:
+    return np.bincount(inv, minlength=n_groups).astype(np.int64)
+
+
+def group_max(inv: np.ndarray, values: np.ndarray, n_groups: int, fill=np.nan) -> np.ndarray:
+    out = np.full(n_groups, -np.inf)
+    np.maximum.at(out, inv, np.asarray(values, np.float64))
+    out[np.isneginf(out)] = fill
+    return out
+
+
+def group_min(inv: np.ndarray, values: np.ndarray, n_groups: int, fill=np.nan) -> np.ndarray:
+    out = np.full(n_groups, np.inf)
+    np.minimum.at(out, inv, np.asarray(values, np.float64))
+    out[np.isposinf(out)] = fill
+    return out
+
+
+def group_median(inv: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray:
+    """Median of ``values`` per group (NaN for empty groups); one sort, no per-group loop."""
+    values = np.asarray(values, np.float64)
+    out = np.full(n_groups, np.nan)
+    if values.size == 0:
+        return out
+    order = np.lexsort((values, inv))
+    g, v = inv[order], values[order]
+    counts = np.bincount(g, minlength=n_groups)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    has = counts > 0
+    lo = starts + (counts - 1) // 2
+    hi = starts + counts // 2
+    out[has] = 0.5 * (v[lo[has]] + v[hi[has]])
+    return out
+
+
+def union_length(start: np.ndarray, end: np.ndarray) -> int:
+    """Total length covered by a set of intervals (ns)."""
+    s, e = merge_intervals(start, end)
+    return int((e - s).sum())
+
+
+def merge_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals as disjoint sorted intervals ``(starts, ends)``."""
+    start = np.asarray(start, np.int64)
+    end = np.asarray(end, np.int64)
+    if start.size == 0:
+        return start[:0], end[:0]
+    o = np.argsort(start, kind="stable")
+    s, e = start[o], end[o]
+    run_end = np.maximum.accumulate(e)
+    new = np.empty(s.size, bool)
+    new[0] = True
+    new[1:] = s[1:] > run_end[:-1]
+    idx = np.flatnonzero(new)
+    last = np.r_[idx[1:] - 1, s.size - 1]
+    return s[idx], run_end[last]
+
+
+def intersect_length(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> int:
+    """Length of the intersection of two unions of disjoint intervals (from :func:`merge_intervals`)."""
+    (as_, ae), (bs, be) = a, b
+    if as_.size == 0 or bs.size == 0:
+        return 0
+    t = np.concatenate([as_, ae, bs, be])
+    d_a = np.concatenate([np.ones(as_.size, np.int64), -np.ones(ae.size, np.int64), np.zeros(bs.size + be.size, np.int64)])
+    d_b = np.concatenate([np.zeros(as_.size + ae.size, np.int64), np.ones(bs.size, np.int64), -np.ones(be.size, np.int64)])
+    o = np.argsort(t, kind="stable")
+    t, ca, cb = t[o], np.cumsum(d_a[o]), np.cumsum(d_b[o])
+    both = (ca[:-1] > 0) & (cb[:-1] > 0)
+    return int((np.diff(t) * both).sum())
+
+
+def enclosing_span(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """For each event row, the row of the span of the same workgroup that encloses it, or -1.
+
+    The innermost candidate is the span that started last before the event; if that span ended
+    before the event ended (spans may overlap freely), the enclosing span that started earliest
+    among those still open is taken instead (the outermost).
+    """
+    rows = np.asarray(rows, np.int64)
+    spans = trace.rows_of(EventKind.SPAN)
+    if rows.size == 0 or spans.size == 0:
+        return np.full(rows.size, -1, np.int64)
+    wg, s, e = trace.wg, trace.column("start_ns"), trace.column("end_ns")
+    # one ordering of spans and queries by (workgroup, start; spans before queries at a tie,
+    # longer spans first)
+    n_s = spans.size
+    allr = np.concatenate([spans, rows])
+    typ = np.concatenate([np.zeros(n_s, np.int64), np.ones(rows.size, np.int64)])
+    neg_end = -e[allr]
+    order = np.lexsort((neg_end, typ, s[allr], wg[allr]))
+    is_span = typ[order] == 0
+    pos = np.arange(order.size)
+    last_span = np.maximum.accumulate(np.where(is_span, pos, -1))
+    # the running maximum end among spans so far (per workgroup: reset by comparing workgroups)
+    sorted_rows = allr[order]
+    sorted_wg = wg[sorted_rows]
+    q_at = np.flatnonzero(~is_span)
+    q_rows = sorted_rows[q_at]
+    cand_pos = last_span[q_at]
+    valid = cand_pos >= 0
+    cand_rows = np.where(valid, sorted_rows[np.maximum(cand_pos, 0)], -1)
+    valid &= sorted_wg[np.maximum(cand_pos, 0)] == wg[q_rows]
+    contains = valid & (e[np.maximum(cand_rows, 0)] >= e[q_rows]) & (cand_rows != q_rows)
+    res = np.where(contains, cand_rows, -1)
+    # fallback: the span with the largest end among spans started so far in the workgroup
+    need = valid & ~contains
+    if need.any():
+        span_end = np.where(is_span, e[sorted_rows], np.iinfo(np.int64).min)
+        # segment-wise running argmax of end: encode (workgroup, end) so that a new workgroup resets
+        wg_change = np.r_[True, sorted_wg[1:] != sorted_wg[:-1]]
+        seg = np.cumsum(wg_change) - 1
+        # rank of end within everything, so (seg, end-rank) fits one int64 key
+        end_rank = np.argsort(np.argsort(span_end, kind="stable"), kind="stable")
+        key = np.where(is_span, seg * (order.size + 1) + end_rank, -1)
+        run = np.maximum.accumulate(key)
+        best_pos_key = run[q_at[need]]
+        same_seg = (best_pos_key >= 0) & (best_pos_key // (order.size + 1) == seg[q_at[need]])
+        # turn the end rank back into a position
+        pos_of_rank = np.empty(order.size, np.int64)
+        pos_of_rank[end_rank] = np.arange(order.size)
+        bpos = pos_of_rank[np.where(same_seg, best_pos_key % (order.size + 1), 0)]
+        brow = sorted_rows[bpos]
+        ok = same_seg & (e[brow] >= e[q_rows[need]]) & (brow != q_rows[need])
+        res_need = np.where(ok, brow, -1)
+        res[np.flatnonzero(need)] = res_need
+    # queries were visited in sorted order; put the answers back in the order asked
+    back = np.empty(rows.size, np.int64)
+    back[order[~is_span] - n_s] = res
+    return back
+
+
+def preceding_span(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """For each event row, the row of the span of the same workgroup that ended last at or before
+    the event started (what the program was doing just before), or -1."""
+    rows = np.asarray(rows, np.int64)
+    spans = trace.rows_of(EventKind.SPAN)
+    if rows.size == 0 or spans.size == 0:
+        return np.full(rows.size, -1, np.int64)
+    wg, s, e = trace.wg, trace.column("start_ns"), trace.column("end_ns")
+    n_s = spans.size
+    allr = np.concatenate([spans, rows])
+    t = np.concatenate([e[spans], s[rows]])
+    typ = np.concatenate([np.zeros(n_s, np.int64), np.ones(rows.size, np.int64)])
+    order = np.lexsort((typ, t, wg[allr]))
+    is_span = typ[order] == 0
+    pos = np.arange(order.size)
+    last = np.maximum.accumulate(np.where(is_span, pos, -1))
+    q = np.flatnonzero(~is_span)
+    cand = last[q]
+    sorted_rows = allr[order]
+    crow = sorted_rows[np.maximum(cand, 0)]
+    ok = (cand >= 0) & (wg[crow] == wg[sorted_rows[q]])
+    res = np.where(ok, crow, -1)
+    back = np.empty(rows.size, np.int64)
+    back[order[q] - n_s] = res
+    return back
+
+
+def is_timeout(flags: np.ndarray) -> np.ndarray:
+    return (np.asarray(flags) & int(EventFlag.TIMEOUT)) != 0
+
+
+def fmt_ns(ns: float) -> str:
+    """A duration in words: 850 ns, 40.3 µs, 3.1 ms, 2.05 s."""
+    if ns is None or not np.isfinite(ns):
+        return "?"
+    a = abs(ns)
+    if a < 1e3:
+        return f"{ns:.0f} ns"
+    if a < 1e6:
+        return f"{ns / 1e3:.1f} µs"
+    if a < 1e9:
+        return f"{ns / 1e6:.2f} ms"
+    return f"{ns / 1e9:.2f} s"
+
+
+def ranks_text(ranks) -> str:
+    """``[0, 1, 3]`` -> "ranks 0, 1, 3"; one rank -> "rank 2"."""
+    rs = sorted({int(x) for x in ranks})
+    if len(rs) == 1:
+        return f"rank {rs[0]}"
+    return "ranks " + ", ".join(str(x) for x in rs)
+
+
+def table_to_records(table: np.ndarray, limit: int | None = None) -> list[dict]:
+    """A structured array as JSON-ready dicts (numpy scalars become Python values, NaN None)."""
+    if table is None:
+        return []
+    t = table if limit is None else table[:limit]
+    out = []
+    names = t.dtype.names or ()
+    cols = {n: t[n].tolist() for n in names}
+    for i in range(t.shape[0]):
+        row = {}
+        for n in names:
+            v = cols[n][i]
+            if isinstance(v, float) and not np.isfinite(v):
+                v = None
+            row[n] = v
+        out.append(row)
+    return out
+
+
+def empty_event_table(n: int = 0) -> np.ndarray:
+    """An aligned-table of ``n`` zero rows (``schema.EVENT_DTYPE`` + ``start_ns``/``end_ns``)."""
+    dt = np.dtype(schema.EVENT_DTYPE.descr + [("start_ns", "<i8"), ("end_ns", "<i8")])
+    return np.zeros(n, dt)
