@@ -1,0 +1,157 @@
+"""Every instrumented kernel against its torch/NCCL baseline, on the same GPUs, in one run.
+
+Run once per rank (``python -m ktrace.testing.launch -n 4 -- python benchmarks/kernels.py``).
+Cases come from each kernel folder's ``bench.py`` (``cases(world_size) -> list[BenchCase]``,
+see ``instrumented_kernels.harness``); a folder without one is skipped. For each case: build it
+(fresh random inputs), run every variant once, check the outputs against the reference, then
+time the variants side by side (interleaved, CUDA events, median of ``reps`` after ``warmup``;
+the figure of a rank is its median, the table shows the maximum over ranks).
+
+Columns: ``ktrace`` (our kernel, untraced), ``baseline`` (torch/NCCL), ``speedup`` = baseline /
+ktrace, ``traced/untraced`` = our kernel traced at its default probe density / untraced.
+
+    python -m ktrace.testing.launch -n 2 -- python benchmarks/kernels.py [--kernels all_reduce] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from instrumented_kernels import KERNELS  # noqa: E402
+from instrumented_kernels import harness as H  # noqa: E402
+
+log = logging.getLogger("ktrace")
+
+
+def discover(world_size: int, only: list[str] | None = None) -> list[H.BenchCase]:
+    """Every case of every kernel folder with a ``bench.py`` (in ``KERNELS`` order)."""
+    out = []
+    for name in KERNELS:
+        if only and name not in only:
+            continue
+        try:
+            mod = importlib.import_module(f"instrumented_kernels.{name}.bench")
+        except ModuleNotFoundError as e:
+            if e.name in (f"instrumented_kernels.{name}", f"instrumented_kernels.{name}.bench"):
+                continue
+            raise
+        cases = mod.cases(world_size)
+        for c in cases:
+            if not isinstance(c, H.BenchCase):
+                raise TypeError(f"instrumented_kernels.{name}.bench.cases returned {type(c).__name__}, not BenchCase")
+        out.extend(cases)
+    return out
+
+
+def run_case(case: H.BenchCase, dist: H.Dist, reps: int | None, warmup: int | None) -> dict:
+    """Build, check and time one case; returns its row (collective)."""
+    row = {"kernel": case.kernel, "case": case.name, "shape": case.shape}
+    t0 = time.perf_counter()
+    built = case.build(dist)
+    try:
+        for fn in built.variants.values():
+            fn()
+        try:
+            built.check()
+            err = None
+        except (AssertionError, RuntimeError) as e:  # MismatchError, WaitTimeoutError
+            err = f"rank {dist.rank}: {type(e).__name__}: {str(e).splitlines()[0]}"
+        errs = [e for e in _gather(err, dist) if e]
+        if errs:
+            raise H.MismatchError("; ".join(errs))
+        row["checked"] = True
+        timings = H.time_interleaved(built.variants, reps or case.reps, case.warmup if warmup is None else warmup, dist=dist)
+        row["us"] = {k: round(v.median_us, 3) for k, v in timings.items()}
+        row["p10_us"] = {k: round(v.p10_us, 3) for k, v in timings.items()}
+        row["p90_us"] = {k: round(v.p90_us, 3) for k, v in timings.items()}
+        us = row["us"]
+        if "ktrace" in us and "baseline" in us:
+            row["speedup"] = round(us["baseline"] / us["ktrace"], 4)
+        if "ktrace" in us and "traced" in us:
+            row["traced_ratio"] = round(us["traced"] / us["ktrace"], 4)
+        row["bytes"] = built.bytes
+        row.update(built.extra)
+    finally:
+        if built.close is not None:
+            built.close()
+    row["wall_s"] = round(time.perf_counter() - t0, 2)
+    return row
+
+
+def _gather(obj, dist: H.Dist) -> list:
+    if dist.world_size == 1:
+        return [obj]
+    import torch.distributed as tdist
+
+    out = [None] * dist.world_size
+    tdist.all_gather_object(out, obj)
+    return out
+
+
+def table(rows: list[dict], device: str, world: int) -> str:
+    lines = [
+        f"# {device} x {world} ranks",
+        "",
+        "| kernel | case | ktrace µs | baseline µs | speedup | traced µs | traced/untraced |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['kernel']} | {r['case']} | FAILED: {r['error']} | | | | |")
+            continue
+        us = r["us"]
+        f = lambda k: f"{us[k]:.1f}" if k in us else "-"  # noqa: E731
+        lines.append(
+            f"| {r['kernel']} | {r['case']} | {f('ktrace')} | {f('baseline')} | {r.get('speedup', '-')} | {f('traced')} | {r.get('traced_ratio', '-')} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kernels", nargs="*", default=None, help=f"kernel folders to run (default: all of {KERNELS})")
+    ap.add_argument("--cases", nargs="*", default=None, help="only cases whose name contains one of these")
+    ap.add_argument("--reps", type=int, default=None, help="timed repetitions (default: each case's)")
+    ap.add_argument("--warmup", type=int, default=None, help="warm-up rounds (default: each case's)")
+    ap.add_argument("--json", default=None, help="write the rows (and device, world size) here (rank 0)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    dist = H.setup()
+    cases = discover(dist.world_size, args.kernels)
+    if args.cases:
+        cases = [c for c in cases if any(s in c.name for s in args.cases)]
+    if not cases:
+        raise SystemExit("no benchmark cases found (is a kernel folder missing its bench.py?)")
+    device = H.device_name()
+    rows, failed = [], 0
+    for case in cases:
+        try:
+            row = run_case(case, dist, args.reps, args.warmup)
+        except H.MismatchError as e:
+            # every rank saw the same verdict (gathered), so all carry on to the next case
+            row = {"kernel": case.kernel, "case": case.name, "shape": case.shape, "error": str(e).splitlines()[0]}
+            failed += 1
+        if dist.rank == 0:
+            print(json.dumps(row), flush=True)
+        rows.append(row)
+    if dist.rank == 0:
+        print(table(rows, device, dist.world_size), flush=True)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"device": device, "world_size": dist.world_size, "rows": rows}, indent=1))
+    import torch.distributed as tdist
+
+    tdist.barrier()
+    tdist.destroy_process_group()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""All-reduce, one-shot and two-shot, on the symmetric heap (see README.md)."""

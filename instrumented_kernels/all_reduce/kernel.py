@@ -1,0 +1,353 @@
+"""All-reduce (sum) on the symmetric heap: one-shot and two-shot, with per-program flags.
+
+One-shot (small messages): every rank copies its input into its heap (``stage``), tells every
+peer, then reads every peer's staged copy and reduces locally. Each rank reads ``(W-1) * n``
+elements over the links; one flag round trip of latency.
+
+Two-shot (large messages): chunk ``c`` belongs to rank ``c % W``. Reduce-scatter: every rank
+pushes its copy of the chunks others own into the owner's ``gather`` slots and signals; the
+owner sums them with its own input. All-gather: the owner pushes the reduced chunk into every
+peer's ``result`` and signals; the peers copy it out. Each rank moves ``2 (W-1) n / W``.
+
+Both kernels are persistent: ``G`` programs (at most the SM count, the same on every rank)
+loop over chunks ``c = pid, pid + G, ...``; a flag per (sender, program) covers all of that
+program's chunks, so a program sends every signal before it waits on any, and every program is
+resident: no wait can block a signal it depends on. Flags are epoch counters (``wait >= epoch``,
+never reset); the staging buffers alternate by epoch parity, so back-to-back calls need no
+host synchronisation (a rank can be at most one call ahead of any peer: each call waits for
+every peer's signal of that call).
+
+Notify numbering (for ``Fault(skip_notify=k)``): program ``p``'s notify to ``peer`` has index
+``p * W + peer`` (one-shot, and two-shot reduce-scatter); two-shot all-gather notifies have
+``(G + p) * W + peer``.
+
+Probes (traced launches): spans ``stage`` (one per chunk, local copy into the heap), ``pull``
+(one-shot: one per chunk and peer, the read of a peer's copy), ``scatter`` / ``reduce`` /
+``gather`` (two-shot: one per chunk and step); NOTIFY and WAIT events from ``ks.notify`` /
+``ks.wait``. ``expected_events`` gives the exact counts.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import triton
+import triton.language as tl
+
+import ktrace
+import ktrace.language as kl
+import ktrace.shmem.language as ks
+from instrumented_kernels import harness as H
+
+log = logging.getLogger("ktrace")
+
+METHODS = ("one_shot", "two_shot")
+
+
+def _one_shot_slots(meta) -> int:
+    W, G = meta["WORLD"], meta["nprog"]
+    C = triton.cdiv(meta["n"], meta["BLOCK"])
+    K = triton.cdiv(C, G)
+    return K * W + 4 * (W - 1) + 1
+
+
+def _two_shot_slots(meta) -> int:
+    W, G = meta["WORLD"], meta["nprog"]
+    C = triton.cdiv(meta["n"], meta["BLOCK"])
+    K = triton.cdiv(C, G)
+    return 2 * K + 8 * (W - 1) + 1
+
+
+@ktrace.trace(events_per_program=_one_shot_slots)
+@triton.jit
+def all_reduce_one_shot(
+    inp,
+    out,
+    stage,
+    flags,
+    n,
+    epoch,
+    rank,
+    heap_bases,
+    nprog,
+    fault_delay_ns,
+    fault_skip,
+    WORLD: tl.constexpr,
+    BLOCK: tl.constexpr,
+    FAULTS: tl.constexpr = False,
+    TIMEOUT_NS: tl.constexpr = ks.DEFAULT_TIMEOUT_NS,
+    ktrace_buf=None,
+    KTRACE: tl.constexpr = 0,
+):
+    """One-shot all-reduce of ``n`` elements: ``out = sum over ranks of inp``.
+
+    Args:
+        inp, out: this rank's input and output (``n`` elements, any device memory).
+        stage: heap tensor (2, n_pad): the staged copies, by epoch parity.
+        flags: heap int32 (W, G): ``flags[src, p]`` = last epoch src's program p staged.
+        epoch: this call's number (>= 1, increasing by one per call).
+        nprog: G, the number of programs (the same on every rank).
+    """
+    kt = kl.init(ktrace_buf, KTRACE)
+    pid = tl.program_id(0)
+    C = tl.cdiv(n, BLOCK)
+    par = epoch % 2
+    my_stage = stage + par * (C * BLOCK).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    # 1. stage my chunks in the heap, then tell every peer.
+    for c in range(pid, C, nprog):
+        s = kl.begin(kt, "stage", c, BLOCK)
+        o = c.to(tl.int64) * BLOCK + offs
+        m = o < n
+        tl.store(my_stage + o, tl.load(inp + o, mask=m), mask=m)
+        kt = kl.end(kt, s)
+    for i in tl.static_range(1, WORLD):
+        peer = (rank + i) % WORLD
+        kt = H.notify(kt, flags + rank * nprog + pid, epoch, rank, peer, heap_bases, pid * WORLD + peer, fault_delay_ns, fault_skip, FAULTS)
+    # 2. wait for every peer's program pid, then read and reduce.
+    for i in tl.static_range(1, WORLD):
+        peer = (rank + i) % WORLD
+        kt = ks.wait(kt, flags + peer * nprog + pid, epoch, rank, peer, heap_bases, timeout_ns=TIMEOUT_NS)
+    for c in range(pid, C, nprog):
+        o = c.to(tl.int64) * BLOCK + offs
+        m = o < n
+        acc = tl.load(inp + o, mask=m, other=0.0).to(tl.float32)
+        for i in tl.static_range(1, WORLD):
+            peer = (rank + i) % WORLD
+            s = kl.begin(kt, "pull", c, peer)
+            acc += ks.load(my_stage + o, rank, peer, heap_bases, mask=m, other=0.0).to(tl.float32)
+            kt = kl.end(kt, s)
+        tl.store(out + o, acc.to(out.dtype.element_ty), mask=m)
+
+
+@ktrace.trace(events_per_program=_two_shot_slots)
+@triton.jit
+def all_reduce_two_shot(
+    inp,
+    out,
+    gather,
+    result,
+    flags_rs,
+    flags_ag,
+    n,
+    epoch,
+    rank,
+    heap_bases,
+    nprog,
+    fault_delay_ns,
+    fault_skip,
+    WORLD: tl.constexpr,
+    BLOCK: tl.constexpr,
+    FAULTS: tl.constexpr = False,
+    TIMEOUT_NS: tl.constexpr = ks.DEFAULT_TIMEOUT_NS,
+    ktrace_buf=None,
+    KTRACE: tl.constexpr = 0,
+):
+    """Two-shot all-reduce of ``n`` elements (reduce-scatter, then all-gather, through the heap).
+
+    Args:
+        inp, out: this rank's input and output (``n`` elements).
+        gather: heap (2, W, CO * BLOCK): ``gather[par, src, j]`` = src's copy of my j-th chunk
+            (chunk ``j * W + rank``); CO = chunks per owner.
+        result: heap (2, C * BLOCK): reduced chunks pushed by their owners.
+        flags_rs, flags_ag: heap int32 (W, G): reduce-scatter / all-gather signals per
+            (sender, program).
+    """
+    kt = kl.init(ktrace_buf, KTRACE)
+    pid = tl.program_id(0)
+    C = tl.cdiv(n, BLOCK)
+    CO = tl.cdiv(C, WORLD)
+    par = epoch % 2
+    gbuf = gather + par * (WORLD * CO * BLOCK).to(tl.int64)
+    rbuf = result + par * (C * BLOCK).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    # 1. reduce-scatter, send: my copy of each chunk another rank owns goes to its owner.
+    for c in range(pid, C, nprog):
+        owner = c % WORLD
+        if owner != rank:
+            s = kl.begin(kt, "scatter", c, owner)
+            o = c.to(tl.int64) * BLOCK + offs
+            m = o < n
+            dst = gbuf + (rank * CO + c // WORLD).to(tl.int64) * BLOCK + offs
+            ks.store(dst, tl.load(inp + o, mask=m), rank, owner, heap_bases, mask=m)
+            kt = kl.end(kt, s)
+    for i in tl.static_range(1, WORLD):
+        peer = (rank + i) % WORLD
+        kt = H.notify(kt, flags_rs + rank * nprog + pid, epoch, rank, peer, heap_bases, pid * WORLD + peer, fault_delay_ns, fault_skip, FAULTS)
+    # 2. reduce my chunks; push each result to every peer.
+    for i in tl.static_range(1, WORLD):
+        peer = (rank + i) % WORLD
+        kt = ks.wait(kt, flags_rs + peer * nprog + pid, epoch, rank, peer, heap_bases, timeout_ns=TIMEOUT_NS)
+    for c in range(pid + 0, C, nprog):
+        if c % WORLD == rank:
+            s = kl.begin(kt, "reduce", c, BLOCK)
+            o = c.to(tl.int64) * BLOCK + offs
+            m = o < n
+            acc = tl.load(inp + o, mask=m, other=0.0).to(tl.float32)
+            for i in tl.static_range(1, WORLD):
+                src = (rank + i) % WORLD
+                acc += tl.load(gbuf + (src * CO + c // WORLD).to(tl.int64) * BLOCK + offs, mask=m, other=0.0).to(tl.float32)
+            r = acc.to(out.dtype.element_ty)
+            tl.store(out + o, r, mask=m)
+            for i in tl.static_range(1, WORLD):
+                peer = (rank + i) % WORLD
+                ks.store(rbuf + o, r, rank, peer, heap_bases, mask=m)
+            kt = kl.end(kt, s)
+    for i in tl.static_range(1, WORLD):
+        peer = (rank + i) % WORLD
+        kt = H.notify(kt, flags_ag + rank * nprog + pid, epoch, rank, peer, heap_bases, (nprog + pid) * WORLD + peer, fault_delay_ns, fault_skip, FAULTS)
+    # 3. all-gather, receive: copy out the chunks the others reduced.
+    for i in tl.static_range(1, WORLD):
+        peer = (rank + i) % WORLD
+        kt = ks.wait(kt, flags_ag + peer * nprog + pid, epoch, rank, peer, heap_bases, timeout_ns=TIMEOUT_NS)
+    for c in range(pid + 0, C, nprog):
+        owner = c % WORLD
+        if owner != rank:
+            s = kl.begin(kt, "gather", c, owner)
+            o = c.to(tl.int64) * BLOCK + offs
+            m = o < n
+            tl.store(out + o, tl.load(rbuf + o, mask=m), mask=m)
+            kt = kl.end(kt, s)
+
+
+# ---------------------------------------------------------------------------------------------
+# host side
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AllReduceConfig:
+    """Shape and schedule of an :class:`AllReduce` plan (validated on construction).
+
+    Args:
+        n: elements per rank.
+        dtype: element type name: "bfloat16", "float16" or "float32".
+        method: "one_shot" or "two_shot".
+        block: elements per chunk (power of two); 0 picks one from ``n`` and the SM count.
+        max_programs: upper bound on programs (0: the SM count, agreed as the minimum over ranks).
+        timeout_ns: bound of every wait (ns).
+        num_warps: warps per program.
+    """
+
+    n: int
+    dtype: str = "bfloat16"
+    method: str = "one_shot"
+    block: int = 0
+    max_programs: int = 0
+    timeout_ns: int = 5_000_000_000
+    num_warps: int = 8
+
+    def __post_init__(self):
+        if not isinstance(self.n, int) or self.n < 1:
+            raise ValueError(f"n must be a positive int, got {self.n!r}")
+        if self.dtype not in ("bfloat16", "float16", "float32"):
+            raise ValueError(f"dtype must be bfloat16, float16 or float32, got {self.dtype!r}")
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        if self.block and (self.block < 128 or self.block & (self.block - 1)):
+            raise ValueError(f"block must be 0 (auto) or a power of two >= 128, got {self.block}")
+        if self.max_programs < 0 or self.timeout_ns <= 0 or self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"bad max_programs/timeout_ns/num_warps in {self}")
+
+
+def pick_block(n: int, programs: int) -> int:
+    """A chunk size that spreads ``n`` elements over about ``programs`` programs (512 .. 8192)."""
+    per = triton.cdiv(n, programs)
+    return int(min(8192, max(512, triton.next_power_of_2(per))))
+
+
+class AllReduce:
+    """A reusable all-reduce over the heap's ranks (construction is collective).
+
+    Usage::
+
+        ar = AllReduce(harness.heap(AllReduce.heap_bytes(cfg, W)), cfg)
+        out = ar(x)                 # every rank, same n; out = sum of every rank's x
+    """
+
+    def __init__(self, heap, cfg: AllReduceConfig):
+        import torch
+
+        self.heap, self.cfg = heap, cfg
+        self.rank, self.world = heap.rank, heap.world_size
+        self.dtype = getattr(torch, cfg.dtype)
+        sms = torch.cuda.get_device_properties(heap.device).multi_processor_count
+        limit = cfg.max_programs or sms
+        limit = min(heap.all_gather_object(min(limit, sms)))  # the same on every rank
+        self.block = cfg.block or pick_block(cfg.n, limit)
+        self.chunks = triton.cdiv(cfg.n, self.block)
+        self.nprog = min(self.chunks, limit)
+        W, C, B, G = self.world, self.chunks, self.block, self.nprog
+        if cfg.method == "one_shot":
+            self.stage = heap.zeros(2, C * B, dtype=self.dtype, name="ar1.stage")
+            self.flags = heap.zeros(W, G, dtype=torch.int32, name="ar1.flags")
+        else:
+            CO = triton.cdiv(C, W)
+            self.gather = heap.zeros(2, W, CO * B, dtype=self.dtype, name="ar2.gather")
+            self.result = heap.zeros(2, C * B, dtype=self.dtype, name="ar2.result")
+            self.flags_rs = heap.zeros(W, G, dtype=torch.int32, name="ar2.flags_rs")
+            self.flags_ag = heap.zeros(W, G, dtype=torch.int32, name="ar2.flags_ag")
+        heap.barrier()
+        self.epoch = 0
+
+    @staticmethod
+    def heap_bytes(cfg: AllReduceConfig, world_size: int, programs: int = 132) -> int:
+        """Heap bytes a plan of ``cfg`` allocates (an upper bound)."""
+        block = cfg.block or pick_block(cfg.n, programs)
+        c = triton.cdiv(cfg.n, block)
+        esize = 4 if cfg.dtype == "float32" else 2
+        if cfg.method == "one_shot":
+            data = 2 * c * block * esize
+        else:
+            data = 2 * world_size * triton.cdiv(c, world_size) * block * esize + 2 * c * block * esize
+        return data + 2 * world_size * c * 4 + 4 * 256
+
+    @property
+    def kernel(self):
+        return all_reduce_one_shot if self.cfg.method == "one_shot" else all_reduce_two_shot
+
+    def __call__(self, x, out=None, fault: H.Fault = H.NO_FAULT, ktrace_buf=None, ktrace_slots: int = 0):
+        """Launch one all-reduce of ``x`` into ``out`` (allocated if None); returns ``out``.
+
+        Args:
+            x: contiguous tensor of ``cfg.n`` elements of ``cfg.dtype`` on this rank's GPU.
+            out: output tensor like ``x`` (may not alias ``x`` for two-shot).
+            fault: fault injection (:class:`harness.Fault`).
+            ktrace_buf, ktrace_slots: a direct traced launch into this buffer (benchmarks);
+                otherwise an open ``ktrace.capture()`` traces the launch.
+        """
+        if x.numel() != self.cfg.n or x.dtype != self.dtype or not x.is_contiguous():
+            raise ValueError(f"x must be a contiguous {self.dtype} tensor of {self.cfg.n} elements, got {x.dtype} {tuple(x.shape)}")
+        if out is None:
+            import torch
+
+            out = torch.empty_like(x)
+        fault.check_world(self.world)
+        self.epoch += 1
+        d, s = fault.kernel_args(self.rank)
+        extra = {} if ktrace_buf is None else {"ktrace_buf": ktrace_buf, "KTRACE": ktrace_slots}
+        common = dict(WORLD=self.world, BLOCK=self.block, FAULTS=fault.active, TIMEOUT_NS=self.cfg.timeout_ns, num_warps=self.cfg.num_warps, **extra)
+        if self.cfg.method == "one_shot":
+            all_reduce_one_shot[(self.nprog,)](
+                x, out, self.stage, self.flags, self.cfg.n, self.epoch, self.rank, self.heap.bases, self.nprog, d, s, **common
+            )
+        else:
+            all_reduce_two_shot[(self.nprog,)](
+                x, out, self.gather, self.result, self.flags_rs, self.flags_ag, self.cfg.n, self.epoch, self.rank,
+                self.heap.bases, self.nprog, d, s, **common
+            )
+        return out
+
+    def slots(self) -> int:
+        """Event slots per program of a traced launch (the kernel's default probe density)."""
+        meta = {"WORLD": self.world, "nprog": self.nprog, "n": self.cfg.n, "BLOCK": self.block}
+        return _one_shot_slots(meta) if self.cfg.method == "one_shot" else _two_shot_slots(meta)
+
+    def expected_events(self) -> dict[str, int]:
+        """Exact event counts of one traced launch on this rank: {"SPAN", "NOTIFY", "WAIT"}."""
+        W, C, G = self.world, self.chunks, self.nprog
+        if self.cfg.method == "one_shot":
+            return {"SPAN": C * W, "NOTIFY": G * (W - 1), "WAIT": G * (W - 1)}
+        mine = len(range(self.rank, C, W))
+        return {"SPAN": 2 * C - mine, "NOTIFY": 2 * G * (W - 1), "WAIT": 2 * G * (W - 1)}
