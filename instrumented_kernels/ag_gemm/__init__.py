@@ -1,0 +1,1 @@
+"""ag_gemm: see README.md."""

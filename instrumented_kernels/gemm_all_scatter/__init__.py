@@ -1,0 +1,1 @@
+"""gemm_all_scatter: see README.md."""

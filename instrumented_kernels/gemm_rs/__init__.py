@@ -1,0 +1,1 @@
+"""gemm_rs: see README.md."""
