@@ -1,0 +1,44 @@
+"""Symmetric heap: host allocator (``ktrace.shmem``) and device API (``ktrace.shmem.language``).
+
+Host::
+
+    import ktrace.shmem as shmem
+    shmem.init_distributed()
+    heap = shmem.SymmetricHeap(64 << 20)
+    x = heap.zeros(4096, dtype=torch.float32, name="x")
+
+Device (inside ``@triton.jit``)::
+
+    import ktrace.shmem.language as ks
+    kt = ks.wait(kt, flag, 1, rank, peer, heap_bases)
+
+Importing this package has no side effects and pulls in neither torch nor triton: the names
+below load their module on first use, and ``ktrace.shmem.codes`` / ``ktrace.shmem.symmetric``
+are pure Python (analyses use them to name comparison codes).
+"""
+
+_LAZY = {
+    "SymmetricHeap": ("ktrace.shmem.heap", "SymmetricHeap"),
+    "HeapConfig": ("ktrace.shmem.heap", "HeapConfig"),
+    "WaitTimeout": ("ktrace.shmem.heap", "WaitTimeout"),
+    "WaitTimeoutError": ("ktrace.shmem.heap", "WaitTimeoutError"),
+    "init_distributed": ("ktrace.shmem.heap", "init_distributed"),
+    "apply_safe_env": ("ktrace.shmem.heap", "apply_safe_env"),
+    "SAFE_ENV": ("ktrace.shmem.heap", "SAFE_ENV"),
+    "SymmetricRuleError": ("ktrace.shmem.symmetric", "SymmetricRuleError"),
+    "Allocation": ("ktrace.shmem.symmetric", "Allocation"),
+    "Cmp": ("ktrace.shmem.codes", "Cmp"),
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        mod, attr = _LAZY[name]
+        value = getattr(importlib.import_module(mod), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'ktrace.shmem' has no attribute {name!r}")
