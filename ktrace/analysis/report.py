@@ -232,12 +232,15 @@ def _load_findings(trace: Trace, wg: np.ndarray, imb: np.ndarray) -> list[Findin
     out: list[Finding] = []
     o = wg[wg["outlier"]]
     if o.size:
-        groups: dict = {}
-        for i, row in enumerate(o):
-            groups.setdefault((row["cause"], row["top_region"], row["role"]), []).append(i)
-        for (cause, region, role), idx in groups.items():
-            sel = o[idx]
-            role_wg = wg[wg["role"] == role]
+        label = np.array([f"{a}\x00{b}\x00{c}" for a, b, c in zip(o["cause"].tolist(), o["top_region"].tolist(), o["role"].tolist())], dtype=object)
+        ulab, linv = np.unique(label, return_inverse=True)
+        linv = linv.reshape(-1)
+        role_codes, role_inv = np.unique(wg["role"], return_inverse=True)
+        role_inv = role_inv.reshape(-1)
+        for gi, lab in enumerate(ulab.tolist()):  # one per (cause, region, role): a handful
+            cause, region, role = lab.split("\x00")
+            sel = o[linv == gi]
+            role_wg = wg[role_inv == int(np.searchsorted(role_codes, role))]
             med_busy = float(np.median(role_wg["busy_ns"]))
             med_wait = float(np.median(role_wg["wait_ns"]))
             med_items = float(np.median(role_wg["work_items"]))
@@ -268,8 +271,14 @@ def _load_findings(trace: Trace, wg: np.ndarray, imb: np.ndarray) -> list[Findin
                                _rel(trace, sel["end_ns"].max()),
                                {"cause": cause, "region": region,
                                 "workgroups": [[int(r), int(p)] for r, p in zip(sel["rank"], sel["program"])]}))
-    for row in imb[imb["rank"] >= 0]:
-        if row["n_workgroups"] >= 2 and row["max_over_mean"] >= 1.3 and row["tail_ns"] > 0:
+    per = imb[(imb["rank"] >= 0) & (imb["n_workgroups"] >= 2) & (imb["max_over_mean"] >= 1.3) & (imb["tail_ns"] > 0)]
+    per = per[np.argsort(-per["tail_ns"], kind="stable")]
+    if per.size > 3:
+        out.append(Finding("imbalance", "info", 0.0,
+                           f"{per.size} (rank, launch) pairs have busy time max/mean >= 1.3; the 3 with the longest tails follow.",
+                           tuple(sorted(set(per["rank"].tolist())))))
+    for row in per[:3]:
+        if True:
             text = (f"rank {row['rank']} launch {row['launch']}: busy time max/mean {row['max_over_mean']:.2f} "
                     f"(CV {row['cv']:.2f}); the last workgroup (program {row['tail_program']}) finished "
                     f"{fmt_ns(row['tail_ns'])} after the median one, from {row['cause']}.")
@@ -283,7 +292,7 @@ def _overlap_findings(trace: Trace, ov: np.ndarray) -> list[Finding]:
     out: list[Finding] = []
     if ov.size == 0:
         return out
-    inv, keys = np.unique(ov["rank"], return_inverse=True)
+    keys, inv = np.unique(ov["rank"], return_inverse=True)
     for i, r in enumerate(keys.tolist()):
         sel = ov[inv.reshape(-1) == i]
         comm, exp, kern = float(sel["comm_ns"].sum()), float(sel["exposed_ns"].sum()), float(sel["kernel_ns"].sum())
@@ -299,44 +308,60 @@ def _overlap_findings(trace: Trace, ov: np.ndarray) -> list[Finding]:
 
 def _skew_findings(trace: Trace, lt: np.ndarray) -> list[Finding]:
     out: list[Finding] = []
-    for ln in np.unique(lt["launch"]).tolist():
-        sel = lt[lt["launch"] == ln]
-        if sel.size < 2:
-            continue
-        dur = float(np.median(sel["dur_ns"]))
-        worst = sel[np.argmax(sel["start_skew_ns"])]
-        if worst["start_skew_ns"] > max(0.05 * dur, 5_000):
-            first = sel[np.argmin(sel["start_ns"])]
-            out.append(Finding("skew", "info", float(worst["start_skew_ns"]),
-                               f"launch {ln}: rank {worst['rank']} started {fmt_ns(worst['start_skew_ns'])} after rank {first['rank']} "
-                               f"({100 * worst['start_skew_ns'] / max(dur, 1):.0f}% of the kernel); the last rank finished "
-                               f"{fmt_ns(float(sel['end_skew_ns'].max()))} after the first.",
-                               (int(worst["rank"]), int(first["rank"])), _rel(trace, first["start_ns"]), _rel(trace, worst["start_ns"]),
-                               {"start_skew_ns": worst["start_skew_ns"], "end_skew_ns": sel["end_skew_ns"].max()}))
+    if lt.size == 0:
+        return out
+    li, inv = np.unique(lt["launch"], return_inverse=True)
+    inv = inv.reshape(-1)
+    dur = np.zeros(li.size)
+    for i in range(li.size):  # per launch: a handful of ranks each
+        dur[i] = np.median(lt["dur_ns"][inv == i])
+    sig = (lt["start_skew_ns"] > np.maximum(0.05 * dur[inv], 5_000))
+    if not sig.any():
+        return out
+    worst = lt[sig][np.argmax(lt["start_skew_ns"][sig])]
+    sel = lt[lt["launch"] == worst["launch"]]
+    first = sel[np.argmin(sel["start_ns"])]
+    n_l = int(np.unique(lt["launch"][sig]).size)
+    text = (f"launch {worst['launch']}: rank {worst['rank']} started {fmt_ns(worst['start_skew_ns'])} after rank {first['rank']} "
+            f"({100 * worst['start_skew_ns'] / max(dur[inv][lt['launch'] == worst['launch']][0], 1):.0f}% of the kernel); "
+            f"the last rank finished {fmt_ns(float(sel['end_skew_ns'].max()))} after the first.")
+    if n_l > 1:
+        text += f" {n_l} of {li.size} launches had a start skew above 5% of their duration."
+    out.append(Finding("skew", "info", float(worst["start_skew_ns"]), text, (int(worst["rank"]), int(first["rank"])),
+                       _rel(trace, first["start_ns"]), _rel(trace, worst["start_ns"]),
+                       {"start_skew_ns": worst["start_skew_ns"], "end_skew_ns": sel["end_skew_ns"].max(), "launches": n_l}))
     return out
 
 
 def _path_findings(trace: Trace, path: np.ndarray) -> list[Finding]:
+    """One finding for all launches: who holds the critical path, and the longest path's route."""
     out: list[Finding] = []
-    for ln in np.unique(path["launch"]).tolist():
-        p = path[path["launch"] == ln]
-        hops = int((p["kind"] == "signal").sum())
-        if hops == 0:
-            continue
-        tot = float(p["dur_ns"].sum())
-        ranks = {}
-        for r, d in zip(p["rank"].tolist(), p["dur_ns"].tolist()):
-            ranks[r] = ranks.get(r, 0) + d
-        top_r = max(ranks, key=ranks.get)
-        runs = p[(p["kind"] == "run") & (p["rank"] == top_r)]
-        reg = runs["region"][np.argmax(runs["dur_ns"])] if runs.size else ""
-        route = " -> ".join(f"r{r}p{q}" for r, q, k in zip(p["rank"].tolist(), p["program"].tolist(), p["kind"].tolist()) if k == "run")
-        out.append(Finding("critical_path", "info", 0.0,
-                           f"launch {ln}: the critical path ({fmt_ns(tot)}) crosses ranks {hops} time{'s' if hops > 1 else ''} "
-                           f"({route}); rank {top_r} holds {100 * ranks[top_r] / max(tot, 1):.0f}% of it"
-                           + (f", mostly in '{reg}'" if reg else "") + ".",
-                           tuple(sorted(ranks)), _rel(trace, p["start_ns"].min()), _rel(trace, p["end_ns"].max()),
-                           {"hops": hops, "share": {int(k): v / max(tot, 1) for k, v in ranks.items()}}))
+    sig = path[path["kind"] == "signal"]
+    if sig.size == 0:
+        return out
+    launches = np.unique(path["launch"])
+    crossing = np.unique(sig["launch"])
+    tot = float(path["dur_ns"].sum())
+    ranks: dict[int, float] = {}
+    for r in np.unique(path["rank"]).tolist():
+        ranks[r] = float(path["dur_ns"][path["rank"] == r].sum())
+    top_r = max(ranks, key=ranks.get)
+    runs = path[(path["kind"] == "run") & (path["rank"] == top_r)]
+    reg = ""
+    if runs.size:
+        u, inv = np.unique(runs["region"].astype(str), return_inverse=True)
+        reg = str(u[np.argmax(np.bincount(inv.reshape(-1), weights=runs["dur_ns"].astype(float)))])
+    # the launch with the most hops, as an example route
+    li, cnt = np.unique(sig["launch"], return_counts=True)
+    ex = int(li[np.argmax(cnt)])
+    p = path[path["launch"] == ex]
+    route = " -> ".join(f"r{r}p{q}" for r, q, k in zip(p["rank"].tolist(), p["program"].tolist(), p["kind"].tolist()) if k == "run")
+    text = (f"the critical path crosses ranks in {crossing.size} of {launches.size} launch{'es' if launches.size > 1 else ''}; "
+            f"rank {top_r} holds {100 * ranks[top_r] / max(tot, 1):.0f}% of critical-path time"
+            + (f", mostly in '{reg}'" if reg else "") + f". Launch {ex}: {route}.")
+    out.append(Finding("critical_path", "info", 0.0, text, tuple(sorted(ranks)), _rel(trace, p["start_ns"].min()),
+                       _rel(trace, p["end_ns"].max()),
+                       {"launches_crossing": int(crossing.size), "share": {int(k): v / max(tot, 1) for k, v in ranks.items()}}))
     return out
 
 

@@ -183,3 +183,31 @@ def replicate(table: np.ndarray, copies: int) -> np.ndarray:
     # one launch after another within each rank, as a capture's table is ordered
     order = np.lexsort((out["slot"], out["program"], out["launch"], out["rank"]))
     return out[order]
+
+
+def to_capture(table: np.ndarray, *, kernel: str = "a2a_constructed", regions: dict | None = None):
+    """Encode a constructed table into a ``Capture`` of per-rank, per-launch event buffers.
+
+    The buffers are what the device probes would have written (``ktrace.io.synth``); the clock
+    model maps every rank's ticks to the common clock unchanged (the table is already on it).
+    """
+    from ..clock.model import ClockModel, RankClock
+    from ..io.capture_file import Capture, Launch, RankCapture
+    from ..io.synth import encode_buffer
+
+    ranks: dict = {}
+    r_col, l_col = table["rank"], table["launch"]
+    bounds = np.flatnonzero(np.r_[True, (np.diff(r_col) != 0) | (np.diff(l_col) != 0), True])
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        part = table[a:b]
+        r, ln = int(part["rank"][0]), int(part["launch"][0])
+        n_prog = int(part["program"].max()) + 1
+        per = np.bincount(part["program"], minlength=n_prog)
+        cap = int(2 * per.max() + 2)
+        raw = encode_buffer(part, grid=(n_prog, 1, 1), capacity=cap)
+        ranks.setdefault(r, RankCapture(rank=r, device={"name": "constructed", "tick_hz": 1_000_000_000}))
+        ranks[r].launches.append(Launch(index=ln, kernel=kernel, grid=(n_prog, 1, 1), capacity=cap, raw=raw))
+    model = ClockModel(method="reference", reference_rank=0, anchor="device",
+                       ranks={r: RankClock(rank=r, tick_hz=1_000_000_000, pivot_dev_ns=0, pivot_ns=0) for r in ranks})
+    return Capture(world_size=len(ranks), ranks=ranks, regions=dict(REGIONS if regions is None else regions),
+                   clock=model.to_dict(), meta={"constructed": True})

@@ -68,8 +68,59 @@ WAIT_DTYPE = np.dtype(
 )
 
 
-def _signal_rows(trace: Trace) -> np.ndarray:
-    return np.sort(np.concatenate([trace.rows_of(EventKind.WAIT), trace.rows_of(EventKind.NOTIFY)]))
+class _Cols:
+    """``trace.events``-like access through the trace's contiguous column cache."""
+
+    def __init__(self, trace: Trace):
+        self._t = trace
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._t.column(name)
+
+
+def _ranged_key(cols: list[np.ndarray]) -> np.ndarray | None:
+    """One int64 key for rows of small-range integer columns (mixed radix), or None if too wide."""
+    key = np.zeros(cols[0].size, np.int64)
+    total = 1
+    for c in cols:
+        c = np.asarray(c, np.int64)
+        lo, hi = (int(c.min()), int(c.max())) if c.size else (0, 0)
+        size = hi - lo + 1
+        total *= size
+        if total >= 1 << 62:
+            return None
+        key = key * size + (c - lo)
+    return key
+
+
+def _pair_exact(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Exact notify -> wait pairs, first in first out (the rule of
+    ``ktrace.clock.causality.pair_notify_wait``: same producer, consumer, flag and value; the k-th
+    wait to end pairs with the k-th notify to start), computed with two sorts and a search so that
+    millions of waits pair in about a second.
+    """
+    C = trace.column
+    ni = trace.rows_of(EventKind.NOTIFY)
+    wi = trace.rows_of(EventKind.WAIT)
+    wi = wi[~is_timeout(C("flags")[wi])]
+    if ni.size == 0 or wi.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    cols = [np.concatenate([C("rank")[ni], C("arg0")[wi]]), np.concatenate([C("arg0")[ni], C("rank")[wi]]),
+            np.concatenate([C("arg2")[ni], C("arg2")[wi]]), np.concatenate([C("arg1")[ni], C("arg4")[wi]])]
+    k = _ranged_key(cols)
+    if k is None:
+        k, _ = group_index(*cols)
+    kn, kw = k[: ni.size], k[ni.size :]
+    on = np.lexsort((C("start_ns")[ni], kn))
+    ow = np.lexsort((C("end_ns")[wi], kw))
+    kn_s, kw_s = kn[on], kw[ow]
+    # occurrence of each wait within its key
+    starts = np.flatnonzero(np.r_[True, kw_s[1:] != kw_s[:-1]])
+    occ = np.arange(kw_s.size) - np.repeat(starts, np.diff(np.r_[starts, kw_s.size]))
+    lo = np.searchsorted(kn_s, kw_s, side="left")
+    hi = np.searchsorted(kn_s, kw_s, side="right")
+    ok = occ < hi - lo
+    return ni[on[(lo + occ)[ok]]], wi[ow[ok]]
 
 
 def release_pairs(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
@@ -85,19 +136,14 @@ def release_pairs(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     Returns:
         ``(notify_rows, wait_rows)``: rows of ``trace.events``, one pair per position.
     """
-    from ..clock.causality import pair_notify_wait
-
     key = ("pairs",)
     if key in trace._cache:
         return trace._cache[key]
-    sel = _signal_rows(trace)
-    sub = trace.events[sel]
-    n_loc, w_loc, _, _ = pair_notify_wait(sub)
-    n_rows, w_rows = sel[n_loc], sel[w_loc]
+    n_rows, w_rows = _pair_exact(trace)
 
     # ge/gt waits left unpaired: counters and round numbers
     waits = trace.rows_of(EventKind.WAIT)
-    ev = trace.events
+    ev = _Cols(trace)
     cmpc = ev["arg5"][waits]
     left = waits[~np.isin(waits, w_rows) & ~is_timeout(ev["flags"][waits]) & np.isin(cmpc, [int(Cmp.GE), int(Cmp.GT)])]
     nots = trace.rows_of(EventKind.NOTIFY)
@@ -105,8 +151,8 @@ def release_pairs(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
         # groups: (producer, consumer, flag, launch)
         kn = np.stack([ev["rank"][nots], ev["arg0"][nots], ev["arg2"][nots], ev["launch"][nots]], axis=1).astype(np.int64)
         kw = np.stack([ev["arg0"][left], ev["rank"][left], ev["arg2"][left], ev["launch"][left]], axis=1).astype(np.int64)
-        allk, inv = np.unique(np.concatenate([kn, kw]), axis=0, return_inverse=True)
-        inv = inv.reshape(-1)
+        both = np.concatenate([kn, kw])
+        inv, allk = group_index(*(both[:, i] for i in range(4)))
         gn, gw = inv[: nots.size], inv[nots.size :]
         ns = ev["start_ns"][nots]
         o = np.lexsort((ns, gn))
@@ -156,32 +202,32 @@ def waits(trace: Trace) -> np.ndarray:
     key = ("waits",)
     if key in trace._cache:
         return trace._cache[key]
-    ev = trace.events
+    C = trace.column
     rows = trace.rows_of(EventKind.WAIT)
     t = np.zeros(rows.size, WAIT_DTYPE)
     t["row"] = rows
     for c in ("rank", "launch", "program"):
-        t[c] = ev[c][rows]
-    t["sm"] = ev["hw"][rows]
-    t["name"] = trace.names_of(ev["region"][rows])
+        t[c] = C(c)[rows]
+    t["sm"] = C("hw")[rows]
+    t["name"] = trace.names_of(C("region")[rows])
     enc = enclosing_span(trace, rows)
     reg = np.full(rows.size, "", dtype=object)
     has = enc >= 0
-    reg[has] = trace.names_of(ev["region"][enc[has]])
+    reg[has] = trace.names_of(C("region")[enc[has]])
     t["region"] = reg
-    t["peer"] = ev["arg0"][rows]
-    t["spins"] = ev["arg1"][rows]
-    t["flag"] = ev["arg2"][rows]
-    t["value"] = ev["arg3"][rows]
-    t["expected"] = ev["arg4"][rows]
-    t["cmp"] = ev["arg5"][rows]
-    s = ev["start_ns"][rows]
-    e = ev["end_ns"][rows]
+    t["peer"] = C("arg0")[rows]
+    t["spins"] = C("arg1")[rows]
+    t["flag"] = C("arg2")[rows]
+    t["value"] = C("arg3")[rows]
+    t["expected"] = C("arg4")[rows]
+    t["cmp"] = C("arg5")[rows]
+    s = C("start_ns")[rows]
+    e = C("end_ns")[rows]
     t["start_ns"] = s
     t["end_ns"] = e
     dur = np.maximum(e - s, 0)
     t["wait_ns"] = dur
-    to = is_timeout(ev["flags"][rows])
+    to = is_timeout(C("flags")[rows])
     t["timed_out"] = to
 
     n_rows, w_rows = release_pairs(trace)
@@ -190,9 +236,9 @@ def waits(trace: Trace) -> np.ndarray:
     nr[pos] = n_rows
     t["notify_row"] = nr
     paired = nr >= 0
-    t["notify_rank"] = np.where(paired, ev["rank"][np.maximum(nr, 0)], -1)
-    t["notify_program"] = np.where(paired, ev["program"][np.maximum(nr, 0)], -1)
-    ns = np.where(paired, ev["start_ns"][np.maximum(nr, 0)], 0)
+    t["notify_rank"] = np.where(paired, C("rank")[np.maximum(nr, 0)], -1)
+    t["notify_program"] = np.where(paired, C("program")[np.maximum(nr, 0)], -1)
+    ns = np.where(paired, C("start_ns")[np.maximum(nr, 0)], 0)
     t["notify_start_ns"] = ns
     late = np.full(rows.size, np.nan)
     late[paired] = np.clip(ns[paired] - s[paired], 0, dur[paired])
@@ -315,9 +361,9 @@ def _lookup_rows(table_keys: np.ndarray, query: np.ndarray) -> np.ndarray:
     """Index of each query key (rows of ints) in ``table_keys`` (unique rows), -1 when absent."""
     if table_keys.shape[0] == 0:
         return np.full(query.shape[0], -1, np.int64)
-    allk, inv = np.unique(np.concatenate([table_keys, query]), axis=0, return_inverse=True)
-    inv = inv.reshape(-1)
-    where = np.full(allk.shape[0], -1, np.int64)
+    both = np.concatenate([table_keys, query])
+    inv, keys = group_index(*(both[:, i] for i in range(both.shape[1])))
+    where = np.full(keys.shape[0], -1, np.int64)
     where[inv[: table_keys.shape[0]]] = np.arange(table_keys.shape[0])
     return where[inv[table_keys.shape[0] :]]
 
@@ -357,8 +403,9 @@ def notify_lateness(trace: Trace, w: np.ndarray | None = None) -> np.ndarray:
         return trace._cache[key]
     w = waits(trace) if w is None else w
     paired = w[w["notify_row"] >= 0]
-    ev = trace.events
+    ev = _Cols(trace)
     u, inv = np.unique(paired["notify_row"], return_inverse=True)
+    inv = inv.reshape(-1)
     g = u.size
     late = np.nan_to_num(paired["producer_late_ns"])
     out = np.zeros(
@@ -406,18 +453,40 @@ def stragglers(trace: Trace, w: np.ndarray | None = None) -> tuple[np.ndarray, n
     w = waits(trace) if w is None else w
     nl = notify_lateness(trace, w)
     paired = w[w["notify_row"] >= 0]
-    return (_straggler_table(trace, nl, paired, ("rank",)), _straggler_table(trace, nl, paired, ("rank", "launch", "program")))
+    # per paired wait, its notify's position in nl
+    o = np.argsort(nl["row"])
+    pos = o[np.searchsorted(nl["row"][o], paired["notify_row"])]
+    by_rank = _straggler_table(trace, nl, paired, pos, nl["rank"].astype(np.int64), ("rank",))
+    by_wg = _straggler_table(trace, nl, paired, pos, trace.wg[nl["row"]], ("rank", "launch", "program"))
+    return by_rank, by_wg
 
 
-def _straggler_table(trace: Trace, nl: np.ndarray, paired: np.ndarray, by: tuple[str, ...]) -> np.ndarray:
+def _dense(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, uniques) of an int array; no sort when its range is small."""
+    x = np.asarray(x, np.int64)
+    if x.size and int(x.max()) - int(x.min()) < 4 * x.size + 1024:
+        lo = int(x.min())
+        present = np.zeros(int(x.max()) - lo + 1, bool)
+        present[x - lo] = True
+        u = np.flatnonzero(present) + lo
+        code = np.cumsum(present) - 1
+        return code[x - lo], u
+    u, inv = np.unique(x, return_inverse=True)
+    return inv.reshape(-1), u
+
+
+def _straggler_table(trace: Trace, nl: np.ndarray, paired: np.ndarray, pos: np.ndarray, producer: np.ndarray,
+                     by: tuple[str, ...]) -> np.ndarray:
     dt = [(c, "<i4") for c in by] + STRAGGLER_FIELDS
     if nl.size == 0:
         return np.zeros(0, dt)
-    inv, keys = group_index(*[nl[c] for c in by])
-    g = keys.shape[0]
+    inv, ukeys = _dense(producer)
+    g = ukeys.size
     out = np.zeros(g, dt)
-    for i, c in enumerate(by):
-        out[c] = keys[:, i]
+    first = np.zeros(g, np.int64)
+    first[inv[::-1]] = np.arange(inv.size)[::-1]
+    for c in by:
+        out[c] = nl[c][first]
     out["n_notifies"] = group_count(inv, g)
     out["n_waits"] = group_sum(inv, nl["n_waits"], g).astype(np.int64)
     out["cost_ns"] = group_sum(inv, nl["cost_ns"], g)
@@ -437,18 +506,14 @@ def _straggler_table(trace: Trace, nl: np.ndarray, paired: np.ndarray, by: tuple
         out["excess_late_ns"] = med - 0.5 * (other_at(lo_i) + other_at(hi_i))
     else:
         out["excess_late_ns"] = np.nan
-    # waits: late count, waiter ranks and workgroups, via the paired waits' notify rows
-    pos = np.searchsorted(nl["row"][np.argsort(nl["row"])], paired["notify_row"])
-    srt_rows = np.argsort(nl["row"])
-    g_of_wait = inv[srt_rows[pos]]
+    g_of_wait = inv[pos]
     out["n_late"] = np.bincount(g_of_wait, weights=(np.nan_to_num(paired["producer_late_ns"]) > 0), minlength=g).astype(np.int64)
-    wr_inv, wr_keys = group_index(g_of_wait, paired["rank"])
-    ranks_per = [[] for _ in range(g)]
-    for gi, r in wr_keys.tolist():  # one entry per (producer, waiting rank): small
-        ranks_per[gi].append(r)
-    out["waiter_ranks"] = np.array([tuple(x) for x in ranks_per] + [None], dtype=object)[:-1]
-    _, wg_keys = group_index(g_of_wait, paired["rank"], paired["launch"], paired["program"])
-    out["waiter_workgroups"] = np.bincount(wg_keys[:, 0], minlength=g) if wg_keys.size else 0
+    # waiting ranks per producer (ranks are few: a dense (producer, rank) table)
+    nr = int(max(int(paired["rank"].max()) + 1 if paired.size else 1, 1))
+    seen = np.bincount(g_of_wait * nr + paired["rank"].astype(np.int64), minlength=g * nr).reshape(g, nr) > 0
+    out["waiter_ranks"] = np.array([tuple(np.flatnonzero(row).tolist()) for row in seen] + [None], dtype=object)[:-1]
+    wk = np.unique(g_of_wait * trace.n_workgroups + trace.wg[paired["row"]])
+    out["waiter_workgroups"] = np.bincount(wk // max(trace.n_workgroups, 1), minlength=g)
     # worst notify of each producer
     o = np.lexsort((nl["late_ns"], inv))
     last = np.r_[np.flatnonzero(np.diff(inv[o])), o.size - 1]
@@ -458,30 +523,19 @@ def _straggler_table(trace: Trace, nl: np.ndarray, paired: np.ndarray, by: tuple
     out["worst_start_ns"] = nl["start_ns"][worst] - nl["late_ns"][worst].astype(np.int64)
     # what the producer ran just before its notifies: the most frequent preceding region
     has = nl["before_row"] >= 0
-    reg_ids = np.where(has, trace.events["region"][np.maximum(nl["before_row"], 0)], -1).astype(np.int64)
-    br_inv, br_keys = group_index(inv, reg_ids)
-    cnt = np.bincount(br_inv, minlength=br_keys.shape[0])
-    o2 = np.lexsort((cnt, br_keys[:, 0]))
-    last2 = np.r_[np.flatnonzero(np.diff(br_keys[o2, 0])), o2.size - 1]
-    top = o2[last2]  # per producer group (in order of group id)
-    top_reg = np.full(g, -1, np.int64)
-    top_reg[br_keys[top, 0]] = br_keys[top, 1]
+    reg_ids = np.where(has, trace.column("region")[np.maximum(nl["before_row"], 0)], -1).astype(np.int64)
+    rcode, runiq = _dense(reg_ids)
+    R = runiq.size
+    cnt = np.bincount(inv * R + rcode, minlength=g * R).reshape(g, R).astype(np.float64)
     dur = np.nan_to_num(nl["before_ns"])
-    mean_dur = group_sum(br_inv, dur, br_keys.shape[0]) / np.maximum(cnt, 1)
-    before_ns = np.full(g, np.nan)
-    before_ns[br_keys[top, 0]] = mean_dur[top]
-    # the same region before other producers' notifies
-    tot_by_reg_inv, tot_by_reg = group_index(reg_ids)
-    tot_sum = group_sum(tot_by_reg_inv, dur, tot_by_reg.shape[0])
-    tot_cnt = group_count(tot_by_reg_inv, tot_by_reg.shape[0])
-    ridx = np.searchsorted(tot_by_reg[:, 0], top_reg)
-    ridx = np.clip(ridx, 0, max(tot_by_reg.shape[0] - 1, 0))
-    own_sum = np.zeros(g)
-    own_cnt = np.zeros(g)
-    own_sum[br_keys[top, 0]] = mean_dur[top] * cnt[top]
-    own_cnt[br_keys[top, 0]] = cnt[top]
-    o_cnt = tot_cnt[ridx] - own_cnt
-    others = np.where(o_cnt > 0, (tot_sum[ridx] - own_sum) / np.maximum(o_cnt, 1), np.nan)
+    tot = np.bincount(inv * R + rcode, weights=dur, minlength=g * R).reshape(g, R)
+    cnt_valid = np.where((runiq >= 0)[None, :], cnt, -1)
+    j = np.argmax(cnt_valid, axis=1)
+    ar = np.arange(g)
+    top_reg = np.where(cnt_valid[ar, j] > 0, runiq[j], -1)
+    before_ns = tot[ar, j] / np.maximum(cnt[ar, j], 1)
+    o_cnt = cnt.sum(axis=0)[j] - cnt[ar, j]
+    others = np.where(o_cnt > 0, (tot.sum(axis=0)[j] - tot[ar, j]) / np.maximum(o_cnt, 1), np.nan)
     valid_reg = top_reg >= 0
     names = np.full(g, "", dtype=object)
     names[valid_reg] = trace.names_of(top_reg[valid_reg])

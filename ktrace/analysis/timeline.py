@@ -219,6 +219,8 @@ def critical_path(trace: Trace, launch: int | None = None, *, min_late_ns: int =
     ws, we = workgroup_extent(trace)
     launches = np.unique(trace.wg_keys[:, 1]) if launch is None else np.array([launch])
     segs: list[tuple] = []
+    lr = leaf_spans(trace)
+    leaf = (trace.wg[lr], trace.column("start_ns")[lr], trace.column("end_ns")[lr], trace.column("region")[lr])
     for ln in launches.tolist():
         in_launch = np.flatnonzero(trace.wg_keys[:, 1] == ln)
         if in_launch.size == 0:
@@ -233,7 +235,7 @@ def critical_path(trace: Trace, launch: int | None = None, *, min_late_ns: int =
                 wrow = blocking[j]
                 path.append(("run", g, int(wrow["end_ns"]), t, -1))
                 nrow = int(wrow["notify_row"])
-                ns = int(ev["start_ns"][nrow])
+                ns = int(trace.column("start_ns")[nrow])
                 path.append(("signal", g, ns, int(wrow["end_ns"]), int(wrow["row"])))
                 if ns >= t:  # alignment error would loop: stop rather than go forwards
                     break
@@ -245,9 +247,9 @@ def critical_path(trace: Trace, launch: int | None = None, *, min_late_ns: int =
         for i, (kind, gg, s0, e0, wrow) in enumerate(path):
             rank, _, prog = trace.wg_keys[gg].tolist()
             if kind == "signal":
-                region = trace.region_name(ev["region"][wrow])
+                region = trace.region_name(trace.column("region")[wrow])
             else:
-                region = _dominant_region(trace, gg, s0, e0)
+                region = _dominant_region(trace, leaf, gg, s0, e0)
             segs.append((ln, len(path) - 1 - i, kind, rank, prog, s0, e0, e0 - s0, region, wrow))
     out = np.zeros(len(segs), PATH_DTYPE)
     for i, sgm in enumerate(segs):
@@ -255,20 +257,18 @@ def critical_path(trace: Trace, launch: int | None = None, *, min_late_ns: int =
     return out
 
 
-def _dominant_region(trace: Trace, g: int, s0: int, e0: int) -> str:
+def _dominant_region(trace: Trace, leaf: tuple, g: int, s0: int, e0: int) -> str:
     """The leaf span region of workgroup ``g`` with the most time inside [s0, e0]."""
-    leaf = leaf_spans(trace)
-    wgl = trace.wg[leaf]
+    wgl, ls, le, lr = leaf
     a, b = np.searchsorted(wgl, g), np.searchsorted(wgl, g, side="right")
-    rows = leaf[a:b]
-    if rows.size == 0:
+    if b <= a:
         return ""
-    s = np.clip(trace.column("start_ns")[rows], s0, e0)
-    e = np.clip(trace.column("end_ns")[rows], s0, e0)
+    s = np.clip(ls[a:b], s0, e0)
+    e = np.clip(le[a:b], s0, e0)
     d = (e - s).astype(np.float64)
     if not (d > 0).any():
         return ""
-    u, inv = np.unique(trace.column("region")[rows], return_inverse=True)
+    u, inv = np.unique(lr[a:b], return_inverse=True)
     tot = np.bincount(inv.reshape(-1), weights=d)
     return trace.region_name(u[np.argmax(tot)])
 

@@ -127,7 +127,10 @@ class Trace:
         """The earliest event start: reports give times relative to it."""
         if not self.events.size:
             return 0
-        return int(self.column("start_ns").min())
+        o = self._cache.get("origin")
+        if o is None:
+            o = self._cache["origin"] = int(self.column("start_ns").min())
+        return o
 
     @property
     def n_workgroups(self) -> int:
@@ -209,14 +212,42 @@ def prepare(source, *, regions: dict[int, str] | None = None, name: str = "") ->
 def group_index(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Dense group ids of rows keyed by several integer columns.
 
+    Each column is coded densely and the codes are combined into one int64 key (mixed radix),
+    so grouping costs one 1-D sort per column plus one: ``np.unique(axis=0)`` sorts rows as
+    bytes and is an order of magnitude slower.
+
     Returns:
-        ``(inverse, keys)``: per row its group (int64), and per group its key values (G, k).
+        ``(inverse, keys)``: per row its group (int64), and per group its key values (G, k),
+        groups in lexicographic order of the keys.
     """
     n = cols[0].shape[0]
     if n == 0:
         return np.zeros(0, np.int64), np.zeros((0, len(cols)), np.int64)
-    stacked = np.stack([np.asarray(c, np.int64) for c in cols], axis=1)
-    keys, inv = np.unique(stacked, axis=0, return_inverse=True)
+    uniques, codes, radix = [], [], 1
+    key = np.zeros(n, np.int64)
+    for c in cols:
+        u, inv = np.unique(np.asarray(c, np.int64), return_inverse=True)
+        uniques.append(u)
+        codes.append(inv.reshape(-1))
+        radix *= max(u.size, 1)
+    if radix >= 1 << 62:  # too many combinations for one key: sort the rows instead
+        order = np.lexsort(tuple(codes[::-1]))
+        srt = np.stack([cd[order] for cd in codes], axis=1)
+        new = np.r_[True, (srt[1:] != srt[:-1]).any(axis=1)]
+        gid = np.cumsum(new) - 1
+        inv = np.empty(n, np.int64)
+        inv[order] = gid
+        keys = np.stack([u[srt[new, i]] for i, u in enumerate(uniques)], axis=1)
+        return inv, keys
+    for u, cd in zip(uniques, codes):
+        key = key * max(u.size, 1) + cd
+    ukey, inv = np.unique(key, return_inverse=True)
+    keys = np.empty((ukey.size, len(cols)), np.int64)
+    rest = ukey
+    for i in range(len(cols) - 1, -1, -1):
+        size = max(uniques[i].size, 1)
+        rest, cd = np.divmod(rest, size)
+        keys[:, i] = uniques[i][cd]
     return inv.reshape(-1).astype(np.int64), keys
 
 

@@ -1,0 +1,81 @@
+"""The HTML report opened in headless Chromium: it renders, runs with no console errors, and a
+screenshot is kept as a test artifact (tests/analysis/artifacts/, gitignored; the path is printed).
+
+The report is of a CONSTRUCTED capture (``ktrace.analysis.scenario``: one late rank, one
+overloaded workgroup, one skipped notify), so every section of the page has content.
+"""
+
+from __future__ import annotations
+
+import html as html_mod
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ktrace.analysis import Trace, build_diff, build_report
+from ktrace.analysis import scenario
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+
+
+def _chromium(*args: str, timeout: float = 90.0) -> subprocess.CompletedProcess:
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
+           "--enable-logging=stderr", "--v=0", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def _console_errors(stderr: str) -> list[str]:
+    # Chromium logs page console messages as 'CONSOLE(line)] "message"' / 'Uncaught ...'
+    return [ln for ln in stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory):
+    from viewers.report import write_diff_html, write_html
+
+    sc = scenario.Scenario(iters=3, late_rank=2, late_ns=30_000, work={(0, 4): 3}, skip=((3, 0, 6, 2),))
+    tr = Trace(events=scenario.build(sc), regions=scenario.REGIONS, world_size=sc.world,
+               kernels={(r, 0): "a2a_constructed" for r in range(sc.world)}, source="constructed capture")
+    rep = build_report(tr)
+    d = tmp_path_factory.mktemp("html")
+    base = Trace(events=scenario.build(scenario.Scenario(iters=3)), regions=scenario.REGIONS, source="constructed base")
+    return write_html(rep, d / "report.html"), write_diff_html(build_diff(base, tr), d / "diff.html"), rep
+
+
+def test_html_is_self_contained(pages):
+    html, diff_html, rep = pages
+    text = html.read_text(encoding="utf-8")
+    # nothing is fetched: no external scripts, styles, images or fonts
+    assert not re.search(r"<(script|link|img)[^>]+(src|href)=", text)
+    assert text.count("<svg") >= 4  # two heatmaps, the wait distribution, the timelines
+    for f in rep.findings:
+        assert html_mod.escape(f.text, quote=True).split(".")[0] in text
+    assert "view in Perfetto" in text and "ui.perfetto.dev" in text
+    assert "<svg" in diff_html.read_text(encoding="utf-8")
+
+
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is absent: install it (apt-get install -y chromium) to run the browser test")
+@pytest.mark.parametrize("which", ["report", "diff"])
+def test_html_renders_in_headless_chromium(pages, which):
+    html = pages[0] if which == "report" else pages[1]
+    url = html.resolve().as_uri()
+    dom = _chromium("--dump-dom", url)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert 'data-rendered="ok"' in dom.stdout, "the page's script reported errors or did not run"
+    assert int(re.search(r'data-plots="(\d+)"', dom.stdout).group(1)) >= (4 if which == "report" else 1)
+    assert _console_errors(dom.stderr) == []
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / f"{which}.png"
+    if shot.exists():
+        shot.unlink()
+    res = _chromium(f"--screenshot={shot}", "--window-size=1300,2400", "--hide-scrollbars", url)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert shot.exists() and shot.stat().st_size > 10_000
+    assert _console_errors(res.stderr) == []
+    shutil.copy(html, ARTIFACTS / html.name)
+    print(f"screenshot: {shot}")
