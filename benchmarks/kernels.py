@@ -4,8 +4,10 @@ Run once per rank (``python -m ktrace.testing.launch -n 4 -- python benchmarks/k
 Cases come from each kernel folder's ``bench.py`` (``cases(world_size) -> list[BenchCase]``,
 see ``instrumented_kernels.harness``); a folder without one is skipped. For each case: build it
 (fresh random inputs), run every variant once, check the outputs against the reference, then
-time the variants side by side (interleaved, CUDA events, median of ``reps`` after ``warmup``;
-the figure of a rank is its median, the table shows the maximum over ranks).
+time the variants side by side: interleaved batches of ``batch`` calls between two CUDA events,
+each batch queued while the GPU sleeps (so the figure is device time per call, not the host's
+launch rate), median over ``reps`` batches after ``warmup``; the figure of a rank is its median,
+the table shows the maximum over ranks.
 
 Columns: ``ktrace`` (our kernel, untraced), ``baseline`` (torch/NCCL), ``speedup`` = baseline /
 ktrace, ``traced/untraced`` = our kernel traced at its default probe density / untraced.
@@ -51,7 +53,12 @@ def discover(world_size: int, only: list[str] | None = None) -> list[H.BenchCase
     return out
 
 
-def run_case(case: H.BenchCase, dist: H.Dist, reps: int | None, warmup: int | None) -> dict:
+#: GPU cycles the stream sleeps before each timed batch (about 2-3 ms at H100/H200 clocks), so
+#: that the host has queued the batch before the GPU starts it: figures are device times.
+HOLD_CYCLES = 5_000_000
+
+
+def run_case(case: H.BenchCase, dist: H.Dist, reps: int | None, warmup: int | None, batch: int | None = None) -> dict:
     """Build, check and time one case; returns its row (collective)."""
     row = {"kernel": case.kernel, "case": case.name, "shape": case.shape}
     t0 = time.perf_counter()
@@ -68,7 +75,10 @@ def run_case(case: H.BenchCase, dist: H.Dist, reps: int | None, warmup: int | No
         if errs:
             raise H.MismatchError("; ".join(errs))
         row["checked"] = True
-        timings = H.time_interleaved(built.variants, reps or case.reps, case.warmup if warmup is None else warmup, dist=dist)
+        timings = H.time_interleaved(
+            built.variants, reps or case.reps, case.warmup if warmup is None else warmup, dist=dist,
+            batch=case.batch if batch is None else batch, hold_cycles=HOLD_CYCLES,
+        )
         row["us"] = {k: round(v.median_us, 3) for k, v in timings.items()}
         row["p10_us"] = {k: round(v.p10_us, 3) for k, v in timings.items()}
         row["p90_us"] = {k: round(v.p90_us, 3) for k, v in timings.items()}
@@ -121,6 +131,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", nargs="*", default=None, help="only cases whose name contains one of these")
     ap.add_argument("--reps", type=int, default=None, help="timed repetitions (default: each case's)")
     ap.add_argument("--warmup", type=int, default=None, help="warm-up rounds (default: each case's)")
+    ap.add_argument("--batch", type=int, default=None, help="calls per timed batch (default: each case's)")
     ap.add_argument("--json", default=None, help="write the rows (and device, world size) here (rank 0)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -134,7 +145,7 @@ def main(argv=None) -> int:
     rows, failed = [], 0
     for case in cases:
         try:
-            row = run_case(case, dist, args.reps, args.warmup)
+            row = run_case(case, dist, args.reps, args.warmup, args.batch)
         except H.MismatchError as e:
             # every rank saw the same verdict (gathered), so all carry on to the next case
             row = {"kernel": case.kernel, "case": case.name, "shape": case.shape, "error": str(e).splitlines()[0]}

@@ -30,11 +30,12 @@ Host API
     ``trace_buffer(n_programs, capacity, device)``
         A zeroed event buffer for a direct traced launch (``ktrace_buf=..., KTRACE=capacity``),
         used by benchmarks to time the probes' own cost without a capture session.
-    ``time_interleaved(fns, reps, warmup, dist=None)``
-        Time callables side by side: each repetition runs every callable once, in turn, each
-        between two CUDA events, after ``warmup`` rounds. Returns ``{name: Timing}``; with
-        ``dist`` the median is the maximum over ranks of the per-rank medians (a collective is
-        as slow as its slowest rank).
+    ``time_interleaved(fns, reps, warmup, dist=None, batch=1, hold_cycles=0)``
+        Time callables side by side: each repetition runs every callable ``batch`` times, in
+        turn, between two CUDA events, after ``warmup`` rounds; with ``hold_cycles`` the GPU
+        first sleeps so the host can queue the batch (device time, not launch rate). Returns
+        ``{name: Timing}`` per call; with ``dist`` the median is the maximum over ranks of the
+        per-rank medians (a collective is as slow as its slowest rank).
     ``BenchCase``
         One benchmark entry: a name, the kernel, a description of the shape and a ``build``
         function ``build(dist) -> Built`` that allocates, generates fresh inputs, and returns
@@ -389,23 +390,37 @@ class Timing:
     reps: int
 
 
-def time_interleaved(fns: dict[str, Callable[[], Any]], reps: int = 100, warmup: int = 10, dist: Dist | None = None) -> dict[str, Timing]:
+def time_interleaved(
+    fns: dict[str, Callable[[], Any]],
+    reps: int = 100,
+    warmup: int = 10,
+    dist: Dist | None = None,
+    batch: int = 1,
+    hold_cycles: int = 0,
+) -> dict[str, Timing]:
     """Time callables side by side with CUDA events (see the module docstring).
 
     Args:
         fns: name -> callable launching the work on the current stream.
-        reps: timed repetitions (each runs every callable once, in turn).
+        reps: timed repetitions (each runs every callable ``batch`` times, in turn).
         warmup: untimed rounds first.
         dist: if given, a barrier precedes the timed rounds and the reported figures are the
             maxima over ranks.
+        batch: calls of a callable between its two events; the figure of a repetition is the
+            elapsed time divided by ``batch``.
+        hold_cycles: if > 0, the stream first sleeps this many GPU cycles before each batch, so
+            that the host queues the whole batch while the GPU waits: the events then time the
+            device, not the host's launch rate. (Across ranks, the hold also absorbs the skew of
+            the hosts; what is left of it is spread over the batch.) A callable that synchronises
+            with the host is timed with its synchronisations, as it runs.
 
     Returns:
-        ``{name: Timing}``.
+        ``{name: Timing}`` (per call).
     """
     import torch
 
-    if reps < 1 or warmup < 0:
-        raise ValueError(f"reps must be >= 1 and warmup >= 0, got {reps}, {warmup}")
+    if reps < 1 or warmup < 0 or batch < 1 or hold_cycles < 0:
+        raise ValueError(f"need reps >= 1, warmup >= 0, batch >= 1, hold_cycles >= 0; got {reps}, {warmup}, {batch}, {hold_cycles}")
     names = list(fns)
     for _ in range(warmup):
         for n in names:
@@ -419,13 +434,16 @@ def time_interleaved(fns: dict[str, Callable[[], Any]], reps: int = 100, warmup:
     for r in range(reps):
         for n in names:
             a, b = ev[n][r]
+            if hold_cycles:
+                torch.cuda._sleep(hold_cycles)
             a.record()
-            fns[n]()
+            for _ in range(batch):
+                fns[n]()
             b.record()
     torch.cuda.synchronize()
     stats = []
     for n in names:
-        ts = sorted(a.elapsed_time(b) * 1000.0 for a, b in ev[n])
+        ts = sorted(a.elapsed_time(b) * 1000.0 / batch for a, b in ev[n])
         stats.append([statistics.median(ts), ts[len(ts) // 10], ts[(9 * len(ts)) // 10]])
     if dist is not None and dist.world_size > 1:
         import torch.distributed as tdist
@@ -433,7 +451,7 @@ def time_interleaved(fns: dict[str, Callable[[], Any]], reps: int = 100, warmup:
         t = torch.tensor(stats, dtype=torch.float64, device=dist.device)
         tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
         stats = t.tolist()
-    return {n: Timing(s[0], s[1], s[2], reps) for n, s in zip(names, stats)}
+    return {n: Timing(s[0], s[1], s[2], reps * batch) for n, s in zip(names, stats)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -473,6 +491,7 @@ class BenchCase:
         shape: the shape parameters, for the table and the JSON.
         build: ``build(dist) -> Built``; collective (every rank builds the same case).
         reps, warmup: timing repetitions for this case.
+        batch: calls per timed batch (see :func:`time_interleaved`).
     """
 
     kernel: str
@@ -481,8 +500,11 @@ class BenchCase:
     build: Callable[[Dist], Built]
     reps: int = 100
     warmup: int = 10
+    batch: int = 1
 
     def __post_init__(self):
+        if self.batch < 1:
+            raise ValueError(f"{self.kernel}/{self.name}: batch must be >= 1")
         if not self.kernel or not self.name:
             raise ValueError("a BenchCase needs a kernel and a name")
         if self.reps < 1 or self.warmup < 0:

@@ -13,7 +13,7 @@ rc=0
 for n in $NPS; do
   if [ "$n" -gt "$NGPU" ]; then echo "skip -n $n: only $NGPU GPUs"; continue; fi
   python3 -m ktrace.testing.launch -n "$n" --timeout ${TEST_TIMEOUT:-900} -- \
-    python3 -m pytest -m multigpu tests/kernels -q -p no:cacheprovider -x ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$OUT/kernels_tests_n$n.log" || rc=1
+    python3 -m pytest -m multigpu tests/kernels -q -p no:cacheprovider -rf ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$OUT/kernels_tests_n$n.log" || rc=1
 done
 BN=${BENCH_N:-$NGPU}
 python3 -m ktrace.testing.launch -n "$BN" --timeout ${BENCH_TIMEOUT:-1200} -- \

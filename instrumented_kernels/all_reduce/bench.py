@@ -61,5 +61,5 @@ def cases(world_size: int) -> list[H.BenchCase]:
     for method in b["methods"]:
         for nbytes in b["bytes"]:
             out.append(H.BenchCase("all_reduce", f"{method}-{nbytes}B", {"bytes": nbytes, "method": method, "dtype": b["dtype"]},
-                                   _build(nbytes, method, b["dtype"]), reps=200, warmup=20))
+                                   _build(nbytes, method, b["dtype"]), reps=30, warmup=20, batch=20))
     return out

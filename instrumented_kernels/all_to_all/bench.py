@@ -69,7 +69,7 @@ def _build(shape: dict):
 def cases(world_size: int) -> list[H.BenchCase]:
     """One case per ``bench`` shape whose expert count the world size divides."""
     return [
-        H.BenchCase("all_to_all", s["name"], dict(s), _build(s), reps=50, warmup=10)
+        H.BenchCase("all_to_all", s["name"], dict(s), _build(s), reps=20, warmup=10, batch=10)
         for s in SHAPES["bench"]
         if s["num_experts"] % world_size == 0
     ]

@@ -41,6 +41,7 @@ def _inputs(dist, shape, seed):
 
 def _run(plan, dist, inputs, scales_all, fault=H.NO_FAULT):
     import torch
+    import torch.distributed as tdist
 
     inp = inputs[dist.rank]
     EL = plan.EL
@@ -48,6 +49,8 @@ def _run(plan, dist, inputs, scales_all, fault=H.NO_FAULT):
     for t in (plan.recv_x, plan.comb_x):
         H.poison(t[(plan.epoch + 1) % 2])  # the parity the next call writes
     plan.heap.barrier()  # no peer may write into them before they are poisoned
+    tdist.barrier()  # a device-side barrier last: the ranks launch within a few µs of each other
+    torch.cuda.synchronize()
     out = H.poison(torch.empty_like(inp["x"]))
     plan.dispatch(inp["x"], inp["topk_idx"], inp["topk_w"], inp["m"], fault=fault)
     received = plan.received()
@@ -110,7 +113,7 @@ def test_fault_delay_shows_as_producer_lateness(dist):
     if dist.world_size < 2:
         pytest.skip("needs two ranks")
     shape = SHAPES[0]
-    late, delay = dist.world_size - 1, 200_000
+    late, delay = dist.world_size - 1, 1_000_000
     plan = _plan(dist, **{k: v for k, v in shape.items() if k != "name"})
     inputs, scales_all = _inputs(dist, shape, H.fresh_seed(dist))
     with ktrace.capture() as cap:
