@@ -41,6 +41,43 @@ def _cmd_info(args) -> int:
     return 0
 
 
+def _cmd_merge(args) -> int:
+    from .io import CaptureError, format_of, merge_captures, read_capture, write_trace
+
+    try:
+        fmt = args.format or format_of(args.output)
+    except ValueError as e:
+        print(f"ktrace: {e}", file=sys.stderr)
+        return 2
+    try:
+        cap = merge_captures((read_capture(p) for p in args.captures), world_size=args.world_size)
+        out = write_trace(cap, args.output, fmt)
+    except (CaptureError, ValueError, OSError) as e:
+        print(f"ktrace: {e}", file=sys.stderr)
+        return 2
+    n = sum(len(rc.launches) for rc in cap.ranks.values())
+    part = f" PARTIAL: ranks {cap.missing_ranks} missing" if cap.partial else ""
+    clock = (cap.clock or {}).get("method", "none")
+    print(f"{out}: {fmt}, ranks {sorted(cap.ranks)} of {cap.world_size}, {n} launches, clock {clock}{part}")
+    return 0
+
+
+def _cmd_open(args) -> int:
+    import os
+
+    from viewers import open_trace
+
+    if not os.path.isfile(args.trace):
+        print(f"ktrace: {args.trace}: no such trace file", file=sys.stderr)
+        return 2
+    try:
+        got = open_trace(args.trace, port=args.port, browser=not args.no_browser, timeout=args.timeout or None)
+    except OSError as e:
+        print(f"ktrace: cannot serve on 127.0.0.1:{args.port}: {e}", file=sys.stderr)
+        return 2
+    return 0 if got else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ktrace",
@@ -52,6 +89,18 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("info", help="summarise a capture file: ranks, launches, events, drops")
     s.add_argument("capture", help="a .ktrace capture file")
     s.set_defaults(func=_cmd_info)
+    s = sub.add_parser("merge", help="merge per-rank captures into one capture or trace (format by suffix)")
+    s.add_argument("captures", nargs="+", help="per-rank .ktrace files")
+    s.add_argument("-o", "--output", required=True, help="out.ktrace | out.pftrace | out.json | out.json.gz")
+    s.add_argument("--format", choices=["ktrace", "perfetto", "chrome"], help="override the format the suffix implies")
+    s.add_argument("--world-size", type=int, help="expected number of ranks (default: what the files say)")
+    s.set_defaults(func=_cmd_merge)
+    s = sub.add_parser("open", help="serve a trace on 127.0.0.1 and open it in ui.perfetto.dev")
+    s.add_argument("trace", help="a .pftrace or .json[.gz] trace")
+    s.add_argument("--port", type=int, default=9001, help="loopback port (default 9001, which ui.perfetto.dev allows)")
+    s.add_argument("--no-browser", action="store_true", help="only print the link")
+    s.add_argument("--timeout", type=float, default=600, help="stop after this many seconds without a fetch (0: never)")
+    s.set_defaults(func=_cmd_open)
     return p
 
 

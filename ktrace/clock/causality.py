@@ -19,8 +19,6 @@ import numpy as np
 
 from ..schema import EventFlag, EventKind
 
-_KEY = np.dtype([("src", "<i8"), ("dst", "<i8"), ("flag", "<i8"), ("value", "<i8")])
-
 #: One row per notify/wait pair (indices are rows of the table given to the pairing).
 PAIR_DTYPE = np.dtype(
     [
@@ -67,19 +65,19 @@ def pair_notify_wait(events: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, i
     wi = np.flatnonzero((kind == EventKind.WAIT) & ((events["flags"] & EventFlag.TIMEOUT) == 0))
     if ni.size == 0 or wi.size == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), int(ni.size), int(wi.size)
-    keys = np.empty(ni.size + wi.size, _KEY)
     n = ni.size
-    keys["src"][:n] = events["rank"][ni]
-    keys["dst"][:n] = events["arg0"][ni]
-    keys["flag"][:n] = events["arg2"][ni]
-    keys["value"][:n] = events["arg1"][ni]
-    keys["src"][n:] = events["arg0"][wi]
-    keys["dst"][n:] = events["rank"][wi]
-    keys["flag"][n:] = events["arg2"][wi]
-    keys["value"][n:] = events["arg4"][wi]
-    _, inv = np.unique(keys, return_inverse=True)
-    inv = inv.reshape(-1).astype(np.int64)
-    gn, gw = inv[:n], inv[n:]
+    # one dense group id per (src, dst, flag, value): each column made dense on its own (1-D
+    # sorts are fast), combined in mixed radix, made dense again
+    gid = np.zeros(ni.size + wi.size, np.int64)
+    for notify_col, wait_col in (("rank", "arg0"), ("arg0", "rank"), ("arg2", "arg2"), ("arg1", "arg4")):
+        col = np.concatenate([events[notify_col][ni].astype(np.int64), events[wait_col][wi].astype(np.int64)])
+        u, inv = np.unique(col, return_inverse=True)
+        if gid.max(initial=0) >= (np.iinfo(np.int64).max // max(u.size, 1)):
+            _, gid = np.unique(gid, return_inverse=True)
+        gid = gid * u.size + inv.reshape(-1)
+    _, gid = np.unique(gid, return_inverse=True)
+    gid = gid.reshape(-1).astype(np.int64)
+    gn, gw = gid[:n], gid[n:]
     on = np.lexsort((events[s_col][ni], gn))
     ow = np.lexsort((events[e_col][wi], gw))
     big = np.int64(max(ni.size, wi.size) + 1)

@@ -30,7 +30,8 @@ import orjson
 from .. import __version__
 from ..clock.model import ClockModel
 from . import _rows
-from .layout import COUNTER, INSTANT, NOTIFY, SPAN, WAIT, TracePlan, event_class, plan_trace, timeout_mask
+from ..schema import EventKind
+from .layout import COUNTER, INSTANT, NOTIFY, SPAN, WAIT, TracePlan, event_class, iter_launches, plan_trace, timeout_mask, track_name
 
 log = logging.getLogger("ktrace")
 
@@ -51,10 +52,9 @@ def _meta_events(plan: TracePlan, capture) -> list[dict]:
         out.append({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": r}})
         out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "kernels"}})
         out.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": 1, "args": {"sort_index": 0}})
-        for (g, prog, lane), i in rp.tracks.items():
-            name = f"p{prog}" + (f" lane{lane}" if lane else "") + (f" [stream group {g}]" if g else "")
-            out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": i + 2, "args": {"name": name}})
-            out.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": i + 2, "args": {"sort_index": i + 1}})
+        for tid, (g, prog, lane) in sorted(rp.tracks.items()):
+            out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": track_name(g, prog, lane)}})
+            out.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
     for lp in plan.launches:
         if not lp.n_events:
             continue
@@ -73,18 +73,14 @@ def _names(keys: np.ndarray, make) -> tuple[np.ndarray, np.ndarray]:
     return inv.reshape(-1), _rows.table([_j(make(int(k))) for k in uk.tolist()])
 
 
-def _launch_rows(plan: TracePlan, lp, ev, s_ns, e_ns, out) -> None:
-    regions = plan.regions
-
-    def region_name(rid: int) -> str:
-        return regions.get(rid, f"region#{rid:06x}")
-
+def _launch_rows(plan: TracePlan, lp, ev, s_ns, e_ns, lanes, out) -> None:
+    region_name = plan.region_name
+    rp = plan.ranks[lp.rank]
     pid = str(lp.rank + 1).encode()
-    tids = plan.track_index(lp.rank, lp.group, ev["program"], lp.lanes) + 2
-    flow_out = np.zeros(ev.size, np.int64)
-    flow_out[lp.flow_out_rows] = lp.flow_out_ids
-    flow_in = np.zeros(ev.size, np.int64)
-    flow_in[lp.flow_in_rows] = lp.flow_in_ids
+    tids = rp.tids(lp.group, ev["program"], lanes)
+    flow_out, flow_in = lp.flows(ev.size)
+    not_counter = ev["kind"] != EventKind.COUNTER
+    rp.note_tracks(lp.group, tids[not_counter])
     classes = event_class(ev["kind"], s_ns, e_ns)
     for cls, idx_all in classes.items():
         for c0 in range(0, idx_all.size, CHUNK):
@@ -170,16 +166,8 @@ def write_chrome_json(capture, path: str | os.PathLike, *, model: ClockModel | N
     try:
         with opener(tmp) as out:
             out.write(b'{"displayTimeUnit":"ns","otherData":' + _j(other) + b',"traceEvents":[\n')
-            li = 0
-            for r, rc in sorted(capture.ranks.items()):
-                clk = plan.model.rank(r)
-                for ln in rc.launches:
-                    lp = plan.launches[li]
-                    li += 1
-                    d = ln.decode(r, cache=False)
-                    ev = d.events
-                    hz = d.header.tick_hz
-                    _launch_rows(plan, lp, ev, clk.to_common(ev["start"], hz), clk.to_common(ev["end"], hz), out)
+            for lp, ev, s_ns, e_ns, lanes in iter_launches(capture, plan):
+                _launch_rows(plan, lp, ev, s_ns, e_ns, lanes, out)
             # every event row ends in a comma; the metadata events close the array
             out.write(b",\n".join(_j(m) for m in _meta_events(plan, capture)) + b"\n]}\n")
         os.replace(tmp, path)

@@ -48,23 +48,34 @@ def lanes_of(program: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndar
     lanes = np.zeros(n, np.uint8)
     if n < 2:
         return lanes
-    # rank intervals by (program, start asc, end desc): a parent comes before its children
-    order = np.lexsort((-end, start, program))
-    prog_o, s_o, e_o = program[order], start[order], end[order]
-    r = np.arange(n, dtype=np.int64)
+    if (end <= start).any():  # zero-length intervals nest anywhere: lane 0, left out of the check
+        pos = np.flatnonzero(end > start)
+        lanes[pos] = lanes_of(program[pos], start[pos], end[pos])
+        return lanes
+    prog = program.astype(np.int64)
+    t0 = int(start.min())
+    span_t = int(end.max()) - t0 + 1
+    pbits = max(1, int(prog.max()).bit_length())
+    tbits = span_t.bit_length()
+    idx = np.arange(n, dtype=np.int64)
     # boundaries: opens at start, closes at end; at equal times closes first (touching is
-    # disjoint); opens in rank order, closes in reverse rank order (inner closes first)
-    b_prog = np.concatenate([prog_o, prog_o])
-    b_time = np.concatenate([s_o, e_o])
-    b_type = np.concatenate([np.ones(n, np.int8), np.zeros(n, np.int8)])
-    b_tie = np.concatenate([r, -r])
-    b_id = np.concatenate([r, r])
-    bo = np.lexsort((b_tie, b_type, b_time, b_prog))
-    b_type, b_id, b_prog = b_type[bo], b_id[bo], b_prog[bo]
-    step = np.where(b_type == 1, 1, -1).astype(np.int64)
-    depth_after = np.cumsum(step)
-    level = np.where(b_type == 1, depth_after, depth_after + 1)
-    lo = np.lexsort((level, b_prog))  # stable: time order kept within (program, level)
+    # disjoint), wider opens first (outer), later-started closes first (inner); identical
+    # intervals open in index order and close in reverse
+    b_type = np.r_[np.ones(n, np.int64), np.zeros(n, np.int64)]
+    b_id = np.r_[idx, idx]
+    b_time = np.r_[start, end] - t0
+    tie = np.r_[-(end - t0), -(start - t0)]
+    tie2 = np.r_[idx, -idx]
+    if pbits + tbits + 1 <= 62:
+        primary = (np.r_[prog, prog] << (tbits + 1)) | (b_time << 1) | b_type
+        bo = np.lexsort((tie2, tie, primary))
+    else:
+        bo = np.lexsort((tie2, tie, b_type, b_time, np.r_[prog, prog]))
+    b_type, b_id = b_type[bo], b_id[bo]
+    b_prog = np.r_[prog, prog][bo]
+    depth_after = np.cumsum(2 * b_type - 1)
+    level = depth_after + (1 - b_type)  # an open's level is the depth after it, a close's before it
+    lo = np.argsort((b_prog << 32) | level, kind="stable") if pbits <= 30 else np.lexsort((level, b_prog))
     t2, id2, p2 = b_type[lo], b_id[lo], b_prog[lo]
     # in a laminar family each open is immediately followed, at its level, by its own close
     is_open = t2 == 1
@@ -109,36 +120,79 @@ def event_class(kind: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray) -> d
 
 @dataclass
 class LaunchPlan:
+    """What the first pass learns about one launch."""
+
     rank: int
     index: int
     kernel: str
     grid: tuple
+    n_programs: int
     group: int
     n_events: int
     dropped: int
     start_ns: int
     end_ns: int
-    lanes: np.ndarray  # uint8 per event
-    track_codes: np.ndarray  # unique (program << 8 | lane) used
-    counter_codes: np.ndarray  # unique (program << 24 | region) of counters
     flow_out_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     flow_out_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     flow_in_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     flow_in_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def flows(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per event row: the id of the flow it starts (notifies) and ends (waits); 0 for none."""
+        out = np.zeros(n, np.int64)
+        out[self.flow_out_rows] = self.flow_out_ids
+        inn = np.zeros(n, np.int64)
+        inn[self.flow_in_rows] = self.flow_in_ids
+        return out, inn
 
 
 @dataclass
 class RankPlan:
     rank: int
     name: str
-    #: (group, program, lane) -> track index (0-based, in display order)
+    #: programs per launch group, the radix of track ids
+    max_programs: int = 1
+    #: track ids seen while writing: tid -> (group, program, lane)
     tracks: dict = field(default_factory=dict)
-    #: (group, program, region) of counters -> counter index
+    #: counters seen while writing: (group, program, region) -> index
     counters: dict = field(default_factory=dict)
+
+    def tids(self, group: int, program: np.ndarray, lanes: np.ndarray) -> np.ndarray:
+        """Track id of each (program, lane): ordered by group, program, lane; 1 is ``kernels``.
+
+        Ids stay below 2**31 (Chrome JSON tids are read as uint32; Perfetto uuids use them).
+        """
+        base = (group * self.max_programs) << 8
+        if base + (self.max_programs << 8) + 2 >= 2**31:
+            raise ValueError(f"rank {self.rank}: too many programs ({self.max_programs}) x launch groups to number tracks")
+        return (base + 2) + ((program.astype(np.int64) << 8) | lanes)
+
+    def note_tracks(self, group: int, tids: np.ndarray) -> np.ndarray:
+        """Record the tracks a launch used; returns the ids not seen before."""
+        new = [t for t in np.unique(tids).tolist() if t not in self.tracks]
+        for t in new:
+            rel = t - 2 - ((group * self.max_programs) << 8)
+            self.tracks[t] = (group, rel >> 8, rel & 0xFF)
+        return np.array(new, np.int64)
+
+    def counter_index(self, group: int, program: np.ndarray, region: np.ndarray) -> np.ndarray:
+        code = (program.astype(np.int64) << 24) | region.astype(np.int64)
+        uk, inv = np.unique(code, return_inverse=True)
+        idx = np.empty(uk.size, np.int64)
+        for j, c in enumerate(uk.tolist()):
+            key = (group, c >> 24, c & 0xFFFFFF)
+            idx[j] = self.counters.setdefault(key, len(self.counters))
+        return idx[inv.reshape(-1)]
+
+
+def track_name(group: int, program: int, lane: int) -> str:
+    return f"p{program}" + (f" lane{lane}" if lane else "") + (f" [stream group {group}]" if group else "")
 
 
 @dataclass
 class TracePlan:
+    """The first pass's result: launches, groups, flows, time base; tracks fill in while writing."""
+
     model: ClockModel
     launches: list[LaunchPlan]
     ranks: dict[int, RankPlan]
@@ -149,18 +203,8 @@ class TracePlan:
     missing_ranks: list[int]
     regions: dict[int, str]
 
-    def track_index(self, rank: int, group: int, program: np.ndarray, lane: np.ndarray) -> np.ndarray:
-        """Track index (display order) of each (program, lane) of one launch group."""
-        rp = self.ranks[rank]
-        keys = [k for k in rp.tracks if k[0] == group]
-        if not keys:
-            return np.zeros(program.size, np.int64)
-        arr = np.array([(k[1] << 8) | k[2] for k in keys], np.int64)
-        idx = np.array([rp.tracks[k] for k in keys], np.int64)
-        o = np.argsort(arr)
-        arr, idx = arr[o], idx[o]
-        code = (program.astype(np.int64) << 8) | lane.astype(np.int64)
-        return idx[np.searchsorted(arr, code)]
+    def region_name(self, rid: int) -> str:
+        return self.regions.get(int(rid), f"region#{int(rid):06x}")
 
 
 def rank_title(rank: int, device: dict) -> str:
@@ -169,8 +213,12 @@ def rank_title(rank: int, device: dict) -> str:
     return f"rank {rank} · {dev}{where}"
 
 
+_WN_DTYPE = np.dtype([("rank", "<i4"), ("kind", "u1"), ("flags", "u1"), ("arg0", "<i8"), ("arg1", "<i8"), ("arg2", "<i8"),
+                      ("arg3", "<i8"), ("arg4", "<i8"), ("start_ns", "<i8"), ("end_ns", "<i8"), ("li", "<i8"), ("row", "<i8")])
+
+
 def plan_trace(capture, model: ClockModel | None = None) -> TracePlan:
-    """One streaming pass over a capture: the layout and flows both writers need."""
+    """First pass over a capture (one launch decoded at a time): time base, launch groups, flows."""
     model = model or clock_model_of(capture)
     launches: list[LaunchPlan] = []
     waits_notifies = []
@@ -181,30 +229,22 @@ def plan_trace(capture, model: ClockModel | None = None) -> TracePlan:
         for ln in rc.launches:
             d = ln.decode(r, cache=False)
             ev = d.events
-            hz = d.header.tick_hz
-            s, e = clk.to_common(ev["start"], hz), clk.to_common(ev["end"], hz)
-            n_events += ev.size
             kind = ev["kind"]
-            span_like = np.flatnonzero(((kind == EventKind.SPAN) | (kind == EventKind.WAIT) | (kind == EventKind.NOTIFY)) & (e > s))
-            lanes = np.zeros(ev.size, np.uint8)
-            lanes[span_like] = lanes_of(ev["program"][span_like], s[span_like], e[span_like])
-            lp = LaunchPlan(
-                rank=r, index=ln.index, kernel=ln.kernel, grid=tuple(ln.grid), group=0, n_events=int(ev.size),
-                dropped=d.dropped, start_ns=int(s.min()) if ev.size else 0, end_ns=int(e.max()) if ev.size else 0, lanes=lanes,
-                track_codes=np.unique((ev["program"].astype(np.int64) << 8) | lanes),
-                counter_codes=np.unique((ev["program"][kind == EventKind.COUNTER].astype(np.int64) << 24) | ev["region"][kind == EventKind.COUNTER]),
-            )
-            launches.append(lp)
+            hz = d.header.tick_hz
+            n_events += ev.size
+            lp = LaunchPlan(rank=r, index=ln.index, kernel=ln.kernel, grid=tuple(ln.grid), n_programs=d.header.n_programs, group=0,
+                            n_events=int(ev.size), dropped=d.dropped, start_ns=0, end_ns=0)
             if ev.size:
-                base = int(s.min()) if base is None else min(base, int(s.min()))
+                lp.start_ns = int(clk.to_common(ev["start"].min(), hz))
+                lp.end_ns = int(clk.to_common(ev["end"].max(), hz))
+                base = lp.start_ns if base is None else min(base, lp.start_ns)
+            launches.append(lp)
             wn = np.flatnonzero((kind == EventKind.WAIT) | (kind == EventKind.NOTIFY))
             if wn.size:
-                sub = np.zeros(wn.size, [("rank", "<i4"), ("kind", "u1"), ("flags", "u1"), ("arg0", "<i8"), ("arg1", "<i8"),
-                                         ("arg2", "<i8"), ("arg3", "<i8"), ("arg4", "<i8"), ("start_ns", "<i8"), ("end_ns", "<i8"),
-                                         ("li", "<i8"), ("row", "<i8")])
+                sub = np.empty(wn.size, _WN_DTYPE)
                 for c in ("rank", "kind", "flags", "arg0", "arg1", "arg2", "arg3", "arg4"):
                     sub[c] = ev[c][wn]
-                sub["start_ns"], sub["end_ns"] = s[wn], e[wn]
+                sub["start_ns"], sub["end_ns"] = clk.to_common(ev["start"][wn], hz), clk.to_common(ev["end"][wn], hz)
                 sub["li"] = len(launches) - 1
                 sub["row"] = wn
                 waits_notifies.append(sub)
@@ -220,7 +260,6 @@ def plan_trace(capture, model: ClockModel | None = None) -> TracePlan:
             else:
                 lp.group = len(group_end)
                 group_end.append(lp.end_ns)
-    # flows
     n_flows = 0
     if waits_notifies:
         wn_all = np.concatenate(waits_notifies)
@@ -237,23 +276,39 @@ def plan_trace(capture, model: ClockModel | None = None) -> TracePlan:
                 if b > a:
                     setattr(lp, f"flow_{side}_rows", rows_s[a:b])
                     setattr(lp, f"flow_{side}_ids", ids_s[a:b])
-    # tracks per rank: (group, program, lane) in order
-    ranks: dict[int, RankPlan] = {}
-    for r, rc in sorted(capture.ranks.items()):
-        ranks[r] = RankPlan(rank=r, name=rank_title(r, rc.device))
-    keyset: dict[int, set] = {r: set() for r in ranks}
-    counterset: dict[int, set] = {r: set() for r in ranks}
-    for lp in launches:
-        keyset[lp.rank].update((lp.group, int(c >> 8), int(c & 0xFF)) for c in lp.track_codes.tolist())
-        counterset[lp.rank].update((lp.group, int(c >> 24), int(c & 0xFFFFFF)) for c in lp.counter_codes.tolist())
-    for r in ranks:
-        ranks[r].tracks = {k: i for i, k in enumerate(sorted(keyset[r]))}
-        ranks[r].counters = {k: i for i, k in enumerate(sorted(counterset[r]))}
+    ranks = {r: RankPlan(rank=r, name=rank_title(r, rc.device),
+                         max_programs=max([lp.n_programs for lp in launches if lp.rank == r], default=1))
+             for r, rc in sorted(capture.ranks.items())}
     return TracePlan(
         model=model, launches=launches, ranks=ranks, base_ns=base or 0, n_events=n_events, n_flows=n_flows,
         partial=bool(capture.partial or capture.missing_ranks), missing_ranks=list(capture.missing_ranks),
         regions=dict(capture.regions),
     )
+
+
+def launch_lanes(ev: np.ndarray, s_ns: np.ndarray, e_ns: np.ndarray) -> np.ndarray:
+    """Lane of every event of one launch (spans, waits, notifies of non-zero length; 0 for others)."""
+    kind = ev["kind"]
+    span_like = np.flatnonzero(((kind == EventKind.SPAN) | (kind == EventKind.WAIT) | (kind == EventKind.NOTIFY)) & (e_ns > s_ns))
+    lanes = np.zeros(ev.size, np.uint8)
+    if span_like.size > 1:
+        lanes[span_like] = lanes_of(ev["program"][span_like], s_ns[span_like], e_ns[span_like])
+    return lanes
+
+
+def iter_launches(capture, plan: TracePlan):
+    """Second pass: per launch, ``(launch_plan, events, start_ns, end_ns, lanes)``."""
+    li = 0
+    for r, rc in sorted(capture.ranks.items()):
+        clk = plan.model.rank(r)
+        for ln in rc.launches:
+            lp = plan.launches[li]
+            li += 1
+            d = ln.decode(r, cache=False)
+            ev = d.events
+            hz = d.header.tick_hz
+            s, e = clk.to_common(ev["start"], hz), clk.to_common(ev["end"], hz)
+            yield lp, ev, s, e, launch_lanes(ev, s, e)
 
 
 def timeout_mask(flags: np.ndarray) -> np.ndarray:

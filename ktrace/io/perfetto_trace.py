@@ -39,7 +39,8 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
 )
 
 from ..clock.model import ClockModel
-from .layout import COUNTER, INSTANT, NOTIFY, SPAN, WAIT, TracePlan, event_class, plan_trace, timeout_mask
+from ..schema import EventKind
+from .layout import COUNTER, INSTANT, NOTIFY, SPAN, WAIT, TracePlan, event_class, iter_launches, plan_trace, timeout_mask, track_name
 
 log = logging.getLogger("ktrace")
 
@@ -63,11 +64,6 @@ def _proc_uuid(rank: int) -> int:
     return (rank + 1) << 32
 
 
-def _track_uuid(rank: int, index: int) -> int:
-    """uuid of a rank's program track ``index`` (0-based); the kernels track is index -1."""
-    return _proc_uuid(rank) | (index + 2)
-
-
 def _counter_uuid(rank: int, index: int) -> int:
     return _proc_uuid(rank) | (1 << 31) | index
 
@@ -78,28 +74,35 @@ def _ser(pkt: TracePacket) -> bytes:
     return t.SerializeToString()
 
 
-def _descriptors(plan: TracePlan) -> list[bytes]:
+def _desc(**kw) -> bytes:
+    return _ser(TracePacket(trusted_packet_sequence_id=_DESC_SEQ, track_descriptor=TrackDescriptor(**kw)))
+
+
+def _process_descriptors(plan: TracePlan) -> bytes:
     out = []
     for r, rp in sorted(plan.ranks.items()):
         pu = _proc_uuid(r)
-        out.append(_ser(TracePacket(trusted_packet_sequence_id=_DESC_SEQ, track_descriptor=TrackDescriptor(
-            uuid=pu, name=rp.name, process=ProcessDescriptor(pid=r + 1, process_name=rp.name),
-            child_ordering=TrackDescriptor.EXPLICIT))))
-        out.append(_ser(TracePacket(trusted_packet_sequence_id=_DESC_SEQ, track_descriptor=TrackDescriptor(
-            uuid=_track_uuid(r, -1), parent_uuid=pu, name="kernels", sibling_order_rank=0,
-            sibling_merge_behavior=TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE))))
-        for (g, prog, lane), i in rp.tracks.items():
-            name = f"p{prog}" + (f" lane{lane}" if lane else "") + (f" [stream group {g}]" if g else "")
-            out.append(_ser(TracePacket(trusted_packet_sequence_id=_DESC_SEQ, track_descriptor=TrackDescriptor(
-                uuid=_track_uuid(r, i), parent_uuid=pu, name=name, sibling_order_rank=i + 1,
-                sibling_merge_behavior=TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE))))
-        for (g, prog, region), i in rp.counters.items():
-            parent = rp.tracks.get((g, prog, 0))
-            out.append(_ser(TracePacket(trusted_packet_sequence_id=_DESC_SEQ, track_descriptor=TrackDescriptor(
-                uuid=_counter_uuid(r, i), parent_uuid=_track_uuid(r, parent) if parent is not None else pu,
-                name=f"p{prog} {plan.regions.get(region, f'region#{region:06x}')}", counter=CounterDescriptor(),
-                sibling_order_rank=len(rp.tracks) + 1 + i))))
-    return out
+        out.append(_desc(uuid=pu, name=rp.name, process=ProcessDescriptor(pid=r + 1, process_name=rp.name),
+                         child_ordering=TrackDescriptor.EXPLICIT))
+        out.append(_desc(uuid=pu | 1, parent_uuid=pu, name="kernels", sibling_order_rank=1,
+                         sibling_merge_behavior=TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE))
+    return b"".join(out)
+
+
+def _track_descriptors(plan: TracePlan, rank: int, new_tids, new_counters) -> bytes:
+    """Descriptors of the tracks a launch uses for the first time (written before its events)."""
+    rp = plan.ranks[rank]
+    pu = _proc_uuid(rank)
+    out = []
+    for tid in new_tids:
+        g, prog, lane = rp.tracks[tid]
+        out.append(_desc(uuid=pu | tid, parent_uuid=pu, name=track_name(g, prog, lane), sibling_order_rank=tid,
+                         sibling_merge_behavior=TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE))
+    for (g, prog, region), i in new_counters:
+        parent = rp.tids(g, np.array([prog]), np.zeros(1, np.uint8))[0]
+        out.append(_desc(uuid=_counter_uuid(rank, i), parent_uuid=pu | int(parent) if int(parent) in rp.tracks else pu,
+                         name=f"p{prog} {plan.region_name(region)}", counter=CounterDescriptor()))
+    return b"".join(out)
 
 
 class _Interner:
@@ -243,19 +246,19 @@ class _Writer:
         self.counter = _Template(C)
         self.counter.packet.ClearField("sequence_flags")
 
-    def launch(self, lp, ev, s_ns, e_ns) -> bytes:
+    def launch(self, lp, ev, s_ns, e_ns, lanes) -> bytes:
         plan = self.plan
-        regions = plan.regions
-
-        def region_name(rid: int) -> str:
-            return regions.get(rid, f"region#{rid:06x}")
-
+        region_name = plan.region_name
         rp = plan.ranks[lp.rank]
-        uuids = plan.track_index(lp.rank, lp.group, ev["program"], lp.lanes) + (_proc_uuid(lp.rank) | 2)
-        flow_out = np.zeros(ev.size, np.int64)
-        flow_out[lp.flow_out_rows] = lp.flow_out_ids
-        flow_in = np.zeros(ev.size, np.int64)
-        flow_in[lp.flow_in_rows] = lp.flow_in_ids
+        tids = rp.tids(lp.group, ev["program"], lanes)
+        is_counter = ev["kind"] == EventKind.COUNTER
+        new_tids = rp.note_tracks(lp.group, tids[~is_counter]).tolist()
+        n_counters = len(rp.counters)
+        cidx = rp.counter_index(lp.group, ev["program"][is_counter], ev["region"][is_counter]) if is_counter.any() else None
+        new_counters = [(k, i) for k, i in rp.counters.items() if i >= n_counters]
+        head = _track_descriptors(plan, lp.rank, new_tids, new_counters)
+        uuids = tids | _proc_uuid(lp.rank)
+        flow_out, flow_in = lp.flows(ev.size)
         blobs: list[list[bytes]] = []
         keys: list[tuple] = []  # (time, type, k1, k2) per blob list: end 0 < instant 1 < begin 2
 
@@ -267,14 +270,7 @@ class _Writer:
             if idx.size == 0:
                 continue
             if cls == COUNTER:
-                cmap = rp.counters
-                ckeys = np.array(sorted(cmap, key=lambda k: (k[0], k[1], k[2])), np.int64).reshape(-1, 3)
-                ccode = (ckeys[:, 1] << 24) | ckeys[:, 2]
-                sel = ckeys[:, 0] == lp.group
-                ccode, cidx = ccode[sel], np.array([cmap[tuple(k)] for k in ckeys[sel].tolist()], np.int64)
-                o = np.argsort(ccode)
-                code = (ev["program"][idx].astype(np.int64) << 24) | ev["region"][idx]
-                cu = cidx[o][np.searchsorted(ccode[o], code)] + (_proc_uuid(lp.rank) | (1 << 31))
+                cu = cidx + (_proc_uuid(lp.rank) | (1 << 31))
                 add(_emit_counters(self.counter, s_ns[idx], cu, ev["arg0"][idx]), s_ns[idx], 1, np.zeros(idx.size, np.int64), idx)
                 continue
             if cls in (SPAN, INSTANT):
@@ -313,7 +309,7 @@ class _Writer:
                 if shape == "begin" and cls != INSTANT:
                     add(_emit_ends(self.end, e_ns[rows], uuids[rows]), e_ns[rows], 0, -s_ns[rows], -rows)
         if not blobs:
-            return self.names.flush()
+            return head + self.names.flush()
         t = np.concatenate([k[0] for k in keys])
         order = np.lexsort((np.concatenate([k[3] for k in keys]), np.concatenate([k[2] for k in keys]),
                             np.concatenate([k[1] for k in keys]), t))
@@ -322,7 +318,7 @@ class _Writer:
         for b in blobs:
             objs[pos : pos + len(b)] = b
             pos += len(b)
-        return self.names.flush() + b"".join(objs[order].tolist())
+        return head + self.names.flush() + b"".join(objs[order].tolist())
 
     def kernels(self) -> bytes:
         out = []
@@ -330,7 +326,7 @@ class _Writer:
             if not lp.n_events:
                 continue
             name = lp.kernel + (f" ({lp.dropped} DROPPED)" if lp.dropped else "")
-            uu = _track_uuid(lp.rank, -1)
+            uu = _proc_uuid(lp.rank) | 1
             anns = [{"name_iid": _ARG_IID["launch"], "int_value": lp.index}, {"name_iid": _ARG_IID["events"], "int_value": lp.n_events},
                     {"name_iid": _ARG_IID["dropped"], "int_value": lp.dropped}]
             out.append(_ser(TracePacket(timestamp=lp.start_ns, trusted_packet_sequence_id=_EVENT_SEQ, sequence_flags=_SEQ_NEEDS,
@@ -362,19 +358,11 @@ def write_perfetto(capture, path: str | os.PathLike, *, model: ClockModel | None
     w = _Writer(plan)
     try:
         with open(tmp, "wb", buffering=1 << 20) as out:
-            out.write(b"".join(_descriptors(plan)))
+            out.write(_process_descriptors(plan))
             out.write(_first_packet())
             out.write(w.kernels())
-            li = 0
-            for r, rc in sorted(capture.ranks.items()):
-                clk = plan.model.rank(r)
-                for ln in rc.launches:
-                    lp = plan.launches[li]
-                    li += 1
-                    d = ln.decode(r, cache=False)
-                    ev = d.events
-                    hz = d.header.tick_hz
-                    out.write(w.launch(lp, ev, clk.to_common(ev["start"], hz), clk.to_common(ev["end"], hz)))
+            for lp, ev, s_ns, e_ns, lanes in iter_launches(capture, plan):
+                out.write(w.launch(lp, ev, s_ns, e_ns, lanes))
         os.replace(tmp, path)
     finally:
         if tmp.exists():

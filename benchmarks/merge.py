@@ -1,0 +1,129 @@
+"""Merge per-rank capture files and write each trace format: events per second and peak memory.
+
+    python benchmarks/merge.py [--events 10000000] [--ranks 4] [--dir DIR]
+
+The input is CONSTRUCTED (no recorded multi-rank capture exists in the repository yet): one
+launch per rank from ``ktrace.io.synth.constructed_capture`` (spans, nested spans, marks,
+waits and notifies paired across ranks, counters, calibration samples), replicated into many
+launches shifted in time until the capture holds ``--events`` events, written as one capture
+file per rank. Each step then runs in a fresh child process so that its peak resident memory
+(``ru_maxrss``) is its own:
+
+- ``merge``: read the per-rank files, merge them, fit the clock, write one ``.ktrace``;
+- ``chrome``: read the merged capture, write Chrome JSON;
+- ``chrome.gz``: the same, gzip-compressed (level 1);
+- ``perfetto``: read the merged capture, write Perfetto protobuf.
+
+Events per second count the capture's events over the step's wall time, reading included.
+Peak memory is compared with the raw capture (the bytes of every event buffer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def build(dirpath: Path, n_events: int, ranks: int) -> dict:
+    from ktrace.decode import decode_buffer
+    from ktrace.io.capture_file import Capture, Launch, write_capture
+    from ktrace.io.synth import constructed_capture, encode_buffer
+
+    cap, _ = constructed_capture(world_size=ranks, programs=264, iters=8, seed=3)
+    per_launch = cap.ranks[0].launches[0].decode(0).events.size
+    n_launch = max(1, round(n_events / (per_launch * ranks)))
+    files, raw_bytes, total = [], 0, 0
+    for r, rc in cap.ranks.items():
+        ln0 = rc.launches[0]
+        d = decode_buffer(ln0.raw)
+        ev = d.events
+        period = int(ev["end"].max() - ev["start"].min()) + 10_000
+        launches = []
+        for k in range(n_launch):
+            e = ev.copy()
+            e["start"] += k * period
+            e["end"] += k * period
+            raw = encode_buffer(e, grid=ln0.grid, capacity=ln0.capacity)
+            launches.append(Launch(index=k, kernel=ln0.kernel, grid=ln0.grid, capacity=ln0.capacity, raw=raw, host_ns=ln0.host_ns))
+            raw_bytes += raw.nbytes
+            total += e.size
+        rc1 = type(rc)(rank=r, device=rc.device, launches=launches, clock_samples=rc.clock_samples)
+        one = Capture(world_size=ranks, ranks={r: rc1}, regions=cap.regions, meta={"constructed": True})
+        f = dirpath / f"rank{r}.ktrace"
+        write_capture(f, one)
+        files.append(str(f))
+    return {"files": files, "events": total, "raw_bytes": raw_bytes, "launches_per_rank": n_launch}
+
+
+def step(name: str, info: dict, dirpath: Path) -> dict:
+    from ktrace.io import merge_captures, read_capture, write_capture
+    from ktrace.io.chrome import write_chrome_json
+    from ktrace.io.perfetto_trace import write_perfetto
+
+    merged = dirpath / "merged.ktrace"
+    t0 = time.perf_counter()
+    if name == "merge":
+        cap = merge_captures(read_capture(f) for f in info["files"])
+        write_capture(merged, cap)
+        out = merged
+    else:
+        cap = read_capture(merged)
+        if name == "chrome":
+            out = write_chrome_json(cap, dirpath / "trace.json")
+        elif name == "chrome.gz":
+            out = write_chrome_json(cap, dirpath / "trace.json.gz")
+        elif name == "perfetto":
+            out = write_perfetto(cap, dirpath / "trace.pftrace")
+        else:
+            raise SystemExit(f"unknown step {name}")
+    wall = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"step": name, "wall_s": wall, "events_per_s": info["events"] / wall, "peak_bytes": peak,
+            "peak_over_raw": peak / info["raw_bytes"], "out_bytes": os.path.getsize(out)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=10_000_000)
+    ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--dir", help="work directory (default: a temporary one, removed after)")
+    ap.add_argument("--steps", default="merge,chrome,chrome.gz,perfetto")
+    ap.add_argument("--_step", help=argparse.SUPPRESS)
+    ap.add_argument("--_info", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args._step:
+        print(json.dumps(step(args._step, json.loads(args._info), Path(args.dir))))
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(args.dir or tmp)
+        d.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        info = build(d, args.events, args.ranks)
+        print(f"built {info['events']:,} CONSTRUCTED events ({args.ranks} ranks x {info['launches_per_rank']} launches), "
+              f"raw capture {info['raw_bytes'] / 2**20:.0f} MiB, in {time.perf_counter() - t0:.1f} s")
+        print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
+        print(f"{'step':10s} {'wall s':>8s} {'events/s':>12s} {'peak MiB':>9s} {'peak/raw':>9s} {'output MiB':>11s}")
+        for name in args.steps.split(","):
+            res = subprocess.run([sys.executable, __file__, "--dir", str(d), "--_step", name, "--_info", json.dumps(info)],
+                                 capture_output=True, text=True)
+            if res.returncode:
+                print(f"{name}: FAILED\n{res.stderr}", file=sys.stderr)
+                return 1
+            r = json.loads(res.stdout.strip().splitlines()[-1])
+            print(f"{name:10s} {r['wall_s']:8.2f} {r['events_per_s']:12,.0f} {r['peak_bytes'] / 2**20:9.0f} {r['peak_over_raw']:9.2f} "
+                  f"{r['out_bytes'] / 2**20:11.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""Capture files: round trip, merge, and bad-file handling (CONSTRUCTED captures, ktrace.io.synth)."""
+
+import zipfile
+
+import numpy as np
+import orjson
+import pytest
+
+from ktrace.io import CaptureError, capture_from_bytes, capture_to_bytes, merge_captures, read_capture, write_capture
+from ktrace.io.capture_file import Capture
+from ktrace.io.synth import constructed_capture
+
+
+def _split(cap):
+    return [Capture(world_size=cap.world_size, ranks={r: rc}, regions=cap.regions) for r, rc in cap.ranks.items()]
+
+
+def test_round_trip_and_bytes(tmp_path):
+    cap, _ = constructed_capture(world_size=2, seed=1)
+    p = write_capture(tmp_path / "a.ktrace", cap)
+    back = read_capture(p)
+    assert sorted(back.ranks) == [0, 1] and back.regions == cap.regions and not back.partial
+    for r in (0, 1):
+        assert np.array_equal(back.ranks[r].launches[0].raw, cap.ranks[r].launches[0].raw)
+        assert back.ranks[r].clock_samples == cap.ranks[r].clock_samples
+    assert np.array_equal(back.events(), cap.events())
+    again = capture_from_bytes(capture_to_bytes(cap))
+    assert np.array_equal(again.events(), cap.events())
+
+
+def test_merge_fits_the_clock_from_every_ranks_samples(tmp_path):
+    cap, _ = constructed_capture(world_size=3, seed=2)
+    files = [write_capture(tmp_path / f"r{c.ranks.keys().__iter__().__next__()}.ktrace", c) for c in _split(cap)]
+    merged = merge_captures(read_capture(f) for f in files)
+    assert merged.clock["method"] == "pingpong+drift" and len(merged.clock["ranks"]) == 3 and not merged.partial
+    with pytest.raises(CaptureError, match="more than one"):
+        merge_captures([read_capture(files[0]), read_capture(files[0])])
+
+
+def test_missing_rank_warns_and_marks_partial(tmp_path, caplog):
+    cap, _ = constructed_capture(world_size=3, seed=2)
+    parts = _split(cap)
+    merged = merge_captures(parts[:2])
+    assert merged.partial and merged.missing_ranks == [2]
+    assert "partial" in caplog.text and "[2]" in caplog.text
+    back = read_capture(write_capture(tmp_path / "p.ktrace", merged))
+    assert back.partial and back.missing_ranks == [2]
+
+
+def test_bad_files_give_clear_errors(tmp_path):
+    cap, _ = constructed_capture(world_size=1, seed=3)
+    good = write_capture(tmp_path / "g.ktrace", cap).read_bytes()
+    cases = {
+        "missing": (None, "no such capture file"),
+        "truncated": (good[: len(good) // 2], "truncated or corrupt"),
+        "foreign": (b"\x89PNG\r\n\x1a\n" + b"x" * 100, "not a ktrace capture file"),
+        "empty": (b"", "not a ktrace capture file"),
+    }
+    for name, (data, msg) in cases.items():
+        p = tmp_path / f"{name}.ktrace"
+        if data is not None:
+            p.write_bytes(data)
+        with pytest.raises(CaptureError, match=msg):
+            read_capture(p)
+    # a zip that is not ours, a newer version, a damaged buffer
+    with zipfile.ZipFile(tmp_path / "zip.ktrace", "w") as z:
+        z.writestr("hello.txt", "hi")
+    with pytest.raises(CaptureError, match="no ktrace.json"):
+        read_capture(tmp_path / "zip.ktrace")
+
+    def rewrite(name, edit_meta=None, edit_buf=None):
+        src = zipfile.ZipFile(tmp_path / "g.ktrace")
+        with zipfile.ZipFile(tmp_path / name, "w") as z:
+            for info in src.infolist():
+                data = src.read(info.filename)
+                if info.filename == "ktrace.json" and edit_meta:
+                    m = orjson.loads(data)
+                    edit_meta(m)
+                    data = orjson.dumps(m)
+                if info.filename.endswith(".bin") and edit_buf:
+                    data = edit_buf(data)
+                z.writestr(info.filename, data)
+        return tmp_path / name
+
+    with pytest.raises(CaptureError, match="newer than this ktrace reads"):
+        read_capture(rewrite("new.ktrace", edit_meta=lambda m: m.update(version=99)))
+    with pytest.raises(CaptureError, match="damaged"):
+        read_capture(rewrite("crc.ktrace", edit_buf=lambda b: b[:100] + bytes([b[100] ^ 0xFF]) + b[101:]))
+    with pytest.raises(CaptureError, match="corrupt capture metadata"):
+        read_capture(rewrite("meta.ktrace", edit_meta=lambda m: m.pop("world_size")))
+    with pytest.raises(CaptureError, match="not a ktrace capture file"):
+        capture_from_bytes(b"nope")

@@ -1,0 +1,208 @@
+"""Trace writers checked by parsing their output back (perfetto's protobuf classes; json).
+
+Inputs are CONSTRUCTED captures (ktrace.io.synth): real multi-rank fixtures recorded on H200s
+will be added by the lead.
+"""
+
+import gzip
+import json
+from collections import defaultdict
+
+import numpy as np
+import pytest
+from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+
+from ktrace.clock import aligned_events, fit_clock
+from ktrace.io import write_chrome_json, write_perfetto
+from ktrace.io.layout import lanes_of
+from ktrace.io.synth import constructed_capture
+from ktrace.schema import EventFlag, EventKind
+
+
+@pytest.fixture(scope="module")
+def cap():
+    c, _ = constructed_capture(world_size=3, programs=3, iters=2, seed=11)
+    c.clock = fit_clock(c).to_dict()
+    return c
+
+
+def _json(path):
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rb") as f:
+        return json.loads(f.read())
+
+
+def _slices_json(d):
+    names = {}
+    procs = {}
+    for e in d["traceEvents"]:
+        if e["ph"] == "M" and e["name"] == "thread_name":
+            names[(e["pid"], e["tid"])] = e["args"]["name"]
+        if e["ph"] == "M" and e["name"] == "process_name":
+            procs[e["pid"]] = e["args"]["name"]
+    return names, procs
+
+
+def test_lanes_only_where_spans_overlap_without_nesting():
+    prog = np.array([0, 0, 0, 0, 1, 1])
+    s = np.array([0, 10, 20, 15, 0, 5])
+    e = np.array([100, 30, 25, 40, 10, 8])
+    lanes = lanes_of(prog, s, e)
+    # [10,30] and [15,40] cross: one moves to lane 1; [20,25] nests in [10,30]; program 1 nests
+    assert lanes.tolist() == [0, 0, 0, 1, 0, 0]
+    assert lanes_of(np.zeros(3, int), np.array([0, 5, 10]), np.array([5, 10, 15])).tolist() == [0, 0, 0]  # touching
+
+
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_chrome_json_reads_back(cap, tmp_path, suffix):
+    out = write_chrome_json(cap, tmp_path / f"t{suffix}")
+    d = _json(out)
+    assert d["otherData"]["clock"]["method"] == "pingpong+drift" and d["otherData"]["partial"] is False
+    names, procs = _slices_json(d)
+    assert sorted(procs) == [1, 2, 3] and procs[1].startswith("rank 0 · CONSTRUCTED GPU")
+    ev = [e for e in d["traceEvents"] if e["ph"] != "M"]
+    n_events = sum(rc.launches[0].decode(r).events.size for r, rc in cap.ranks.items())
+    kernels = [e for e in ev if e.get("cat") == "kernel"]
+    assert len(kernels) == 3 and all(names[(e["pid"], e["tid"])] == "kernels" for e in kernels)
+    assert len(ev) - len(kernels) == n_events  # nothing dropped
+    assert all(0 < e["pid"] < 2**31 and 0 < e.get("tid", 1) < 2**31 for e in ev)
+    # timestamps are rebased µs that keep exact nanoseconds
+    al = aligned_events(cap)
+    base = d["otherData"]["base_ns"]
+    assert base == int(al["start_ns"].min())
+    got = sorted(round(e["ts"] * 1000) for e in ev if e.get("cat") != "kernel")
+    assert got == sorted((al["start_ns"] - base).tolist())
+    # spans: names and args; lanes: the crossing load/store spans sit on different tracks
+    spans = [e for e in ev if e.get("cat") == "span"]
+    assert {e["name"] for e in spans} == {"step", "compute", "load", "store"}
+    assert all(set(e["args"]) == {"arg0", "arg1", "sm"} for e in spans)
+    ls = {e["name"]: e for e in spans if e["name"] in ("load", "store") and e["pid"] == 1}
+    assert names[(1, ls["load"]["tid"])] == "p0" and names[(1, ls["store"]["tid"])] == "p0 lane1"
+    # per track, X events nest or are disjoint
+    by_track = defaultdict(list)
+    for e in ev:
+        if e["ph"] == "X":
+            by_track[(e["pid"], e["tid"])].append((round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)))
+    for iv in by_track.values():
+        assert lanes_of(np.zeros(len(iv), int), np.array([a for a, _ in iv]), np.array([b for _, b in iv])).max() == 0
+    # waits are distinct, with their arguments; every notify's flow ends at a wait on another rank
+    waits = [e for e in ev if e.get("cat", "").startswith("wait")]
+    notes = [e for e in ev if e.get("cat") == "notify"]
+    assert waits and all(e["name"].startswith("wait r") and set(e["args"]) >= {"peer", "spins", "flag", "value", "expected"} for e in waits)
+    fo = {e["bind_id"]: e for e in notes if e.get("flow_out")}
+    fi = {e["bind_id"]: e for e in waits if e.get("flow_in")}
+    assert len(fo) == d["otherData"]["flows"] == len(fi) == 3 * 3 * 2 and set(fo) == set(fi)
+    for k, n in fo.items():
+        w = fi[k]
+        assert n["pid"] != w["pid"] and w["args"]["peer"] == n["pid"] - 1 and n["args"]["peer"] == w["pid"] - 1
+        assert w["args"]["flag"] == n["args"]["flag"] and w["args"]["expected"] == n["args"]["value"]
+    counters = [e for e in ev if e["ph"] == "C"]
+    assert counters and all(e["name"].endswith(" progress") and "value" in e["args"] for e in counters)
+    marks = [e for e in ev if e["ph"] == "i"]
+    assert marks and all(e["s"] == "t" and e["name"] == "mark" for e in marks)
+
+
+def _perfetto_model(path):
+    t = Trace()
+    t.ParseFromString(path.read_bytes())
+    tracks, names, cats, ann = {}, {}, {}, {}
+    events = []
+    for i, p in enumerate(t.packet):
+        if p.HasField("track_descriptor"):
+            td = p.track_descriptor
+            tracks[td.uuid] = td
+        if p.HasField("interned_data"):
+            for n in p.interned_data.event_names:
+                names[n.iid] = n.name
+            for c in p.interned_data.event_categories:
+                cats[c.iid] = c.name
+            for a in p.interned_data.debug_annotation_names:
+                ann[a.iid] = a.name
+        if p.HasField("track_event"):
+            events.append((p.timestamp, i, p.track_event))
+    return t, tracks, names, cats, ann, events
+
+
+def test_perfetto_reads_back(cap, tmp_path):
+    out = write_perfetto(cap, tmp_path / "t.pftrace")
+    t, tracks, names, cats, ann, events = _perfetto_model(out)
+    procs = {u: td for u, td in tracks.items() if td.HasField("process")}
+    assert sorted(td.process.pid for td in procs.values()) == [1, 2, 3]
+    for u, td in tracks.items():
+        if not td.HasField("process"):
+            assert td.parent_uuid in tracks  # every track hangs under its rank's process
+    # replay begin/end per track in (timestamp, file order): every end closes an open slice
+    events.sort(key=lambda x: (x[0], x[1]))
+    stacks = defaultdict(list)
+    slices = []
+    flows_out, flows_in = {}, {}
+    n_begin = 0
+    for ts, _, te in events:
+        if te.type in (TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_INSTANT):
+            name = names.get(te.name_iid, te.name)
+            args = {ann[a.name_iid]: a.int_value for a in te.debug_annotations}
+            rec = {"name": name, "track": te.track_uuid, "ts": ts, "cats": [cats[c] for c in te.category_iids], "args": args}
+            for f in te.flow_ids:
+                flows_out[f] = rec
+            for f in te.terminating_flow_ids:
+                flows_in[f] = rec
+            if te.type == TrackEvent.TYPE_SLICE_BEGIN:
+                stacks[te.track_uuid].append(rec)
+                n_begin += 1
+            slices.append(rec)
+        elif te.type == TrackEvent.TYPE_SLICE_END:
+            assert stacks[te.track_uuid], "end without a begin"
+            rec = stacks[te.track_uuid].pop()
+            rec["dur"] = ts - rec["ts"]
+    assert all(not s for s in stacks.values())
+    n_events = sum(rc.launches[0].decode(r).events.size for r, rc in cap.ranks.items())
+    counters = [te for _, _, te in events if te.type == TrackEvent.TYPE_COUNTER]
+    kernels = [s for s in slices if "kernel" in s["cats"]]
+    assert len(kernels) == 3 and all(tracks[s["track"]].name == "kernels" for s in kernels)
+    assert len(slices) - len(kernels) + len(counters) == n_events
+    # tracks: programs in order, the crossing spans on a lane of their own
+    load = next(s for s in slices if s["name"] == "load")
+    store = next(s for s in slices if s["name"] == "store" and tracks[s["track"]].parent_uuid == tracks[load["track"]].parent_uuid)
+    assert tracks[load["track"]].name == "p0" and tracks[store["track"]].name == "p0 lane1"
+    assert tracks[store["track"]].sibling_order_rank > tracks[load["track"]].sibling_order_rank
+    # waits distinct, args present, flows pair notify -> wait across ranks
+    waits = [s for s in slices if "wait" in s["cats"]]
+    assert waits and all(s["name"].startswith("wait r") and {"peer", "spins", "flag", "expected"} <= set(s["args"]) for s in waits)
+    assert set(flows_out) == set(flows_in) and len(flows_out) == 18
+    for f, n in flows_out.items():
+        w = flows_in[f]
+        assert "notify" in n["cats"] and "wait" in w["cats"]
+        assert tracks[n["track"]].parent_uuid != tracks[w["track"]].parent_uuid
+        assert w["args"]["flag"] == n["args"]["flag"] and w["args"]["expected"] == n["args"]["value"]
+    assert all(tracks[te.track_uuid].HasField("counter") for te in counters)
+    # times are the aligned ones
+    al = aligned_events(cap)
+    got = sorted(s["ts"] for s in slices if "kernel" not in s["cats"]) + [ts for ts, _, te in events if te.type == TrackEvent.TYPE_COUNTER]
+    assert sorted(got) == sorted(al["start_ns"].tolist())
+
+
+def test_timeouts_are_marked(tmp_path):
+    c, _ = constructed_capture(world_size=2, programs=1, iters=1, seed=2)
+    from ktrace.io.synth import encode_buffer
+
+    ln = c.ranks[1].launches[0]
+    ev = ln.decode(1).events.copy()
+    w = np.flatnonzero(ev["kind"] == EventKind.WAIT)[0]
+    ev["flags"][w] |= EventFlag.TIMEOUT
+    ln.raw = encode_buffer(ev, grid=ln.grid, capacity=ln.capacity)
+    ln._decoded.clear()
+    d = _json(write_chrome_json(c, tmp_path / "t.json"))
+    to = [e for e in d["traceEvents"] if e.get("cat") == "wait,timeout"]
+    assert len(to) == 1 and to[0]["name"].endswith("TIMEOUT") and "bind_id" not in to[0]
+    t, tracks, names, cats, ann, events = _perfetto_model(write_perfetto(c, tmp_path / "t.pftrace"))
+    marked = [te for _, _, te in events if te.type == TrackEvent.TYPE_SLICE_BEGIN and "timeout" in [cats[x] for x in te.category_iids]]
+    assert len(marked) == 1 and names[marked[0].name_iid].endswith("TIMEOUT")
+
+
+def test_partial_capture_is_marked(tmp_path, caplog):
+    c, _ = constructed_capture(world_size=3, programs=1, iters=1, seed=4)
+    del c.ranks[2]
+    c.partial = True
+    d = _json(write_chrome_json(c, tmp_path / "p.json"))
+    assert d["otherData"]["partial"] is True and d["otherData"]["missing_ranks"] == [2]
+    assert "PARTIAL" in caplog.text
