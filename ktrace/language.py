@@ -38,11 +38,12 @@ Timestamps
 
 Cost (per probe, per program)
     ``begin``: one timer read (a few tens of cycles), nothing written.
-    ``end`` / ``mark`` / ``counter``: one timer read, a handful of integer ops, and one 32-byte
-    store issued by 4 lanes of the first warp (one memory transaction), predicated on the slot
-    being free; on overflow, a 4-byte store of the dropped count instead.
+    ``end`` / ``mark`` / ``counter``: one timer read, a few integer ops, and four 8-byte stores
+    issued by one thread to one 32-byte sector, predicated on the slot being free; on overflow,
+    a 4-byte store of the dropped count instead. One thread writes every word of a record, so
+    its start and end are that thread's own readings.
     ``init``: one read of the SM id (NVIDIA) or HW_ID/XCC_ID registers (AMD) and the grid size.
-    Events carrying a DETAIL record (waits, notifies) store 64 bytes from 8 lanes.
+    Events carrying a DETAIL record (waits, notifies) store 64 bytes (eight stores).
 """
 
 
@@ -272,13 +273,24 @@ def init(ktrace_buf, KTRACE: tl.constexpr):
 
 
 @triton.jit
+def _store_words(ptr, a, b, c, d, fits):
+    """Store four int64 words with scalar stores: Triton issues a scalar store from one thread,
+    with that thread's registers, so a record's t0 and t1 are both that thread's readings.
+
+    (A [4] tensor store spreads the words over lanes, and lanes of a warp that diverged, e.g. in a
+    spin loop, read the timer at different moments: t1 could then precede t0.)
+    """
+    tl.store(ptr, tl.cast(a, tl.int64), mask=fits)
+    tl.store(ptr + 1, tl.cast(b, tl.int64), mask=fits)
+    tl.store(ptr + 2, tl.cast(c, tl.int64), mask=fits)
+    tl.store(ptr + 3, tl.cast(d, tl.int64), mask=fits)
+
+
+@triton.jit
 def _write(kt, t0, t1, TAG: tl.constexpr, args):
     """Store one 32-byte record at the cursor (or count it dropped) and advance."""
-    i = tl.arange(0, 4)
-    w2 = kt.hw | TAG
-    rec = tl.where(i == 0, t0, tl.where(i == 1, t1, tl.where(i == 2, w2, args)))
     fits = kt.cur < kt.CAP
-    tl.store(kt.recs + kt.cur * _WORDS + i, rec, mask=fits)
+    _store_words(kt.recs + kt.cur * _WORDS, t0, t1, kt.hw | TAG, args, fits)
     nd = kt.nd + (1 - fits.to(tl.int32))
     tl.store(kt.dropped_ptr, nd, mask=kt.cur >= kt.CAP)
     return Tracer(kt.recs, kt.dropped_ptr, kt.cur + 1, nd, kt.hw, kt.CAP)
@@ -286,29 +298,11 @@ def _write(kt, t0, t1, TAG: tl.constexpr, args):
 
 @triton.jit
 def _write_ext(kt, t0, t1, TAG: tl.constexpr, args, x0, x1, x23):
-    """Store an event with a DETAIL record (two slots, one 64-byte store) or count it dropped."""
-    i = tl.arange(0, 8)
-    w2 = kt.hw | TAG
-    dtag = kt.hw | _tag(_DETAIL, 0, 0)
-    rec = tl.where(
-        i == 0,
-        t0,
-        tl.where(
-            i == 1,
-            t1,
-            tl.where(
-                i == 2,
-                w2,
-                tl.where(
-                    i == 3,
-                    args,
-                    tl.where(i == 4, tl.cast(x0, tl.int64), tl.where(i == 5, tl.cast(x1, tl.int64), tl.where(i == 6, dtag, x23))),
-                ),
-            ),
-        ),
-    )
+    """Store an event and its DETAIL record (two slots, from one thread) or count it dropped."""
     fits = kt.cur + 1 < kt.CAP
-    tl.store(kt.recs + kt.cur * _WORDS + i, rec, mask=fits)
+    p = kt.recs + kt.cur * _WORDS
+    _store_words(p, t0, t1, kt.hw | TAG, args, fits)
+    _store_words(p + _WORDS, x0, x1, kt.hw | _tag(_DETAIL, 0, 0), x23, fits)
     nd = kt.nd + (1 - fits.to(tl.int32))
     tl.store(kt.dropped_ptr, nd, mask=kt.cur + 1 >= kt.CAP)
     return Tracer(kt.recs, kt.dropped_ptr, kt.cur + 2, nd, kt.hw, kt.CAP)

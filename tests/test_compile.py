@@ -79,7 +79,8 @@ def _lines(asm, pat):
 def test_nvidia_region_memory_ops_stay_between_timer_reads():
     """The copy's loads and stores sit between the span's two %globaltimer reads in the PTX
     (straight-line code: predicated, no branches); after the second read come only the
-    record store (b64) and the dropped-counter store."""
+    record's four 8-byte stores, all under one predicate (one thread writes the whole record),
+    and the dropped-counter store."""
     fn, sig, consts = CASES["copy"]
     asm = compile_asm(fn, sig, {**consts, "KTRACE": 4}, CUDA_SM90)
     assert not re.search(r"\bbra\b", asm)
@@ -91,7 +92,10 @@ def test_nvidia_region_memory_ops_stay_between_timer_reads():
     inside = [i for i in stores if timers[0] < i < timers[1]]
     after = [asm.splitlines()[i] for i in stores if i > timers[1]]
     assert len(inside) == len(loads)  # every loaded element is stored inside the span
-    assert len(after) == 2 and "st.global.b64" in after[0] and "st.global.b32" in after[1], after
+    assert len(after) == 5, after
+    preds = {ln.split()[0] for ln in after[:4]}
+    assert all("st.global.b64" in ln for ln in after[:4]) and len(preds) == 1 and preds.pop().startswith("@"), after
+    assert "st.global.b32" in after[4]
 
 
 def test_amd_timer_is_fenced():
@@ -117,14 +121,17 @@ def test_llvm_ir_keeps_region_memory_ops_between_timer_reads(target):
     timers = _lines(ir, r"asm sideeffect.*" + timer)
     assert len(timers) == 2
     assert all("~{memory}" in ir.splitlines()[t] for t in timers)
-    if target.backend == "cuda":  # NVIDIA lowers memory ops to inline PTX
+    if target.backend == "cuda":  # NVIDIA lowers memory ops to inline PTX; the data is 32-bit
         mem = _lines(ir, r"(ld|st)\.global\.b32")
+        records = _lines(ir, r"st\.global\.b64")
     else:
-        mem = _lines(ir, r"(load|store) .*addrspace\(1\)|buffer\.(load|store)")
-    assert len(mem) >= 2
-    inside = [m for m in mem if timers[0] < m < timers[1]]
-    before = [m for m in mem if m < timers[0]]
-    assert not before and len(inside) >= len(mem) - 2, (timers, mem)
+        lines = ir.splitlines()
+        mem = [i for i in _lines(ir, r"(load|store) .*addrspace\(1\)|buffer\.(load|store)") if "i64" not in lines[i]]
+        records = _lines(ir, r"store (<1 x )?i64")
+    assert len(mem) >= 2 and len(records) == 4
+    data = [m for m in mem if m < min(records)]  # the dropped counter's i32 store comes after
+    assert data and all(timers[0] < m < timers[1] for m in data), (timers, data)
+    assert all(r > timers[1] for r in records)
 
 
 @pytest.mark.parametrize("target", [CUDA_SM90, HIP_GFX942], ids=["sm_90", "gfx942"])
