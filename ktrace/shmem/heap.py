@@ -269,7 +269,7 @@ class SymmetricHeap:
     def _timer_hz(self) -> int:
         if self.device.type != "cuda":
             return 1_000_000_000
-        from ktrace.capture import device_info
+        from ktrace.session import device_info
 
         return int(device_info(self.device.index)["tick_hz"])
 

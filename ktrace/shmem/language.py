@@ -465,28 +465,19 @@ def wait_value(
     n0 = tl.num_programs(0)
     n1 = tl.num_programs(1)
     pid = (tl.program_id(2).to(tl.int64) * n1 + tl.program_id(1)) * n0 + tl.program_id(0)
-    i = tl.arange(0, _ERR_WORDS)
     off = heap_offset(flag, rank, heap_bases)
-    waited = tl.cast(t1 - t0, tl.int64)
-    rec = tl.where(
-        i == 0,
-        pid,
-        tl.where(
-            i == 1,
-            off,
-            tl.where(
-                i == 2,
-                tl.cast(peer, tl.int64),
-                tl.where(
-                    i == 3,
-                    tl.cast(expected, tl.int64),
-                    tl.where(i == 4, tl.cast(v, tl.int64), tl.where(i == 5, CMP, tl.where(i == 6, waited, tl.cast(spins, tl.int64)))),
-                ),
-            ),
-        ),
-    )
-    recs = err.to(tl.pointer_type(tl.int64), bitcast=True) + 1
-    tl.store(recs + slot * _ERR_WORDS + i, rec, mask=failed & (slot < _ERR_SLOTS))
+    # Scalar stores: one thread writes the whole record from its own registers, so its fields
+    # are one thread's view even if lanes left the spin loop at different reads.
+    rec = err.to(tl.pointer_type(tl.int64), bitcast=True) + 1 + slot * _ERR_WORDS
+    keep = failed & (slot < _ERR_SLOTS)
+    tl.store(rec, pid, mask=keep)
+    tl.store(rec + 1, off, mask=keep)
+    tl.store(rec + 2, tl.cast(peer, tl.int64), mask=keep)
+    tl.store(rec + 3, tl.cast(expected, tl.int64), mask=keep)
+    tl.store(rec + 4, tl.cast(v, tl.int64), mask=keep)
+    tl.store(rec + 5, tl.cast(CMP, tl.int64), mask=keep)
+    tl.store(rec + 6, tl.cast(t1 - t0, tl.int64), mask=keep)
+    tl.store(rec + 7, tl.cast(spins, tl.int64), mask=keep)
     if kt.ON:
         kt = kl.record_wait(kt, name, t0, t1, peer, spins, off, v, expected, CMP, failed)
     return kt, v, ok
