@@ -101,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-browser", action="store_true", help="only print the link")
     s.add_argument("--timeout", type=float, default=600, help="stop after this many seconds without a fetch (0: never)")
     s.set_defaults(func=_cmd_open)
+    from .analysis.commands import register as _register_analysis
+
+    _register_analysis(sub)  # report, diff
     return p
 
 
