@@ -1,0 +1,36 @@
+"""The analyses give the results recorded in ``golden_report.json`` (see ``make_golden.py``).
+
+Every table of every report (all rows, by digest), the findings' text and the summary of each
+CONSTRUCTED case must match exactly: a rewrite for speed may not change any result.
+"""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from . import make_golden
+
+_GOLDEN = orjson.loads(make_golden.GOLDEN.read_bytes())
+_NOW: dict = {}
+
+
+def _now() -> dict:
+    if not _NOW:
+        _NOW.update(make_golden.results())
+    return _NOW
+
+
+def test_golden_covers_every_case():
+    assert sorted(_GOLDEN) == sorted(list(make_golden.cases()) + ["diff"])
+
+
+@pytest.mark.parametrize("case", sorted(_GOLDEN))
+def test_same_results_as_recorded(case):
+    want, got = _GOLDEN[case], _now()[case]
+    assert got["summary"] == want["summary"]
+    for tname, t in want["tables"].items():
+        assert got["tables"][tname] == t, f"{case}: table {tname!r} changed (python tests/analysis/make_golden.py --dump DIR to see it)"
+    assert sorted(got["tables"]) == sorted(want["tables"])
+    assert [f["text"] for f in got["findings"]] == [f["text"] for f in want["findings"]]
+    assert got["findings"] == want["findings"]
