@@ -189,6 +189,11 @@ class Session:
         events_per_program: if set, overrides every kernel's own slots per program.
         rank, world_size: default to torch.distributed's when it is initialised, else 0 and 1.
         max_launches: stop recording (and warn once) after this many launches; None = no limit.
+        heap: a ``ktrace.shmem.SymmetricHeap``. When given, the session calibrates the ranks'
+            clocks over it (flag ping-pong, ``ktrace.clock.calibrate``) when it opens and again
+            when it closes, and stores the samples in the capture so the collector can put all
+            ranks on one clock. Opening and closing are then collective over the heap's ranks.
+        calibration: a ``ktrace.clock.calibrate.CalibrationConfig`` (rounds, reference rank).
     """
 
     events_per_program: int | None = None
@@ -198,6 +203,9 @@ class Session:
     launches: list[PendingLaunch] = field(default_factory=list)
     kernels: dict[str, Any] = field(default_factory=dict)
     arena_bytes: int = ARENA_BYTES
+    heap: Any = None
+    calibration: Any = None
+    _calib: dict = field(default_factory=dict, repr=False)
     _arenas: dict[int, list] = field(default_factory=dict, repr=False)
     started_ns: int = 0
     closed: bool = False
@@ -210,6 +218,8 @@ class Session:
             r, w = _dist_rank_world()
             self.rank = r if self.rank is None else self.rank
             self.world_size = w if self.world_size is None else self.world_size
+        if self.heap is not None:
+            self.rank, self.world_size = self.heap.rank, self.heap.world_size
 
     # context manager -------------------------------------------------------------------------
     def _open(self):
@@ -218,15 +228,29 @@ class Session:
 
     def __enter__(self) -> "Session":
         self._open()
+        self._calibrate("before")
         _stack().append(self)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, tb):
         st = _stack()
         if st and st[-1] is self:
             st.pop()
+        if exc_type is None:
+            self._calibrate("after")
         self.close()
         return False
+
+    def _calibrate(self, phase: str) -> None:
+        """Clock calibration against the reference rank (collective), when a heap was given."""
+        if self.heap is None:
+            return
+        import torch
+
+        from .clock.calibrate import calibrate
+
+        torch.cuda.synchronize(self.heap.device)
+        self._calib[phase] = calibrate(self.heap, phase, self.calibration)
 
     # recording -------------------------------------------------------------------------------
     def _new_launch(self, kernel: "TracedKernel", grid: tuple[int, int, int], capacity: int, device: int):
@@ -317,9 +341,12 @@ class Session:
         """This rank's capture (``ktrace.io.Capture``)."""
         self.close()
         devices = sorted({pl.device for pl in self.launches})
+        if not devices and self.heap is not None:
+            devices = [self.heap.device.index]
         rc = RankCapture(
             rank=int(self.rank),
             device=device_info(devices[0]) if devices else {},
+            clock_samples=self._clock_samples(),
             launches=[
                 Launch(
                     index=pl.index,
@@ -335,6 +362,25 @@ class Session:
             ],
         )
         return Capture(world_size=int(self.world_size), ranks={int(self.rank): rc}, regions=self.region_names())
+
+    def _clock_samples(self) -> dict | None:
+        if not self._calib:
+            return None
+        me = int(self.rank)
+        pingpong = [s for c in self._calib.values() for s in c["samples"] if int(s["peer"]) == me]
+        anchors = self._calib.get("before", next(iter(self._calib.values())))["anchors"]
+        anchor = anchors.get(me) if isinstance(anchors, dict) else None
+        return {"pingpong": pingpong, "host_anchor": anchor}
+
+    def gather(self, dst: int = 0) -> Capture | None:
+        """Collect every rank's capture on rank ``dst`` (collective), with the clock model fitted.
+
+        Returns:
+            The merged, aligned capture on ``dst``; None on the other ranks.
+        """
+        from .collect import gather
+
+        return gather(self.to_capture(), dst=dst)
 
     def events(self) -> np.ndarray:
         """Every event of every launch of this session (``schema.EVENT_DTYPE``, raw ticks)."""
