@@ -356,15 +356,19 @@ def test_wait_event_measures_a_held_back_signal(heap):
 
 
 @triton.jit
-def _missing_kernel(flags, rank, nxt, prv, heap_bases, skip, TIMEOUT_NS: tl.constexpr, ktrace_buf=None, KTRACE: tl.constexpr = 0):
+def _missing_kernel(flags, gate, rank, nxt, prv, heap_bases, skip, TIMEOUT_NS: tl.constexpr, ktrace_buf=None, KTRACE: tl.constexpr = 0):
     kt = kl.init(ktrace_buf, KTRACE)
     p = tl.program_id(0)
+    # Gate: ranks launch up to tens of ms apart (each compiles the kernel on its first launch), so
+    # the deliberately short wait below only starts once prv's kernel is known to be running.
+    kt = ks.notify(kt, gate + p, 1, rank, nxt, heap_bases, name="missing.gate")
+    kt = ks.wait(kt, gate + p, 1, rank, prv, heap_bases, timeout_ns=5_000_000_000, name="missing.gate")
     if p != skip:
         kt = ks.notify(kt, flags + p, 1, rank, nxt, heap_bases, name="missing.signal")
     kt = ks.wait(kt, flags + p, 1, rank, prv, heap_bases, timeout_ns=TIMEOUT_NS, name="missing.wait")
 
 
-traced_missing = ktrace.trace(_missing_kernel, events_per_program=4, name="missing")
+traced_missing = ktrace.trace(_missing_kernel, events_per_program=10, name="missing")
 
 
 def test_missing_notify_times_out_and_is_reported(heap):
@@ -373,11 +377,12 @@ def test_missing_notify_times_out_and_is_reported(heap):
     seed = _seed(heap)
     skip_of = [(seed + q) % programs for q in range(w)]  # rank q never signals program skip_of[q] of q+1
     flags = heap.zeros(programs, dtype=torch.int32, name="missing.flags")
+    gate = heap.zeros(programs, dtype=torch.int32, name="missing.gate")
     heap.clear_timeouts()
     heap.barrier()
     t0 = time.perf_counter()
     with ktrace.capture() as cap:
-        traced_missing[(programs,)](flags, r, (r + 1) % w, (r - 1) % w, heap.bases, skip_of[r], TIMEOUT_NS=timeout_ns)
+        traced_missing[(programs,)](flags, gate, r, (r + 1) % w, (r - 1) % w, heap.bases, skip_of[r], TIMEOUT_NS=timeout_ns)
     torch.cuda.synchronize(heap.device)
     elapsed = time.perf_counter() - t0
     heap.barrier()
