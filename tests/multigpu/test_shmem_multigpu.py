@@ -360,15 +360,19 @@ def _missing_kernel(flags, gate, rank, nxt, prv, heap_bases, skip, TIMEOUT_NS: t
     kt = kl.init(ktrace_buf, KTRACE)
     p = tl.program_id(0)
     # Gate: ranks launch up to tens of ms apart (each compiles the kernel on its first launch), so
-    # the deliberately short wait below only starts once prv's kernel is known to be running.
+    # the deliberately short wait below only starts once prv is past every long wait: "arrived"
+    # (1), then "ready" (2), which prv sends only after it saw its own prv arrive. Seeing prv's 2
+    # means prv's next step is its signal to this rank.
     kt = ks.notify(kt, gate + p, 1, rank, nxt, heap_bases, name="missing.gate")
     kt = ks.wait(kt, gate + p, 1, rank, prv, heap_bases, timeout_ns=5_000_000_000, name="missing.gate")
+    kt = ks.notify(kt, gate + p, 2, rank, nxt, heap_bases, name="missing.gate")
+    kt = ks.wait(kt, gate + p, 2, rank, prv, heap_bases, timeout_ns=5_000_000_000, name="missing.gate")
     if p != skip:
         kt = ks.notify(kt, flags + p, 1, rank, nxt, heap_bases, name="missing.signal")
     kt = ks.wait(kt, flags + p, 1, rank, prv, heap_bases, timeout_ns=TIMEOUT_NS, name="missing.wait")
 
 
-traced_missing = ktrace.trace(_missing_kernel, events_per_program=10, name="missing")
+traced_missing = ktrace.trace(_missing_kernel, events_per_program=16, name="missing")
 
 
 def test_missing_notify_times_out_and_is_reported(heap):
