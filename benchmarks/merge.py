@@ -15,7 +15,12 @@ file per rank. Each step then runs in a fresh child process so that its peak res
 - ``perfetto``: read the merged capture, write Perfetto protobuf.
 
 Events per second count the capture's events over the step's wall time, reading included.
-Peak memory is compared with the raw capture (the bytes of every event buffer).
+The writers spread launches over worker processes (one per core; ``--workers`` to choose).
+Peak memory is the largest sum, over the step's process and its workers, of their
+proportional set sizes (``Pss`` in ``/proc/PID/smaps_rollup``: pages the workers share with the
+process they forked from count once), sampled every 10 ms; it is compared with the raw capture
+(the bytes of every event buffer). ``maxrss`` is the step process's own peak resident size and
+``+workers`` adds each worker's peak resident size (shared pages counted again: an upper bound).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -65,7 +71,51 @@ def build(dirpath: Path, n_events: int, ranks: int) -> dict:
     return {"files": files, "events": total, "raw_bytes": raw_bytes, "launches_per_rank": n_launch}
 
 
-def step(name: str, info: dict, dirpath: Path) -> dict:
+def _pss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _tree(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for t in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def run_step(cmd: list[str]) -> tuple[subprocess.CompletedProcess, int]:
+    """Run a step's process; returns it and the peak PSS (bytes) of its process tree, sampled."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = [0]
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], sum(_pss_kib(p) for p in _tree(proc.pid)))
+            done.wait(0.01)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    out, err = proc.communicate()
+    done.set()
+    th.join()
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err), peak[0] * 1024
+
+
+def step(name: str, info: dict, dirpath: Path, workers: int | None = None) -> dict:
     from ktrace.io import merge_captures, read_capture, write_capture
     from ktrace.io.chrome import write_chrome_json
     from ktrace.io.perfetto_trace import write_perfetto
@@ -79,17 +129,24 @@ def step(name: str, info: dict, dirpath: Path) -> dict:
     else:
         cap = read_capture(merged)
         if name == "chrome":
-            out = write_chrome_json(cap, dirpath / "trace.json")
+            out = write_chrome_json(cap, dirpath / "trace.json", workers=workers)
         elif name == "chrome.gz":
-            out = write_chrome_json(cap, dirpath / "trace.json.gz")
+            out = write_chrome_json(cap, dirpath / "trace.json.gz", workers=workers)
         elif name == "perfetto":
-            out = write_perfetto(cap, dirpath / "trace.pftrace")
+            out = write_perfetto(cap, dirpath / "trace.pftrace", workers=workers)
         else:
             raise SystemExit(f"unknown step {name}")
     wall = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"step": name, "wall_s": wall, "events_per_s": info["events"] / wall, "peak_bytes": peak,
-            "peak_over_raw": peak / info["raw_bytes"], "out_bytes": os.path.getsize(out)}
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # the largest worker's
+    n_workers = workers or 0
+    if workers is None:
+        from ktrace.io._parallel import default_workers
+
+        n_workers = default_workers(info["events"]) if name != "merge" else 0
+    n_workers = n_workers if n_workers > 1 else 0
+    return {"step": name, "wall_s": wall, "events_per_s": info["events"] / wall, "maxrss_bytes": own,
+            "maxrss_workers_bytes": own + n_workers * kids, "workers": n_workers, "out_bytes": os.path.getsize(out)}
 
 
 def main() -> int:
@@ -98,11 +155,12 @@ def main() -> int:
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--dir", help="work directory (default: a temporary one, removed after)")
     ap.add_argument("--steps", default="merge,chrome,chrome.gz,perfetto")
+    ap.add_argument("--workers", type=int, help="writer worker processes (default: one per core)")
     ap.add_argument("--_step", help=argparse.SUPPRESS)
     ap.add_argument("--_info", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args._step:
-        print(json.dumps(step(args._step, json.loads(args._info), Path(args.dir))))
+        print(json.dumps(step(args._step, json.loads(args._info), Path(args.dir), args.workers)))
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(args.dir or tmp)
@@ -112,16 +170,18 @@ def main() -> int:
         print(f"built {info['events']:,} CONSTRUCTED events ({args.ranks} ranks x {info['launches_per_rank']} launches), "
               f"raw capture {info['raw_bytes'] / 2**20:.0f} MiB, in {time.perf_counter() - t0:.1f} s")
         print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
-        print(f"{'step':10s} {'wall s':>8s} {'events/s':>12s} {'peak MiB':>9s} {'peak/raw':>9s} {'output MiB':>11s}")
+        print(f"{'step':10s} {'workers':>7s} {'wall s':>8s} {'events/s':>12s} {'PSS MiB':>8s} {'PSS/raw':>8s} {'maxrss/raw':>10s} "
+              f"{'+workers/raw':>12s} {'output MiB':>11s}")
         for name in args.steps.split(","):
-            res = subprocess.run([sys.executable, __file__, "--dir", str(d), "--_step", name, "--_info", json.dumps(info)],
-                                 capture_output=True, text=True)
+            cmd = [sys.executable, __file__, "--dir", str(d), "--_step", name, "--_info", json.dumps(info)]
+            res, pss = run_step(cmd + (["--workers", str(args.workers)] if args.workers else []))
             if res.returncode:
                 print(f"{name}: FAILED\n{res.stderr}", file=sys.stderr)
                 return 1
             r = json.loads(res.stdout.strip().splitlines()[-1])
-            print(f"{name:10s} {r['wall_s']:8.2f} {r['events_per_s']:12,.0f} {r['peak_bytes'] / 2**20:9.0f} {r['peak_over_raw']:9.2f} "
-                  f"{r['out_bytes'] / 2**20:11.0f}")
+            raw = info["raw_bytes"]
+            print(f"{name:10s} {r['workers']:7d} {r['wall_s']:8.2f} {r['events_per_s']:12,.0f} {pss / 2**20:8.0f} {pss / raw:8.2f} "
+                  f"{r['maxrss_bytes'] / raw:10.2f} {r['maxrss_workers_bytes'] / raw:12.2f} {r['out_bytes'] / 2**20:11.0f}")
     return 0
 
 

@@ -206,3 +206,68 @@ def test_partial_capture_is_marked(tmp_path, caplog):
     d = _json(write_chrome_json(c, tmp_path / "p.json"))
     assert d["otherData"]["partial"] is True and d["otherData"]["missing_ranks"] == [2]
     assert "PARTIAL" in caplog.text
+
+
+def _chrome_canonical(path):
+    d = _json(path)
+    return d["otherData"], sorted(json.dumps(e, sort_keys=True) for e in d["traceEvents"])
+
+
+def _perfetto_canonical(path):
+    """Every track event resolved (track name and parent, interned names on its own sequence), sorted."""
+    t = Trace()
+    t.ParseFromString(path.read_bytes())
+    tracks, names, cats, ann, out = {}, {}, {}, {}, []
+    for p in t.packet:
+        seq = p.trusted_packet_sequence_id
+        if p.HasField("track_descriptor"):
+            tracks[p.track_descriptor.uuid] = p.track_descriptor
+        if p.HasField("interned_data"):
+            if p.sequence_flags & p.SEQ_INCREMENTAL_STATE_CLEARED:
+                names[seq], cats[seq], ann[seq] = {}, {}, {}
+            names.setdefault(seq, {}).update({n.iid: n.name for n in p.interned_data.event_names})
+            cats.setdefault(seq, {}).update({c.iid: c.name for c in p.interned_data.event_categories})
+            ann.setdefault(seq, {}).update({a.iid: a.name for a in p.interned_data.debug_annotation_names})
+        if p.HasField("track_event"):
+            te = p.track_event
+            td = tracks[te.track_uuid]
+            out.append((p.timestamp, te.type, td.name, tracks[td.parent_uuid].name if td.parent_uuid else "",
+                        names[seq].get(te.name_iid, te.name) if te.type != TrackEvent.TYPE_SLICE_END else "",
+                        tuple(cats[seq][c] for c in te.category_iids), tuple(sorted((ann[seq][a.name_iid], a.int_value) for a in te.debug_annotations)),
+                        tuple(te.flow_ids), tuple(te.terminating_flow_ids), te.counter_value))
+    return sorted(out), sorted(td.SerializeToString() for td in tracks.values())
+
+
+def test_workers_write_the_same_trace(cap, tmp_path):
+    """Launches spread over worker processes: the same events, tracks and flows as written here."""
+    from ktrace.io import _parallel
+
+    if _parallel.resolve_workers(2, 0) < 2:
+        pytest.skip("no fork on this platform: the writers run in one process")
+    for suffix, canon, write in ((".json", _chrome_canonical, write_chrome_json), (".json.gz", _chrome_canonical, write_chrome_json),
+                                 (".pftrace", _perfetto_canonical, write_perfetto)):
+        one = canon(write(cap, tmp_path / f"one{suffix}", workers=1))
+        two = canon(write(cap, tmp_path / f"two{suffix}", workers=2))
+        assert one == two and len(one[1]) > 10
+    # each worker's events are on a sequence of its own, which starts by clearing its state
+    t = Trace()
+    t.ParseFromString((tmp_path / "two.pftrace").read_bytes())
+    seqs = {p.trusted_packet_sequence_id for p in t.packet if p.HasField("track_event")}
+    assert len(seqs) >= 3  # the kernels' sequence and one per worker
+    first = {}
+    for p in t.packet:
+        first.setdefault(p.trusted_packet_sequence_id, p)
+    assert all(first[s].sequence_flags & first[s].SEQ_INCREMENTAL_STATE_CLEARED for s in seqs)
+
+
+def test_ties_keep_their_order(tmp_path):
+    """Packets on one track at one timestamp come out in the order a timeline needs."""
+    from ktrace.io.perfetto_trace import _rounds
+
+    t = np.array([5, 5, 5, 9, 5])
+    u = np.array([1, 1, 1, 1, 2])
+    typ = np.array([2, 0, 2, 0, 2])  # begin, end, begin (inner), end, begin on another track
+    k1 = np.array([-20, 0, -10, 0, 0])
+    k2 = np.zeros(5, np.int64)
+    # on track 1 at t=5: the end first, then the outer begin (ends later), then the inner
+    assert _rounds(t, u, typ, k1, k2).tolist() == [1, 0, 2, 0, 0]

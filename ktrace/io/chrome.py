@@ -29,9 +29,9 @@ import orjson
 
 from .. import __version__
 from ..clock.model import ClockModel
-from . import _rows
+from . import _parallel, _rows
 from ..schema import EventKind
-from .layout import COUNTER, INSTANT, NOTIFY, SPAN, WAIT, TracePlan, event_class, iter_launches, plan_trace, timeout_mask, track_name
+from .layout import COUNTER, INSTANT, NOTIFY, SPAN, WAIT, TracePlan, decode_launch, event_class, plan_trace, timeout_mask, track_name
 
 log = logging.getLogger("ktrace")
 
@@ -79,8 +79,6 @@ def _launch_rows(plan: TracePlan, lp, ev, s_ns, e_ns, lanes, out) -> None:
     pid = str(lp.rank + 1).encode()
     tids = rp.tids(lp.group, ev["program"], lanes)
     flow_out, flow_in = lp.flows(ev.size)
-    not_counter = ev["kind"] != EventKind.COUNTER
-    rp.note_tracks(lp.group, tids[not_counter])
     classes = event_class(ev["kind"], s_ns, e_ns)
     for cls, idx_all in classes.items():
         for c0 in range(0, idx_all.size, CHUNK):
@@ -91,14 +89,14 @@ def _launch_rows(plan: TracePlan, lp, ev, s_ns, e_ns, lanes, out) -> None:
             ts = _rows.fmt_fixed3(s_ns[idx] - plan.base_ns)
             if cls == COUNTER:
                 ni, tab = _names((ev["program"][idx].astype(np.int64) << 24) | ev["region"][idx], lambda k: f"p{k >> 24} {region_name(k & 0xFFFFFF)}")
-                out.write(_rows.rows(n, [b'{"ph":"C","pid":' + pid + b',"ts":', ts, b',"name":', tab[ni], b',"args":{"value":',
+                out(_rows.rows(n, [b'{"ph":"C","pid":' + pid + b',"ts":', ts, b',"name":', tab[ni], b',"args":{"value":',
                                          _rows.fmt_int(ev["arg0"][idx]), b"}},\n"]))
                 continue
             tid = _rows.fmt_int(tids[idx])
             hw = _rows.fmt_int(ev["hw"][idx])
             if cls == INSTANT:
                 ni, tab = _names(ev["region"][idx], region_name)
-                out.write(_rows.rows(n, [b'{"ph":"i","s":"t","pid":' + pid + b',"tid":', tid, b',"ts":', ts, b',"name":', tab[ni],
+                out(_rows.rows(n, [b'{"ph":"i","s":"t","pid":' + pid + b',"tid":', tid, b',"ts":', ts, b',"name":', tab[ni],
                                          b',"cat":"mark","args":{"arg0":', _rows.fmt_int(ev["arg0"][idx]), b',"arg1":',
                                          _rows.fmt_int(ev["arg1"][idx]), b',"sm":', hw, b"}},\n"]))
                 continue
@@ -106,7 +104,7 @@ def _launch_rows(plan: TracePlan, lp, ev, s_ns, e_ns, lanes, out) -> None:
             head = [b'{"ph":"X","pid":' + pid + b',"tid":', tid, b',"ts":', ts, b',"dur":', dur]
             if cls == SPAN:
                 ni, tab = _names(ev["region"][idx], region_name)
-                out.write(_rows.rows(n, head + [b',"name":', tab[ni], b',"cat":"span","args":{"arg0":', _rows.fmt_int(ev["arg0"][idx]),
+                out(_rows.rows(n, head + [b',"name":', tab[ni], b',"cat":"span","args":{"arg0":', _rows.fmt_int(ev["arg0"][idx]),
                                                 b',"arg1":', _rows.fmt_int(ev["arg1"][idx]), b',"sm":', hw, b"}},\n"]))
             elif cls == WAIT:
                 to = timeout_mask(ev["flags"][idx]).astype(np.int64)
@@ -116,7 +114,7 @@ def _launch_rows(plan: TracePlan, lp, ev, s_ns, e_ns, lanes, out) -> None:
                 has = np.flatnonzero(fl)
                 flow = _rows.optional(n, has, [b',"bind_id":', _rows.fmt_int(fl[has]), b',"flow_in":true'])
                 cmp_i, cmp_tab = _names(ev["arg5"][idx], lambda k: _WAIT_CMP.get(k, str(k)))
-                out.write(_rows.rows(n, head + [flow, b',"name":', tab[ni], b',"cat":', cat, b',"args":{"peer":', _rows.fmt_int(ev["arg0"][idx]),
+                out(_rows.rows(n, head + [flow, b',"name":', tab[ni], b',"cat":', cat, b',"args":{"peer":', _rows.fmt_int(ev["arg0"][idx]),
                                                 b',"spins":', _rows.fmt_int(ev["arg1"][idx]), b',"flag":', _rows.fmt_int(ev["arg2"][idx]),
                                                 b',"value":', _rows.fmt_int(ev["arg3"][idx]), b',"expected":', _rows.fmt_int(ev["arg4"][idx]),
                                                 b',"cmp":', cmp_tab[cmp_i], b',"sm":', hw, b"}},\n"]))
@@ -125,14 +123,33 @@ def _launch_rows(plan: TracePlan, lp, ev, s_ns, e_ns, lanes, out) -> None:
                 fl = flow_out[idx]
                 has = np.flatnonzero(fl)
                 flow = _rows.optional(n, has, [b',"bind_id":', _rows.fmt_int(fl[has]), b',"flow_out":true'])
-                out.write(_rows.rows(n, head + [flow, b',"name":', tab[ni], b',"cat":"notify","args":{"peer":', _rows.fmt_int(ev["arg0"][idx]),
+                out(_rows.rows(n, head + [flow, b',"name":', tab[ni], b',"cat":"notify","args":{"peer":', _rows.fmt_int(ev["arg0"][idx]),
                                                 b',"value":', _rows.fmt_int(ev["arg1"][idx]), b',"flag":', _rows.fmt_int(ev["arg2"][idx]),
                                                 b',"seq":', _rows.fmt_int(ev["arg3"][idx]), b',"sm":', hw, b"}},\n"]))
 
 
+def _task(li: int):
+    """Worker task: one launch's rows, appended to the output (or returned, when compressing)."""
+    st = _parallel.STATE
+    plan = st["plan"]
+    ev, s_ns, e_ns, _, _ = decode_launch(li)
+    parts: list[bytes] = []
+    _launch_rows(plan, plan.launches[li], ev, s_ns, e_ns, plan.launches[li].lanes, parts.append)
+    data = b"".join(parts)
+    if st["compress"]:
+        return data
+    _parallel.append(_parallel.open_append(st["path"]), data)
+    return len(data)
+
+
 def write_chrome_json(capture, path: str | os.PathLike, *, model: ClockModel | None = None, compress: bool | None = None,
-                      plan: TracePlan | None = None) -> Path:
+                      plan: TracePlan | None = None, workers: int | None = None) -> Path:
     """Write a capture as a Chrome JSON trace.
+
+    Launches are formatted in worker processes (see ``ktrace.io._parallel``), each appending
+    its rows to the file as one piece; rows of different launches may come in any order (the
+    format does not care), and the result parses to the same events whatever the number of
+    workers.
 
     Args:
         capture: a ``ktrace.io.Capture`` (all ranks to show).
@@ -140,6 +157,7 @@ def write_chrome_json(capture, path: str | os.PathLike, *, model: ClockModel | N
         model: the clock model (default: stored in the capture, else fitted from its samples).
         compress: force gzip on or off.
         plan: a layout already computed with :func:`ktrace.io.layout.plan_trace`.
+        workers: worker processes (default: one per core for large captures; 1: none).
 
     Returns:
         The path written (atomically: a temporary file renamed into place).
@@ -147,7 +165,8 @@ def write_chrome_json(capture, path: str | os.PathLike, *, model: ClockModel | N
     path = Path(path)
     compress = path.name.endswith(".gz") if compress is None else compress
     t0 = time.perf_counter()
-    plan = plan or plan_trace(capture, model)
+    plan = plan or plan_trace(capture, model, workers=workers)
+    workers = plan.workers if workers is None else _parallel.resolve_workers(workers, plan.n_events)
     other = {
         "ktrace_version": __version__,
         "base_ns": plan.base_ns,
@@ -162,14 +181,26 @@ def write_chrome_json(capture, path: str | os.PathLike, *, model: ClockModel | N
     if plan.partial:
         log.warning("writing a PARTIAL trace: ranks %s are missing", plan.missing_ranks)
     tmp = path.with_name(path.name + ".tmp")
-    opener = (lambda p: gzip.open(p, "wb", compresslevel=1)) if compress else (lambda p: open(p, "wb", buffering=1 << 20))
+    head = b'{"displayTimeUnit":"ns","otherData":' + _j(other) + b',"traceEvents":[\n'
+    tasks = [li for li, lp in enumerate(plan.launches) if lp.n_events]
+    state = {"capture": capture, "model": plan.model, "refs": [(r, ln) for r, rc in sorted(capture.ranks.items()) for ln in rc.launches],
+             "plan": plan, "path": str(tmp), "compress": compress}
     try:
-        with opener(tmp) as out:
-            out.write(b'{"displayTimeUnit":"ns","otherData":' + _j(other) + b',"traceEvents":[\n')
-            for lp, ev, s_ns, e_ns, lanes in iter_launches(capture, plan):
-                _launch_rows(plan, lp, ev, s_ns, e_ns, lanes, out)
-            # every event row ends in a comma; the metadata events close the array
-            out.write(b",\n".join(_j(m) for m in _meta_events(plan, capture)) + b"\n]}\n")
+        if compress:
+            with gzip.open(tmp, "wb", compresslevel=1) as out:
+                out.write(head)
+                for data in _parallel.imap(_task, tasks, min(workers, max(1, len(tasks))), state, ordered=False):
+                    out.write(data)
+                out.write(_trailer(plan, capture))
+        else:
+            tmp.write_bytes(head)
+            try:
+                for _ in _parallel.imap(_task, tasks, min(workers, max(1, len(tasks))), state, ordered=False):
+                    pass
+            finally:
+                _parallel.close_local()
+            with open(tmp, "ab") as out:
+                out.write(_trailer(plan, capture))
         os.replace(tmp, path)
     finally:
         if tmp.exists():
@@ -177,3 +208,7 @@ def write_chrome_json(capture, path: str | os.PathLike, *, model: ClockModel | N
     log.info("wrote %s: %d events in %.2f s", path, plan.n_events, time.perf_counter() - t0)
     return path
 
+
+def _trailer(plan: TracePlan, capture) -> bytes:
+    # every event row ends in a comma; the metadata events close the array
+    return b",\n".join(_j(m) for m in _meta_events(plan, capture)) + b"\n]}\n"

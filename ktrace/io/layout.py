@@ -132,6 +132,8 @@ class LaunchPlan:
     dropped: int
     start_ns: int
     end_ns: int
+    #: lane of every event (uint8; 0 for most)
+    lanes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
     flow_out_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     flow_out_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     flow_in_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -152,9 +154,9 @@ class RankPlan:
     name: str
     #: programs per launch group, the radix of track ids
     max_programs: int = 1
-    #: track ids seen while writing: tid -> (group, program, lane)
+    #: every track the rank's events use: tid -> (group, program, lane), in first-use order
     tracks: dict = field(default_factory=dict)
-    #: counters seen while writing: (group, program, region) -> index
+    #: every counter track: (group, program, region) -> index, in first-use order
     counters: dict = field(default_factory=dict)
 
     def tids(self, group: int, program: np.ndarray, lanes: np.ndarray) -> np.ndarray:
@@ -167,21 +169,23 @@ class RankPlan:
             raise ValueError(f"rank {self.rank}: too many programs ({self.max_programs}) x launch groups to number tracks")
         return (base + 2) + ((program.astype(np.int64) << 8) | lanes)
 
-    def note_tracks(self, group: int, tids: np.ndarray) -> np.ndarray:
-        """Record the tracks a launch used; returns the ids not seen before."""
-        new = [t for t in np.unique(tids).tolist() if t not in self.tracks]
-        for t in new:
-            rel = t - 2 - ((group * self.max_programs) << 8)
-            self.tracks[t] = (group, rel >> 8, rel & 0xFF)
-        return np.array(new, np.int64)
+    def note_tracks(self, group: int, tids: np.ndarray) -> None:
+        """Record tracks a launch uses."""
+        for t in np.unique(tids).tolist():
+            if t not in self.tracks:
+                rel = t - 2 - ((group * self.max_programs) << 8)
+                self.tracks[t] = (group, rel >> 8, rel & 0xFF)
+
+    def note_counters(self, group: int, codes: np.ndarray) -> None:
+        """Record counter tracks a launch uses (codes: ``program << 24 | region``, unique)."""
+        for c in codes.tolist():
+            self.counters.setdefault((group, c >> 24, c & 0xFFFFFF), len(self.counters))
 
     def counter_index(self, group: int, program: np.ndarray, region: np.ndarray) -> np.ndarray:
+        """Index of each counter event's track (all noted by the plan)."""
         code = (program.astype(np.int64) << 24) | region.astype(np.int64)
         uk, inv = np.unique(code, return_inverse=True)
-        idx = np.empty(uk.size, np.int64)
-        for j, c in enumerate(uk.tolist()):
-            key = (group, c >> 24, c & 0xFFFFFF)
-            idx[j] = self.counters.setdefault(key, len(self.counters))
+        idx = np.array([self.counters[(group, c >> 24, c & 0xFFFFFF)] for c in uk.tolist()], np.int64)
         return idx[inv.reshape(-1)]
 
 
@@ -191,7 +195,7 @@ def track_name(group: int, program: int, lane: int) -> str:
 
 @dataclass
 class TracePlan:
-    """The first pass's result: launches, groups, flows, time base; tracks fill in while writing."""
+    """The first pass's result: launches, groups, lanes, tracks, flows, time base."""
 
     model: ClockModel
     launches: list[LaunchPlan]
@@ -202,6 +206,8 @@ class TracePlan:
     partial: bool
     missing_ranks: list[int]
     regions: dict[int, str]
+    #: worker processes the writers use (1: all in this process)
+    workers: int = 1
 
     def region_name(self, rid: int) -> str:
         return self.regions.get(int(rid), f"region#{int(rid):06x}")
@@ -213,41 +219,94 @@ def rank_title(rank: int, device: dict) -> str:
     return f"rank {rank} · {dev}{where}"
 
 
-_WN_DTYPE = np.dtype([("rank", "<i4"), ("kind", "u1"), ("flags", "u1"), ("arg0", "<i8"), ("arg1", "<i8"), ("arg2", "<i8"),
-                      ("arg3", "<i8"), ("arg4", "<i8"), ("start_ns", "<i8"), ("end_ns", "<i8"), ("li", "<i8"), ("row", "<i8")])
+#: The columns of waits and notifies that pairing reads (``ktrace.clock.pair_notify_wait``),
+#: plus where each row came from (launch, row).
+_WN_COLS = (("rank", "<i4"), ("kind", "u1"), ("flags", "u1"), ("arg0", "<i8"), ("arg1", "<i8"), ("arg2", "<i8"), ("arg4", "<i8"),
+            ("start_ns", "<i8"), ("end_ns", "<i8"), ("li", "<i4"), ("row", "<i4"))
 
 
-def plan_trace(capture, model: ClockModel | None = None) -> TracePlan:
-    """First pass over a capture (one launch decoded at a time): time base, launch groups, flows."""
+def _launch_refs(capture) -> list:
+    return [(r, ln) for r, rc in sorted(capture.ranks.items()) for ln in rc.launches]
+
+
+def decode_launch(li: int, capture=None, model: ClockModel | None = None):
+    """Launch ``li`` (in plan order) decoded: ``(events, start_ns, end_ns, header, dropped)``.
+
+    Without ``capture`` (in a worker task) the capture and model are the run's shared state.
+    """
+    from . import _parallel
+
+    if capture is None:
+        capture, model, refs = _parallel.STATE["capture"], _parallel.STATE["model"], _parallel.STATE["refs"]
+    else:
+        refs = _launch_refs(capture)
+    r, ln = refs[li]
+    d = ln.decode(r, cache=False)
+    ev = d.events
+    clk = model.rank(r)
+    hz = d.header.tick_hz
+    return ev, clk.to_common(ev["start"], hz), clk.to_common(ev["end"], hz), d.header, d.dropped
+
+
+def _scan(li: int) -> tuple:
+    """First-pass task: one launch's summary, lanes, tracks, counters, waits and notifies."""
+    ev, s, e, header, dropped = decode_launch(li)
+    kind = ev["kind"]
+    lanes = launch_lanes(ev, s, e)
+    is_counter = kind == EventKind.COUNTER
+    prog = ev["program"].astype(np.int64)
+    track_codes = np.unique((prog[~is_counter] << 8) | lanes[~is_counter])
+    counter_codes = (prog[is_counter] << 24) | ev["region"][is_counter].astype(np.int64)
+    if counter_codes.size:  # unique, in order of first use
+        _, first = np.unique(counter_codes, return_index=True)
+        counter_codes = counter_codes[np.sort(first)]
+    wn = np.flatnonzero((kind == EventKind.WAIT) | (kind == EventKind.NOTIFY))
+    cols = {}
+    if wn.size:
+        for c, dt in _WN_COLS[:7]:
+            cols[c] = ev[c][wn].astype(dt)
+        cols["start_ns"], cols["end_ns"] = s[wn], e[wn]
+        cols["li"] = np.full(wn.size, li, np.int32)
+        cols["row"] = wn.astype(np.int32)
+    span = (int(s.min()), int(e.max())) if ev.size else (0, 0)
+    return header.n_programs, int(ev.size), dropped, span, lanes, track_codes, counter_codes, cols
+
+
+def plan_trace(capture, model: ClockModel | None = None, *, workers: int | None = None) -> TracePlan:
+    """First pass over a capture (one launch decoded at a time): time base, launch groups, lanes,
+    tracks, flows.
+
+    Args:
+        capture: a ``ktrace.io.Capture``.
+        model: the clock model (default: stored in the capture, else fitted from its samples).
+        workers: processes to spread launches over (default: one per core for large captures;
+            1 runs everything here). The plan is the same for any number.
+    """
+    from . import _parallel
+
     model = model or clock_model_of(capture)
+    refs = _launch_refs(capture)
+    raw_events = sum(int(ln.raw.nbytes) for _, ln in refs) // 32  # an upper bound: records are 32 bytes
+    workers = _parallel.resolve_workers(workers, raw_events)
     launches: list[LaunchPlan] = []
-    waits_notifies = []
+    wn_parts: dict[str, list] = {c: [] for c, _ in _WN_COLS}
+    track_codes, counter_codes = [], []
     base = None
     n_events = 0
-    for r, rc in sorted(capture.ranks.items()):
-        clk = model.rank(r)
-        for ln in rc.launches:
-            d = ln.decode(r, cache=False)
-            ev = d.events
-            kind = ev["kind"]
-            hz = d.header.tick_hz
-            n_events += ev.size
-            lp = LaunchPlan(rank=r, index=ln.index, kernel=ln.kernel, grid=tuple(ln.grid), n_programs=d.header.n_programs, group=0,
-                            n_events=int(ev.size), dropped=d.dropped, start_ns=0, end_ns=0)
-            if ev.size:
-                lp.start_ns = int(clk.to_common(ev["start"].min(), hz))
-                lp.end_ns = int(clk.to_common(ev["end"].max(), hz))
-                base = lp.start_ns if base is None else min(base, lp.start_ns)
-            launches.append(lp)
-            wn = np.flatnonzero((kind == EventKind.WAIT) | (kind == EventKind.NOTIFY))
-            if wn.size:
-                sub = np.empty(wn.size, _WN_DTYPE)
-                for c in ("rank", "kind", "flags", "arg0", "arg1", "arg2", "arg3", "arg4"):
-                    sub[c] = ev[c][wn]
-                sub["start_ns"], sub["end_ns"] = clk.to_common(ev["start"][wn], hz), clk.to_common(ev["end"][wn], hz)
-                sub["li"] = len(launches) - 1
-                sub["row"] = wn
-                waits_notifies.append(sub)
+    state = {"capture": capture, "model": model, "refs": refs}
+    for li, res in enumerate(_parallel.imap(_scan, range(len(refs)), min(workers, max(1, len(refs))), state)):
+        n_programs, n, dropped, (t0, t1), lanes, tcodes, ccodes, cols = res
+        r, ln = refs[li]
+        n_events += n
+        lp = LaunchPlan(rank=r, index=ln.index, kernel=ln.kernel, grid=tuple(ln.grid), n_programs=n_programs, group=0,
+                        n_events=n, dropped=dropped, start_ns=t0, end_ns=t1, lanes=lanes)
+        if n:
+            base = t0 if base is None else min(base, t0)
+        launches.append(lp)
+        track_codes.append(tcodes)
+        counter_codes.append(ccodes)
+        for c, v in cols.items():
+            wn_parts[c].append(v)
     # launch groups: launches of one rank that overlap in time get separate track groups
     for r in capture.ranks:
         mine = sorted((lp for lp in launches if lp.rank == r and lp.n_events), key=lambda lp: lp.start_ns)
@@ -260,30 +319,44 @@ def plan_trace(capture, model: ClockModel | None = None) -> TracePlan:
             else:
                 lp.group = len(group_end)
                 group_end.append(lp.end_ns)
-    n_flows = 0
-    if waits_notifies:
-        wn_all = np.concatenate(waits_notifies)
-        nrows, wrows, _, _ = pair_notify_wait(wn_all)
-        n_flows = int(nrows.size)
-        ids = np.arange(1, n_flows + 1, dtype=np.int64)
-        for side, rows in (("out", nrows), ("in", wrows)):
-            li = wn_all["li"][rows]
-            o = np.argsort(li, kind="stable")
-            li_s, rows_s, ids_s = li[o], wn_all["row"][rows][o], ids[o]
-            bounds = np.searchsorted(li_s, np.arange(len(launches) + 1))
-            for k, lp in enumerate(launches):
-                a, b = bounds[k], bounds[k + 1]
-                if b > a:
-                    setattr(lp, f"flow_{side}_rows", rows_s[a:b])
-                    setattr(lp, f"flow_{side}_ids", ids_s[a:b])
     ranks = {r: RankPlan(rank=r, name=rank_title(r, rc.device),
                          max_programs=max([lp.n_programs for lp in launches if lp.rank == r], default=1))
              for r, rc in sorted(capture.ranks.items())}
+    for lp, tcodes, ccodes in zip(launches, track_codes, counter_codes):
+        rp = ranks[lp.rank]
+        rp.note_tracks(lp.group, rp.tids(lp.group, tcodes >> 8, (tcodes & 0xFF).astype(np.uint8)))
+        rp.note_counters(lp.group, ccodes)
+    n_flows = _plan_flows(launches, wn_parts)
     return TracePlan(
         model=model, launches=launches, ranks=ranks, base_ns=base or 0, n_events=n_events, n_flows=n_flows,
         partial=bool(capture.partial or capture.missing_ranks), missing_ranks=list(capture.missing_ranks),
-        regions=dict(capture.regions),
+        regions=dict(capture.regions), workers=workers,
     )
+
+
+def _plan_flows(launches: list[LaunchPlan], wn_parts: dict[str, list]) -> int:
+    """Pair notifies with waits (all launches at once) and hand each launch its flow ids."""
+    total = sum(v.size for v in wn_parts["li"])
+    if not total:
+        return 0
+    wn_all = np.empty(total, np.dtype(list(_WN_COLS)))
+    for c, parts in wn_parts.items():  # column by column, freeing the parts as they go in
+        wn_all[c] = np.concatenate(parts)
+        parts.clear()
+    nrows, wrows, _, _ = pair_notify_wait(wn_all)
+    n_flows = int(nrows.size)
+    ids = np.arange(1, n_flows + 1, dtype=np.int64)
+    for side, rows in (("out", nrows), ("in", wrows)):
+        li = wn_all["li"][rows]
+        o = np.argsort(li, kind="stable")
+        li_s, rows_s, ids_s = li[o], wn_all["row"][rows][o].astype(np.int64), ids[o]
+        bounds = np.searchsorted(li_s, np.arange(len(launches) + 1))
+        for k, lp in enumerate(launches):
+            a, b = bounds[k], bounds[k + 1]
+            if b > a:
+                setattr(lp, f"flow_{side}_rows", rows_s[a:b])
+                setattr(lp, f"flow_{side}_ids", ids_s[a:b])
+    return n_flows
 
 
 def launch_lanes(ev: np.ndarray, s_ns: np.ndarray, e_ns: np.ndarray) -> np.ndarray:
@@ -297,18 +370,12 @@ def launch_lanes(ev: np.ndarray, s_ns: np.ndarray, e_ns: np.ndarray) -> np.ndarr
 
 
 def iter_launches(capture, plan: TracePlan):
-    """Second pass: per launch, ``(launch_plan, events, start_ns, end_ns, lanes)``."""
-    li = 0
-    for r, rc in sorted(capture.ranks.items()):
+    """Second pass, in this process: per launch, ``(launch_plan, events, start_ns, end_ns, lanes)``."""
+    for lp, (r, ln) in zip(plan.launches, _launch_refs(capture)):
+        d = ln.decode(r, cache=False)
+        ev = d.events
         clk = plan.model.rank(r)
-        for ln in rc.launches:
-            lp = plan.launches[li]
-            li += 1
-            d = ln.decode(r, cache=False)
-            ev = d.events
-            hz = d.header.tick_hz
-            s, e = clk.to_common(ev["start"], hz), clk.to_common(ev["end"], hz)
-            yield lp, ev, s, e, launch_lanes(ev, s, e)
+        yield lp, ev, clk.to_common(ev["start"], d.header.tick_hz), clk.to_common(ev["end"], d.header.tick_hz), lp.lanes
 
 
 def timeout_mask(flags: np.ndarray) -> np.ndarray:

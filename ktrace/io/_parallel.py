@@ -1,0 +1,122 @@
+"""Worker processes for the trace writers: per-launch work spread over the machine's cores.
+
+Workers are started with ``fork`` *after* the capture and the trace plan exist, so they see
+both without copying or pickling them (pages are shared copy-on-write; the raw buffers are only
+read). Each task names one launch; what a task returns travels back pickled, so tasks return
+small things (or write their output themselves, see :func:`append`).
+
+Where ``fork`` is unavailable, or one worker is asked for, the same task functions run in this
+process, one after another: the output is the same either way (tests compare the two).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+from typing import Callable, Iterable, Iterator
+
+#: Below this many events a capture is written in this process (starting workers costs more).
+MIN_EVENTS_PER_WORKER = 250_000
+#: At most this many workers (the writers are bound by one core each; more rarely helps).
+MAX_WORKERS = 8
+
+#: What the current run's tasks read: set before the workers fork, cleared after.
+STATE: dict = {}
+_LOCAL: dict = {}
+
+
+def cpus() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def default_workers(n_events: int) -> int:
+    """How many workers to use for ``n_events``: one per core, none for small captures."""
+    if "fork" not in mp.get_all_start_methods():
+        return 1
+    return max(1, min(cpus(), MAX_WORKERS, n_events // MIN_EVENTS_PER_WORKER))
+
+
+def resolve_workers(workers: int | None, n_events: int) -> int:
+    """``workers`` checked (>= 1), or the default for ``n_events`` when None."""
+    if workers is None:
+        return default_workers(n_events)
+    if int(workers) < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    return 1 if "fork" not in mp.get_all_start_methods() else int(workers)
+
+
+def worker_index() -> int:
+    """0, 1, ... for the workers of the current run (0 when running in this process)."""
+    return _LOCAL.get("index", 0)
+
+
+def _init(counter, lock) -> None:
+    with counter.get_lock():
+        _LOCAL["index"] = counter.value
+        counter.value += 1
+    _LOCAL["lock"] = lock
+
+
+def imap(fn: Callable, items: Iterable, workers: int, state: dict, *, ordered: bool = True) -> Iterator:
+    """``fn(item)`` for every item, in ``workers`` forked processes (here when ``workers`` is 1).
+
+    Args:
+        fn: a module-level function (it is named, not pickled, in the workers); it reads
+            :data:`STATE`.
+        items: small picklable task descriptions (launch indices).
+        workers: processes to use.
+        state: what ``fn`` reads through :data:`STATE`; inherited by the workers at fork.
+        ordered: yield results in item order (else as they finish).
+
+    Yields:
+        The results. An exception in a task is raised here (the other workers are stopped).
+    """
+    STATE.clear()
+    STATE.update(state)
+    try:
+        if workers <= 1:
+            _LOCAL.clear()
+            _LOCAL.update(index=0, lock=contextlib.nullcontext())
+            for it in items:
+                yield fn(it)
+            return
+        ctx = mp.get_context("fork")
+        counter, lock = ctx.Value("i", 0), ctx.Lock()
+        with ctx.Pool(workers, initializer=_init, initargs=(counter, lock)) as pool:
+            run = pool.imap if ordered else pool.imap_unordered
+            yield from run(fn, items, chunksize=1)
+    finally:
+        STATE.clear()
+        _LOCAL.clear()
+
+
+def append(fd: int, data: bytes) -> None:
+    """Append ``data`` to the file ``fd`` (opened with ``O_APPEND``) as one unbroken piece.
+
+    Workers of one run share the output file: the run's lock keeps each piece whole.
+    """
+    view = memoryview(data)
+    with _LOCAL.get("lock") or contextlib.nullcontext():
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+
+
+def open_append(path) -> int:
+    """A descriptor that appends to ``path``, opened once per process and run."""
+    key = ("fd", str(path))
+    fd = _LOCAL.get(key)
+    if fd is None:
+        fd = _LOCAL[key] = os.open(path, os.O_WRONLY | os.O_APPEND)
+    return fd
+
+
+def close_local() -> None:
+    """Close the descriptors this process opened through :func:`open_append`."""
+    for k in [k for k in _LOCAL if isinstance(k, tuple) and k[0] == "fd"]:
+        os.close(_LOCAL.pop(k))
