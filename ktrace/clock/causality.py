@@ -1,11 +1,15 @@
 """Pair each notify with the wait it released, across ranks, and check causality.
 
 A wait on rank B for peer A on flag ``f`` with expected value ``v`` (WAIT args: peer=A,
-flag=f, expected=v) is released by the notify on rank A that wrote ``v`` to flag ``f`` of rank B
-(NOTIFY args: peer=B, value=v, flag=f). When one flag is signalled with the same value many
-times (a flag reused across iterations or launches), the k-th such wait (in order of its end)
-pairs with the k-th such notify (in order of its start): releases are first in, first out.
-Waits that timed out released nothing and are not paired.
+flag=f, expected=v) is released by a notify on rank A that wrote ``v`` to flag ``f`` of rank B
+(NOTIFY args: peer=B, value=v, flag=f). One notify may release many waits (every program of a
+rank waiting on one flag), so pairing is many-to-one. When a flag is signalled with the same
+value again and again (reset between rounds or launches), the k-th such notify (in the
+notifying rank's own order) releases the k-th such wait of each waiting program (in that
+program's order). The pairing uses no cross-rank time at all, so it can judge the clocks.
+
+Waits that timed out released nothing and are not paired. Counters that are *added to* (not
+set) are paired only where a notify wrote exactly the expected value.
 
 On a correctly aligned trace no wait ends before the notify that released it began, up to
 the alignment's error bounds: :func:`check_causality` counts the pairs that do.
@@ -37,6 +41,20 @@ PAIR_DTYPE = np.dtype(
 )
 
 
+def _dense_groups(events: np.ndarray, ni: np.ndarray, wi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One dense group id per (src rank, dst rank, flag, value), for notifies and waits."""
+    gid = np.zeros(ni.size + wi.size, np.int64)
+    for notify_col, wait_col in (("rank", "arg0"), ("arg0", "rank"), ("arg2", "arg2"), ("arg1", "arg4")):
+        col = np.concatenate([events[notify_col][ni].astype(np.int64), events[wait_col][wi].astype(np.int64)])
+        u, inv = np.unique(col, return_inverse=True)  # each column made dense on its own
+        if gid.max(initial=0) >= (np.iinfo(np.int64).max // max(u.size, 1)):
+            _, gid = np.unique(gid, return_inverse=True)
+        gid = gid * u.size + inv.reshape(-1)  # combined in mixed radix
+    _, gid = np.unique(gid, return_inverse=True)
+    gid = gid.reshape(-1).astype(np.int64)
+    return gid[: ni.size], gid[ni.size :]
+
+
 def _occurrence(groups_sorted: np.ndarray) -> np.ndarray:
     """0, 1, 2, ... within each run of equal values of a sorted array."""
     n = groups_sorted.size
@@ -47,46 +65,57 @@ def _occurrence(groups_sorted: np.ndarray) -> np.ndarray:
 
 
 def pair_notify_wait(events: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """Find, for each wait, the notify that released it.
+    """Find, for each wait, the notify that released it (many waits may share one notify).
 
     Args:
-        events: a table with ``rank``, ``kind``, ``flags``, ``arg0``..``arg4`` and either
-            ``start_ns``/``end_ns`` (aligned) or ``start``/``end`` (used only to order events
-            of one rank, so raw ticks do as well).
+        events: a table with ``rank``, ``kind``, ``flags``, ``arg0``..``arg4``,
+            ``start``/``start_ns`` and, when present, ``launch``, ``program``, ``slot`` (without
+            them, all waits count as one program's, in time order). Only one rank's own times
+            are ever compared, so raw ticks do as well as aligned nanoseconds.
 
     Returns:
         ``(notify_rows, wait_rows, unmatched_notifies, unmatched_waits)``: two int64 arrays of
-        row indices into ``events``, one pair per position, and the counts left unpaired.
+        row indices into ``events``, one pair per position, ordered by wait row; the number of
+        notifies that released no recorded wait, and of completed waits with no matching notify.
     """
     names = events.dtype.names or ()
-    s_col, e_col = ("start_ns", "end_ns") if "start_ns" in names else ("start", "end")
+    s_col = "start_ns" if "start_ns" in names else "start"
     kind = events["kind"]
     ni = np.flatnonzero(kind == EventKind.NOTIFY)
-    wi = np.flatnonzero((kind == EventKind.WAIT) & ((events["flags"] & EventFlag.TIMEOUT) == 0))
-    if ni.size == 0 or wi.size == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), int(ni.size), int(wi.size)
-    n = ni.size
-    # one dense group id per (src, dst, flag, value): each column made dense on its own (1-D
-    # sorts are fast), combined in mixed radix, made dense again
-    gid = np.zeros(ni.size + wi.size, np.int64)
-    for notify_col, wait_col in (("rank", "arg0"), ("arg0", "rank"), ("arg2", "arg2"), ("arg1", "arg4")):
-        col = np.concatenate([events[notify_col][ni].astype(np.int64), events[wait_col][wi].astype(np.int64)])
-        u, inv = np.unique(col, return_inverse=True)
-        if gid.max(initial=0) >= (np.iinfo(np.int64).max // max(u.size, 1)):
-            _, gid = np.unique(gid, return_inverse=True)
-        gid = gid * u.size + inv.reshape(-1)
-    _, gid = np.unique(gid, return_inverse=True)
-    gid = gid.reshape(-1).astype(np.int64)
-    gn, gw = gid[:n], gid[n:]
-    on = np.lexsort((events[s_col][ni], gn))
-    ow = np.lexsort((events[e_col][wi], gw))
-    big = np.int64(max(ni.size, wi.size) + 1)
-    kn = gn[on] * big + _occurrence(gn[on])
-    kw = gw[ow] * big + _occurrence(gw[ow])
-    _, pn, pw = np.intersect1d(kn, kw, assume_unique=True, return_indices=True)
-    nrows, wrows = ni[on][pn], wi[ow][pw]
-    order = np.argsort(wrows, kind="stable")
-    return nrows[order], wrows[order], int(ni.size - pn.size), int(wi.size - pw.size)
+    wa = np.flatnonzero(kind == EventKind.WAIT)  # timed-out waits too: they take their round
+    if ni.size == 0 or wa.size == 0:
+        done = int(((events["flags"][wa] & EventFlag.TIMEOUT) == 0).sum())
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), int(ni.size), done
+    gn, gw = _dense_groups(events, ni, wa)
+
+    def col(name, rows, default=None):
+        if name in names:
+            return events[name][rows].astype(np.int64)
+        return np.zeros(rows.size, np.int64) if default is None else default
+
+    # round of each notify: its order among its group's notifies, by the notifying rank's clock
+    on = np.lexsort((events[s_col][ni], col("launch", ni), gn))
+    occ_n = np.empty(ni.size, np.int64)
+    occ_n[on] = _occurrence(gn[on])
+    # round of each wait: its order among its program's waits of the group
+    prog = col("program", wa)
+    ow = np.lexsort((col("slot", wa, events[s_col][wa].astype(np.int64)), col("launch", wa), prog, gw))
+    sub = gw[ow] * (prog.max(initial=0) + 1) + prog[ow]
+    occ_w = np.empty(wa.size, np.int64)
+    occ_w[ow] = _occurrence(sub)
+    big = np.int64(max(occ_n.max(initial=0), occ_w.max(initial=0)) + 1)
+    kn = gn * big + occ_n
+    kw = gw * big + occ_w
+    sn = np.argsort(kn, kind="stable")
+    j = np.searchsorted(kn[sn], kw)
+    found = (j < ni.size) & (kn[sn][np.minimum(j, ni.size - 1)] == kw)
+    done = (events["flags"][wa] & EventFlag.TIMEOUT) == 0
+    keep = found & done
+    nrows = ni[sn[j[keep]]]
+    wrows = wa[keep]
+    released = np.zeros(ni.size, bool)
+    released[sn[j[keep]]] = True
+    return nrows.astype(np.int64), wrows.astype(np.int64), int(ni.size - released.sum()), int((done & ~found).sum())
 
 
 @dataclass(frozen=True)
