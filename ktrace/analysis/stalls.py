@@ -27,14 +27,19 @@ import numpy as np
 from ..schema import EventKind
 from ..shmem.codes import Cmp
 from .trace import (
+    AnalysisError,
     Trace,
+    argsort_stable,
+    dense_codes,
     enclosing_span,
     group_count,
     group_index,
     group_max,
     group_median,
+    group_median_max,
     group_sum,
     is_timeout,
+    lexorder,
     preceding_span,
 )
 
@@ -99,20 +104,25 @@ def _pair_exact(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     wait to end pairs with the k-th notify to start), computed with two sorts and a search so that
     millions of waits pair in about a second.
     """
-    C = trace.column
-    ni = trace.rows_of(EventKind.NOTIFY)
-    wi = trace.rows_of(EventKind.WAIT)
-    wi = wi[~is_timeout(C("flags")[wi])]
+    N, Wt = EventKind.NOTIFY, EventKind.WAIT
+    ni = trace.rows_of(N)
+    done = ~is_timeout(trace.at(Wt, "flags"))
+    wi = trace.rows_of(Wt)[done]
     if ni.size == 0 or wi.size == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    cols = [np.concatenate([C("rank")[ni], C("arg0")[wi]]), np.concatenate([C("arg0")[ni], C("rank")[wi]]),
-            np.concatenate([C("arg2")[ni], C("arg2")[wi]]), np.concatenate([C("arg1")[ni], C("arg4")[wi]])]
+
+    def W(name):
+        return trace.at(Wt, name)[done]
+
+    cols = [np.concatenate([trace.at(N, "rank"), W("arg0")]), np.concatenate([trace.at(N, "arg0"), W("rank")]),
+            np.concatenate([trace.at(N, "arg2"), W("arg2")]), np.concatenate([trace.at(N, "arg1"), W("arg4")])]
     k = _ranged_key(cols)
     if k is None:
         k, _ = group_index(*cols)
+    del cols
     kn, kw = k[: ni.size], k[ni.size :]
-    on = np.lexsort((C("start_ns")[ni], kn))
-    ow = np.lexsort((C("end_ns")[wi], kw))
+    on = lexorder(kn, trace.at(N, "start_ns"))
+    ow = lexorder(kw, W("end_ns"))
     kn_s, kw_s = kn[on], kw[ow]
     # occurrence of each wait within its key
     starts = np.flatnonzero(np.r_[True, kw_s[1:] != kw_s[:-1]])
@@ -144,8 +154,11 @@ def release_pairs(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     # ge/gt waits left unpaired: counters and round numbers
     waits = trace.rows_of(EventKind.WAIT)
     ev = _Cols(trace)
-    cmpc = ev["arg5"][waits]
-    left = waits[~np.isin(waits, w_rows) & ~is_timeout(ev["flags"][waits]) & np.isin(cmpc, [int(Cmp.GE), int(Cmp.GT)])]
+    cmpc = trace.at(EventKind.WAIT, "arg5")
+    notify_of = np.full(trace.events.shape[0], -1, np.int64)  # per event row: its releasing notify
+    notify_of[w_rows] = n_rows
+    left = waits[(notify_of[waits] < 0) & ~is_timeout(trace.at(EventKind.WAIT, "flags"))
+                 & ((cmpc == int(Cmp.GE)) | (cmpc == int(Cmp.GT)))]
     nots = trace.rows_of(EventKind.NOTIFY)
     if left.size and nots.size:
         # groups: (producer, consumer, flag, launch)
@@ -185,10 +198,12 @@ def release_pairs(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
         counter = (vmin == vmax) & (counts > 1)
         p = np.where(counter[gw], first_reaching(cs_in), first_reaching(val))
         ok = p >= 0
-        n_rows = np.concatenate([n_rows, nots_o[p[ok]]])
-        w_rows = np.concatenate([w_rows, left[ok]])
-    o = np.argsort(w_rows, kind="stable")
-    out = (n_rows[o], w_rows[o])
+        notify_of[left[ok]] = nots_o[p[ok]]
+    # in wait row order (each wait has at most one notify)
+    nw = notify_of[waits]
+    keep = nw >= 0
+    out = (nw[keep], waits[keep])
+    del notify_of
     trace._cache[key] = out
     return out
 
@@ -203,35 +218,39 @@ def waits(trace: Trace) -> np.ndarray:
     if key in trace._cache:
         return trace._cache[key]
     C = trace.column
+
+    def A(name):
+        return trace.at(EventKind.WAIT, name)
+
     rows = trace.rows_of(EventKind.WAIT)
     t = np.zeros(rows.size, WAIT_DTYPE)
     t["row"] = rows
     for c in ("rank", "launch", "program"):
-        t[c] = C(c)[rows]
-    t["sm"] = C("hw")[rows]
-    t["name"] = trace.names_of(C("region")[rows])
+        t[c] = A(c)
+    t["sm"] = A("hw")
+    t["name"] = trace.names_of(A("region"))
     enc = enclosing_span(trace, rows)
     reg = np.full(rows.size, "", dtype=object)
     has = enc >= 0
     reg[has] = trace.names_of(C("region")[enc[has]])
     t["region"] = reg
-    t["peer"] = C("arg0")[rows]
-    t["spins"] = C("arg1")[rows]
-    t["flag"] = C("arg2")[rows]
-    t["value"] = C("arg3")[rows]
-    t["expected"] = C("arg4")[rows]
-    t["cmp"] = C("arg5")[rows]
-    s = C("start_ns")[rows]
-    e = C("end_ns")[rows]
+    t["peer"] = A("arg0")
+    t["spins"] = A("arg1")
+    t["flag"] = A("arg2")
+    t["value"] = A("arg3")
+    t["expected"] = A("arg4")
+    t["cmp"] = A("arg5")
+    s = A("start_ns")
+    e = A("end_ns")
     t["start_ns"] = s
     t["end_ns"] = e
     dur = np.maximum(e - s, 0)
     t["wait_ns"] = dur
-    to = is_timeout(C("flags")[rows])
+    to = is_timeout(A("flags"))
     t["timed_out"] = to
 
     n_rows, w_rows = release_pairs(trace)
-    pos = np.searchsorted(rows, w_rows)
+    pos = np.searchsorted(rows, w_rows)  # both sorted
     nr = np.full(rows.size, -1, np.int64)
     nr[pos] = n_rows
     t["notify_row"] = nr
@@ -327,7 +346,12 @@ def stall_totals(trace: Trace, by: str = "rank", w: np.ndarray | None = None) ->
         names = [("rank", "<i4"), ("launch", "<i4"), ("program", "<i4")]
     else:
         raise ValueError(f"stall_totals: by must be 'rank', 'peer' or 'workgroup', got {by!r}")
-    inv, keys = group_index(*kcols)
+    if by == "workgroup" and w.size and w["row"].size and w["row"].max() < trace.wg.size:
+        # (rank, launch, program) is the workgroup: its dense ids are in that order already
+        inv, present = dense_codes(trace.wg[w["row"]])
+        keys = trace.wg_keys[present]
+    else:
+        inv, keys = group_index(*kcols)
     g = keys.shape[0]
     out = np.zeros(g, names + _TOTAL_FIELDS)
     for i, (n, _) in enumerate(names):
@@ -398,46 +422,81 @@ def notify_lateness(trace: Trace, w: np.ndarray | None = None) -> np.ndarray:
     ``before_ns`` (that span's duration), ``gap_ns`` (from that span's end to the notify).
     Sorted by ``cost_ns``, largest first.
     """
+    return _notify_lateness(trace, w)[0]
+
+
+def _notify_lateness(trace: Trace, w: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
+    """:func:`notify_lateness` and, for :func:`stragglers`, per paired wait (in ``waits`` order)
+    its row in that table (``pos``), the paired waits' rank, row and lateness."""
     key = ("notify_late",)
     if key in trace._cache:
         return trace._cache[key]
     w = waits(trace) if w is None else w
-    paired = w[w["notify_row"] >= 0]
+    nr_all = w["notify_row"]
+    paired = np.flatnonzero(nr_all >= 0)
+    nr = nr_all[paired]
     ev = _Cols(trace)
-    u, inv = np.unique(paired["notify_row"], return_inverse=True)
-    inv = inv.reshape(-1)
+    # distinct notifies in row order, and each paired wait's (np.unique without a sort: rows are < events)
+    mark = np.zeros(trace.events.shape[0] + 1, bool)
+    mark[nr] = True
+    u = np.flatnonzero(mark)
+    inv = np.searchsorted(u, nr) if nr.size < u.size * 8 else (np.cumsum(mark) - 1)[nr]
+    del mark
     g = u.size
-    late = np.nan_to_num(paired["producer_late_ns"])
+    late = np.nan_to_num(w["producer_late_ns"][paired])
     out = np.zeros(
         g,
         [("row", "<i8"), ("rank", "<i4"), ("launch", "<i4"), ("program", "<i4"), ("seq", "<i8"), ("flag", "<i8"),
          ("start_ns", "<i8"), ("late_ns", "<f8"), ("cost_ns", "<f8"), ("n_waits", "<i8"), ("before_row", "<i8"),
          ("before_region", "O"), ("before_ns", "<f8"), ("gap_ns", "<f8")],
     )
-    out["row"] = u
-    for c in ("rank", "launch", "program"):
-        out[c] = ev[c][u]
-    out["seq"] = ev["arg3"][u]
-    out["flag"] = ev["arg2"][u]
-    out["start_ns"] = ev["start_ns"][u]
-    out["late_ns"] = group_max(inv, late, g, fill=0.0)
-    out["cost_ns"] = group_sum(inv, late, g)
-    out["n_waits"] = group_count(inv, g)
-    prev = preceding_span(trace, u)
+    cost = group_sum(inv, late, g)
+    order = _order_desc(cost)
+    u_o = u[order]
+    out["row"] = u_o
+    notifies = trace.rows_of(EventKind.NOTIFY)
+    at_u = np.searchsorted(notifies, u)  # positions among the notifies (both sorted)
+    if at_u.size and (int(at_u.max()) >= notifies.size or (notifies[at_u] != u).any()):
+        raise AnalysisError("waits released by events that are not notifies: the waits table is not this trace's")
+    at_u_o = at_u[order]
+    for c, src in (("rank", "rank"), ("launch", "launch"), ("program", "program"), ("seq", "arg3"), ("flag", "arg2")):
+        out[c] = trace.at(EventKind.NOTIFY, src)[at_u_o]
+    start = trace.at(EventKind.NOTIFY, "start_ns")[at_u_o]
+    out["start_ns"] = start
+    out["late_ns"] = group_max(inv, late, g, fill=0.0)[order]
+    out["cost_ns"] = cost[order]
+    out["n_waits"] = group_count(inv, g)[order]
+    prev = preceding_span(trace, u)[order]
     out["before_row"] = prev
     has = prev >= 0
     reg = np.full(g, "", dtype=object)
-    reg[has] = trace.names_of(ev["region"][prev[has]])
+    ph = prev[has]
+    reg[has] = trace.names_of(ev["region"][ph])
     out["before_region"] = reg
     bn = np.full(g, np.nan)
     gap = np.full(g, np.nan)
-    bn[has] = ev["end_ns"][prev[has]] - ev["start_ns"][prev[has]]
-    gap[has] = out["start_ns"][has] - ev["end_ns"][prev[has]]
+    pe = ev["end_ns"][ph]
+    bn[has] = pe - ev["start_ns"][ph]
+    gap[has] = start[has] - pe
     out["before_ns"] = bn
     out["gap_ns"] = gap
-    out = out[np.argsort(-out["cost_ns"], kind="stable")]
-    trace._cache[key] = out
-    return out
+    rank_of = np.empty(g, np.int64)
+    rank_of[order] = np.arange(g)
+    extra = {"pos": rank_of[inv], "rank": w["rank"][paired], "row": w["row"][paired], "late": late}
+    res = trace._cache[key] = (out, extra)
+    return res
+
+
+def _order_desc(x: np.ndarray) -> np.ndarray:
+    """``np.argsort(-x, kind="stable")`` for float64 ``x`` (one packed integer sort when x holds whole numbers)."""
+    x = np.asarray(x, np.float64)
+    if x.size >= 65536 and np.isfinite(x).all():
+        hi = float(x.max())
+        if hi - float(x.min()) < 2**52:
+            ix = x.astype(np.int64)
+            if (ix == x).all():
+                return argsort_stable(int(hi) - ix)
+    return np.argsort(-x, kind="stable")
 
 
 def stragglers(trace: Trace, w: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -451,36 +510,19 @@ def stragglers(trace: Trace, w: np.ndarray | None = None) -> tuple[np.ndarray, n
         delayed by D stands out by about D.
     """
     w = waits(trace) if w is None else w
-    nl = notify_lateness(trace, w)
-    paired = w[w["notify_row"] >= 0]
-    # per paired wait, its notify's position in nl
-    o = np.argsort(nl["row"])
-    pos = o[np.searchsorted(nl["row"][o], paired["notify_row"])]
-    by_rank = _straggler_table(trace, nl, paired, pos, nl["rank"].astype(np.int64), ("rank",))
-    by_wg = _straggler_table(trace, nl, paired, pos, trace.wg[nl["row"]], ("rank", "launch", "program"))
+    nl, paired = _notify_lateness(trace, w)
+    cols = {c: nl[c] for c in ("row", "rank", "launch", "program", "n_waits", "cost_ns", "late_ns", "start_ns", "before_row",
+                               "before_ns")}
+    by_rank = _straggler_table(trace, cols, paired, cols["rank"].astype(np.int64), ("rank",))
+    by_wg = _straggler_table(trace, cols, paired, trace.wg[cols["row"]], ("rank", "launch", "program"))
     return by_rank, by_wg
 
 
-def _dense(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(codes, uniques) of an int array; no sort when its range is small."""
-    x = np.asarray(x, np.int64)
-    if x.size and int(x.max()) - int(x.min()) < 4 * x.size + 1024:
-        lo = int(x.min())
-        present = np.zeros(int(x.max()) - lo + 1, bool)
-        present[x - lo] = True
-        u = np.flatnonzero(present) + lo
-        code = np.cumsum(present) - 1
-        return code[x - lo], u
-    u, inv = np.unique(x, return_inverse=True)
-    return inv.reshape(-1), u
-
-
-def _straggler_table(trace: Trace, nl: np.ndarray, paired: np.ndarray, pos: np.ndarray, producer: np.ndarray,
-                     by: tuple[str, ...]) -> np.ndarray:
+def _straggler_table(trace: Trace, nl: dict, paired: dict, producer: np.ndarray, by: tuple[str, ...]) -> np.ndarray:
     dt = [(c, "<i4") for c in by] + STRAGGLER_FIELDS
-    if nl.size == 0:
+    if nl["row"].size == 0:
         return np.zeros(0, dt)
-    inv, ukeys = _dense(producer)
+    inv, ukeys = dense_codes(producer)
     g = ukeys.size
     out = np.zeros(g, dt)
     first = np.zeros(g, np.int64)
@@ -490,8 +532,9 @@ def _straggler_table(trace: Trace, nl: np.ndarray, paired: np.ndarray, pos: np.n
     out["n_notifies"] = group_count(inv, g)
     out["n_waits"] = group_sum(inv, nl["n_waits"], g).astype(np.int64)
     out["cost_ns"] = group_sum(inv, nl["cost_ns"], g)
-    out["late_median_ns"] = group_median(inv, nl["late_ns"], g)
-    out["late_max_ns"] = group_max(inv, nl["late_ns"], g, fill=0.0)
+    late_ns = nl["late_ns"]
+    out["late_median_ns"], lmax = group_median_max(inv, late_ns, g)  # every group has notifies
+    out["late_max_ns"] = lmax
     med = out["late_median_ns"]
     if g > 1:
         # the median of the others' medians, for each producer (leave-one-out on a sorted list)
@@ -506,25 +549,35 @@ def _straggler_table(trace: Trace, nl: np.ndarray, paired: np.ndarray, pos: np.n
         out["excess_late_ns"] = med - 0.5 * (other_at(lo_i) + other_at(hi_i))
     else:
         out["excess_late_ns"] = np.nan
-    g_of_wait = inv[pos]
-    out["n_late"] = np.bincount(g_of_wait, weights=(np.nan_to_num(paired["producer_late_ns"]) > 0), minlength=g).astype(np.int64)
+    g_of_wait = inv[paired["pos"]]
+    out["n_late"] = np.bincount(g_of_wait, weights=(paired["late"] > 0), minlength=g).astype(np.int64)
     # waiting ranks per producer (ranks are few: a dense (producer, rank) table)
-    nr = int(max(int(paired["rank"].max()) + 1 if paired.size else 1, 1))
-    seen = np.bincount(g_of_wait * nr + paired["rank"].astype(np.int64), minlength=g * nr).reshape(g, nr) > 0
-    out["waiter_ranks"] = np.array([tuple(np.flatnonzero(row).tolist()) for row in seen] + [None], dtype=object)[:-1]
-    wk = np.unique(g_of_wait * trace.n_workgroups + trace.wg[paired["row"]])
-    out["waiter_workgroups"] = np.bincount(wk // max(trace.n_workgroups, 1), minlength=g)
-    # worst notify of each producer
-    o = np.lexsort((nl["late_ns"], inv))
-    last = np.r_[np.flatnonzero(np.diff(inv[o])), o.size - 1]
-    worst = o[last]
+    prank = paired["rank"].astype(np.int64)
+    nr = int(max(int(prank.max()) + 1 if prank.size else 1, 1))
+    seen = np.bincount(g_of_wait * nr + prank, minlength=g * nr).reshape(g, nr) > 0
+    out["waiter_ranks"] = _rank_tuples(seen)
+    W = max(trace.n_workgroups, 1)
+    if g * W <= 1 << 26:
+        pw = np.zeros(g * W, bool)
+        pw[g_of_wait * W + trace.wg[paired["row"]]] = True
+        out["waiter_workgroups"] = pw.reshape(g, W).sum(axis=1)
+    else:
+        wk = np.sort(g_of_wait * W + trace.wg[paired["row"]])
+        wk = wk[np.r_[True, wk[1:] != wk[:-1]]] if wk.size else wk
+        out["waiter_workgroups"] = np.bincount(wk // W, minlength=g)
+    # worst notify of each producer: its latest row (in nl order) with the largest lateness
+    cand = np.flatnonzero(late_ns == lmax[inv])
+    worst = np.full(g, -1, np.int64)
+    np.maximum.at(worst, inv[cand], cand)
     out["worst_notify_row"] = nl["row"][worst]
-    out["worst_end_ns"] = nl["start_ns"][worst]
-    out["worst_start_ns"] = nl["start_ns"][worst] - nl["late_ns"][worst].astype(np.int64)
+    ws = nl["start_ns"][worst]
+    out["worst_end_ns"] = ws
+    out["worst_start_ns"] = ws - late_ns[worst].astype(np.int64)
     # what the producer ran just before its notifies: the most frequent preceding region
-    has = nl["before_row"] >= 0
-    reg_ids = np.where(has, trace.column("region")[np.maximum(nl["before_row"], 0)], -1).astype(np.int64)
-    rcode, runiq = _dense(reg_ids)
+    before_row = nl["before_row"]
+    has = before_row >= 0
+    reg_ids = np.where(has, trace.column("region")[np.maximum(before_row, 0)], -1).astype(np.int64)
+    rcode, runiq = dense_codes(reg_ids)
     R = runiq.size
     cnt = np.bincount(inv * R + rcode, minlength=g * R).reshape(g, R).astype(np.float64)
     dur = np.nan_to_num(nl["before_ns"])
@@ -542,4 +595,22 @@ def _straggler_table(trace: Trace, nl: np.ndarray, paired: np.ndarray, pos: np.n
     out["before_region"] = names
     out["before_ns"] = np.where(valid_reg, before_ns, np.nan)
     out["before_others_ns"] = np.where(valid_reg, others, np.nan)
-    return out[np.argsort(-out["cost_ns"], kind="stable")]
+    return out[_order_desc(out["cost_ns"])]
+
+
+def _rank_tuples(seen: np.ndarray) -> np.ndarray:
+    """Per row of a (groups, ranks) boolean table, the tuple of ranks set (object array)."""
+    g, nr = seen.shape
+    out = np.empty(g, dtype=object)
+    if g == 0:
+        return out
+    if nr <= 62:
+        bits = (seen.astype(np.int64) << np.arange(nr, dtype=np.int64)).sum(axis=1)
+        code, pats = dense_codes(bits)
+        tuples = [tuple(b for b in range(nr) if (p >> b) & 1) for p in pats.tolist()]
+        lut = np.empty(len(tuples), dtype=object)
+        lut[:] = tuples
+        out[:] = lut[code]
+        return out
+    out[:] = [tuple(np.flatnonzero(row).tolist()) for row in seen]
+    return out

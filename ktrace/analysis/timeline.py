@@ -23,7 +23,8 @@ import numpy as np
 
 from ..schema import EventKind
 from .stalls import waits as _waits
-from .trace import Trace, intersect_length, merge_intervals
+from . import trace as _trace
+from .trace import Trace, intersect_length, lexorder, merge_intervals
 
 _COMM = r"comm|send|recv|put|get|copy|dispatch|combine|scatter|gather|all_?reduce|all_?to_?all|a2a|signal|barrier|push|pull|transfer|wait|notify|exchange"
 _COMPUTE = r"gemm|matmul|mm|dot|compute|expert|mlp|ffn|attn|softmax|norm|math|reduce_local|epilogue|prologue"
@@ -73,18 +74,42 @@ def leaf_spans(trace: Trace) -> np.ndarray:
     if key in trace._cache:
         return trace._cache[key]
     kind = trace.column("kind")
-    rows = np.flatnonzero(np.isin(kind, [int(EventKind.SPAN), int(EventKind.WAIT), int(EventKind.NOTIFY)]))
-    s, e, wg = trace.column("start_ns")[rows], trace.column("end_ns")[rows], trace.wg[rows]
-    # by workgroup, start, and longer first at a tie: a container comes before what it holds
-    o = np.lexsort((-(e - s), s, wg))
-    ro, so, eo, go = rows[o], s[o], e[o], wg[o]
-    has_child = np.zeros(ro.size, bool)
-    if ro.size > 1:
-        has_child[:-1] = (go[1:] == go[:-1]) & (so[1:] < eo[:-1])
-        # a zero-length span at the container's end does not make it a container
-        has_child[:-1] |= (go[1:] == go[:-1]) & (so[1:] == so[:-1]) & (eo[1:] <= eo[:-1]) & (eo[:-1] > so[:-1])
-    leaf = ro[(~has_child) & (kind[ro] == int(EventKind.SPAN))]
-    out = np.sort(leaf)
+    is_span = kind == int(EventKind.SPAN)
+    sel = is_span | (kind == int(EventKind.WAIT)) | (kind == int(EventKind.NOTIFY))
+    all_rows = sel.all()
+    rows = None if all_rows else np.flatnonzero(sel)
+    s, e, wg = trace.column("start_ns"), trace.column("end_ns"), trace.wg
+    if not all_rows:
+        s, e, wg, is_span = s[rows], e[rows], wg[rows], is_span[rows]
+    n = s.size
+    # by workgroup, start, and longer first at a tie: a container comes before what it holds.
+    # An event has a child when the next one in that order is of its workgroup and starts
+    # before it ends (a zero-length span at its very end does not count).
+    lo = int(s.min()) if n else 0
+    size = (int(e.max()) - lo + 1) if n else 1
+    packed = n and size * (int(wg.max()) + 1) < _trace.KEY_LIMIT
+    if packed:
+        ks = wg * size + (s - lo)
+        o = lexorder(ks, s - e)
+        ks_o = ks[o]
+        del ks
+        ke_o = wg[o] * size + (e[o] - lo)
+        has_child = np.zeros(n, bool)
+        # (a later workgroup's packed start is beyond any end of this one)
+        np.less(ks_o[1:], ke_o[:-1], out=has_child[:-1])
+        del ks_o, ke_o
+    else:
+        o = lexorder(wg, s, s - e)
+        so, eo, go = s[o], e[o], wg[o]
+        has_child = np.zeros(n, bool)
+        if n > 1:
+            has_child[:-1] = (go[1:] == go[:-1]) & (so[1:] < eo[:-1])
+    # (the old second test, an event at the same start ending no later inside one of nonzero
+    # length, implies the first and adds nothing)
+    leaf_mask = np.zeros(n, bool)
+    leaf_mask[o[~has_child]] = True
+    leaf_mask &= is_span
+    out = np.flatnonzero(leaf_mask) if all_rows else rows[leaf_mask]
     trace._cache[key] = out
     return out
 

@@ -98,8 +98,8 @@ class Trace:
         rids = np.asarray(rids)
         if rids.size == 0:
             return np.zeros(0, object)
-        u, inv = np.unique(rids, return_inverse=True)
-        return np.array([self.region_name(x) for x in u], dtype=object)[inv.reshape(-1)]
+        inv, u = dense_codes(rids)
+        return np.array([self.region_name(x) for x in u.tolist()], dtype=object)[inv]
 
     def kernel_name(self, rank: int, launch: int) -> str:
         return self.kernels.get((int(rank), int(launch)), "?")
@@ -111,6 +111,18 @@ class Trace:
         if c is None:
             c = np.ascontiguousarray(self.events[name])
             self._cache[("col", name)] = c
+        return c
+
+    def at(self, kind: EventKind, name: str) -> np.ndarray:
+        """One column at the rows of one event kind (cached; gathered without copying the
+        whole column when it is not cached already)."""
+        key = ("at", int(kind), name)
+        c = self._cache.get(key)
+        if c is None:
+            rows = self.rows_of(kind)
+            full = self._cache.get(("col", name))
+            c = full[rows] if full is not None else self.events[name][rows]
+            self._cache[key] = c
         return c
 
     def rows_of(self, kind: EventKind) -> np.ndarray:
@@ -138,13 +150,16 @@ class Trace:
 
 
 def _is_sorted(ev: np.ndarray) -> bool:
-    r, l, p, s = (np.asarray(ev[c], np.int64) for c in ("rank", "launch", "program", "slot"))
-    key_changes = (np.diff(r) != 0) | (np.diff(l) != 0) | (np.diff(p) != 0)
-    ok = (np.diff(r) >= 0)
-    ok &= (np.diff(r) > 0) | (np.diff(l) >= 0)
-    ok &= (np.diff(r) > 0) | (np.diff(l) > 0) | (np.diff(p) >= 0)
-    ok &= key_changes | (np.diff(s) > 0)
-    return bool(ok.all())
+    dr, dl, dp, ds = (np.diff(np.asarray(ev[c], np.int64)) for c in ("rank", "launch", "program", "slot"))
+    if (dr < 0).any():
+        return False
+    up_r = dr > 0
+    if (~up_r & (dl < 0)).any():
+        return False
+    up_l = up_r | (dl > 0)
+    if (~up_l & (dp < 0)).any():
+        return False
+    return not (~up_l & (dp == 0) & (ds <= 0)).any()
 
 
 def _workgroups(ev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -209,6 +224,117 @@ def prepare(source, *, regions: dict[int, str] | None = None, name: str = "") ->
 # ---------------------------------------------------------------------------------------------
 
 
+#: Composite integer keys (several columns packed into one int64, mixed radix) are used while
+#: the product of the columns' ranges stays below this; wider keys take the slower general path.
+KEY_LIMIT = 1 << 62
+
+
+def dense_codes(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, uniques)`` of an integer array, as ``np.unique(x, return_inverse=True)`` gives
+    them reversed: ``uniques`` sorted, ``codes`` (int64) the position of each value in it.
+
+    Small ranges (and region ids: 24 bits) take a table of the values present instead of a
+    sort; sorted input takes one pass.
+    """
+    x = np.asarray(x)
+    if x.size == 0:
+        return np.zeros(0, np.int64), x.astype(np.int64)[:0] if x.dtype.kind in "iub" else np.unique(x)
+    if x.dtype.kind not in "iub":
+        u, inv = np.unique(x, return_inverse=True)
+        return inv.reshape(-1).astype(np.int64), u
+    lo, hi = int(x.min()), int(x.max())
+    span = hi - lo + 1
+    if span <= max(4 * x.size + 1024, 1 << 25):
+        off = (x - lo).astype(np.int64) if lo else x.astype(np.int64, copy=False)
+        present = np.zeros(span, bool)
+        present[off] = True
+        u = np.flatnonzero(present)
+        if u.size <= 64:
+            codes = np.searchsorted(u, off)
+        else:
+            codes = (np.cumsum(present, dtype=np.int64) - 1)[off]
+        return codes.astype(np.int64, copy=False), (u + lo).astype(np.result_type(x.dtype, np.int64) if x.dtype.kind == "i" else x.dtype)
+    if (x[1:] >= x[:-1]).all():
+        new = np.empty(x.size, bool)
+        new[0] = True
+        np.not_equal(x[1:], x[:-1], out=new[1:])
+        return np.cumsum(new, dtype=np.int64) - 1, x[new]
+    u, inv = np.unique(x, return_inverse=True)
+    return inv.reshape(-1).astype(np.int64), u
+
+
+def argsort_stable(k: np.ndarray) -> np.ndarray:
+    """``np.argsort(k, kind="stable")`` for an integer array, faster on large unsorted input.
+
+    Nearly sorted input (few descents) goes to the stable sort, which runs in about one pass;
+    otherwise, when the range allows, each value is packed with its index into one int64 and
+    the packed values sorted (a plain sort is about twice as fast as an argsort).
+    """
+    k = np.asarray(k)
+    n = k.size
+    if n < 65536 or k.dtype.kind not in "iu":
+        return np.argsort(k, kind="stable")
+    k = k.astype(np.int64, copy=False)
+    if np.count_nonzero(k[1:] < k[:-1]) < n // 64:
+        return np.argsort(k, kind="stable")
+    lo = int(k.min())
+    size = int(k.max()) - lo + 1
+    if size * n >= KEY_LIMIT:
+        return np.argsort(k, kind="stable")
+    packed = (k - lo) * n
+    packed += np.arange(n, dtype=np.int64)
+    packed.sort()
+    packed %= n
+    return packed
+
+
+def _ranged(k: np.ndarray) -> tuple[np.ndarray, int]:
+    k = np.asarray(k, np.int64)
+    lo = int(k.min())
+    return k - lo, int(k.max()) - lo + 1
+
+
+def lexorder(*keys: np.ndarray, _inner: bool = False) -> np.ndarray:
+    """The stable lexicographic order of rows of integer keys, first key first.
+
+    The same permutation as ``np.lexsort(keys[::-1])``; keys whose ranges multiply below
+    :data:`KEY_LIMIT` are packed into one int64 and sorted once (stable, so nearly sorted
+    input, such as a capture's events in record order, sorts in about one pass); ties left
+    by a packed prefix are resolved on the tied rows only.
+    """
+    n = np.asarray(keys[0]).shape[0]
+    if n <= 1:
+        return np.arange(n, dtype=np.int64)
+    comp, total, used = None, 1, 0
+    for k in keys:
+        off, size = _ranged(k)
+        if total * size >= KEY_LIMIT:
+            break
+        comp = off if comp is None else comp * size + off
+        total *= size
+        used += 1
+    if used == 0 or (_inner and used == 1):
+        return np.lexsort(tuple(np.asarray(k) for k in keys[::-1]))
+    o = argsort_stable(comp)
+    if used == len(keys):
+        return o
+    cs = comp[o]
+    eq = cs[1:] == cs[:-1]
+    if not eq.any():
+        return o
+    in_run = np.zeros(n, bool)
+    in_run[1:] |= eq
+    in_run[:-1] |= eq
+    pos = np.flatnonzero(in_run)
+    first = np.ones(pos.size, bool)
+    first[1:] = ~eq[pos[1:] - 1]
+    run = np.cumsum(first) - 1
+    sub = o[pos]
+    so = lexorder(run, *(np.asarray(k)[sub] for k in keys[used:]), _inner=True)
+    o[pos] = sub[so]
+    return o
+
+
 def group_index(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Dense group ids of rows keyed by several integer columns.
 
@@ -226,9 +352,9 @@ def group_index(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     uniques, codes, radix = [], [], 1
     key = np.zeros(n, np.int64)
     for c in cols:
-        u, inv = np.unique(np.asarray(c, np.int64), return_inverse=True)
+        inv, u = dense_codes(np.asarray(c, np.int64))
         uniques.append(u)
-        codes.append(inv.reshape(-1))
+        codes.append(inv)
         radix *= max(u.size, 1)
     if radix >= 1 << 62:  # too many combinations for one key: sort the rows instead
         order = np.lexsort(tuple(codes[::-1]))
@@ -241,7 +367,7 @@ def group_index(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return inv, keys
     for u, cd in zip(uniques, codes):
         key = key * max(u.size, 1) + cd
-    ukey, inv = np.unique(key, return_inverse=True)
+    inv, ukey = dense_codes(key)
     keys = np.empty((ukey.size, len(cols)), np.int64)
     rest = ukey
     for i in range(len(cols) - 1, -1, -1):
@@ -276,19 +402,42 @@ def group_min(inv: np.ndarray, values: np.ndarray, n_groups: int, fill=np.nan) -
 
 def group_median(inv: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray:
     """Median of ``values`` per group (NaN for empty groups); one sort, no per-group loop."""
+    return group_median_max(inv, values, n_groups)[0]
+
+
+def group_median_max(inv: np.ndarray, values: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """Median and maximum of ``values`` per group (NaN for empty groups) from one sort."""
     values = np.asarray(values, np.float64)
     out = np.full(n_groups, np.nan)
+    mx = np.full(n_groups, np.nan)
     if values.size == 0:
-        return out
-    order = np.lexsort((values, inv))
-    g, v = inv[order], values[order]
-    counts = np.bincount(g, minlength=n_groups)
+        return out, mx
+    v = None
+    if np.isfinite(values).all():
+        lo, hi = float(values.min()), float(values.max())
+        size = hi - lo + 1
+        if size < 2**52 and size * max(n_groups, 1) < KEY_LIMIT:
+            iv = values.astype(np.int64)
+            if (iv == values).all():  # whole numbers (ns): one sort of a packed (group, value) key
+                key = np.asarray(inv, np.int64) * int(size)
+                key += iv - int(lo)
+                key.sort()
+                v = (key % int(size) + int(lo)).astype(np.float64)
+    if v is None:
+        order = np.lexsort((values, inv))
+        v = values[order]
+    counts = np.bincount(inv, minlength=n_groups)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     has = counts > 0
     lo = starts + (counts - 1) // 2
     hi = starts + counts // 2
     out[has] = 0.5 * (v[lo[has]] + v[hi[has]])
-    return out
+    last = (starts + counts - 1)[has]
+    mx[has] = v[last]
+    if np.isnan(values).any():  # a group's maximum is NaN when it holds one (np.maximum semantics)
+        nan_in = np.bincount(inv, weights=np.isnan(values), minlength=n_groups) > 0
+        mx[nan_in] = np.nan
+    return out, mx
 
 
 def union_length(start: np.ndarray, end: np.ndarray) -> int:
@@ -328,17 +477,93 @@ def intersect_length(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.n
     return int((np.diff(t) * both).sum())
 
 
+def _span_search_key(trace: Trace, t_spans: np.ndarray, t_rows: np.ndarray, spans: np.ndarray, rows: np.ndarray):
+    """Packed (workgroup, time) keys of spans and of queries, or None when they do not fit one int64."""
+    wg = trace.wg
+    lo = min(int(t_spans.min()), int(t_rows.min()))
+    hi = max(int(t_spans.max()), int(t_rows.max()))
+    size = hi - lo + 1
+    if size * max(trace.n_workgroups, 1) >= KEY_LIMIT:
+        return None
+    return wg[spans] * size + (t_spans - lo), wg[rows] * size + (t_rows - lo)
+
+
+def _search_sorted_queries(sorted_keys: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``searchsorted(sorted_keys, q, side="right")``, the queries visited in sorted order (cache friendly)."""
+    if q.size > 1 and not (q[1:] >= q[:-1]).all():
+        o = argsort_stable(q)
+        out = np.empty(q.size, np.int64)
+        out[o] = np.searchsorted(sorted_keys, q[o], side="right")
+        return out
+    return np.searchsorted(sorted_keys, q, side="right")
+
+
 def enclosing_span(trace: Trace, rows: np.ndarray) -> np.ndarray:
     """For each event row, the row of the span of the same workgroup that encloses it, or -1.
 
     The innermost candidate is the span that started last before the event; if that span ended
     before the event ended (spans may overlap freely), the enclosing span that started earliest
     among those still open is taken instead (the outermost).
+
+    Spans are ordered once by (workgroup, start, longest first, row) and shared by every lookup
+    (cached on the trace); each query is one binary search.
     """
     rows = np.asarray(rows, np.int64)
     spans = trace.rows_of(EventKind.SPAN)
     if rows.size == 0 or spans.size == 0:
         return np.full(rows.size, -1, np.int64)
+    s, e = trace.column("start_ns"), trace.column("end_ns")
+    keys = _span_search_key(trace, s[spans], s[rows], spans, rows)
+    if keys is None:
+        return _enclosing_span_merged(trace, rows)
+    ks, kq = keys
+    idx = trace._cache.get(("span_by_start",))
+    if idx is None:
+        o = lexorder(ks, -e[spans])
+        srows = spans[o]
+        se = e[srows]
+        # per position, the latest span at or before it with the largest end in its workgroup
+        packed = _pack_by_group(trace.wg[srows], se)
+        if packed is not None:
+            run = np.maximum.accumulate(packed)
+            attain = packed == run
+            best = np.maximum.accumulate(np.where(attain, np.arange(srows.size), -1))
+        else:
+            best = None
+        idx = trace._cache[("span_by_start",)] = (ks[o], srows, best)
+    ks_sorted, srows, best = idx
+    if best is None:
+        return _enclosing_span_merged(trace, rows)
+    wg = trace.wg
+    p = _search_sorted_queries(ks_sorted, kq) - 1
+    valid = p >= 0
+    pc = np.maximum(p, 0)
+    cand = srows[pc]
+    valid &= wg[cand] == wg[rows]
+    contains = valid & (e[cand] >= e[rows]) & (cand != rows)
+    res = np.where(contains, cand, -1)
+    need = valid & ~contains
+    if need.any():
+        ni = np.flatnonzero(need)
+        brow = srows[best[pc[ni]]]
+        q = rows[ni]
+        res[ni] = np.where((e[brow] >= e[q]) & (brow != q), brow, -1)
+    return res
+
+
+def _pack_by_group(group: np.ndarray, value: np.ndarray) -> np.ndarray | None:
+    """``group * range + value`` (int64) for a nondecreasing group column, None if too wide."""
+    lo = int(value.min())
+    size = int(value.max()) - lo + 1
+    if size * (int(group.max()) + 1) >= KEY_LIMIT:
+        return None
+    return group * size + (value - lo)
+
+
+def _enclosing_span_merged(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """:func:`enclosing_span` for times too wide for packed keys: one sort of spans and queries together."""
+    rows = np.asarray(rows, np.int64)
+    spans = trace.rows_of(EventKind.SPAN)
     wg, s, e = trace.wg, trace.column("start_ns"), trace.column("end_ns")
     # one ordering of spans and queries by (workgroup, start; spans before queries at a tie,
     # longer spans first)
@@ -390,11 +615,27 @@ def enclosing_span(trace: Trace, rows: np.ndarray) -> np.ndarray:
 
 def preceding_span(trace: Trace, rows: np.ndarray) -> np.ndarray:
     """For each event row, the row of the span of the same workgroup that ended last at or before
-    the event started (what the program was doing just before), or -1."""
+    the event started (what the program was doing just before), or -1 (the latest row among
+    spans that ended at the same time)."""
     rows = np.asarray(rows, np.int64)
     spans = trace.rows_of(EventKind.SPAN)
     if rows.size == 0 or spans.size == 0:
         return np.full(rows.size, -1, np.int64)
+    wg, s, e = trace.wg, trace.column("start_ns"), trace.column("end_ns")
+    keys = _span_search_key(trace, e[spans], s[rows], spans, rows)
+    if keys is None:
+        return _preceding_span_merged(trace, rows)
+    ks, kq = keys
+    o = argsort_stable(ks)
+    srows = spans[o]
+    p = _search_sorted_queries(ks[o], kq) - 1
+    crow = srows[np.maximum(p, 0)]
+    return np.where((p >= 0) & (wg[crow] == wg[rows]), crow, -1)
+
+
+def _preceding_span_merged(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """:func:`preceding_span` for times too wide for packed keys."""
+    spans = trace.rows_of(EventKind.SPAN)
     wg, s, e = trace.wg, trace.column("start_ns"), trace.column("end_ns")
     n_s = spans.size
     allr = np.concatenate([spans, rows])
