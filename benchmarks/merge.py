@@ -115,12 +115,19 @@ def run_step(cmd: list[str]) -> tuple[subprocess.CompletedProcess, int]:
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err), peak[0] * 1024
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process and its finished workers (user + system)."""
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+
 def step(name: str, info: dict, dirpath: Path, workers: int | None = None) -> dict:
     from ktrace.io import merge_captures, read_capture, write_capture
     from ktrace.io.chrome import write_chrome_json
     from ktrace.io.perfetto_trace import write_perfetto
 
     merged = dirpath / "merged.ktrace"
+    c0 = _cpu_s()
     t0 = time.perf_counter()
     if name == "merge":
         cap = merge_captures(read_capture(f) for f in info["files"])
@@ -137,6 +144,7 @@ def step(name: str, info: dict, dirpath: Path, workers: int | None = None) -> di
         else:
             raise SystemExit(f"unknown step {name}")
     wall = time.perf_counter() - t0
+    cpu = _cpu_s() - c0
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # the largest worker's
     n_workers = workers or 0
@@ -145,7 +153,7 @@ def step(name: str, info: dict, dirpath: Path, workers: int | None = None) -> di
 
         n_workers = default_workers(info["events"]) if name != "merge" else 0
     n_workers = n_workers if n_workers > 1 else 0
-    return {"step": name, "wall_s": wall, "events_per_s": info["events"] / wall, "maxrss_bytes": own,
+    return {"step": name, "wall_s": wall, "events_per_s": info["events"] / wall, "cpu_s": cpu, "maxrss_bytes": own,
             "maxrss_workers_bytes": own + n_workers * kids, "workers": n_workers, "out_bytes": os.path.getsize(out)}
 
 
@@ -169,8 +177,9 @@ def main() -> int:
         info = build(d, args.events, args.ranks)
         print(f"built {info['events']:,} CONSTRUCTED events ({args.ranks} ranks x {info['launches_per_rank']} launches), "
               f"raw capture {info['raw_bytes'] / 2**20:.0f} MiB, in {time.perf_counter() - t0:.1f} s")
-        print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
-        print(f"{'step':10s} {'workers':>7s} {'wall s':>8s} {'events/s':>12s} {'PSS MiB':>8s} {'PSS/raw':>8s} {'maxrss/raw':>10s} "
+        print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+              f"load average {os.getloadavg()[0]:.2f} at the start (other work on the machine slows the steps down)")
+        print(f"{'step':10s} {'workers':>7s} {'wall s':>8s} {'cpu s':>7s} {'events/s':>12s} {'PSS MiB':>8s} {'PSS/raw':>8s} {'maxrss/raw':>10s} "
               f"{'+workers/raw':>12s} {'output MiB':>11s}")
         for name in args.steps.split(","):
             cmd = [sys.executable, __file__, "--dir", str(d), "--_step", name, "--_info", json.dumps(info)]
@@ -180,7 +189,7 @@ def main() -> int:
                 return 1
             r = json.loads(res.stdout.strip().splitlines()[-1])
             raw = info["raw_bytes"]
-            print(f"{name:10s} {r['workers']:7d} {r['wall_s']:8.2f} {r['events_per_s']:12,.0f} {pss / 2**20:8.0f} {pss / raw:8.2f} "
+            print(f"{name:10s} {r['workers']:7d} {r['wall_s']:8.2f} {r['cpu_s']:7.2f} {r['events_per_s']:12,.0f} {pss / 2**20:8.0f} {pss / raw:8.2f} "
                   f"{r['maxrss_bytes'] / raw:10.2f} {r['maxrss_workers_bytes'] / raw:12.2f} {r['out_bytes'] / 2**20:11.0f}")
     return 0
 

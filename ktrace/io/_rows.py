@@ -27,9 +27,28 @@ def rows(n: int, parts: list) -> bytes:
     return out.tobytes()
 
 
+_POW10 = 10 ** np.arange(1, 19, dtype=np.int64)
+#: Columns whose values span fewer than this many integers are formatted through a table.
+_TABLE_SPAN = 4096
+
+
 def fmt_int(v: np.ndarray, min_width: int = 1) -> np.ndarray:
-    """Right-aligned decimal digits of int64 values as an (n, w) uint8 matrix (w fits the widest)."""
+    """Right-aligned decimal digits of int64 values as an (n, w) uint8 matrix (w fits the widest).
+
+    Columns of few distinct values (programs, SMs, peers, flags: most of them) are formatted
+    once per value in their range and gathered; the table has the same extremes as the
+    column, so the result is the same bytes either way.
+    """
     v = np.asarray(v, dtype=np.int64)
+    n = v.size
+    if n > 64:
+        lo, hi = int(v.min()), int(v.max())
+        if hi - lo < min(_TABLE_SPAN, n):
+            return _fmt_int(np.arange(lo, hi + 1, dtype=np.int64), min_width)[v - lo]
+    return _fmt_int(v, min_width)
+
+
+def _fmt_int(v: np.ndarray, min_width: int) -> np.ndarray:
     n = v.size
     neg = v < 0
     sign = 1 if neg.any() else 0
@@ -46,9 +65,7 @@ def fmt_int(v: np.ndarray, min_width: int = 1) -> np.ndarray:
     digits = pairs.view(np.uint8)[:, ndp - nd :]
     # leading zeros become spaces ('0' - 16 == ' '): digit k from the left is blank when the
     # value has fewer than nd - k digits
-    ndig = np.ones(n, np.int8)
-    for k in range(1, nd):
-        ndig += a >= 10**k
+    ndig = (np.searchsorted(_POW10[: max(nd - 1, 0)], a, side="right") + 1).astype(np.int8)
     lead = (np.arange(nd, dtype=np.int8)[None, :] < (nd - ndig)[:, None]).view(np.uint8)
     digits = digits - (lead << 4)
     if w == nd:
