@@ -533,6 +533,26 @@ def launch_run(cfg: RunConfig, timeout_s: float = 900.0) -> tuple[bool, str]:
     return all(r.status == "ok" for r in results), summarize(results, lc)
 
 
+class RunError(RuntimeError):
+    """``ktrace run`` could not record: too few GPUs (the one-line reason), or a rank failed
+    (the launcher's summary, naming the rank, with the tail of its output)."""
+
+
+def record(cfg: RunConfig, timeout_s: float = 900.0) -> Path:
+    """Record ``cfg`` on this node's GPUs (the workers of :func:`worker`); returns the merged capture.
+
+    Raises:
+        RunError: fewer GPUs than ``cfg.nproc`` (nothing started), or a rank failed.
+    """
+    why = refusal(cfg.nproc)
+    if why:
+        raise RunError(why)
+    ok, summary = launch_run(cfg, timeout_s=timeout_s)
+    if not ok:
+        raise RunError(f"{summary}\nktrace run: a rank failed (each rank's log is in {Path(cfg.out) / 'logs'})")
+    return cfg.capture_path
+
+
 def _parse_rank_value(text: str, what: str, scale: float = 1.0) -> tuple[int, int]:
     try:
         r, v = text.split(":")
@@ -588,10 +608,10 @@ def _cmd_run(args) -> int:
         return 2
     print(f"ktrace run: {cfg.kernel} on {cfg.nproc} GPU(s), {', '.join(f'{k}={v}' for k, v in cfg.params.items())}; "
           f"{cfg.steps} traced step(s); output in {cfg.out}/", flush=True)
-    ok, summary = launch_run(cfg, timeout_s=args.timeout)
-    if not ok:
-        print(summary, file=sys.stderr)
-        print(f"ktrace run: a rank failed (each rank's log is in {Path(cfg.out) / 'logs'})", file=sys.stderr)
+    try:
+        record(cfg, timeout_s=args.timeout)
+    except RunError as e:
+        print(e, file=sys.stderr)
         return 1
     from .analysis import AnalysisError, render_text
     from .demo import DemoError, analyse, next_steps
