@@ -5,12 +5,15 @@ Cases come from each kernel folder's ``bench.py`` (``cases(world_size) -> list[B
 see ``instrumented_kernels.harness``); a folder without one is skipped. For each case: build it
 (fresh random inputs), run every variant once, check the outputs against the reference, then
 time the variants side by side: interleaved batches of ``batch`` calls between two CUDA events,
-each batch queued while the GPU sleeps (so the figure is device time per call, not the host's
-launch rate), median over ``reps`` batches after ``warmup``; the figure of a rank is its median,
-the table shows the maximum over ranks.
+the order rotating every repetition, each batch queued while the GPU sleeps (so the figure is
+device time per call, not the host's launch rate) and started right after a one-element NCCL
+all-reduce that lines the GPUs up (so no variant inherits the rank skew another left behind);
+a repetition's figure is the maximum over ranks, the table shows the median over ``reps``
+repetitions after ``warmup``.
 
 Columns: ``ktrace`` (our kernel, untraced), ``baseline`` (torch/NCCL), ``speedup`` = baseline /
-ktrace, ``traced/untraced`` = our kernel traced at its default probe density / untraced.
+ktrace, ``traced/untraced`` = our kernel traced at its default probe density / untraced: the
+median of the per-repetition ratios, with their 10th-90th percentile spread.
 
     python -m ktrace.testing.launch -n 2 -- python benchmarks/kernels.py [--kernels all_reduce] [--json out.json]
 """
@@ -86,7 +89,13 @@ def run_case(case: H.BenchCase, dist: H.Dist, reps: int | None, warmup: int | No
         if "ktrace" in us and "baseline" in us:
             row["speedup"] = round(us["baseline"] / us["ktrace"], 4)
         if "ktrace" in us and "traced" in us:
-            row["traced_ratio"] = round(us["traced"] / us["ktrace"], 4)
+            # paired: the ratio of each repetition (both ran in it, next to each other), then
+            # its median and spread; the ratio of the two medians is kept for comparison
+            med, p10, p90 = H.paired_ratio(timings, "traced", "ktrace")
+            row["traced_ratio"] = round(med, 4)
+            row["traced_ratio_p10"] = round(p10, 4)
+            row["traced_ratio_p90"] = round(p90, 4)
+            row["traced_ratio_of_medians"] = round(us["traced"] / us["ktrace"], 4)
         row["bytes"] = built.bytes
         row.update(built.extra)
     finally:
@@ -110,7 +119,7 @@ def table(rows: list[dict], device: str, world: int) -> str:
     lines = [
         f"# {device} x {world} ranks",
         "",
-        "| kernel | case | ktrace µs | baseline µs | speedup | traced µs | traced/untraced |",
+        "| kernel | case | ktrace µs (p10-p90) | baseline µs | speedup | traced µs | traced/untraced (p10-p90) |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -119,8 +128,14 @@ def table(rows: list[dict], device: str, world: int) -> str:
             continue
         us = r["us"]
         f = lambda k: f"{us[k]:.1f}" if k in us else "-"  # noqa: E731
+        spread = ""
+        if "ktrace" in us:
+            spread = f" ({r['p10_us']['ktrace']:.1f}-{r['p90_us']['ktrace']:.1f})"
+        ratio = r.get("traced_ratio", "-")
+        if "traced_ratio_p10" in r:
+            ratio = f"{ratio} ({r['traced_ratio_p10']}-{r['traced_ratio_p90']})"
         lines.append(
-            f"| {r['kernel']} | {r['case']} | {f('ktrace')} | {f('baseline')} | {r.get('speedup', '-')} | {f('traced')} | {r.get('traced_ratio', '-')} |"
+            f"| {r['kernel']} | {r['case']} | {f('ktrace')}{spread} | {f('baseline')} | {r.get('speedup', '-')} | {f('traced')} | {ratio} |"
         )
     return "\n".join(lines)
 

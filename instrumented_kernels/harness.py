@@ -31,11 +31,25 @@ Host API
         A zeroed event buffer for a direct traced launch (``ktrace_buf=..., KTRACE=capacity``),
         used by benchmarks to time the probes' own cost without a capture session.
     ``time_interleaved(fns, reps, warmup, dist=None, batch=1, hold_cycles=0)``
-        Time callables side by side: each repetition runs every callable ``batch`` times, in
-        turn, between two CUDA events, after ``warmup`` rounds; with ``hold_cycles`` the GPU
-        first sleeps so the host can queue the batch (device time, not launch rate). Returns
-        ``{name: Timing}`` per call; with ``dist`` the median is the maximum over ranks of the
-        per-rank medians (a collective is as slow as its slowest rank).
+        Time callables side by side: each repetition runs every callable ``batch`` times
+        between two CUDA events, the order of the callables rotating from one repetition to
+        the next, after ``warmup`` rounds; with ``hold_cycles`` the GPU first sleeps so the host
+        can queue the batch (device time, not launch rate); with ``dist`` a one-element NCCL
+        all-reduce right before each start event lines the ranks' GPUs up, so no batch pays
+        for the skew another callable left behind. Returns ``{name: Timing}`` per call; with
+        ``dist`` a repetition's figure is the maximum over ranks (a collective is as slow as
+        its slowest rank). ``paired_ratio(timings, a, b)`` gives the median and spread of the
+        per-repetition ratio ``a / b``.
+    ``RUNTIME_INTS``
+        Names of integer kernel arguments that differ between ranks or calls (rank, epoch,
+        fault knobs, ...): kernels pass them to ``triton.jit(do_not_specialize=...)`` so that
+        every rank and every call runs one binary (Triton otherwise compiles a separate one
+        for a value of 1 and for multiples of 16: rank 1, epoch 1, epoch 16, ...).
+    ``compile_only(*plans)``
+        Context manager: Triton launches inside it compile and cache their binaries but do
+        not run, and the plans' attributes (epochs, ...) are restored on exit. Tests use it to
+        compile a variant on every rank before a short-bound run, so that no rank starts it
+        tens of ms after the others.
     ``BenchCase``
         One benchmark entry: a name, the kernel, a description of the shape and a ``build``
         function ``build(dist) -> Built`` that allocates, generates fresh inputs, and returns
@@ -57,6 +71,7 @@ constexpr ``FAULTS``, before ``ktrace_buf=None, KTRACE: tl.constexpr = 0``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -91,6 +106,9 @@ __all__ = [
     "time_interleaved",
     "BenchCase",
     "Built",
+    "paired_ratio",
+    "RUNTIME_INTS",
+    "compile_only",
     "spin_ns",
     "notify",
     "device_name",
@@ -231,6 +249,55 @@ class Fault:
 
 
 NO_FAULT = Fault()
+
+#: Integer kernel arguments that differ between ranks or between calls. Triton specialises an
+#: int argument equal to 1 into a constant and one divisible by 16 into an aligned variant, so
+#: without this list rank 1 and ranks 0/2/3 compile different binaries (at different speeds:
+#: launch skew) and epochs 1, 16, 32, ... trigger compiles in the middle of a run.
+RUNTIME_INTS = ("rank", "epoch", "fault_delay_ns", "fault_skip", "col0", "m", "m_loc")
+
+
+_COMPILE_ONLY = [0]
+
+
+@contextlib.contextmanager
+def compile_only(*plans):
+    """Inside, Triton kernel launches compile (and cache) their binary without running.
+
+    Args:
+        plans: objects whose attributes the launches inside may change (epochs, remembered
+            arguments): every attribute is put back on exit, so the plans stay in step with the
+            launches that really ran.
+
+    Use it collectively (every rank, the same calls) before a run whose waits have a short bound:
+    a first launch compiles on the host, and ranks compile at different speeds, so without it a
+    rank can start its kernel tens of ms after its peers and eat their bound. Triton's own
+    ``warmup`` path does the compiling (``JITFunction.run(..., warmup=True)``: compile, cache,
+    return without a launch); calls that read results on the host read stale data inside.
+    """
+    from triton.runtime.jit import JITFunction
+
+    saved = [(p, dict(vars(p))) for p in plans]
+    if not _COMPILE_ONLY[0]:
+        orig = JITFunction.run
+
+        def run(self, *args, grid, warmup, **kwargs):
+            return orig(self, *args, grid=grid, warmup=True, **kwargs)
+
+        JITFunction.run = run
+        _COMPILE_ONLY.append(orig)
+    _COMPILE_ONLY[0] += 1
+    try:
+        yield
+    finally:
+        _COMPILE_ONLY[0] -= 1
+        if not _COMPILE_ONLY[0]:
+            JITFunction.run = _COMPILE_ONLY.pop()
+        for p, attrs in saved:
+            for k in [k for k in vars(p) if k not in attrs]:
+                delattr(p, k)
+            for k, v in attrs.items():
+                setattr(p, k, v)
 
 
 @triton.jit
@@ -382,12 +449,34 @@ def trace_buffer(n_programs: int, capacity: int, device):
 
 @dataclass(frozen=True)
 class Timing:
-    """Times of one variant (µs): median, 10th and 90th percentiles, and repetitions."""
+    """Times of one variant (µs): median, 10th and 90th percentiles, and repetitions.
+
+    ``samples_us`` holds the per-call time of each repetition in repetition order (with ``dist``,
+    the maximum over ranks), for paired comparisons (:func:`paired_ratio`).
+    """
 
     median_us: float
     p10_us: float
     p90_us: float
     reps: int
+    samples_us: tuple = ()
+
+
+def _quantiles(xs) -> tuple[float, float, float]:
+    ts = sorted(xs)
+    return statistics.median(ts), ts[len(ts) // 10], ts[(9 * len(ts)) // 10]
+
+
+def paired_ratio(timings: dict, a: str, b: str) -> tuple[float, float, float]:
+    """Median, 10th and 90th percentile over repetitions of ``a / b`` (same repetition each).
+
+    Both variants ran in every repetition, next to each other in time, so the ratio of one
+    repetition is free of what drifts between repetitions (clocks, the other ranks' skew).
+    """
+    sa, sb = timings[a].samples_us, timings[b].samples_us
+    if not sa or len(sa) != len(sb):
+        raise ValueError(f"no paired samples for {a!r} and {b!r}")
+    return _quantiles([x / y for x, y in zip(sa, sb) if y > 0])
 
 
 def time_interleaved(
@@ -400,19 +489,30 @@ def time_interleaved(
 ) -> dict[str, Timing]:
     """Time callables side by side with CUDA events (see the module docstring).
 
+    Fairness between the callables (each point was seen to bias traced/untraced ratios by up to
+    11 % when ignored):
+
+    * the order rotates by one place each repetition, so every callable follows every other
+      equally often (what ran before a batch decides the caches' and the peers' state);
+    * with ``dist``, a one-element NCCL all-reduce is queued right before each start event:
+      a callable whose ranks finish unevenly (a local GEMM, a skewed all-to-all) would
+      otherwise hand the skew to whichever multi-rank callable comes next, which then times
+      its waits for the late peer;
+    * warm-up rounds run the same sequence (hold, line-up, batch), so every binary is compiled
+      and every buffer touched before the first timed repetition.
+
     Args:
         fns: name -> callable launching the work on the current stream.
-        reps: timed repetitions (each runs every callable ``batch`` times, in turn).
+        reps: timed repetitions (each runs every callable ``batch`` times).
         warmup: untimed rounds first.
-        dist: if given, a barrier precedes the timed rounds and the reported figures are the
-            maxima over ranks.
+        dist: if given, the GPUs are lined up before each batch (above) and a repetition's figure
+            is the maximum over ranks.
         batch: calls of a callable between its two events; the figure of a repetition is the
             elapsed time divided by ``batch``.
         hold_cycles: if > 0, the stream first sleeps this many GPU cycles before each batch, so
             that the host queues the whole batch while the GPU waits: the events then time the
-            device, not the host's launch rate. (Across ranks, the hold also absorbs the skew of
-            the hosts; what is left of it is spread over the batch.) A callable that synchronises
-            with the host is timed with its synchronisations, as it runs.
+            device, not the host's launch rate. A callable that synchronises with the host is
+            timed with its synchronisations, as it runs.
 
     Returns:
         ``{name: Timing}`` (per call).
@@ -422,36 +522,46 @@ def time_interleaved(
     if reps < 1 or warmup < 0 or batch < 1 or hold_cycles < 0:
         raise ValueError(f"need reps >= 1, warmup >= 0, batch >= 1, hold_cycles >= 0; got {reps}, {warmup}, {batch}, {hold_cycles}")
     names = list(fns)
-    for _ in range(warmup):
-        for n in names:
-            fns[n]()
-    torch.cuda.synchronize()
-    if dist is not None and dist.world_size > 1:
+    multi = dist is not None and dist.world_size > 1
+    if multi:
         import torch.distributed as tdist
 
+        token = torch.zeros(1, dtype=torch.float32, device=dist.device)
+
+    def one_batch(n, ev=None):
+        if hold_cycles:
+            torch.cuda._sleep(hold_cycles)
+        if multi:
+            tdist.all_reduce(token)  # the ranks' GPUs leave it together
+        if ev is not None:
+            ev[0].record()
+        for _ in range(batch):
+            fns[n]()
+        if ev is not None:
+            ev[1].record()
+
+    for w in range(warmup):
+        for i in range(len(names)):
+            one_batch(names[(w + i) % len(names)])
+    torch.cuda.synchronize()
+    if multi:
         tdist.barrier()
     ev = {n: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)] for n in names}
     for r in range(reps):
-        for n in names:
-            a, b = ev[n][r]
-            if hold_cycles:
-                torch.cuda._sleep(hold_cycles)
-            a.record()
-            for _ in range(batch):
-                fns[n]()
-            b.record()
+        for i in range(len(names)):
+            n = names[(r + i) % len(names)]
+            one_batch(n, ev[n][r])
     torch.cuda.synchronize()
-    stats = []
-    for n in names:
-        ts = sorted(a.elapsed_time(b) * 1000.0 / batch for a, b in ev[n])
-        stats.append([statistics.median(ts), ts[len(ts) // 10], ts[(9 * len(ts)) // 10]])
-    if dist is not None and dist.world_size > 1:
-        import torch.distributed as tdist
-
-        t = torch.tensor(stats, dtype=torch.float64, device=dist.device)
+    samples = [[a.elapsed_time(b) * 1000.0 / batch for a, b in ev[n]] for n in names]
+    if multi:
+        t = torch.tensor(samples, dtype=torch.float64, device=dist.device)
         tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
-        stats = t.tolist()
-    return {n: Timing(s[0], s[1], s[2], reps * batch) for n, s in zip(names, stats)}
+        samples = t.tolist()
+    out = {}
+    for n, xs in zip(names, samples):
+        med, p10, p90 = _quantiles(xs)
+        out[n] = Timing(med, p10, p90, reps * batch, tuple(xs))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

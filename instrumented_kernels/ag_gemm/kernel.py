@@ -122,7 +122,7 @@ def _slots(meta) -> int:
 
 
 @ktrace.trace(events_per_program=_slots)
-@triton.jit
+@triton.jit(do_not_specialize=harness.RUNTIME_INTS)
 def ag_gemm_kernel(
     A_loc, A_full, B, C, chunk_flags, ready,
     M_loc, N_loc, K,

@@ -86,7 +86,7 @@ def _routing(topk_idx, m, EL, K: tl.constexpr, KP: tl.constexpr, MP: tl.constexp
 
 
 @ktrace.trace(events_per_program=_dispatch_slots)
-@triton.jit
+@triton.jit(do_not_specialize=H.RUNTIME_INTS)
 def moe_dispatch(
     x,
     topk_idx,
@@ -189,7 +189,7 @@ def moe_dispatch(
 
 
 @ktrace.trace(events_per_program=_combine_slots)
-@triton.jit
+@triton.jit(do_not_specialize=H.RUNTIME_INTS)
 def moe_combine(
     topk_idx,
     m,

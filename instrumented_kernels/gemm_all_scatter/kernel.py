@@ -259,7 +259,7 @@ def _ws_slots(meta) -> int:
 
 
 @ktrace.trace(events_per_program=_gemm_slots)
-@triton.jit
+@triton.jit(do_not_specialize=harness.RUNTIME_INTS)
 def gemm_kernel(
     A, B, C, tile_flags, ready,
     M, N_loc, K, col0,
@@ -287,7 +287,7 @@ def gemm_kernel(
 
 
 @ktrace.trace(events_per_program=_scatter_slots)
-@triton.jit
+@triton.jit(do_not_specialize=harness.RUNTIME_INTS)
 def scatter_kernel(
     C, tile_flags, ready, arrive,
     M, N_loc, col0, stride_cm, stride_cn,
@@ -315,7 +315,7 @@ def scatter_kernel(
 
 
 @ktrace.trace(events_per_program=_fused_seq_slots)
-@triton.jit
+@triton.jit(do_not_specialize=harness.RUNTIME_INTS)
 def fused_sequential_kernel(
     A, B, C, ready, arrive,
     M, N_loc, K, col0,
@@ -342,7 +342,7 @@ def fused_sequential_kernel(
 
 
 @ktrace.trace(events_per_program=_ws_slots)
-@triton.jit
+@triton.jit(do_not_specialize=harness.RUNTIME_INTS)
 def fused_ws_kernel(
     A, B, C, tile_flags, ready, arrive,
     M, N_loc, K, col0,

@@ -82,7 +82,7 @@ def _reduce_tiles(
 
 
 @ktrace.trace(events_per_program=_slots)
-@triton.jit
+@triton.jit(do_not_specialize=harness.RUNTIME_INTS)
 def gemm_rs_kernel(
     A, B, P, out, arrive, ready,
     M_loc, N, K,
