@@ -651,13 +651,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.set_defaults(func=_cmd_run)
 
 
-def _worker_main(argv: list[str]) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    if len(argv) != 2 or argv[0] != "--worker":
-        print("usage: python -m ktrace.run --worker CONFIG_JSON (started by `ktrace run`)", file=sys.stderr)
-        return 2
-    return worker(RunConfig.from_json(argv[1]))
+def _main(argv: list[str]) -> int:
+    """``python -m ktrace.run --worker CONFIG_JSON`` is one rank (started by :func:`launch_run`);
+    ``python -m ktrace.run KERNEL --nproc N ...`` is ``ktrace run KERNEL --nproc N ...``."""
+    if argv[:1] == ["--worker"]:
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+        if len(argv) != 2:
+            print("usage: python -m ktrace.run --worker CONFIG_JSON (started by `ktrace run`)", file=sys.stderr)
+            return 2
+        return worker(RunConfig.from_json(argv[1]))
+    p = argparse.ArgumentParser(prog="python -m ktrace.run")
+    register(p.add_subparsers(dest="cmd"))
+    args = p.parse_args(["run", *argv])
+    return args.func(args)
 
 
 if __name__ == "__main__":
-    sys.exit(_worker_main(sys.argv[1:]))
+    sys.exit(_main(sys.argv[1:]))
