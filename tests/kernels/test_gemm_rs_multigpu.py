@@ -100,30 +100,13 @@ def test_delay_fault_is_applied_and_harmless(dist):
 def test_skipped_notify_times_out_and_is_reported(dist):
     """Rank 0 skips notify 0 (its first partial tile, owned by rank 1): rank 1's reduction wait
     gives up and is reported; nobody hangs; after reset() the plan works again."""
-    from dataclasses import replace
-
-    from instrumented_kernels.gemm_rs.reference import check, generate_input, reference
-    from ktrace.shmem import WaitTimeoutError
+    from instrumented_kernels.gemm_rs.reference import generate_input, reference
+    from tests.kernels.conftest import skipped_notify_scenario
 
     if dist.world_size < 2:
         pytest.skip("needs a peer")
     shape = _shape(0)
-    plan = _plan(dist, shape, fault=H.Fault(skip_rank=0, skip_notify=0), timeout_ns=50_000_000)
+    plan = _plan(dist, shape, fault=H.Fault(skip_rank=0, skip_notify=0), timeout_ns=200_000_000)
     seed = H.fresh_seed(dist)
     inp = generate_input(dist.rank, dist.world_size, seed, **_kw(shape))
-    plan.heap.barrier()
-    t0 = time.perf_counter()
-    plan(inp["A"], inp["B"])
-    if dist.rank == 1:
-        with pytest.raises(WaitTimeoutError) as ei:
-            plan.heap.check()
-        assert "arrive" in str(ei.value)
-    else:
-        plan.heap.check()
-    assert time.perf_counter() - t0 < 30.0
-    plan.reset()
-    plan.config = replace(plan.config, fault=H.NO_FAULT)
-    out = plan(inp["A"], inp["B"])
-    plan.heap.check()
-    check(out, reference(dist.rank, dist.world_size, seed, **_kw(shape)), rank=dist.rank)
-    plan.heap.barrier()
+    skipped_notify_scenario(dist, plan, inp, reference(dist.rank, dist.world_size, seed, **_kw(shape)), waiter=1, flag_word="arrive")
