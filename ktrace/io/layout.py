@@ -134,18 +134,36 @@ class LaunchPlan:
     end_ns: int
     #: lane of every event (uint8; 0 for most)
     lanes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
+    #: one entry per notify -> wait pair: the notify's row and the pair's id (a notify that
+    #: released k waits appears k times)
     flow_out_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     flow_out_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: one entry per released wait: its row, its pair's id, and its notify's id (the smallest
+    #: pair id of that notify; what Chrome JSON binds with, since a v2 flow may end many times)
     flow_in_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     flow_in_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    flow_in_notify_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def flows(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Per event row: the id of the flow it starts (notifies) and ends (waits); 0 for none."""
+        """Per event row, by notify: the notify's id on notifies that released a wait, and the
+        releasing notify's id on waits; 0 for none (Chrome JSON's one-id-per-slice view)."""
         out = np.zeros(n, np.int64)
-        out[self.flow_out_rows] = self.flow_out_ids
+        if self.flow_out_rows.size:
+            o = np.lexsort((self.flow_out_ids, self.flow_out_rows))
+            r = self.flow_out_rows[o]
+            first = np.r_[True, r[1:] != r[:-1]]
+            out[r[first]] = self.flow_out_ids[o][first]
+        inn = np.zeros(n, np.int64)
+        inn[self.flow_in_rows] = self.flow_in_notify_ids
+        return out, inn
+
+    def pair_flows(self, n: int) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
+        """Per pair (Perfetto's view): ``((notify_rows, pair_ids), wait_pair_id_per_row)``,
+        the first sorted by row then id; the second 0 where a row ends no flow."""
+        o = np.lexsort((self.flow_out_ids, self.flow_out_rows))
         inn = np.zeros(n, np.int64)
         inn[self.flow_in_rows] = self.flow_in_ids
-        return out, inn
+        return (self.flow_out_rows[o], self.flow_out_ids[o]), inn
 
 
 @dataclass
@@ -222,7 +240,9 @@ def rank_title(rank: int, device: dict) -> str:
 #: The columns of waits and notifies that pairing reads (``ktrace.clock.pair_notify_wait``),
 #: plus where each row came from (launch, row).
 _WN_COLS = (("rank", "<i4"), ("kind", "u1"), ("flags", "u1"), ("arg0", "<i8"), ("arg1", "<i8"), ("arg2", "<i8"), ("arg4", "<i8"),
+            ("launch", "<i4"), ("program", "<i4"), ("slot", "<i4"),
             ("start_ns", "<i8"), ("end_ns", "<i8"), ("li", "<i4"), ("row", "<i4"))
+_WN_EVENT_COLS = 10  # the leading columns copied from the event table
 
 
 def _launch_refs(capture) -> list:
@@ -263,7 +283,7 @@ def _scan(li: int) -> tuple:
     wn = np.flatnonzero((kind == EventKind.WAIT) | (kind == EventKind.NOTIFY))
     cols = {}
     if wn.size:
-        for c, dt in _WN_COLS[:7]:
+        for c, dt in _WN_COLS[:_WN_EVENT_COLS]:
             cols[c] = ev[c][wn].astype(dt)
         cols["start_ns"], cols["end_ns"] = s[wn], e[wn]
         cols["li"] = np.full(wn.size, li, np.int32)
@@ -346,16 +366,22 @@ def _plan_flows(launches: list[LaunchPlan], wn_parts: dict[str, list]) -> int:
     nrows, wrows, _, _ = pair_notify_wait(wn_all)
     n_flows = int(nrows.size)
     ids = np.arange(1, n_flows + 1, dtype=np.int64)
-    for side, rows in (("out", nrows), ("in", wrows)):
+    # each notify's id: the smallest id of its pairs
+    u, first = np.unique(nrows, return_index=True)
+    notify_id = ids[first][np.searchsorted(u, nrows)]
+    for side, rows, extra in (("out", nrows, None), ("in", wrows, notify_id)):
         li = wn_all["li"][rows]
         o = np.argsort(li, kind="stable")
         li_s, rows_s, ids_s = li[o], wn_all["row"][rows][o].astype(np.int64), ids[o]
+        extra_s = extra[o] if extra is not None else None
         bounds = np.searchsorted(li_s, np.arange(len(launches) + 1))
         for k, lp in enumerate(launches):
             a, b = bounds[k], bounds[k + 1]
             if b > a:
                 setattr(lp, f"flow_{side}_rows", rows_s[a:b])
                 setattr(lp, f"flow_{side}_ids", ids_s[a:b])
+                if extra_s is not None:
+                    lp.flow_in_notify_ids = extra_s[a:b]
     return n_flows
 
 

@@ -148,7 +148,7 @@ def _first_packet(seq: int) -> bytes:
 class _Template:
     """One packet of one event class with its constant fields set: the model its pool copies."""
 
-    def __init__(self, type_, categories=(), args=(), flow=None, seq=_EVENT_SEQ, needs_state=True):
+    def __init__(self, type_, categories=(), args=(), flow=None, seq=_EVENT_SEQ, needs_state=True, n_flow=1):
         p = TracePacket(trusted_packet_sequence_id=seq)
         if needs_state:
             p.sequence_flags = _SEQ_NEEDS
@@ -158,15 +158,15 @@ class _Template:
         for a in args:
             te.debug_annotations.add(name_iid=_ARG_IID[a])
         if flow == "out":
-            te.flow_ids.append(0)
+            te.flow_ids.extend([0] * n_flow)  # a notify starts one flow per wait it released
         elif flow == "in":
             te.terminating_flow_ids.append(0)
         self.packet, self.n_args, self.flow = p, len(args), flow
         self.kind = "end" if type_ == TrackEvent.TYPE_SLICE_END else "counter" if type_ == TrackEvent.TYPE_COUNTER else "start"
-        self.fill = _filler(self.kind, self.n_args, flow is not None)
+        self.fill = _filler(self.kind, self.n_args, n_flow if flow is not None else 0)
 
 
-def _filler(kind: str, n_args: int, flow: bool):
+def _filler(kind: str, n_args: int, n_flow: int):
     """A loop that writes one chunk of events into pooled packets, unrolled for its shape.
 
     Setting a field on a upb message costs ~0.08 µs and serialising a message ~0.35 µs
@@ -174,6 +174,7 @@ def _filler(kind: str, n_args: int, flow: bool):
     ``Trace`` of many packets) at a time; the loop is generated per shape so that no inner
     loop or tuple packing runs per event.
     """
+    flow = n_flow > 0
     slot = ["p", "te"] + (["ff"] if flow else []) + [f"a{i}" for i in range(n_args)]
     cols = ["t", "u"]
     body = ["p.timestamp = t", "te.track_uuid = u"]
@@ -183,9 +184,9 @@ def _filler(kind: str, n_args: int, flow: bool):
     elif kind == "start":
         cols.append("nm")
         body.append("te.name_iid = nm")
-        if flow:
-            cols.append("fl")
-            body.append("ff[0] = fl")
+        for j in range(n_flow):
+            cols.append(f"fl{j}")
+            body.append(f"ff[{j}] = fl{j}")
         for i in range(n_args):
             cols.append(f"v{i}")
             body.append(f"a{i}.int_value = v{i}")
@@ -193,7 +194,7 @@ def _filler(kind: str, n_args: int, flow: bool):
            f"    for ({', '.join(slot)},), {', '.join(cols)} in zip(slots, {', '.join(c + '_' for c in cols)}):\n"
            + "".join(f"        {line}\n" for line in body))
     ns: dict = {}
-    exec(compile(src, f"<ktrace.perfetto fill {kind}/{n_args}{'/flow' if flow else ''}>", "exec"), ns)
+    exec(compile(src, f"<ktrace.perfetto fill {kind}/{n_args}/{n_flow} flows>", "exec"), ns)
     return ns["fill"]
 
 
@@ -287,10 +288,19 @@ class _Writer:
                 t[(WAIT, shape, to)] = _Template(typ, cats, arg_names[WAIT], seq=seq)
                 t[(WAIT, shape, to, "flow")] = _Template(typ, cats, arg_names[WAIT], flow="in", seq=seq)
             t[(NOTIFY, shape)] = _Template(typ, ("notify",), arg_names[NOTIFY], seq=seq)
-            t[(NOTIFY, shape, "flow")] = _Template(typ, ("notify",), arg_names[NOTIFY], flow="out", seq=seq)
         t["end"] = _Template(E, seq=seq, needs_state=False)
         t["counter"] = _Template(C, seq=seq, needs_state=False)
         self.pools = {k: _Pool(v) for k, v in t.items()}
+        self._types = {"begin": B, "instant": I}
+        self._notify_args = arg_names[NOTIFY]
+
+    def _pool(self, key):
+        """The pool of ``key``; notifies with k flows get theirs made on first use."""
+        pool = self.pools.get(key)
+        if pool is None:  # (NOTIFY, shape, "flow", k)
+            _, shape, _, k = key
+            pool = self.pools[key] = _Pool(_Template(self._types[shape], ("notify",), self._notify_args, flow="out", seq=self.seq, n_flow=k))
+        return pool
 
     def launch(self, lp, ev, s_ns, e_ns, lanes) -> bytes:
         plan = self.plan
@@ -299,7 +309,11 @@ class _Writer:
         tids = rp.tids(lp.group, ev["program"], lanes)
         is_counter = ev["kind"] == EventKind.COUNTER
         uuids = tids | _proc_uuid(lp.rank)
-        flow_out, flow_in = lp.flows(ev.size)
+        (out_rows, out_ids), flow_in = lp.pair_flows(ev.size)
+        # notifies: how many flows each starts (one per wait it released), and their ids
+        n_out = np.bincount(out_rows, minlength=ev.size) if out_rows.size else np.zeros(ev.size, np.int64)
+        out_start = np.cumsum(n_out) - n_out  # index of each row's first id in out_ids
+        flow_out = n_out
         # packet groups: (pool key, timestamps, tracks, order type, tie-breaks k1 k2, fill columns)
         groups: list[tuple] = []
 
@@ -335,11 +349,20 @@ class _Writer:
                     sub = [(key, rws, pp, None)]
                     if flows is not None:
                         has = flows[rws] != 0
-                        sub = [(key, rws[~has], pp[~has], None), (key + ("flow",), rws[has], pp[has], flows[rws[has]])]
+                        sub = [(key, rws[~has], pp[~has], None)]
+                        if cls == WAIT:
+                            sub.append((key + ("flow",), rws[has], pp[has], [flows[rws[has]]]))
+                        else:  # one group per number of flows, with that many id columns
+                            kk = flows[rws[has]]
+                            for k in np.unique(kk).tolist():
+                                sel = kk == k
+                                r_k, p_k = rws[has][sel], pp[has][sel]
+                                ids = [out_ids[out_start[r_k] + j] for j in range(k)]
+                                sub.append((key + ("flow", k), r_k, p_k, ids))
                     for k, rr, ppp, fl in sub:
                         if rr.size == 0:
                             continue
-                        cols = [names[ppp]] + ([fl] if fl is not None else []) + [ev[col][rr] for _, col in _CLASS_ARGS[cls]]
+                        cols = [names[ppp]] + (list(fl) if fl is not None else []) + [ev[col][rr] for _, col in _CLASS_ARGS[cls]]
                         typ = 2 if shape == "begin" else 1
                         groups.append((k, s_ns[rr], uuids[rr], typ, -e_ns[rr] if typ == 2 else np.zeros(rr.size, np.int64), rr, cols))
                 if shape == "begin" and cls != INSTANT:
@@ -364,9 +387,9 @@ class _Writer:
                     if sel.size == 0:
                         continue
                 if sel is None:
-                    out += self.pools[key].emit([t.tolist(), u.tolist()] + [c.tolist() for c in cols])
+                    out += self._pool(key).emit([t.tolist(), u.tolist()] + [c.tolist() for c in cols])
                 elif sel.size:
-                    out += self.pools[key].emit([t[sel].tolist(), u[sel].tolist()] + [c[sel].tolist() for c in cols])
+                    out += self._pool(key).emit([t[sel].tolist(), u[sel].tolist()] + [c[sel].tolist() for c in cols])
         return b"".join(out)
 
 
