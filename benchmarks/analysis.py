@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import sys
 import time
 
@@ -49,33 +50,47 @@ def main() -> int:
     p.add_argument("--capture", help="replicate this real capture's events instead of the constructed kernel")
     p.add_argument("--repeat", type=int, default=1, help="timed repetitions (the median is reported)")
     p.add_argument("--from-capture", action="store_true", help="also time decode + align + analyse from event buffers")
+    p.add_argument("--steps", action="store_true", help="with --from-capture: also time decode + align alone")
     args = p.parse_args()
 
     table, regions, what = _table(args)
     print(f"{what}: {table.size:,} events; {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"numpy {np.__version__}")
-    times = []
+    times, cpus = [], []
     for _ in range(args.repeat):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         tr = Trace(events=table, regions=regions)
         rep = build_report(tr, ReportConfig())
         times.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+        del tr
     print(f"report from the aligned table: median {np.median(times):.2f} s over {len(times)} run(s) "
-          f"({table.size / np.median(times) / 1e6:.2f} M events/s); {len(rep.findings)} findings")
+          f"({table.size / np.median(times) / 1e6:.2f} M events/s; process CPU {np.median(cpus):.2f} s, peak RSS "
+          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB); {len(rep.findings)} findings")
     for f in rep.findings[:3]:
         print("   ", f.text[:160])
     if args.from_capture:
         cap = S.to_capture(table, regions=regions)
-        times = []
+        times, cpus = [], []
         for _ in range(args.repeat):
             for rc in cap.ranks.values():
                 for ln in rc.launches:
                     ln._decoded.clear()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             rep = build_report(cap, ReportConfig())
             times.append(time.perf_counter() - t0)
+            cpus.append(time.process_time() - c0)
         print(f"report from event buffers (decode + align + analyse): median {np.median(times):.2f} s "
-              f"({table.size / np.median(times) / 1e6:.2f} M events/s)")
+              f"({table.size / np.median(times) / 1e6:.2f} M events/s; process CPU {np.median(cpus):.2f} s)")
+        if args.steps:
+            from ktrace.analysis.trace import _align
+
+            for rc in cap.ranks.values():
+                for ln in rc.launches:
+                    ln._decoded.clear()
+            t0 = time.perf_counter()
+            _align(cap)
+            print(f"   of which decode + align (ktrace.clock.aligned_events): {time.perf_counter() - t0:.2f} s")
     return 0
 
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..schema import EventKind
 from .stalls import workgroup_extent
-from .trace import Trace, group_count, group_index, group_median, group_sum
+from .trace import Trace, dense_codes, group_count, group_index, group_median, group_sum
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ def region_time(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 
     spans = np.concatenate([leaf_spans(trace), trace.rows_of(EventKind.WAIT)])
     reg = trace.column("region")[spans]
-    rids, rinv = np.unique(reg, return_inverse=True)
+    rinv, rids = dense_codes(reg)
     W, R = trace.n_workgroups, rids.size
     dur = (trace.column("end_ns")[spans] - trace.column("start_ns")[spans]).astype(np.float64)
     m = np.bincount(trace.wg[spans] * R + rinv.reshape(-1), weights=dur, minlength=W * R).reshape(W, R) if R else np.zeros((W, 0))
@@ -141,8 +141,8 @@ def workgroups(trace: Trace, config: LoadConfig = LoadConfig()) -> np.ndarray:
     # role: kernel + dominant span region by time
     kern = np.array([trace.kernel_name(r, l) for r, l in k[:, :2].tolist()], dtype=object) if trace.kernels else np.full(W, "?", object)
     # role: the leaf span region (not a wait) with the most time
-    is_wait_col = np.isin(rids, np.unique(trace.column("region")[trace.rows_of(EventKind.WAIT)]))
-    is_wait_col &= ~np.isin(rids, np.unique(trace.column("region")[spans]))
+    is_wait_col = np.isin(rids, dense_codes(trace.at(EventKind.WAIT, "region"))[1])
+    is_wait_col &= ~np.isin(rids, dense_codes(trace.column("region")[spans])[1])
     ms = np.where(is_wait_col[None, :], -1.0, m) if rids.size else m
     if rids.size:
         dom_name = trace.names_of(rids[np.argmax(ms, axis=1)])

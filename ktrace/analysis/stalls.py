@@ -32,6 +32,7 @@ from .trace import (
     argsort_stable,
     dense_codes,
     enclosing_span,
+    fill_table,
     group_count,
     group_index,
     group_max,
@@ -223,49 +224,48 @@ def waits(trace: Trace) -> np.ndarray:
         return trace.at(EventKind.WAIT, name)
 
     rows = trace.rows_of(EventKind.WAIT)
-    t = np.zeros(rows.size, WAIT_DTYPE)
-    t["row"] = rows
-    for c in ("rank", "launch", "program"):
-        t[c] = A(c)
-    t["sm"] = A("hw")
-    t["name"] = trace.names_of(A("region"))
     enc = enclosing_span(trace, rows)
     reg = np.full(rows.size, "", dtype=object)
     has = enc >= 0
     reg[has] = trace.names_of(C("region")[enc[has]])
-    t["region"] = reg
-    t["peer"] = A("arg0")
-    t["spins"] = A("arg1")
-    t["flag"] = A("arg2")
-    t["value"] = A("arg3")
-    t["expected"] = A("arg4")
-    t["cmp"] = A("arg5")
+    del enc
     s = A("start_ns")
     e = A("end_ns")
-    t["start_ns"] = s
-    t["end_ns"] = e
     dur = np.maximum(e - s, 0)
-    t["wait_ns"] = dur
     to = is_timeout(A("flags"))
-    t["timed_out"] = to
-
     n_rows, w_rows = release_pairs(trace)
     pos = np.searchsorted(rows, w_rows)  # both sorted
     nr = np.full(rows.size, -1, np.int64)
     nr[pos] = n_rows
-    t["notify_row"] = nr
+    del pos
     paired = nr >= 0
-    t["notify_rank"] = np.where(paired, C("rank")[np.maximum(nr, 0)], -1)
-    t["notify_program"] = np.where(paired, C("program")[np.maximum(nr, 0)], -1)
-    ns = np.where(paired, C("start_ns")[np.maximum(nr, 0)], 0)
-    t["notify_start_ns"] = ns
+    nr0 = np.maximum(nr, 0)
+    ns = np.where(paired, C("start_ns")[nr0], 0)
     late = np.full(rows.size, np.nan)
     late[paired] = np.clip(ns[paired] - s[paired], 0, dur[paired])
     late[to] = dur[to]
-    t["producer_late_ns"] = late
-    t["signal_latency_ns"] = dur - late
+    cols = {
+        "row": rows, "rank": A("rank"), "launch": A("launch"), "program": A("program"), "sm": A("hw"),
+        "name": trace.names_of(A("region")), "region": reg, "peer": A("arg0"), "flag": A("arg2"), "expected": A("arg4"),
+        "value": A("arg3"), "cmp": A("arg5"), "start_ns": s, "end_ns": e, "wait_ns": dur, "spins": A("arg1"),
+        "timed_out": to, "notify_row": nr, "notify_rank": np.where(paired, C("rank")[nr0], -1),
+        "notify_program": np.where(paired, C("program")[nr0], -1), "notify_start_ns": ns, "producer_late_ns": late,
+        "signal_latency_ns": dur - late,
+    }
+    del nr0
+    t = fill_table(np.zeros(rows.size, WAIT_DTYPE), cols)
+    # the numeric columns stay at hand, contiguous, for the analyses that read the table
+    trace._cache[("waits_cols",)] = (t, {k: v for k, v in cols.items() if v.dtype != object})
     trace._cache[key] = t
     return t
+
+
+def _wcol(trace: Trace, w: np.ndarray, name: str) -> np.ndarray:
+    """Column ``name`` of a :func:`waits` table: the contiguous copy kept when it is this trace's."""
+    kept = trace._cache.get(("waits_cols",))
+    if kept is not None and kept[0] is w and name in kept[1]:
+        return kept[1][name]
+    return w[name]
 
 
 def kernel_time(trace: Trace) -> np.ndarray:
@@ -336,19 +336,19 @@ def stall_totals(trace: Trace, by: str = "rank", w: np.ndarray | None = None) ->
     """
     w = waits(trace) if w is None else w
     if by == "rank":
-        kcols = [w["rank"]]
+        kcols = [_wcol(trace, w, "rank")]
         names = [("rank", "<i4")]
     elif by == "peer":
-        kcols = [w["rank"], w["peer"]]
+        kcols = [_wcol(trace, w, "rank"), _wcol(trace, w, "peer")]
         names = [("rank", "<i4"), ("peer", "<i4")]
     elif by == "workgroup":
-        kcols = [w["rank"], w["launch"], w["program"]]
+        kcols = [_wcol(trace, w, "rank"), _wcol(trace, w, "launch"), _wcol(trace, w, "program")]
         names = [("rank", "<i4"), ("launch", "<i4"), ("program", "<i4")]
     else:
         raise ValueError(f"stall_totals: by must be 'rank', 'peer' or 'workgroup', got {by!r}")
-    if by == "workgroup" and w.size and w["row"].size and w["row"].max() < trace.wg.size:
+    if by == "workgroup" and w.size and _wcol(trace, w, "row").size and _wcol(trace, w, "row").max() < trace.wg.size:
         # (rank, launch, program) is the workgroup: its dense ids are in that order already
-        inv, present = dense_codes(trace.wg[w["row"]])
+        inv, present = dense_codes(trace.wg[_wcol(trace, w, "row")])
         keys = trace.wg_keys[present]
     else:
         inv, keys = group_index(*kcols)
@@ -357,10 +357,10 @@ def stall_totals(trace: Trace, by: str = "rank", w: np.ndarray | None = None) ->
     for i, (n, _) in enumerate(names):
         out[n] = keys[:, i]
     out["n_waits"] = group_count(inv, g)
-    out["timeouts"] = group_sum(inv, w["timed_out"], g).astype(np.int64)
-    out["wait_ns"] = group_sum(inv, w["wait_ns"], g).astype(np.int64)
-    out["producer_late_ns"] = group_sum(inv, np.nan_to_num(w["producer_late_ns"]), g)
-    out["signal_latency_ns"] = group_sum(inv, np.nan_to_num(w["signal_latency_ns"]), g)
+    out["timeouts"] = group_sum(inv, _wcol(trace, w, "timed_out"), g).astype(np.int64)
+    out["wait_ns"] = group_sum(inv, _wcol(trace, w, "wait_ns"), g).astype(np.int64)
+    out["producer_late_ns"] = group_sum(inv, np.nan_to_num(_wcol(trace, w, "producer_late_ns")), g)
+    out["signal_latency_ns"] = group_sum(inv, np.nan_to_num(_wcol(trace, w, "signal_latency_ns")), g)
     if by == "workgroup":
         ws, we = workgroup_extent(trace)
         wk = trace.wg_keys
@@ -412,6 +412,14 @@ STRAGGLER_FIELDS = [
 ]
 
 
+#: One row per notify that released a captured wait (see :func:`notify_lateness`).
+NOTIFY_LATENESS_DTYPE = np.dtype(
+    [("row", "<i8"), ("rank", "<i4"), ("launch", "<i4"), ("program", "<i4"), ("seq", "<i8"), ("flag", "<i8"),
+     ("start_ns", "<i8"), ("late_ns", "<f8"), ("cost_ns", "<f8"), ("n_waits", "<i8"), ("before_row", "<i8"),
+     ("before_region", "O"), ("before_ns", "<f8"), ("gap_ns", "<f8")]
+)
+
+
 def notify_lateness(trace: Trace, w: np.ndarray | None = None) -> np.ndarray:
     """One row per notify that released at least one captured wait: how late it was.
 
@@ -432,7 +440,7 @@ def _notify_lateness(trace: Trace, w: np.ndarray | None = None) -> tuple[np.ndar
     if key in trace._cache:
         return trace._cache[key]
     w = waits(trace) if w is None else w
-    nr_all = w["notify_row"]
+    nr_all = _wcol(trace, w, "notify_row")
     paired = np.flatnonzero(nr_all >= 0)
     nr = nr_all[paired]
     ev = _Cols(trace)
@@ -443,46 +451,40 @@ def _notify_lateness(trace: Trace, w: np.ndarray | None = None) -> tuple[np.ndar
     inv = np.searchsorted(u, nr) if nr.size < u.size * 8 else (np.cumsum(mark) - 1)[nr]
     del mark
     g = u.size
-    late = np.nan_to_num(w["producer_late_ns"][paired])
-    out = np.zeros(
-        g,
-        [("row", "<i8"), ("rank", "<i4"), ("launch", "<i4"), ("program", "<i4"), ("seq", "<i8"), ("flag", "<i8"),
-         ("start_ns", "<i8"), ("late_ns", "<f8"), ("cost_ns", "<f8"), ("n_waits", "<i8"), ("before_row", "<i8"),
-         ("before_region", "O"), ("before_ns", "<f8"), ("gap_ns", "<f8")],
-    )
+    late = np.nan_to_num(_wcol(trace, w, "producer_late_ns")[paired])
     cost = group_sum(inv, late, g)
     order = _order_desc(cost)
-    u_o = u[order]
-    out["row"] = u_o
     notifies = trace.rows_of(EventKind.NOTIFY)
     at_u = np.searchsorted(notifies, u)  # positions among the notifies (both sorted)
     if at_u.size and (int(at_u.max()) >= notifies.size or (notifies[at_u] != u).any()):
         raise AnalysisError("waits released by events that are not notifies: the waits table is not this trace's")
     at_u_o = at_u[order]
-    for c, src in (("rank", "rank"), ("launch", "launch"), ("program", "program"), ("seq", "arg3"), ("flag", "arg2")):
-        out[c] = trace.at(EventKind.NOTIFY, src)[at_u_o]
-    start = trace.at(EventKind.NOTIFY, "start_ns")[at_u_o]
-    out["start_ns"] = start
-    out["late_ns"] = group_max(inv, late, g, fill=0.0)[order]
-    out["cost_ns"] = cost[order]
-    out["n_waits"] = group_count(inv, g)[order]
+    del at_u
+    cols = {"row": u[order]}
+    for c, src in (("rank", "rank"), ("launch", "launch"), ("program", "program"), ("seq", "arg3"), ("flag", "arg2"),
+                   ("start_ns", "start_ns")):
+        cols[c] = trace.at(EventKind.NOTIFY, src)[at_u_o]
+    del at_u_o
+    cols["late_ns"] = group_max(inv, late, g, fill=0.0)[order]
+    cols["cost_ns"] = cost[order]
+    cols["n_waits"] = group_count(inv, g)[order]
     prev = preceding_span(trace, u)[order]
-    out["before_row"] = prev
+    cols["before_row"] = prev
     has = prev >= 0
     reg = np.full(g, "", dtype=object)
     ph = prev[has]
     reg[has] = trace.names_of(ev["region"][ph])
-    out["before_region"] = reg
     bn = np.full(g, np.nan)
     gap = np.full(g, np.nan)
     pe = ev["end_ns"][ph]
     bn[has] = pe - ev["start_ns"][ph]
-    gap[has] = start[has] - pe
-    out["before_ns"] = bn
-    out["gap_ns"] = gap
+    gap[has] = cols["start_ns"][has] - pe
+    cols.update(before_region=reg, before_ns=bn, gap_ns=gap)
+    out = fill_table(np.zeros(g, NOTIFY_LATENESS_DTYPE), cols)
     rank_of = np.empty(g, np.int64)
     rank_of[order] = np.arange(g)
-    extra = {"pos": rank_of[inv], "rank": w["rank"][paired], "row": w["row"][paired], "late": late}
+    extra = {"pos": rank_of[inv], "rank": _wcol(trace, w, "rank")[paired], "row": _wcol(trace, w, "row")[paired],
+             "late": late, "cols": cols}
     res = trace._cache[key] = (out, extra)
     return res
 
@@ -511,8 +513,7 @@ def stragglers(trace: Trace, w: np.ndarray | None = None) -> tuple[np.ndarray, n
     """
     w = waits(trace) if w is None else w
     nl, paired = _notify_lateness(trace, w)
-    cols = {c: nl[c] for c in ("row", "rank", "launch", "program", "n_waits", "cost_ns", "late_ns", "start_ns", "before_row",
-                               "before_ns")}
+    cols = paired["cols"]
     by_rank = _straggler_table(trace, cols, paired, cols["rank"].astype(np.int64), ("rank",))
     by_wg = _straggler_table(trace, cols, paired, trace.wg[cols["row"]], ("rank", "launch", "program"))
     return by_rank, by_wg

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..schema import EventKind
+from .stalls import _wcol
 from .stalls import waits as _waits
 from . import trace as _trace
 from .trace import Trace, intersect_length, lexorder, merge_intervals
@@ -232,11 +233,13 @@ def critical_path(trace: Trace, launch: int | None = None, *, min_late_ns: int =
         A table of ``PATH_DTYPE``, segments in time order within each launch.
     """
     w = _waits(trace)
-    ev = trace.events
-    blocking = w[(w["notify_row"] >= 0) & (np.nan_to_num(w["producer_late_ns"]) > min_late_ns)]
-    bw = trace.wg[blocking["row"]]
-    o = np.lexsort((blocking["end_ns"], bw))
-    blocking, bw = blocking[o], bw[o]
+    # the blocking waits as plain columns (no copy of the waits table), by workgroup and end
+    sel = np.flatnonzero((_wcol(trace, w, "notify_row") >= 0) & (np.nan_to_num(_wcol(trace, w, "producer_late_ns")) > min_late_ns))
+    b_row, b_end, b_nr = _wcol(trace, w, "row")[sel], _wcol(trace, w, "end_ns")[sel], _wcol(trace, w, "notify_row")[sel]
+    bw = trace.wg[b_row]
+    o = lexorder(bw, b_end)
+    b_row, b_end, b_nr, bw = b_row[o], b_end[o], b_nr[o], bw[o]
+    del sel, o
     counts = np.bincount(bw, minlength=trace.n_workgroups)
     lo = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
     from .stalls import workgroup_extent
@@ -253,15 +256,15 @@ def critical_path(trace: Trace, launch: int | None = None, *, min_late_ns: int =
         g = int(in_launch[np.argmax(we[in_launch])])
         t = int(we[g])
         path: list[tuple] = []
-        for _ in range(blocking.size + 1):
+        for _ in range(b_row.size + 1):
             a, b = lo[g], lo[g] + counts[g]
-            j = a + np.searchsorted(blocking["end_ns"][a:b], t, side="right") - 1
+            j = a + np.searchsorted(b_end[a:b], t, side="right") - 1
             if j >= a:
-                wrow = blocking[j]
-                path.append(("run", g, int(wrow["end_ns"]), t, -1))
-                nrow = int(wrow["notify_row"])
+                w_end = int(b_end[j])
+                path.append(("run", g, w_end, t, -1))
+                nrow = int(b_nr[j])
                 ns = int(trace.column("start_ns")[nrow])
-                path.append(("signal", g, ns, int(wrow["end_ns"]), int(wrow["row"])))
+                path.append(("signal", g, ns, w_end, int(b_row[j])))
                 if ns >= t:  # alignment error would loop: stop rather than go forwards
                     break
                 g, t = int(trace.wg[nrow]), ns

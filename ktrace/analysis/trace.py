@@ -106,12 +106,31 @@ class Trace:
 
     # -- cached columns ------------------------------------------------------------------
     def column(self, name: str) -> np.ndarray:
-        """A contiguous copy of one column (cached: structured-array columns are strided)."""
+        """A contiguous copy of one column (cached: structured-array columns are strided).
+
+        The columns the analyses use are copied out together on first use, a block of rows at a
+        time (the table is read once instead of once per column).
+        """
         c = self._cache.get(("col", name))
         if c is None:
-            c = np.ascontiguousarray(self.events[name])
-            self._cache[("col", name)] = c
+            if name in _COPIED and ("col", name) not in self._cache:
+                self._copy_columns([n for n in _COPIED if n in (self.events.dtype.names or ())])
+                c = self._cache.get(("col", name))
+            if c is None:
+                c = np.ascontiguousarray(self.events[name])
+                self._cache[("col", name)] = c
         return c
+
+    def _copy_columns(self, names: list[str]) -> None:
+        ev = self.events
+        names = [n for n in names if ("col", n) not in self._cache]
+        cols = {n: np.empty(ev.shape[0], ev.dtype[n]) for n in names}
+        for a in range(0, ev.shape[0], _BLOCK):
+            part = ev[a : a + _BLOCK]
+            for n in names:
+                cols[n][a : a + _BLOCK] = part[n]
+        for n in names:
+            self._cache[("col", n)] = cols[n]
 
     def at(self, kind: EventKind, name: str) -> np.ndarray:
         """One column at the rows of one event kind (cached; gathered without copying the
@@ -119,10 +138,7 @@ class Trace:
         key = ("at", int(kind), name)
         c = self._cache.get(key)
         if c is None:
-            rows = self.rows_of(kind)
-            full = self._cache.get(("col", name))
-            c = full[rows] if full is not None else self.events[name][rows]
-            self._cache[key] = c
+            c = self._cache[key] = self.column(name)[self.rows_of(kind)]
         return c
 
     def rows_of(self, kind: EventKind) -> np.ndarray:
@@ -147,6 +163,26 @@ class Trace:
     @property
     def n_workgroups(self) -> int:
         return int(self.wg_keys.shape[0])
+
+
+#: Columns copied out of the event table together (see :meth:`Trace.column`).
+_COPIED = ("rank", "launch", "program", "kind", "flags", "region", "hw", "start_ns", "end_ns",
+           "arg0", "arg1", "arg2", "arg3", "arg4", "arg5")
+#: Rows per block when copying columns out of (or into) a structured table: a block of the
+#: table stays in cache while each column is copied.
+_BLOCK = 1 << 16
+
+
+def fill_table(out: np.ndarray, columns: dict) -> np.ndarray:
+    """Assign ``columns`` (name -> array of ``out``'s length, or a scalar) to the fields of the
+    structured table ``out``, a block of rows at a time (each block of the table is written
+    while it is in cache, instead of the whole table once per field). Returns ``out``."""
+    n = out.shape[0]
+    for a in range(0, n, _BLOCK):
+        part = out[a : a + _BLOCK]
+        for name, c in columns.items():
+            part[name] = c[a : a + _BLOCK] if isinstance(c, np.ndarray) and c.ndim else c
+    return out
 
 
 def _is_sorted(ev: np.ndarray) -> bool:
@@ -388,14 +424,27 @@ def group_count(inv: np.ndarray, n_groups: int) -> np.ndarray:
 
 def group_max(inv: np.ndarray, values: np.ndarray, n_groups: int, fill=np.nan) -> np.ndarray:
     out = np.full(n_groups, -np.inf)
-    np.maximum.at(out, inv, np.asarray(values, np.float64))
+    _group_reduce_at(np.maximum, out, inv, np.asarray(values, np.float64))
     out[np.isneginf(out)] = fill
     return out
 
 
+def _group_reduce_at(ufunc, out: np.ndarray, inv: np.ndarray, values: np.ndarray) -> None:
+    """``ufunc.at(out, inv, values)``; groups of one value are assigned directly (the common case
+    of one wait per notify), the rest go through ``ufunc.at``."""
+    if inv.size < 65536:
+        ufunc.at(out, inv, values)
+        return
+    single = np.bincount(inv, minlength=out.size)[inv] == 1
+    out[inv[single]] = ufunc(out[inv[single]], values[single])
+    multi = ~single
+    if multi.any():
+        ufunc.at(out, inv[multi], values[multi])
+
+
 def group_min(inv: np.ndarray, values: np.ndarray, n_groups: int, fill=np.nan) -> np.ndarray:
     out = np.full(n_groups, np.inf)
-    np.minimum.at(out, inv, np.asarray(values, np.float64))
+    _group_reduce_at(np.minimum, out, inv, np.asarray(values, np.float64))
     out[np.isposinf(out)] = fill
     return out
 
