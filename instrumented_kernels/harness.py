@@ -254,7 +254,11 @@ NO_FAULT = Fault()
 #: int argument equal to 1 into a constant and one divisible by 16 into an aligned variant, so
 #: without this list rank 1 and ranks 0/2/3 compile different binaries (at different speeds:
 #: launch skew) and epochs 1, 16, 32, ... trigger compiles in the middle of a run.
-RUNTIME_INTS = ("rank", "epoch", "fault_delay_ns", "fault_skip", "col0", "m", "m_loc")
+#: (Not a column offset such as ``col0 = rank * N_loc``: its divisibility by 16, the same on every
+#: rank when N_loc is a multiple of 16, is what lets Triton vectorise the tile loads and stores;
+#: with it in this list, a 4 x H200 run timed the scatter-based GEMM schedules up to 3.5x slower
+#: than the run before, the likely cause; not re-measured without it.)
+RUNTIME_INTS = ("rank", "epoch", "fault_delay_ns", "fault_skip", "m")
 
 
 _COMPILE_ONLY = [0]

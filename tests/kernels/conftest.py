@@ -118,11 +118,12 @@ def precompile(plan, call, faults) -> None:
     plan.heap.barrier()
 
 
-def skipped_notify_scenario(dist, plan, inp, expected, waiter: int, flag_word: str) -> None:
+def skipped_notify_scenario(dist, plan, inp, expected, waiter: int, flag_word: str, peer: int | None = 0) -> None:
     """The GEMM kernels' missing-notify test, in step on every rank even when a check fails.
 
     ``plan`` was made with ``Fault(skip_rank=0, skip_notify=0)`` and a short bound; rank
-    ``waiter`` must report a timeout on peer 0 mentioning ``flag_word``, no rank may hang, and
+    ``waiter`` must report a timeout mentioning ``flag_word`` (on ``peer``; None where the flag
+    counts signals of every peer and the wait names none in particular), no rank may hang, and
     after ``plan.reset()`` the same plan without the fault must match ``expected``.
     """
     import time
@@ -140,7 +141,8 @@ def skipped_notify_scenario(dist, plan, inp, expected, waiter: int, flag_word: s
         with v.check("the skipped notify's wait"):
             with pytest.raises(WaitTimeoutError) as ei:
                 plan.heap.check()
-            assert any(t.peer == 0 for t in ei.value.timeouts), str(ei.value)
+            if peer is not None:
+                assert any(t.peer == peer for t in ei.value.timeouts), str(ei.value)
             assert flag_word in str(ei.value), str(ei.value)
     else:
         with v.check("no other timeout"):

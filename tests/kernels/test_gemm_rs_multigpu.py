@@ -109,4 +109,4 @@ def test_skipped_notify_times_out_and_is_reported(dist):
     plan = _plan(dist, shape, fault=H.Fault(skip_rank=0, skip_notify=0), timeout_ns=200_000_000)
     seed = H.fresh_seed(dist)
     inp = generate_input(dist.rank, dist.world_size, seed, **_kw(shape))
-    skipped_notify_scenario(dist, plan, inp, reference(dist.rank, dist.world_size, seed, **_kw(shape)), waiter=1, flag_word="arrive")
+    skipped_notify_scenario(dist, plan, inp, reference(dist.rank, dist.world_size, seed, **_kw(shape)), waiter=1, flag_word="arrive", peer=None)
