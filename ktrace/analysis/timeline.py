@@ -74,45 +74,48 @@ def leaf_spans(trace: Trace) -> np.ndarray:
     key = ("leaf",)
     if key in trace._cache:
         return trace._cache[key]
-    kind = trace.column("kind")
+    parts = []
+    bounds = _trace.workgroup_blocks(trace)
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):  # blocks of whole workgroups
+        parts.append(a + _leaf_block(trace, a, b))
+    out = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    trace._cache[key] = out
+    return out
+
+
+def _leaf_block(trace: Trace, a: int, b: int) -> np.ndarray:
+    """:func:`leaf_spans` of the events ``a:b`` (whole workgroups), as offsets from ``a``."""
+    kind = trace.column("kind")[a:b]
     is_span = kind == int(EventKind.SPAN)
     sel = is_span | (kind == int(EventKind.WAIT)) | (kind == int(EventKind.NOTIFY))
-    all_rows = sel.all()
-    rows = None if all_rows else np.flatnonzero(sel)
-    s, e, wg = trace.column("start_ns"), trace.column("end_ns"), trace.wg
-    if not all_rows:
-        s, e, wg, is_span = s[rows], e[rows], wg[rows], is_span[rows]
+    rows = np.flatnonzero(sel)
+    s, e, wg = trace.column("start_ns")[a:b][rows], trace.column("end_ns")[a:b][rows], trace.wg[a:b][rows]
+    is_span = is_span[rows]
     n = s.size
+    if n == 0:
+        return rows
+    wg = wg - int(wg[0])
     # by workgroup, start, and longer first at a tie: a container comes before what it holds.
     # An event has a child when the next one in that order is of its workgroup and starts
-    # before it ends (a zero-length span at its very end does not count).
-    lo = int(s.min()) if n else 0
-    size = (int(e.max()) - lo + 1) if n else 1
-    packed = n and size * (int(wg.max()) + 1) < _trace.KEY_LIMIT
-    if packed:
+    # before it ends. (The old second test, an event at the same start ending no later inside
+    # one of nonzero length, implies the first and adds nothing.)
+    lo = int(s.min())
+    size = int(e.max()) - lo + 1
+    has_child = np.zeros(n, bool)
+    if max(size, 1) * (int(wg.max()) + 1) < _trace.KEY_LIMIT:
         ks = wg * size + (s - lo)
         o = lexorder(ks, s - e)
-        ks_o = ks[o]
-        del ks
         ke_o = wg[o] * size + (e[o] - lo)
-        has_child = np.zeros(n, bool)
         # (a later workgroup's packed start is beyond any end of this one)
-        np.less(ks_o[1:], ke_o[:-1], out=has_child[:-1])
-        del ks_o, ke_o
+        np.less(ks[o[1:]], ke_o[:-1], out=has_child[:-1])
     else:
         o = lexorder(wg, s, s - e)
         so, eo, go = s[o], e[o], wg[o]
-        has_child = np.zeros(n, bool)
-        if n > 1:
-            has_child[:-1] = (go[1:] == go[:-1]) & (so[1:] < eo[:-1])
-    # (the old second test, an event at the same start ending no later inside one of nonzero
-    # length, implies the first and adds nothing)
-    leaf_mask = np.zeros(n, bool)
-    leaf_mask[o[~has_child]] = True
-    leaf_mask &= is_span
-    out = np.flatnonzero(leaf_mask) if all_rows else rows[leaf_mask]
-    trace._cache[key] = out
-    return out
+        has_child[:-1] = (go[1:] == go[:-1]) & (so[1:] < eo[:-1])
+    leaf = np.zeros(n, bool)
+    leaf[o[~has_child]] = True
+    leaf &= is_span
+    return rows[leaf]
 
 
 def event_class(trace: Trace, classes: RegionClasses = RegionClasses()) -> np.ndarray:

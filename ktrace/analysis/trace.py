@@ -526,25 +526,60 @@ def intersect_length(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.n
     return int((np.diff(t) * both).sum())
 
 
-def _span_search_key(trace: Trace, t_spans: np.ndarray, t_rows: np.ndarray, spans: np.ndarray, rows: np.ndarray):
-    """Packed (workgroup, time) keys of spans and of queries, or None when they do not fit one int64."""
-    wg = trace.wg
-    lo = min(int(t_spans.min()), int(t_rows.min()))
-    hi = max(int(t_spans.max()), int(t_rows.max()))
-    size = hi - lo + 1
-    if size * max(trace.n_workgroups, 1) >= KEY_LIMIT:
-        return None
-    return wg[spans] * size + (t_spans - lo), wg[rows] * size + (t_rows - lo)
+#: Span lookups and leaf detection run on blocks of about this many events (whole workgroups:
+#: the answers never cross one), so that their temporaries stay small and are reused.
+BLOCK_EVENTS = 1 << 20
 
 
-def _search_sorted_queries(sorted_keys: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """``searchsorted(sorted_keys, q, side="right")``, the queries visited in sorted order (cache friendly)."""
-    if q.size > 1 and not (q[1:] >= q[:-1]).all():
-        o = argsort_stable(q)
-        out = np.empty(q.size, np.int64)
-        out[o] = np.searchsorted(sorted_keys, q[o], side="right")
+def workgroup_blocks(trace: Trace, size: int | None = None) -> np.ndarray:
+    """Row boundaries ``[0, ..., n]`` cutting the events into blocks of whole workgroups of
+    about ``size`` (default :data:`BLOCK_EVENTS`) events."""
+    n = trace.events.shape[0]
+    size = BLOCK_EVENTS if size is None else size
+    if n <= size:
+        return np.array([0, n], np.int64)
+    first = trace._cache.get(("wg_first",))
+    if first is None:
+        first = trace._cache[("wg_first",)] = np.flatnonzero(np.r_[True, trace.wg[1:] != trace.wg[:-1]])
+    at = np.searchsorted(first, np.arange(size, n, size))
+    cuts = first[at[at < first.size]]
+    return np.unique(np.concatenate([[0], cuts, [n]]))
+
+
+def _per_block(trace: Trace, rows: np.ndarray, fn) -> np.ndarray:
+    """``fn(rows, spans)`` on each block of whole workgroups (``rows`` and the spans in it, both
+    sorted); the answers (event rows or -1) in the order of ``rows``."""
+    rows = np.asarray(rows, np.int64)
+    spans = trace.rows_of(EventKind.SPAN)
+    if rows.size == 0 or spans.size == 0:
+        return np.full(rows.size, -1, np.int64)
+    srt = rows.size < 2 or bool((rows[1:] >= rows[:-1]).all())
+    o = None if srt else argsort_stable(rows)
+    rs = rows if srt else rows[o]
+    bounds = workgroup_blocks(trace)
+    qb = np.searchsorted(rs, bounds)
+    sb = np.searchsorted(spans, bounds)
+    out = np.full(rows.size, -1, np.int64)
+    for k in range(bounds.size - 1):
+        if qb[k + 1] > qb[k] and sb[k + 1] > sb[k]:
+            out[qb[k] : qb[k + 1]] = fn(rs[qb[k] : qb[k + 1]], spans[sb[k] : sb[k + 1]])
+    if srt:
         return out
-    return np.searchsorted(sorted_keys, q, side="right")
+    back = np.empty(rows.size, np.int64)
+    back[o] = out
+    return back
+
+
+def _pack_pair(trace: Trace, spans: np.ndarray, rows: np.ndarray, t_spans: np.ndarray, t_rows: np.ndarray):
+    """Packed (workgroup, time) keys of spans and queries of one block, or None when too wide."""
+    wg = trace.wg
+    w0 = int(wg[spans[0]]) if spans[0] < rows[0] else int(wg[rows[0]])
+    w1 = max(int(wg[spans[-1]]), int(wg[rows[-1]]))
+    lo = min(int(t_spans.min()), int(t_rows.min()))
+    size = max(int(t_spans.max()), int(t_rows.max())) - lo + 1
+    if size * (w1 - w0 + 1) >= KEY_LIMIT:
+        return None
+    return (wg[spans] - w0) * size + (t_spans - lo), (wg[rows] - w0) * size + (t_rows - lo)
 
 
 def enclosing_span(trace: Trace, rows: np.ndarray) -> np.ndarray:
@@ -554,37 +589,29 @@ def enclosing_span(trace: Trace, rows: np.ndarray) -> np.ndarray:
     before the event ended (spans may overlap freely), the enclosing span that started earliest
     among those still open is taken instead (the outermost).
 
-    Spans are ordered once by (workgroup, start, longest first, row) and shared by every lookup
-    (cached on the trace); each query is one binary search.
+    Per block of whole workgroups, spans are ordered by (workgroup, start, longest first, row)
+    and each query is one binary search.
     """
-    rows = np.asarray(rows, np.int64)
-    spans = trace.rows_of(EventKind.SPAN)
-    if rows.size == 0 or spans.size == 0:
-        return np.full(rows.size, -1, np.int64)
-    s, e = trace.column("start_ns"), trace.column("end_ns")
-    keys = _span_search_key(trace, s[spans], s[rows], spans, rows)
+    return _per_block(trace, rows, lambda r, sp: _enclosing_block(trace, r, sp))
+
+
+def _enclosing_block(trace: Trace, rows: np.ndarray, spans: np.ndarray) -> np.ndarray:
+    s, e, wg = trace.column("start_ns"), trace.column("end_ns"), trace.wg
+    keys = _pack_pair(trace, spans, rows, s[spans], s[rows])
     if keys is None:
-        return _enclosing_span_merged(trace, rows)
+        return _enclosing_span_merged(trace, rows, spans)
     ks, kq = keys
-    idx = trace._cache.get(("span_by_start",))
-    if idx is None:
-        o = lexorder(ks, -e[spans])
-        srows = spans[o]
-        se = e[srows]
-        # per position, the latest span at or before it with the largest end in its workgroup
-        packed = _pack_by_group(trace.wg[srows], se)
-        if packed is not None:
-            run = np.maximum.accumulate(packed)
-            attain = packed == run
-            best = np.maximum.accumulate(np.where(attain, np.arange(srows.size), -1))
-        else:
-            best = None
-        idx = trace._cache[("span_by_start",)] = (ks[o], srows, best)
-    ks_sorted, srows, best = idx
-    if best is None:
-        return _enclosing_span_merged(trace, rows)
-    wg = trace.wg
-    p = _search_sorted_queries(ks_sorted, kq) - 1
+    o = lexorder(ks, -e[spans])
+    srows = spans[o]
+    ks = ks[o]
+    # per position, the latest span at or before it with the largest end in its workgroup
+    packed = _pack_by_group(wg[srows] - int(wg[srows[0]]), e[srows])
+    if packed is None:
+        return _enclosing_span_merged(trace, rows, spans)
+    run = np.maximum.accumulate(packed)
+    best = np.maximum.accumulate(np.where(packed == run, np.arange(srows.size), -1))
+    del run, packed
+    p = np.searchsorted(ks, kq, side="right") - 1
     valid = p >= 0
     pc = np.maximum(p, 0)
     cand = srows[pc]
@@ -609,10 +636,9 @@ def _pack_by_group(group: np.ndarray, value: np.ndarray) -> np.ndarray | None:
     return group * size + (value - lo)
 
 
-def _enclosing_span_merged(trace: Trace, rows: np.ndarray) -> np.ndarray:
+def _enclosing_span_merged(trace: Trace, rows: np.ndarray, spans: np.ndarray) -> np.ndarray:
     """:func:`enclosing_span` for times too wide for packed keys: one sort of spans and queries together."""
     rows = np.asarray(rows, np.int64)
-    spans = trace.rows_of(EventKind.SPAN)
     wg, s, e = trace.wg, trace.column("start_ns"), trace.column("end_ns")
     # one ordering of spans and queries by (workgroup, start; spans before queries at a tie,
     # longer spans first)
@@ -666,25 +692,24 @@ def preceding_span(trace: Trace, rows: np.ndarray) -> np.ndarray:
     """For each event row, the row of the span of the same workgroup that ended last at or before
     the event started (what the program was doing just before), or -1 (the latest row among
     spans that ended at the same time)."""
-    rows = np.asarray(rows, np.int64)
-    spans = trace.rows_of(EventKind.SPAN)
-    if rows.size == 0 or spans.size == 0:
-        return np.full(rows.size, -1, np.int64)
-    wg, s, e = trace.wg, trace.column("start_ns"), trace.column("end_ns")
-    keys = _span_search_key(trace, e[spans], s[rows], spans, rows)
+    return _per_block(trace, rows, lambda r, sp: _preceding_block(trace, r, sp))
+
+
+def _preceding_block(trace: Trace, rows: np.ndarray, spans: np.ndarray) -> np.ndarray:
+    s, e, wg = trace.column("start_ns"), trace.column("end_ns"), trace.wg
+    keys = _pack_pair(trace, spans, rows, e[spans], s[rows])
     if keys is None:
-        return _preceding_span_merged(trace, rows)
+        return _preceding_span_merged(trace, rows, spans)
     ks, kq = keys
     o = argsort_stable(ks)
     srows = spans[o]
-    p = _search_sorted_queries(ks[o], kq) - 1
+    p = np.searchsorted(ks[o], kq, side="right") - 1
     crow = srows[np.maximum(p, 0)]
     return np.where((p >= 0) & (wg[crow] == wg[rows]), crow, -1)
 
 
-def _preceding_span_merged(trace: Trace, rows: np.ndarray) -> np.ndarray:
+def _preceding_span_merged(trace: Trace, rows: np.ndarray, spans: np.ndarray) -> np.ndarray:
     """:func:`preceding_span` for times too wide for packed keys."""
-    spans = trace.rows_of(EventKind.SPAN)
     wg, s, e = trace.wg, trace.column("start_ns"), trace.column("end_ns")
     n_s = spans.size
     allr = np.concatenate([spans, rows])

@@ -34,3 +34,26 @@ def test_same_results_as_recorded(case):
     assert sorted(got["tables"]) == sorted(want["tables"])
     assert [f["text"] for f in got["findings"]] == [f["text"] for f in want["findings"]]
     assert got["findings"] == want["findings"]
+
+
+@pytest.fixture(params=["small-blocks", "narrow-keys"])
+def general_paths(request, monkeypatch):
+    """The code paths that large or unusual captures take, forced on the small cases: blocks of a
+    few workgroups (span lookups, leaf spans), and integer keys too narrow to pack (the sorts
+    and searches fall back to row-wise ones)."""
+    from ktrace.analysis import trace as T
+
+    if request.param == "small-blocks":
+        monkeypatch.setattr(T, "BLOCK_EVENTS", 40)
+    else:
+        monkeypatch.setattr(T, "KEY_LIMIT", 1 << 8)
+    return request.param
+
+
+def test_general_paths_give_the_same_results(general_paths):
+    got = make_golden.results()
+    for case, want in _GOLDEN.items():
+        assert got[case]["summary"] == want["summary"], f"{general_paths}: {case}"
+        for tname, t in want["tables"].items():
+            assert got[case]["tables"][tname] == t, f"{general_paths}: {case}: table {tname!r} changed"
+        assert got[case]["findings"] == want["findings"], f"{general_paths}: {case}"
