@@ -104,6 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
     from .analysis.commands import register as _register_analysis
 
     _register_analysis(sub)  # report, diff
+    from .demo import register as _register_demo
+    from .run import register as _register_run
+
+    _register_demo(sub)  # demo
+    _register_run(sub)  # run
     return p
 
 
