@@ -2,8 +2,9 @@
 
     python examples/01_trace_a_single_gpu_kernel.py [--out DIR] [--n ELEMENTS]
 
-The kernel below is an ``out = a * x + y`` in which program ``p`` handles ``p % 4 + 1`` blocks:
-uneven on purpose, so the trace shows programs of four lengths. What it takes to trace a kernel:
+The kernel below is an ``out = a * x + y`` in which program ``p`` handles ``p % 4 + 1`` consecutive
+blocks (every block is handled by exactly one program): uneven on purpose, so the trace shows
+programs of four lengths. What it takes to trace a kernel:
 
 1. two trailing parameters, ``ktrace_buf=None, KTRACE: tl.constexpr = 0``;
 2. ``kt = kl.init(ktrace_buf, KTRACE)`` once per program, then ``s = kl.begin(kt, "name", ...)`` /
@@ -37,14 +38,15 @@ MAX_BLOCKS = 4  # blocks of the busiest program
 @ktrace.trace(events_per_program=2 + MAX_BLOCKS)
 @triton.jit
 def uneven_axpy(x, y, out, n, a, BLOCK: tl.constexpr, ktrace_buf=None, KTRACE: tl.constexpr = 0):
-    """``out = a * x + y``; program p handles blocks 4p .. 4p + (p % 4): p % 4 + 1 of them."""
+    """``out = a * x + y``; every 4 programs cover 10 blocks: program p handles p % 4 + 1 of them."""
     kt = kl.init(ktrace_buf, KTRACE)
     pid = tl.program_id(0)
     blocks = pid % 4 + 1
+    first = (pid // 4) * 10 + (pid % 4) * (pid % 4 + 1) // 2  # blocks before p's: 10 per 4 programs
     whole = kl.begin(kt, "program", pid, blocks)          # one span per program...
     for b in range(0, blocks):
         s = kl.begin(kt, "block", b)                      # ...holding one span per block
-        off = (pid * 4 + b) * BLOCK + tl.arange(0, BLOCK)
+        off = (first + b) * BLOCK + tl.arange(0, BLOCK)
         m = off < n
         v = a * tl.load(x + off, mask=m) + tl.load(y + off, mask=m)
         tl.store(out + off, v, mask=m)
@@ -67,7 +69,7 @@ def main(argv=None) -> int:
     n = args.n
     x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
     out = torch.empty_like(x)
-    grid = (triton.cdiv(n, BLOCK * MAX_BLOCKS),)
+    grid = (4 * triton.cdiv(triton.cdiv(n, BLOCK), 10),)  # 10 blocks per 4 programs
 
     uneven_axpy[grid](x, y, out, n, 2.0, BLOCK=BLOCK)      # untraced: the plain launch
     torch.testing.assert_close(out, 2.0 * x + y)

@@ -84,21 +84,6 @@ class _Cols:
         return self._t.column(name)
 
 
-def _ranged_key(cols: list[np.ndarray]) -> np.ndarray | None:
-    """One int64 key for rows of small-range integer columns (mixed radix), or None if too wide."""
-    key = np.zeros(cols[0].size, np.int64)
-    total = 1
-    for c in cols:
-        c = np.asarray(c, np.int64)
-        lo, hi = (int(c.min()), int(c.max())) if c.size else (0, 0)
-        size = hi - lo + 1
-        total *= size
-        if total >= 1 << 62:
-            return None
-        key = key * size + (c - lo)
-    return key
-
-
 def _pair_exact(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """Exact notify -> wait pairs, first in first out (the rule of
     ``ktrace.clock.causality.pair_notify_wait``: same producer, consumer, flag and value; the k-th
@@ -115,13 +100,27 @@ def _pair_exact(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     def W(name):
         return trace.at(Wt, name)[done]
 
-    cols = [np.concatenate([trace.at(N, "rank"), W("arg0")]), np.concatenate([trace.at(N, "arg0"), W("rank")]),
-            np.concatenate([trace.at(N, "arg2"), W("arg2")]), np.concatenate([trace.at(N, "arg1"), W("arg4")])]
-    k = _ranged_key(cols)
-    if k is None:
-        k, _ = group_index(*cols)
-    del cols
-    kn, kw = k[: ni.size], k[ni.size :]
+    # (producer, consumer, flag, value) packed into one int64 per notify and per wait, each
+    # column offset by its smallest value over both (mixed radix)
+    sides = [(trace.at(N, "rank"), W("arg0")), (trace.at(N, "arg0"), W("rank")), (trace.at(N, "arg2"), W("arg2")),
+             (trace.at(N, "arg1"), W("arg4"))]
+    kn, kw = np.zeros(ni.size, np.int64), np.zeros(wi.size, np.int64)
+    total = 1
+    for a, b in sides:
+        lo = min(int(a.min()), int(b.min()))
+        size = max(int(a.max()), int(b.max())) - lo + 1
+        total *= size
+        if total >= 1 << 62:  # too wide to pack: dense codes of the key rows instead
+            k, _ = group_index(*(np.concatenate([a, b]) for a, b in sides))
+            kn, kw = k[: ni.size], k[ni.size :]
+            break
+        kn *= size
+        kn += a
+        kn -= lo
+        kw *= size
+        kw += b
+        kw -= lo
+    del sides
     on = lexorder(kn, trace.at(N, "start_ns"))
     ow = lexorder(kw, W("end_ns"))
     kn_s, kw_s = kn[on], kw[ow]
@@ -255,7 +254,10 @@ def waits(trace: Trace) -> np.ndarray:
     del nr0
     t = fill_table(np.zeros(rows.size, WAIT_DTYPE), cols)
     # the numeric columns stay at hand, contiguous, for the analyses that read the table
-    trace._cache[("waits_cols",)] = (t, {k: v for k, v in cols.items() if v.dtype != object})
+    keep = ("row", "rank", "launch", "program", "peer", "end_ns", "wait_ns", "timed_out", "notify_row", "producer_late_ns",
+            "signal_latency_ns")
+    trace._cache[("waits_cols",)] = (t, {k: cols[k] for k in keep})
+    del cols
     trace._cache[key] = t
     return t
 
@@ -577,7 +579,8 @@ def _straggler_table(trace: Trace, nl: dict, paired: dict, producer: np.ndarray,
     # what the producer ran just before its notifies: the most frequent preceding region
     before_row = nl["before_row"]
     has = before_row >= 0
-    reg_ids = np.where(has, trace.column("region")[np.maximum(before_row, 0)], -1).astype(np.int64)
+    # int64 first: a uint32 column beside -1 wraps to 4294967295 (NumPy < 2.5) or raises (2.5)
+    reg_ids = np.where(has, trace.column("region")[np.maximum(before_row, 0)].astype(np.int64), -1)
     rcode, runiq = dense_codes(reg_ids)
     R = runiq.size
     cnt = np.bincount(inv * R + rcode, minlength=g * R).reshape(g, R).astype(np.float64)
