@@ -90,3 +90,17 @@ def test_bad_files_give_clear_errors(tmp_path):
         read_capture(rewrite("meta.ktrace", edit_meta=lambda m: m.pop("world_size")))
     with pytest.raises(CaptureError, match="not a ktrace capture file"):
         capture_from_bytes(b"nope")
+
+
+@pytest.mark.parametrize("compress", [False, True, "deflate", "lzma"])
+def test_every_compression_reads_back_the_same(tmp_path, compress):
+    c, _ = constructed_capture(world_size=2, programs=2, iters=2, seed=5)
+    p = write_capture(tmp_path / "c.ktrace", c, compress=compress)
+    back = read_capture(p)
+    assert np.array_equal(back.events(), c.events())
+
+
+def test_unknown_compression_is_refused(tmp_path):
+    c, _ = constructed_capture(world_size=1, programs=1, iters=1, seed=5)
+    with pytest.raises(ValueError, match="compress must be"):
+        write_capture(tmp_path / "c.ktrace", c, compress="zstd")
