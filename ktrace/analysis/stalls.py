@@ -157,20 +157,28 @@ def release_pairs(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     cmpc = trace.at(EventKind.WAIT, "arg5")
     notify_of = np.full(trace.events.shape[0], -1, np.int64)  # per event row: its releasing notify
     notify_of[w_rows] = n_rows
-    left = waits[(notify_of[waits] < 0) & ~is_timeout(trace.at(EventKind.WAIT, "flags"))
-                 & ((cmpc == int(Cmp.GE)) | (cmpc == int(Cmp.GT)))]
+    left_m = ((notify_of[waits] < 0) & ~is_timeout(trace.at(EventKind.WAIT, "flags"))
+              & ((cmpc == int(Cmp.GE)) | (cmpc == int(Cmp.GT))))
+    left = waits[left_m]
+
+    def N(name):
+        return trace.at(EventKind.NOTIFY, name)
+
+    def L(name):
+        return trace.at(EventKind.WAIT, name)[left_m]
+
     nots = trace.rows_of(EventKind.NOTIFY)
     if left.size and nots.size:
         # groups: (producer, consumer, flag, launch)
-        kn = np.stack([ev["rank"][nots], ev["arg0"][nots], ev["arg2"][nots], ev["launch"][nots]], axis=1).astype(np.int64)
-        kw = np.stack([ev["arg0"][left], ev["rank"][left], ev["arg2"][left], ev["launch"][left]], axis=1).astype(np.int64)
+        kn = np.stack([N("rank"), N("arg0"), N("arg2"), N("launch")], axis=1).astype(np.int64)
+        kw = np.stack([L("arg0"), L("rank"), L("arg2"), L("launch")], axis=1).astype(np.int64)
         both = np.concatenate([kn, kw])
         inv, allk = group_index(*(both[:, i] for i in range(4)))
         gn, gw = inv[: nots.size], inv[nots.size :]
-        ns = ev["start_ns"][nots]
+        ns = N("start_ns")
         o = np.lexsort((ns, gn))
         nots_o, gn_o = nots[o], gn[o]
-        val = ev["arg1"][nots_o].astype(np.int64)
+        val = N("arg1")[o].astype(np.int64)
         counts = np.bincount(gn_o, minlength=allk.shape[0])
         lo = np.concatenate([[0], np.cumsum(counts)[:-1]])
         hi = lo + counts
@@ -178,8 +186,8 @@ def release_pairs(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
         half = np.int64(1) << 33
         cs = np.cumsum(val)
         cs_in = cs - np.repeat(cs[lo[counts > 0]] - val[lo[counts > 0]], counts[counts > 0])
-        expected = ev["arg4"][left].astype(np.int64)
-        gt = ev["arg5"][left] == int(Cmp.GT)
+        expected = L("arg4").astype(np.int64)
+        gt = L("arg5") == int(Cmp.GT)
         need = expected + gt  # the value that satisfies ">= need"
 
         def first_reaching(v: np.ndarray) -> np.ndarray:

@@ -125,18 +125,43 @@ class Trace:
         ev = self.events
         names = [n for n in names if ("col", n) not in self._cache]
         cols = {n: np.empty(ev.shape[0], ev.dtype[n]) for n in names}
+        # the argument columns only where they mean something (waits, notifies)
+        have = ev.dtype.names or ()
+        at_names = [n for n in _COPIED_AT[0] if n in have] if "kind" in names else []
+        kinds = [int(k) for k in _COPIED_AT[1]]
+        kind_col = cols.get("kind")
+        at = {}
+        if at_names:
+            counts = np.bincount(np.asarray(ev["kind"]), minlength=256)
+            at = {(k, n): np.empty(int(counts[k]), ev.dtype[n]) for k in kinds for n in at_names}
+        filled = dict.fromkeys(kinds, 0)
         for a in range(0, ev.shape[0], _BLOCK):
             part = ev[a : a + _BLOCK]
             for n in names:
                 cols[n][a : a + _BLOCK] = part[n]
+            if at:
+                kb = kind_col[a : a + _BLOCK]
+                for k in kinds:
+                    m = kb == k
+                    c = int(np.count_nonzero(m))
+                    if c:
+                        f = filled[k]
+                        for n in at_names:
+                            at[(k, n)][f : f + c] = part[n][m]
+                        filled[k] = f + c
         for n in names:
             self._cache[("col", n)] = cols[n]
+        for (k, n), c in at.items():
+            self._cache[("at", k, n)] = c
 
     def at(self, kind: EventKind, name: str) -> np.ndarray:
         """One column at the rows of one event kind (cached; gathered without copying the
         whole column when it is not cached already)."""
         key = ("at", int(kind), name)
         c = self._cache.get(key)
+        if c is None and name in _COPIED_AT[0] and kind in _COPIED_AT[1] and ("col", name) not in self._cache:
+            self.column("kind")  # copies these too
+            c = self._cache.get(key)
         if c is None:
             c = self._cache[key] = self.column(name)[self.rows_of(kind)]
         return c
@@ -166,8 +191,9 @@ class Trace:
 
 
 #: Columns copied out of the event table together (see :meth:`Trace.column`).
-_COPIED = ("rank", "launch", "program", "kind", "flags", "region", "hw", "start_ns", "end_ns",
-           "arg0", "arg1", "arg2", "arg3", "arg4", "arg5")
+_COPIED = ("rank", "launch", "program", "kind", "flags", "region", "hw", "start_ns", "end_ns")
+#: Columns copied at the same time only at the rows of these kinds (see :meth:`Trace.at`).
+_COPIED_AT = (("arg0", "arg1", "arg2", "arg3", "arg4", "arg5"), (EventKind.WAIT, EventKind.NOTIFY))
 #: Rows per block when copying columns out of (or into) a structured table: a block of the
 #: table stays in cache while each column is copied.
 _BLOCK = 1 << 16
