@@ -57,7 +57,9 @@ def main() -> int:
     print(f"{what}: {table.size:,} events; {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"numpy {np.__version__}")
     times, cpus = [], []
+    rep = None
     for _ in range(args.repeat):
+        rep = None  # the previous run's tables are freed before the next run
         t0, c0 = time.perf_counter(), time.process_time()
         tr = Trace(events=table, regions=regions)
         rep = build_report(tr, ReportConfig())

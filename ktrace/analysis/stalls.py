@@ -26,6 +26,7 @@ import numpy as np
 
 from ..schema import EventKind
 from ..shmem.codes import Cmp
+from . import trace as _trace
 from .trace import (
     AnalysisError,
     Trace,
@@ -502,7 +503,7 @@ def _notify_lateness(trace: Trace, w: np.ndarray | None = None) -> tuple[np.ndar
 def _order_desc(x: np.ndarray) -> np.ndarray:
     """``np.argsort(-x, kind="stable")`` for float64 ``x`` (one packed integer sort when x holds whole numbers)."""
     x = np.asarray(x, np.float64)
-    if x.size >= 65536 and np.isfinite(x).all():
+    if x.size >= _trace.LARGE and np.isfinite(x).all():
         hi = float(x.max())
         if hi - float(x.min()) < 2**52:
             ix = x.astype(np.int64)

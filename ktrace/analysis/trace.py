@@ -81,11 +81,15 @@ class Trace:
                 f"event table lacks columns {missing}: analyses need an aligned table (ktrace.clock.aligned_events)"
             )
         ev = self.events
-        if ev.size and not _is_sorted(ev):
-            order = np.lexsort((ev["slot"], ev["program"], ev["launch"], ev["rank"]))
-            self.events = ev = ev[order]
+        if ev.size:
+            # the columns are copied out once (blocked); sortedness is checked on the copies
+            cols = [self.column(c) for c in ("rank", "launch", "program")]
+            if not _is_sorted(*cols, np.asarray(ev["slot"])):
+                order = np.lexsort((ev["slot"], ev["program"], ev["launch"], ev["rank"]))
+                self.events = ev = ev[order]
+                self._cache.clear()
         if self.wg is None:
-            self.wg, self.wg_keys = _workgroups(ev)
+            self.wg, self.wg_keys = _workgroups(self)
         if not self.world_size:
             self.world_size = int(ev["rank"].max()) + 1 if ev.size else 0
 
@@ -211,8 +215,8 @@ def fill_table(out: np.ndarray, columns: dict) -> np.ndarray:
     return out
 
 
-def _is_sorted(ev: np.ndarray) -> bool:
-    dr, dl, dp, ds = (np.diff(np.asarray(ev[c], np.int64)) for c in ("rank", "launch", "program", "slot"))
+def _is_sorted(rank: np.ndarray, launch: np.ndarray, program: np.ndarray, slot: np.ndarray) -> bool:
+    dr, dl, dp, ds = (np.diff(np.asarray(c, np.int64)) for c in (rank, launch, program, slot))
     if (dr < 0).any():
         return False
     up_r = dr > 0
@@ -224,19 +228,19 @@ def _is_sorted(ev: np.ndarray) -> bool:
     return not (~up_l & (dp == 0) & (ds <= 0)).any()
 
 
-def _workgroups(ev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _workgroups(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """Dense workgroup ids of a sorted table and each workgroup's (rank, launch, program)."""
-    n = ev.shape[0]
+    n = trace.events.shape[0]
     if n == 0:
         return np.zeros(0, np.int64), np.zeros((0, 3), np.int64)
-    r, l, p = (np.asarray(ev[c], np.int64) for c in ("rank", "launch", "program"))
+    r, l, p = (trace.column(c) for c in ("rank", "launch", "program"))
     new = np.empty(n, bool)
     new[0] = True
     new[1:] = (r[1:] != r[:-1]) | (l[1:] != l[:-1]) | (p[1:] != p[:-1])
-    wg = np.cumsum(new) - 1
+    wg = np.cumsum(new, dtype=np.int64) - 1
     first = np.flatnonzero(new)
-    keys = np.stack([r[first], l[first], p[first]], axis=1)
-    return wg.astype(np.int64), keys
+    keys = np.stack([r[first], l[first], p[first]], axis=1).astype(np.int64)
+    return wg, keys
 
 
 def prepare(source, *, regions: dict[int, str] | None = None, name: str = "") -> Trace:
@@ -289,6 +293,9 @@ def prepare(source, *, regions: dict[int, str] | None = None, name: str = "") ->
 #: Composite integer keys (several columns packed into one int64, mixed radix) are used while
 #: the product of the columns' ranges stays below this; wider keys take the slower general path.
 KEY_LIMIT = 1 << 62
+#: Arrays at least this long take the paths that pay off only on large inputs (packed sorts,
+#: selection instead of sorting); shorter ones the plain numpy call. Both give the same answer.
+LARGE = 1 << 16
 
 
 def dense_codes(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -334,7 +341,7 @@ def argsort_stable(k: np.ndarray) -> np.ndarray:
     """
     k = np.asarray(k)
     n = k.size
-    if n < 65536 or k.dtype.kind not in "iu":
+    if n < LARGE or k.dtype.kind not in "iu":
         return np.argsort(k, kind="stable")
     k = k.astype(np.int64, copy=False)
     if np.count_nonzero(k[1:] < k[:-1]) < n // 64:
@@ -458,7 +465,7 @@ def group_max(inv: np.ndarray, values: np.ndarray, n_groups: int, fill=np.nan) -
 def _group_reduce_at(ufunc, out: np.ndarray, inv: np.ndarray, values: np.ndarray) -> None:
     """``ufunc.at(out, inv, values)``; groups of one value are assigned directly (the common case
     of one wait per notify), the rest go through ``ufunc.at``."""
-    if inv.size < 65536:
+    if inv.size < LARGE:
         ufunc.at(out, inv, values)
         return
     single = np.bincount(inv, minlength=out.size)[inv] == 1
@@ -488,6 +495,16 @@ def group_median_max(inv: np.ndarray, values: np.ndarray, n_groups: int) -> tupl
     if values.size == 0:
         return out, mx
     v = None
+    if n_groups <= 16 and values.size >= LARGE and not np.isnan(values).any():
+        # few groups (per rank): order statistics by selection, one pass per group
+        for gi in range(n_groups):
+            x = values[inv == gi]
+            if x.size:
+                lo_i, hi_i = (x.size - 1) // 2, x.size // 2
+                part = np.partition(x, [lo_i, hi_i, x.size - 1])
+                out[gi] = 0.5 * (part[lo_i] + part[hi_i])
+                mx[gi] = part[-1]
+        return out, mx
     if np.isfinite(values).all():
         lo, hi = float(values.min()), float(values.max())
         size = hi - lo + 1

@@ -36,17 +36,20 @@ def test_same_results_as_recorded(case):
     assert got["findings"] == want["findings"]
 
 
-@pytest.fixture(params=["small-blocks", "narrow-keys"])
+@pytest.fixture(params=["small-blocks", "narrow-keys", "large-paths"])
 def general_paths(request, monkeypatch):
     """The code paths that large or unusual captures take, forced on the small cases: blocks of a
-    few workgroups (span lookups, leaf spans), and integer keys too narrow to pack (the sorts
-    and searches fall back to row-wise ones)."""
+    few workgroups (span lookups, leaf spans), integer keys too narrow to pack (the sorts and
+    searches fall back to row-wise ones), and the paths taken only by long arrays (packed sorts,
+    selection for few groups)."""
     from ktrace.analysis import trace as T
 
     if request.param == "small-blocks":
         monkeypatch.setattr(T, "BLOCK_EVENTS", 40)
-    else:
+    elif request.param == "narrow-keys":
         monkeypatch.setattr(T, "KEY_LIMIT", 1 << 8)
+    else:
+        monkeypatch.setattr(T, "LARGE", 0)
     return request.param
 
 
@@ -57,3 +60,17 @@ def test_general_paths_give_the_same_results(general_paths):
         for tname, t in want["tables"].items():
             assert got[case]["tables"][tname] == t, f"{general_paths}: {case}: table {tname!r} changed"
         assert got[case]["findings"] == want["findings"], f"{general_paths}: {case}"
+
+
+def test_unsorted_table_gives_the_same_results():
+    """A table handed over in another row order is sorted first: the same report as the sorted one."""
+    import numpy as np
+
+    from ktrace.analysis import build_report
+
+    src = make_golden.cases()["jitter"]
+    shuffled = src.events[np.random.default_rng(3).permutation(src.events.size)]
+    rep = build_report(make_golden._trace(shuffled, 4))
+    for tname, t in _GOLDEN["jitter"]["tables"].items():
+        rows = make_golden._full(rep.tables[tname])
+        assert {"rows": len(rows), "sha256": make_golden._digest(rows)} == t, tname
