@@ -50,7 +50,6 @@ def main() -> int:
     p.add_argument("--capture", help="replicate this real capture's events instead of the constructed kernel")
     p.add_argument("--repeat", type=int, default=1, help="timed repetitions (the median is reported)")
     p.add_argument("--from-capture", action="store_true", help="also time decode + align + analyse from event buffers")
-    p.add_argument("--steps", action="store_true", help="with --from-capture: also time decode + align alone")
     args = p.parse_args()
 
     table, regions, what = _table(args)
@@ -72,27 +71,27 @@ def main() -> int:
     for f in rep.findings[:3]:
         print("   ", f.text[:160])
     if args.from_capture:
+        n_events = table.size
         cap = S.to_capture(table, regions=regions)
-        times, cpus = [], []
+        del table  # only the capture's event buffers stay, as in `ktrace report CAPTURE`
+        times, cpus, split = [], [], []
         for _ in range(args.repeat):
+            rep = None
             for rc in cap.ranks.values():
                 for ln in rc.launches:
                     ln._decoded.clear()
             t0, c0 = time.perf_counter(), time.process_time()
-            rep = build_report(cap, ReportConfig())
+            trace = prepare(cap)
+            t1 = time.perf_counter()
+            rep = build_report(trace, ReportConfig())
             times.append(time.perf_counter() - t0)
             cpus.append(time.process_time() - c0)
+            split.append(t1 - t0)
+            del trace
         print(f"report from event buffers (decode + align + analyse): median {np.median(times):.2f} s "
-              f"({table.size / np.median(times) / 1e6:.2f} M events/s; process CPU {np.median(cpus):.2f} s)")
-        if args.steps:
-            from ktrace.analysis.trace import _align
-
-            for rc in cap.ranks.values():
-                for ln in rc.launches:
-                    ln._decoded.clear()
-            t0 = time.perf_counter()
-            _align(cap)
-            print(f"   of which decode + align (ktrace.clock.aligned_events): {time.perf_counter() - t0:.2f} s")
+              f"({n_events / np.median(times) / 1e6:.2f} M events/s; process CPU {np.median(cpus):.2f} s; of which "
+              f"decode + align + sort check {np.median(split):.2f} s); peak RSS "
+              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     return 0
 
 

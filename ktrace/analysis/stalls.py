@@ -263,8 +263,8 @@ def waits(trace: Trace) -> np.ndarray:
     del nr0
     t = fill_table(np.zeros(rows.size, WAIT_DTYPE), cols)
     # the numeric columns stay at hand, contiguous, for the analyses that read the table
-    keep = ("row", "rank", "launch", "program", "peer", "end_ns", "wait_ns", "timed_out", "notify_row", "producer_late_ns",
-            "signal_latency_ns")
+    keep = ("row", "rank", "launch", "program", "peer", "end_ns", "wait_ns", "timed_out", "notify_row",
+            "producer_late_ns", "signal_latency_ns")
     trace._cache[("waits_cols",)] = (t, {k: cols[k] for k in keep})
     del cols
     trace._cache[key] = t
@@ -494,8 +494,11 @@ def _notify_lateness(trace: Trace, w: np.ndarray | None = None) -> tuple[np.ndar
     out = fill_table(np.zeros(g, NOTIFY_LATENESS_DTYPE), cols)
     rank_of = np.empty(g, np.int64)
     rank_of[order] = np.arange(g)
+    kept = {k: cols[k] for k in ("row", "rank", "launch", "program", "n_waits", "cost_ns", "late_ns", "start_ns",
+                                 "before_row", "before_ns")}  # what stragglers() reads
+    del cols
     extra = {"pos": rank_of[inv], "rank": _wcol(trace, w, "rank")[paired], "row": _wcol(trace, w, "row")[paired],
-             "late": late, "cols": cols}
+             "late": late, "cols": kept}
     res = trace._cache[key] = (out, extra)
     return res
 

@@ -237,7 +237,9 @@ def critical_path(trace: Trace, launch: int | None = None, *, min_late_ns: int =
     """
     w = _waits(trace)
     # the blocking waits as plain columns (no copy of the waits table), by workgroup and end
-    sel = np.flatnonzero((_wcol(trace, w, "notify_row") >= 0) & (np.nan_to_num(_wcol(trace, w, "producer_late_ns")) > min_late_ns))
+    late = np.nan_to_num(_wcol(trace, w, "producer_late_ns"))
+    sel = np.flatnonzero((_wcol(trace, w, "notify_row") >= 0) & (late > min_late_ns))
+    del late
     b_row, b_end, b_nr = _wcol(trace, w, "row")[sel], _wcol(trace, w, "end_ns")[sel], _wcol(trace, w, "notify_row")[sel]
     bw = trace.wg[b_row]
     o = lexorder(bw, b_end)

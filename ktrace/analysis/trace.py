@@ -8,6 +8,14 @@ one function.
 
 Also here: the small vectorised helpers the analyses share (group keys, group-by sums, interval
 unions). Nothing in this package loops over events in Python.
+
+Speed (10 M events in a few seconds on two cores): several integer columns are packed into one
+int64 key (mixed radix) wherever their ranges allow, so that a row-wise ``lexsort`` or
+``unique(axis=0)`` becomes one 1-D sort, which is close to linear on a capture's nearly sorted
+rows (:func:`lexorder`, :func:`dense_codes`, :func:`argsort_stable`); the columns are copied out
+of the event table in one blocked pass; lookups that stay within a workgroup run on blocks of
+whole workgroups so that their temporaries stay small. Each fast path has a general one (keys
+too wide to pack, short arrays) that gives the same answer; the tests check both.
 """
 
 from __future__ import annotations
@@ -322,7 +330,8 @@ def dense_codes(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             codes = np.searchsorted(u, off)
         else:
             codes = (np.cumsum(present, dtype=np.int64) - 1)[off]
-        return codes.astype(np.int64, copy=False), (u + lo).astype(np.result_type(x.dtype, np.int64) if x.dtype.kind == "i" else x.dtype)
+        u_dtype = np.result_type(x.dtype, np.int64) if x.dtype.kind == "i" else x.dtype
+        return codes.astype(np.int64, copy=False), (u + lo).astype(u_dtype)
     if (x[1:] >= x[:-1]).all():
         new = np.empty(x.size, bool)
         new[0] = True

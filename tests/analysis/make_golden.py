@@ -91,7 +91,8 @@ def cases() -> dict[str, object]:
         "launches-late": _trace(S.replicate(late, 3), 4),
         "launches-skewed": _trace(S.replicate(skew, 2), 4),
         "jitter": _trace(_jitter(S.replicate(late, 2), seed=1, ns=3_000), 4),
-        "jitter-wide": _trace(_jitter(S.build(S.Scenario(iters=3, work=_HEAVY, late_rank=0, late_ns=5_000)), seed=2, ns=20_000), 4),
+        "jitter-wide": _trace(_jitter(S.build(S.Scenario(iters=3, work=_HEAVY, late_rank=0, late_ns=5_000)), seed=2,
+                                      ns=20_000), 4),
         "counter": _trace(_counter_flags(S.replicate(late, 2)), 4),
         "low-expected": _trace(_low_expected(S.replicate(skew, 2)), 4),
         "capture-file": S.to_capture(S.build(S.Scenario(iters=1, late_rank=3, late_ns=20_000))),
@@ -127,7 +128,8 @@ def results(dump: Path | None = None) -> dict:
     d = build_diff(cs["launches-late"], cs["launches-skewed"])
     dj = diff_json(d, max_rows=10**9)
     out["diff"] = {"summary": dj["summary"], "findings": dj["findings"],
-                   "tables": {k: {"rows": v["rows_total"], "sha256": _digest(v["rows"])} for k, v in dj["tables"].items()}}
+                   "tables": {k: {"rows": v["rows_total"], "sha256": _digest(v["rows"])}
+                              for k, v in dj["tables"].items()}}
     return out
 
 

@@ -30,7 +30,8 @@ def test_same_results_as_recorded(case):
     want, got = _GOLDEN[case], _now()[case]
     assert got["summary"] == want["summary"]
     for tname, t in want["tables"].items():
-        assert got["tables"][tname] == t, f"{case}: table {tname!r} changed (python tests/analysis/make_golden.py --dump DIR to see it)"
+        assert got["tables"][tname] == t, (
+            f"{case}: table {tname!r} changed (python tests/analysis/make_golden.py --dump DIR to see it)")
     assert sorted(got["tables"]) == sorted(want["tables"])
     assert [f["text"] for f in got["findings"]] == [f["text"] for f in want["findings"]]
     assert got["findings"] == want["findings"]
