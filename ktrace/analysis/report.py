@@ -38,6 +38,8 @@ class ReportConfig:
             this and beyond the other producers' by at least this.
         max_rows: rows of each table kept in the JSON/HTML output (the biggest first).
         trace_url: where the trace of this capture is served, for Perfetto links (optional).
+        workers: threads that compute independent analyses at once (1: one after another;
+            the results are the same).
     """
 
     load: load.LoadConfig = field(default_factory=load.LoadConfig)
@@ -45,8 +47,11 @@ class ReportConfig:
     min_late_ns: float = 1_000.0
     max_rows: int = 200
     trace_url: str | None = None
+    workers: int = 2
 
     def __post_init__(self):
+        if self.workers not in (1, 2):
+            raise ValueError(f"ReportConfig.workers must be 1 or 2, got {self.workers}")
         if not self.min_late_ns >= 0:
             raise ValueError(f"ReportConfig.min_late_ns must be >= 0, got {self.min_late_ns}")
         if self.max_rows < 1:
@@ -413,18 +418,34 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
     trace = prepare(source)
     step("waits")
     w = stalls.waits(trace)
-    tot_rank = stalls.stall_totals(trace, "rank", w)
-    tot_peer = stalls.stall_totals(trace, "peer", w)
-    tot_wg = stalls.stall_totals(trace, "workgroup", w)
-    step("stragglers")
-    by_rank, by_wg = stalls.stragglers(trace, w)
-    nl = stalls.notify_lateness(trace, w)
-    step("load")
-    wg = load.workgroups(trace, config.load)
-    imb = load.imbalance(trace, wg)
-    sm = load.per_sm(trace, wg)
+
+    def stall_part():
+        tot = [stalls.stall_totals(trace, by, w) for by in ("rank", "peer", "workgroup")]
+        return (*tot, *stalls.stragglers(trace, w), stalls.notify_lateness(trace, w))
+
+    def load_part():
+        wg = load.workgroups(trace, config.load)
+        return wg, load.imbalance(trace, wg), load.per_sm(trace, wg), overlap.overlap(trace, config.classes)
+
+    # the stall tables and the load/overlap tables do not depend on each other: with two
+    # workers they are computed at once (numpy releases the GIL in its loops)
+    if config.workers > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            f_stall = pool.submit(stall_part)
+            step("stragglers")
+            load_res = load_part()
+            step("load")
+            stall_res = f_stall.result()
+    else:
+        stall_res = stall_part()
+        step("stragglers")
+        load_res = load_part()
+        step("load")
+    tot_rank, tot_peer, tot_wg, by_rank, by_wg, nl = stall_res
+    wg, imb, sm, ov = load_res
     step("overlap")
-    ov = overlap.overlap(trace, config.classes)
     lt = overlap.launch_timing(trace)
     step("critical path")
     path = overlap.critical_path(trace)

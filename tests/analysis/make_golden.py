@@ -111,12 +111,12 @@ def _full(t: np.ndarray) -> list:
     return _jsonable(table_to_records(t))
 
 
-def results(dump: Path | None = None) -> dict:
+def results(dump: Path | None = None, config: ReportConfig | None = None) -> dict:
     """Every case's report (digests of full tables, findings, summary) and one diff."""
     out: dict = {}
     cs = cases()
     for name, src in cs.items():
-        rep = build_report(src, ReportConfig())
+        rep = build_report(src, config or ReportConfig())
         js = report_json(rep)
         tables = {}
         for tname, t in rep.tables.items():

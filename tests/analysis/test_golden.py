@@ -75,3 +75,13 @@ def test_unsorted_table_gives_the_same_results():
     for tname, t in _GOLDEN["jitter"]["tables"].items():
         rows = make_golden._full(rep.tables[tname])
         assert {"rows": len(rows), "sha256": make_golden._digest(rows)} == t, tname
+
+
+def test_one_worker_gives_the_same_results():
+    """The analyses run one after another (``workers=1``) give what two threads give."""
+    from ktrace.analysis import ReportConfig
+
+    got = make_golden.results(config=ReportConfig(workers=1))
+    for case, want in _GOLDEN.items():
+        assert got[case]["tables"] == want["tables"], case
+        assert got[case]["findings"] == want["findings"], case
