@@ -66,6 +66,7 @@ def main() -> int:
         cpus.append(time.process_time() - c0)
         del tr
     print(f"report from the aligned table: median {np.median(times):.2f} s over {len(times)} run(s) "
+          f"[{', '.join(f'{t:.2f}' for t in times)}] "
           f"({table.size / np.median(times) / 1e6:.2f} M events/s; process CPU {np.median(cpus):.2f} s, peak RSS "
           f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB); {len(rep.findings)} findings")
     for f in rep.findings[:3]:
@@ -89,6 +90,7 @@ def main() -> int:
             split.append(t1 - t0)
             del trace
         print(f"report from event buffers (decode + align + analyse): median {np.median(times):.2f} s "
+              f"[{', '.join(f'{t:.2f}' for t in times)}] "
               f"({n_events / np.median(times) / 1e6:.2f} M events/s; process CPU {np.median(cpus):.2f} s; of which "
               f"decode + align + sort check {np.median(split):.2f} s); peak RSS "
               f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")

@@ -425,7 +425,9 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
 
     def load_part():
         wg = load.workgroups(trace, config.load)
-        return wg, load.imbalance(trace, wg), load.per_sm(trace, wg), overlap.overlap(trace, config.classes)
+        path = overlap.critical_path(trace)
+        return (wg, load.imbalance(trace, wg), load.per_sm(trace, wg), overlap.overlap(trace, config.classes), path,
+                overlap.critical_path_summary(path))
 
     # the stall tables and the load/overlap tables do not depend on each other: with two
     # workers they are computed at once (numpy releases the GIL in its loops)
@@ -444,12 +446,10 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
         load_res = load_part()
         step("load")
     tot_rank, tot_peer, tot_wg, by_rank, by_wg, nl = stall_res
-    wg, imb, sm, ov = load_res
+    wg, imb, sm, ov, path, path_sum = load_res
     step("overlap")
     lt = overlap.launch_timing(trace)
     step("critical path")
-    path = overlap.critical_path(trace)
-    path_sum = overlap.critical_path_summary(path)
     step("hangs")
     to = hangs.timeouts(trace)
     missing = hangs.missing_notifies(trace, to)

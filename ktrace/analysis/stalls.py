@@ -220,6 +220,9 @@ def release_pairs(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 def waits(trace: Trace) -> np.ndarray:
     """Every wait with where it ran, what it waited for, how long, and what released it.
 
+    The pairing with notifies (:func:`release_pairs`) runs in a second thread while the
+    enclosing spans are found.
+
     Returns:
         A table of ``WAIT_DTYPE``, one row per WAIT event, in event order.
     """
@@ -232,16 +235,22 @@ def waits(trace: Trace) -> np.ndarray:
         return trace.at(EventKind.WAIT, name)
 
     rows = trace.rows_of(EventKind.WAIT)
-    enc = enclosing_span(trace, rows)
-    reg = np.full(rows.size, "", dtype=object)
-    has = enc >= 0
-    reg[has] = trace.names_of(C("region")[enc[has]])
-    del enc
+    trace.column("start_ns")  # (columns copied before two threads read them)
+    # the enclosing spans and the pairing are independent: the pairing runs in a second thread
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        f_pairs = pool.submit(release_pairs, trace)
+        enc = enclosing_span(trace, rows)
+        reg = np.full(rows.size, "", dtype=object)
+        has = enc >= 0
+        reg[has] = trace.names_of(C("region")[enc[has]])
+        del enc
+        n_rows, w_rows = f_pairs.result()
     s = A("start_ns")
     e = A("end_ns")
     dur = np.maximum(e - s, 0)
     to = is_timeout(A("flags"))
-    n_rows, w_rows = release_pairs(trace)
     pos = np.searchsorted(rows, w_rows)  # both sorted
     nr = np.full(rows.size, -1, np.int64)
     nr[pos] = n_rows
