@@ -50,6 +50,8 @@ def main() -> int:
     p.add_argument("--capture", help="replicate this real capture's events instead of the constructed kernel")
     p.add_argument("--repeat", type=int, default=1, help="timed repetitions (the median is reported)")
     p.add_argument("--from-capture", action="store_true", help="also time decode + align + analyse from event buffers")
+    p.add_argument("--only-capture", action="store_true",
+                   help="with --from-capture: skip the aligned-table runs (a process that starts from the capture)")
     args = p.parse_args()
 
     table, regions, what = _table(args)
@@ -57,7 +59,7 @@ def main() -> int:
           f"numpy {np.__version__}")
     times, cpus = [], []
     rep = None
-    for _ in range(args.repeat):
+    for _ in range(0 if args.only_capture else args.repeat):
         rep = None  # the previous run's tables are freed before the next run
         t0, c0 = time.perf_counter(), time.process_time()
         tr = Trace(events=table, regions=regions)
@@ -65,12 +67,13 @@ def main() -> int:
         times.append(time.perf_counter() - t0)
         cpus.append(time.process_time() - c0)
         del tr
-    print(f"report from the aligned table: median {np.median(times):.2f} s over {len(times)} run(s) "
-          f"[{', '.join(f'{t:.2f}' for t in times)}] "
-          f"({table.size / np.median(times) / 1e6:.2f} M events/s; process CPU {np.median(cpus):.2f} s, peak RSS "
-          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB); {len(rep.findings)} findings")
-    for f in rep.findings[:3]:
-        print("   ", f.text[:160])
+    if times:
+        print(f"report from the aligned table: median {np.median(times):.2f} s over {len(times)} run(s) "
+              f"[{', '.join(f'{t:.2f}' for t in times)}] "
+              f"({table.size / np.median(times) / 1e6:.2f} M events/s; process CPU {np.median(cpus):.2f} s, peak RSS "
+              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB); {len(rep.findings)} findings")
+        for f in rep.findings[:3]:
+            print("   ", f.text[:160])
     if args.from_capture:
         n_events = table.size
         cap = S.to_capture(table, regions=regions)

@@ -298,14 +298,12 @@ def kernel_time(trace: Trace) -> np.ndarray:
     if key in trace._cache:
         return trace._cache[key]
     s, e = trace.column("start_ns"), trace.column("end_ns")
-    r, l = trace.column("rank").astype(np.int64), trace.column("launch").astype(np.int64)
     out = np.zeros(0, [("rank", "<i4"), ("launch", "<i4"), ("start_ns", "<i8"), ("end_ns", "<i8"), ("kernel_ns", "<i8")])
     if s.size:
         # the table is sorted by rank, launch: contiguous groups
-        new = np.r_[True, (r[1:] != r[:-1]) | (l[1:] != l[:-1])]
-        first = np.flatnonzero(new)
+        first, r_first, l_first = _trace.rank_launch_starts(trace)
         out = np.zeros(first.size, out.dtype)
-        out["rank"], out["launch"] = r[first], l[first]
+        out["rank"], out["launch"] = r_first, l_first
         out["start_ns"] = np.minimum.reduceat(s, first)
         out["end_ns"] = np.maximum.reduceat(e, first)
         out["kernel_ns"] = out["end_ns"] - out["start_ns"]

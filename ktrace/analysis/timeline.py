@@ -155,12 +155,10 @@ def overlap(trace: Trace, classes: RegionClasses = RegionClasses()) -> np.ndarra
         A table of ``OVERLAP_DTYPE``.
     """
     cls = event_class(trace, classes)
-    r, l = trace.column("rank").astype(np.int64), trace.column("launch").astype(np.int64)
     s, e, kind = trace.column("start_ns"), trace.column("end_ns"), trace.column("kind")
     if s.size == 0:
         return np.zeros(0, OVERLAP_DTYPE)
-    new = np.r_[True, (r[1:] != r[:-1]) | (l[1:] != l[:-1])]
-    first = np.flatnonzero(new)
+    first, r, l = _trace.rank_launch_starts(trace)
     bounds = np.r_[first, s.size]
     out = np.zeros(first.size, OVERLAP_DTYPE)
     for i in range(first.size):  # one pass per (rank, launch): the table is grouped that way
@@ -172,7 +170,7 @@ def overlap(trace: Trace, classes: RegionClasses = RegionClasses()) -> np.ndarra
         cl = int((comm[1] - comm[0]).sum())
         hid = intersect_length(comm, comp)
         wl = int((wt[1] - wt[0]).sum())
-        out[i] = (r[a], l[a], int(ee.max() - ss.min()), cl, int((comp[1] - comp[0]).sum()), hid, cl - hid,
+        out[i] = (r[i], l[i], int(ee.max() - ss.min()), cl, int((comp[1] - comp[0]).sum()), hid, cl - hid,
                   hid / cl if cl else np.nan, wl, wl - intersect_length(wt, comp))
     return out
 

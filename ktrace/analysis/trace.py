@@ -590,12 +590,29 @@ def workgroup_blocks(trace: Trace, size: int | None = None) -> np.ndarray:
     size = BLOCK_EVENTS if size is None else size
     if n <= size:
         return np.array([0, n], np.int64)
-    first = trace._cache.get(("wg_first",))
-    if first is None:
-        first = trace._cache[("wg_first",)] = np.flatnonzero(np.r_[True, trace.wg[1:] != trace.wg[:-1]])
+    first = workgroup_starts(trace)
     at = np.searchsorted(first, np.arange(size, n, size))
     cuts = first[at[at < first.size]]
     return np.unique(np.concatenate([[0], cuts, [n]]))
+
+
+def workgroup_starts(trace: Trace) -> np.ndarray:
+    """The first row of each workgroup (cached)."""
+    first = trace._cache.get(("wg_first",))
+    if first is None:
+        first = trace._cache[("wg_first",)] = np.flatnonzero(np.r_[True, trace.wg[1:] != trace.wg[:-1]])
+    return first
+
+
+def rank_launch_starts(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(first rows, ranks, launches)`` of the (rank, launch) groups of rows, in table order
+    (from the workgroups: no pass over the rank and launch columns)."""
+    if trace.events.shape[0] == 0:
+        z = np.zeros(0, np.int64)
+        return z, z, z
+    k = trace.wg_keys
+    ch = np.r_[True, (k[1:, 0] != k[:-1, 0]) | (k[1:, 1] != k[:-1, 1])]
+    return workgroup_starts(trace)[ch], k[ch, 0], k[ch, 1]
 
 
 def _per_block(trace: Trace, rows: np.ndarray, fn) -> np.ndarray:
