@@ -10,6 +10,10 @@ every analysis and the findings), and, with ``--from-capture``, the same startin
     python benchmarks/analysis.py                    # 10 M events
     python benchmarks/analysis.py --events 2e6 --repeat 3
     python benchmarks/analysis.py --from-capture     # decode + align + analyse
+    python benchmarks/analysis.py --from-capture --only-capture   # a process that starts from the capture
+
+Every run's time is listed (a process's first run also pays for growing its memory), with the
+process CPU time (two threads run at once) and the peak RSS.
 """
 
 from __future__ import annotations
