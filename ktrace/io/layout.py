@@ -309,7 +309,7 @@ def plan_trace(capture, model: ClockModel | None = None, *, workers: int | None 
     raw_events = sum(int(ln.raw.nbytes) for _, ln in refs) // 32  # an upper bound: records are 32 bytes
     workers = _parallel.resolve_workers(workers, raw_events)
     launches: list[LaunchPlan] = []
-    wn_parts: dict[str, list] = {c: [] for c, _ in _WN_COLS}
+    wn_parts: list[dict] = []
     track_codes, counter_codes = [], []
     base = None
     n_events = 0
@@ -325,8 +325,7 @@ def plan_trace(capture, model: ClockModel | None = None, *, workers: int | None 
         launches.append(lp)
         track_codes.append(tcodes)
         counter_codes.append(ccodes)
-        for c, v in cols.items():
-            wn_parts[c].append(v)
+        wn_parts.append(cols)
     # launch groups: launches of one rank that overlap in time get separate track groups
     for r in capture.ranks:
         mine = sorted((lp for lp in launches if lp.rank == r and lp.n_events), key=lambda lp: lp.start_ns)
@@ -346,7 +345,7 @@ def plan_trace(capture, model: ClockModel | None = None, *, workers: int | None 
         rp = ranks[lp.rank]
         rp.note_tracks(lp.group, rp.tids(lp.group, tcodes >> 8, (tcodes & 0xFF).astype(np.uint8)))
         rp.note_counters(lp.group, ccodes)
-    n_flows = _plan_flows(launches, wn_parts)
+    n_flows = _plan_flows(launches, wn_parts, workers, sorted(capture.ranks))
     return TracePlan(
         model=model, launches=launches, ranks=ranks, base_ns=base or 0, n_events=n_events, n_flows=n_flows,
         partial=bool(capture.partial or capture.missing_ranks), missing_ranks=list(capture.missing_ranks),
@@ -354,25 +353,62 @@ def plan_trace(capture, model: ClockModel | None = None, *, workers: int | None 
     )
 
 
-def _plan_flows(launches: list[LaunchPlan], wn_parts: dict[str, list]) -> int:
-    """Pair notifies with waits (all launches at once) and hand each launch its flow ids."""
-    total = sum(v.size for v in wn_parts["li"])
+def _pair_rank(dst: int) -> tuple:
+    """Pairing task: the notify -> wait pairs whose wait is on rank ``dst``.
+
+    A wait on rank B can only be released by a notify addressed to B (``pair_notify_wait``
+    groups by source rank, destination rank, flag and value), so the ranks pair independently
+    and in parallel. Reads the first pass's wait/notify columns from :data:`_parallel.STATE`.
+
+    Returns:
+        ``(notify_li, notify_row, wait_li, wait_row)`` per pair (int64), ordered by wait.
+    """
+    from . import _parallel
+
+    parts = _parallel.STATE["wn_parts"]
+    picks = []
+    for cols in parts:  # this rank's waits and the notifies addressed to it, in launch order
+        if not cols:
+            picks.append(None)
+            continue
+        dst_of = np.where(cols["kind"] == EventKind.NOTIFY, cols["arg0"], cols["rank"])
+        picks.append(np.flatnonzero(dst_of == dst))
+    total = sum(p.size for p in picks if p is not None)
+    empty = np.zeros(0, np.int64)
     if not total:
+        return empty, empty, empty, empty
+    wn = np.empty(total, np.dtype(list(_WN_COLS)))
+    for c, _ in _WN_COLS:
+        wn[c] = np.concatenate([cols[c][p] for cols, p in zip(parts, picks) if p is not None])
+    nrows, wrows, _, _ = pair_notify_wait(wn)
+    li, row = wn["li"].astype(np.int64), wn["row"].astype(np.int64)
+    return li[nrows], row[nrows], li[wrows], row[wrows]
+
+
+def _plan_flows(launches: list[LaunchPlan], wn_parts: list[dict], workers: int, ranks: list[int]) -> int:
+    """Pair notifies with waits (all launches at once; ranks in parallel) and hand each launch
+    its flow ids. ``wn_parts``: per launch, the first pass's wait/notify columns (or {})."""
+    from . import _parallel
+
+    if not any(wn_parts):
         return 0
-    wn_all = np.empty(total, np.dtype(list(_WN_COLS)))
-    for c, parts in wn_parts.items():  # column by column, freeing the parts as they go in
-        wn_all[c] = np.concatenate(parts)
-        parts.clear()
-    nrows, wrows, _, _ = pair_notify_wait(wn_all)
-    n_flows = int(nrows.size)
+    state = {"wn_parts": wn_parts}
+    res = list(_parallel.imap(_pair_rank, ranks, min(workers, len(ranks)), state))
+    n_li, n_row, w_li, w_row = (np.concatenate([r[k] for r in res]) for k in range(4))
+    # pairs in the order a single pairing over every rank gives: by wait (launch, row)
+    o = np.lexsort((w_row, w_li))
+    n_li, n_row, w_li, w_row = n_li[o], n_row[o], w_li[o], w_row[o]
+    n_flows = int(n_li.size)
+    if not n_flows:
+        return 0
     ids = np.arange(1, n_flows + 1, dtype=np.int64)
     # each notify's id: the smallest id of its pairs
-    u, first = np.unique(nrows, return_index=True)
-    notify_id = ids[first][np.searchsorted(u, nrows)]
-    for side, rows, extra in (("out", nrows, None), ("in", wrows, notify_id)):
-        li = wn_all["li"][rows]
+    nkey = (n_li << 32) | n_row
+    u, first = np.unique(nkey, return_index=True)
+    notify_id = ids[first][np.searchsorted(u, nkey)]
+    for side, li, rows, extra in (("out", n_li, n_row, None), ("in", w_li, w_row, notify_id)):
         o = np.argsort(li, kind="stable")
-        li_s, rows_s, ids_s = li[o], wn_all["row"][rows][o].astype(np.int64), ids[o]
+        li_s, rows_s, ids_s = li[o], rows[o], ids[o]
         extra_s = extra[o] if extra is not None else None
         bounds = np.searchsorted(li_s, np.arange(len(launches) + 1))
         for k, lp in enumerate(launches):

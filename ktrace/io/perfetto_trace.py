@@ -233,10 +233,11 @@ class _Pool:
         out = []
         pos = 0
         fill = self.tpl.fill
+        its = [iter(c) for c in cols]  # zip stops at the pool's end: each fill takes exactly its share
         while pos < n:
             size = _POOL if n - pos >= _POOL else 1 << ((n - pos).bit_length() - 1)
             ser, slots = self._get(size)
-            fill(slots, *[c[pos : pos + size] for c in cols])
+            fill(slots, *its)
             out.append(ser())
             pos += size
         return out
@@ -262,7 +263,9 @@ def _rounds(t: np.ndarray, u: np.ndarray, typ: np.ndarray, k1: np.ndarray, k2: n
     dup = ks[1:] == ks[:-1]
     if not dup.any():
         return rounds
-    sel = np.flatnonzero(np.isin(key, ks[1:][dup]))
+    dv = np.unique(ks[1:][dup])  # the shared keys (few): membership by binary search
+    pos = np.minimum(np.searchsorted(dv, key), dv.size - 1)
+    sel = np.flatnonzero(dv[pos] == key)
     o = sel[np.lexsort((k2[sel], k1[sel], typ[sel], key[sel]))]
     ko = key[o]
     starts = np.flatnonzero(np.r_[True, ko[1:] != ko[:-1]])
