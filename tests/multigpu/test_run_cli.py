@@ -93,7 +93,9 @@ def test_ktrace_run_refuses_more_ranks_than_gpus(capsys):
     n = _gpus()
     if n == 0:
         pytest.skip("no GPU")
-    assert _ktrace_run(["all_to_all", "--nproc", str(n + 1)]) == 2
+    # a request that is valid for n + 1 ranks (experts split over them), so the GPU count is
+    # what refuses it (the request is checked first, before any GPU is looked up)
+    assert _ktrace_run(["all_to_all", "--nproc", str(n + 1), "-s", f"num_experts={8 * (n + 1)}"]) == 2
     assert f"only {n}" in capsys.readouterr().err
 
 
