@@ -68,7 +68,10 @@ def lanes_of(program: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndar
     tie2 = np.r_[idx, -idx]
     if pbits + tbits + 1 <= 62:
         primary = (np.r_[prog, prog] << (tbits + 1)) | (b_time << 1) | b_type
-        bo = np.lexsort((tie2, tie, primary))
+        bo = np.argsort(primary, kind="stable")  # one key: the tie-breaks matter only where it repeats
+        ps = primary[bo]
+        if (ps[1:] == ps[:-1]).any():
+            bo = np.lexsort((tie2, tie, primary))
     else:
         bo = np.lexsort((tie2, tie, b_type, b_time, np.r_[prog, prog]))
     b_type, b_id = b_type[bo], b_id[bo]
@@ -241,8 +244,10 @@ def rank_title(rank: int, device: dict) -> str:
 #: plus where each row came from (launch, row).
 _WN_COLS = (("rank", "<i4"), ("kind", "u1"), ("flags", "u1"), ("arg0", "<i8"), ("arg1", "<i8"), ("arg2", "<i8"), ("arg4", "<i8"),
             ("launch", "<i4"), ("program", "<i4"), ("slot", "<i4"),
-            ("start_ns", "<i8"), ("end_ns", "<i8"), ("li", "<i4"), ("row", "<i4"))
-_WN_EVENT_COLS = 10  # the leading columns copied from the event table
+            ("start_ns", "<i8"), ("li", "<i4"), ("row", "<i4"))
+#: Columns the first pass sends back per wait/notify row (the rest are the same for a whole
+#: launch: rank, launch and li are filled in at pairing time).
+_WN_ROW_COLS = ("kind", "flags", "arg0", "arg1", "arg2", "arg4", "program", "slot")
 
 
 def _launch_refs(capture) -> list:
@@ -283,10 +288,10 @@ def _scan(li: int) -> tuple:
     wn = np.flatnonzero((kind == EventKind.WAIT) | (kind == EventKind.NOTIFY))
     cols = {}
     if wn.size:
-        for c, dt in _WN_COLS[:_WN_EVENT_COLS]:
-            cols[c] = ev[c][wn].astype(dt)
-        cols["start_ns"], cols["end_ns"] = s[wn], e[wn]
-        cols["li"] = np.full(wn.size, li, np.int32)
+        dts = dict(_WN_COLS)
+        for c in _WN_ROW_COLS:
+            cols[c] = ev[c][wn].astype(dts[c], copy=False)
+        cols["start_ns"] = s[wn]
         cols["row"] = wn.astype(np.int32)
     span = (int(s.min()), int(e.max())) if ev.size else (0, 0)
     return header.n_programs, int(ev.size), dropped, span, lanes, track_codes, counter_codes, cols
@@ -345,7 +350,7 @@ def plan_trace(capture, model: ClockModel | None = None, *, workers: int | None 
         rp = ranks[lp.rank]
         rp.note_tracks(lp.group, rp.tids(lp.group, tcodes >> 8, (tcodes & 0xFF).astype(np.uint8)))
         rp.note_counters(lp.group, ccodes)
-    n_flows = _plan_flows(launches, wn_parts, workers, sorted(capture.ranks))
+    n_flows = _plan_flows(launches, wn_parts, refs, workers, sorted(capture.ranks))
     return TracePlan(
         model=model, launches=launches, ranks=ranks, base_ns=base or 0, n_events=n_events, n_flows=n_flows,
         partial=bool(capture.partial or capture.missing_ranks), missing_ranks=list(capture.missing_ranks),
@@ -365,34 +370,37 @@ def _pair_rank(dst: int) -> tuple:
     """
     from . import _parallel
 
-    parts = _parallel.STATE["wn_parts"]
+    parts, refs = _parallel.STATE["wn_parts"], _parallel.STATE["refs"]
     picks = []
-    for cols in parts:  # this rank's waits and the notifies addressed to it, in launch order
+    for cols, (rank, ln) in zip(parts, refs):  # this rank's waits and the notifies addressed to it, in launch order
         if not cols:
             picks.append(None)
             continue
-        dst_of = np.where(cols["kind"] == EventKind.NOTIFY, cols["arg0"], cols["rank"])
+        dst_of = np.where(cols["kind"] == EventKind.NOTIFY, cols["arg0"], rank)
         picks.append(np.flatnonzero(dst_of == dst))
-    total = sum(p.size for p in picks if p is not None)
+    sizes = [0 if p is None else p.size for p in picks]
+    total = sum(sizes)
     empty = np.zeros(0, np.int64)
     if not total:
         return empty, empty, empty, empty
     wn = np.empty(total, np.dtype(list(_WN_COLS)))
-    for c, _ in _WN_COLS:
+    for c in _WN_ROW_COLS + ("start_ns", "row"):
         wn[c] = np.concatenate([cols[c][p] for cols, p in zip(parts, picks) if p is not None])
+    for c, per_launch in (("rank", [r for r, _ in refs]), ("launch", [ln.index for _, ln in refs]), ("li", range(len(refs)))):
+        wn[c] = np.repeat(np.asarray(per_launch, np.int64), sizes)
     nrows, wrows, _, _ = pair_notify_wait(wn)
     li, row = wn["li"].astype(np.int64), wn["row"].astype(np.int64)
     return li[nrows], row[nrows], li[wrows], row[wrows]
 
 
-def _plan_flows(launches: list[LaunchPlan], wn_parts: list[dict], workers: int, ranks: list[int]) -> int:
+def _plan_flows(launches: list[LaunchPlan], wn_parts: list[dict], refs: list, workers: int, ranks: list[int]) -> int:
     """Pair notifies with waits (all launches at once; ranks in parallel) and hand each launch
     its flow ids. ``wn_parts``: per launch, the first pass's wait/notify columns (or {})."""
     from . import _parallel
 
     if not any(wn_parts):
         return 0
-    state = {"wn_parts": wn_parts}
+    state = {"wn_parts": wn_parts, "refs": refs}
     res = list(_parallel.imap(_pair_rank, ranks, min(workers, len(ranks)), state))
     n_li, n_row, w_li, w_row = (np.concatenate([r[k] for r in res]) for k in range(4))
     # pairs in the order a single pairing over every rank gives: by wait (launch, row)

@@ -259,13 +259,12 @@ def _rounds(t: np.ndarray, u: np.ndarray, typ: np.ndarray, k1: np.ndarray, k2: n
     if t.size < 2:
         return rounds
     key = t * np.int64(1_000_003) + u  # wraps on overflow: only ever adds collisions
-    ks = np.sort(key)
+    order = np.argsort(key)
+    ks = key[order]
     dup = ks[1:] == ks[:-1]
     if not dup.any():
         return rounds
-    dv = np.unique(ks[1:][dup])  # the shared keys (few): membership by binary search
-    pos = np.minimum(np.searchsorted(dv, key), dv.size - 1)
-    sel = np.flatnonzero(dv[pos] == key)
+    sel = order[np.r_[dup, False] | np.r_[False, dup]]  # every packet whose key is shared
     o = sel[np.lexsort((k2[sel], k1[sel], typ[sel], key[sel]))]
     ko = key[o]
     starts = np.flatnonzero(np.r_[True, ko[1:] != ko[:-1]])
