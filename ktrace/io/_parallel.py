@@ -12,7 +12,6 @@ process, one after another: the output is the same either way (tests compare the
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import multiprocessing as mp
 import os
 from typing import Callable, Iterable, Iterator
@@ -56,28 +55,7 @@ def worker_index() -> int:
     return _LOCAL.get("index", 0)
 
 
-#: glibc's ``M_TRIM_THRESHOLD`` option and the value workers set it to (see :func:`_keep_heap`).
-_M_TRIM_THRESHOLD = -1
-_TRIM_AT = 1 << 30
-
-
-def _keep_heap() -> None:
-    """Make this (worker) process keep freed heap memory instead of returning it to the kernel.
-
-    Each task allocates and frees numpy temporaries of a few MiB; by default glibc gives the
-    top of the heap back after every free and the next task faults the pages in again, which
-    cost about a third of the Chrome writer's CPU time in system calls and page faults
-    (measured: 4.5 s of system time for 10 M events, 1.5 s with this). Workers are ours and
-    short-lived, so their peak heap is simply kept until they exit. No-op without glibc.
-    """
-    try:
-        ctypes.CDLL(None).mallopt(_M_TRIM_THRESHOLD, _TRIM_AT)
-    except (OSError, AttributeError):
-        pass
-
-
 def _init(counter, lock) -> None:
-    _keep_heap()
     with counter.get_lock():
         _LOCAL["index"] = counter.value
         counter.value += 1
