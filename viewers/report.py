@@ -248,13 +248,13 @@ def render_html(rep) -> str:
              f"<div class='plots'>{_wait_hist(t['waits'])}</div>{_timelines(rep)}")
     over = wg[wg["outlier"]]
     tables = (
-        _table(t["stragglers"], ["rank", "n_notifies", "n_waits", "cost_ns", "late_median_ns", "excess_late_ns", "late_max_ns",
+        _table(t["stragglers"], ["rank", "n_notifies", "n_waits", "cost_ns", "held_excess_ns", "held_median_ns", "late_median_ns", "excess_late_ns", "late_max_ns",
                                  "waiter_ranks", "before_region", "before_ns", "before_others_ns"], title="Producers (stragglers first)")
         + _table(t["stalls_by_rank"], ["rank", "n_waits", "wait_ns", "producer_late_ns", "signal_latency_ns", "wait_frac", "timeouts"],
                  title="Waiting per rank")
         + _table(t["stalls_by_peer"], ["rank", "peer", "n_waits", "wait_ns", "producer_late_ns", "signal_latency_ns"],
                  title="Waiting per (rank, peer waited on)")
-        + _table(over[np.argsort(-over["busy_ns"], kind="stable")], ["rank", "launch", "program", "sm", "busy_ns", "wait_ns", "work_items",
+        + _table(over[np.argsort(-over["work_ns"], kind="stable")], ["rank", "launch", "program", "sm", "work_ns", "held_ns", "wait_ns", "work_items",
                                                                      "cause", "top_region", "top_region_excess_ns"], title="Outlier workgroups")
         + _table(t["imbalance"], ["rank", "launch", "n_workgroups", "max_over_mean", "cv", "tail_ns", "tail_program", "cause"],
                  title="Imbalance per rank and launch (rank -1: all ranks)")

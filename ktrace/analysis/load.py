@@ -1,16 +1,19 @@
 """Workgroup load: how busy each workgroup was, how uneven that was, and why.
 
 A workgroup is one program of one launch on one rank. Its lifetime runs from its first event's
-start to its last event's end; ``wait_ns`` is the time its waits spun and ``busy_ns`` the rest.
-Its work items are the spans of the work region (by default the span region recorded most
-often in the capture: one per tile in a persistent kernel).
+start to its last event's end; ``wait_ns`` is the time its waits spun and ``busy_ns`` the rest;
+``held_ns`` is the part of that in which it held notifies back after being ready, beyond what
+the other ranks take (``stalls.notify_holds``: the straggler analysis reports that time as late
+notifies, so it is not counted again as slow work) and ``work_ns`` = ``busy_ns`` - ``held_ns``.
+Its work items are its leaf spans (spans with no other event inside: one per tile, row or
+token), or the spans of one chosen work region.
 
-Outliers are found among workgroups of the same role (same kernel and the same dominant region,
-so that e.g. send and receive workgroups are not compared with each other): a workgroup whose
-busy time (or wait time) is above ``(1 + min_excess)`` x the role's median and more than
+Outliers are found among workgroups of the same role (by default the same kernel, on every
+rank; optionally also the same dominant region, for kernels whose programs are specialised): a
+workgroup whose work time (or wait time) is above ``(1 + min_excess)`` x the role's median and more than
 ``z`` robust standard deviations (1.4826 x the median absolute deviation) above it. For each
 outlier the region that made it slow is the one where it spent the most time beyond the role's
-median for that region, and its cause is ``work`` when it is slow mostly from busy time
+median for that region, and its cause is ``work`` when it is slow mostly from work time
 (uneven work distribution) or ``waiting`` when mostly from waiting.
 """
 
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..schema import EventKind
-from .stalls import workgroup_extent
+from .stalls import notify_holds, workgroup_extent
 from .trace import Trace, dense_codes, group_count, group_index, group_median, group_sum
 
 
@@ -30,21 +33,30 @@ class LoadConfig:
     """How workgroup load is measured.
 
     Attributes:
-        work_region: the region name whose spans count as work items (None: the span region
-            recorded most often).
+        work_region: the region name whose spans count as work items (None: every leaf span,
+            whatever its region, is one item).
         z: robust z-score above the role median that makes an outlier.
         min_excess: an outlier also exceeds the role median by at least this fraction.
+        roles: which workgroups are compared with each other: ``"kernel"`` (every workgroup of
+            the same kernel, on every rank) or ``"region"`` (same kernel and the same dominant
+            span region: for kernels whose programs are specialised, e.g. producers and
+            consumers). A program that does two kinds of work (a combine program that runs the
+            experts on received rows and then sums its own tokens) is overloaded precisely when
+            it has more of them than the others, so by default the kernel is the role.
     """
 
     work_region: str | None = None
     z: float = 3.5
-    min_excess: float = 0.2
+    min_excess: float = 0.5
+    roles: str = "kernel"
 
     def __post_init__(self):
         if not self.z > 0:
             raise ValueError(f"LoadConfig.z must be positive, got {self.z}")
         if not self.min_excess >= 0:
             raise ValueError(f"LoadConfig.min_excess must be >= 0, got {self.min_excess}")
+        if self.roles not in ("kernel", "region"):
+            raise ValueError(f"LoadConfig.roles must be 'kernel' or 'region', got {self.roles!r}")
         if self.work_region is not None and not (isinstance(self.work_region, str) and self.work_region):
             raise ValueError(f"LoadConfig.work_region must be a non-empty name or None, got {self.work_region!r}")
 
@@ -58,8 +70,10 @@ WORKGROUP_DTYPE = np.dtype(
         ("start_ns", "<i8"),
         ("end_ns", "<i8"),
         ("lifetime_ns", "<i8"),
-        ("busy_ns", "<i8"),
+        ("busy_ns", "<i8"),  # lifetime - wait_ns
         ("wait_ns", "<i8"),
+        ("held_ns", "<i8"),  # time it held notifies back beyond the other ranks' (stalls.notify_holds)
+        ("work_ns", "<i8"),  # busy_ns - held_ns: what outliers are judged on
         ("work_items", "<i8"),
         ("n_events", "<i8"),
         ("role", "O"),
@@ -131,12 +145,24 @@ def workgroups(trace: Trace, config: LoadConfig = LoadConfig()) -> np.ndarray:
     wait = np.bincount(trace.wg[wr], weights=wdur.astype(np.float64), minlength=W).astype(np.int64)
     out["wait_ns"] = np.minimum(wait, out["lifetime_ns"])
     out["busy_ns"] = out["lifetime_ns"] - out["wait_ns"]
+    # time spent holding notifies back (a late producer, reported as a straggler) is not work
+    hold = notify_holds(trace)
+    hx = np.nan_to_num(np.maximum(hold["held_excess_ns"], 0.0))
+    held = np.bincount(trace.wg[hold["row"]], weights=hx, minlength=W).astype(np.int64) if hold.size else np.zeros(W, np.int64)
+    out["held_ns"] = np.minimum(held, out["busy_ns"])
+    out["work_ns"] = out["busy_ns"] - out["held_ns"]
     out["n_events"] = np.bincount(trace.wg, minlength=W)
-    wid = work_region_id(trace, config)
     spans = trace.rows_of(EventKind.SPAN)
-    if wid is not None:
+    if config.work_region is not None:
+        wid = work_region_id(trace, config)
         is_work = trace.column("region")[spans] == wid
         out["work_items"] = np.bincount(trace.wg[spans[is_work]], minlength=W)
+    else:  # every leaf span is an item of work (a row sent, a tile computed, a token summed)
+        from .timeline import leaf_spans
+
+        leaf = leaf_spans(trace)
+        leaf = leaf[trace.column("kind")[leaf] == int(EventKind.SPAN)]
+        out["work_items"] = np.bincount(trace.wg[leaf], minlength=W)
     m, rids = region_time(trace)
     # role: kernel + dominant span region by time
     kern = np.array([trace.kernel_name(r, l) for r, l in k[:, :2].tolist()], dtype=object) if trace.kernels else np.full(W, "?", object)
@@ -149,12 +175,15 @@ def workgroups(trace: Trace, config: LoadConfig = LoadConfig()) -> np.ndarray:
         dom_name[ms.max(axis=1) <= 0] = "(no spans)"
     else:
         dom_name = np.full(W, "(no spans)", object)
-    role = np.array([f"{a}:{b}" for a, b in zip(kern.tolist(), dom_name.tolist())], dtype=object)
-    out["role"] = role
+    if config.roles == "region":
+        role = np.array([f"{a}:{b}" for a, b in zip(kern.tolist(), dom_name.tolist())], dtype=object)
+    else:
+        role = kern.astype(object)
+    out["role"] = role  # the workgroups it is compared with
     rkeys, rinv = np.unique(role, return_inverse=True)
     rinv = rinv.reshape(-1)
     G = rkeys.size
-    for col, flag, z in (("busy_ns", "overloaded", "busy_z"), ("wait_ns", "wait_outlier", "wait_z")):
+    for col, flag, z in (("work_ns", "overloaded", "busy_z"), ("wait_ns", "wait_outlier", "wait_z")):
         x = out[col].astype(np.float64)
         med = group_median(rinv, x, G)[rinv]
         mad = group_median(rinv, np.abs(x - med), G)[rinv] * 1.4826
@@ -163,12 +192,12 @@ def workgroups(trace: Trace, config: LoadConfig = LoadConfig()) -> np.ndarray:
         out[z] = zz
         out[flag] = (x > med * (1 + config.min_excess)) & (zz > config.z) & (group_count(rinv, G)[rinv] >= 3)
     out["outlier"] = out["overloaded"] | out["wait_outlier"]
-    med_b = group_median(rinv, out["busy_ns"], G)[rinv]
+    med_b = group_median(rinv, out["work_ns"], G)[rinv]
     med_w = group_median(rinv, out["wait_ns"], G)[rinv]
-    ex_b, ex_w = out["busy_ns"] - med_b, out["wait_ns"] - med_w
+    ex_b, ex_w = out["work_ns"] - med_b, out["wait_ns"] - med_w
     cause = np.full(W, "", dtype=object)
     # an overloaded workgroup is slow from work unless it also waited more than it worked extra
-    cause[out["outlier"]] = np.where(out["overloaded"][out["outlier"]] & (ex_b[out["outlier"]] >= ex_w[out["outlier"]]), "work", "waiting")
+    cause[out["outlier"]] = np.where(out["overloaded"][out["outlier"]], "work", "waiting")
     out["cause"] = cause
     top = np.full(W, "", dtype=object)
     top_ex = np.full(W, np.nan)

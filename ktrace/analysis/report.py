@@ -190,6 +190,15 @@ def _hang_findings(trace: Trace, to: np.ndarray, missing: np.ndarray, cycles: li
 
 def _straggler_findings(trace: Trace, by_rank: np.ndarray, by_wg: np.ndarray, nl: np.ndarray, cfg: ReportConfig,
                         total_wait: float) -> list[Finding]:
+    """Producers whose notifies came late and cost the others waiting.
+
+    A producer is named when its notifies cost more than an equal share of the waiting they
+    released (``cost_ns``) and it was late by at least ``cfg.min_late_ns`` in either sense of
+    ``stalls.stragglers``: it held its notifies back after being ready (``held_excess_ns``,
+    the producer-side lateness, reported as "notified X late"), or its waiters had been
+    spinning when its notifies began (``late_median_ns`` beyond the other producers', e.g.
+    slow work before the notify, reported with what it ran before notifying).
+    """
     out: list[Finding] = []
     if by_rank.size == 0:
         return out
@@ -197,17 +206,30 @@ def _straggler_findings(trace: Trace, by_rank: np.ndarray, by_wg: np.ndarray, nl
     for row in by_rank:
         share = row["cost_ns"] / max(float(by_rank["cost_ns"].sum()), 1.0)
         excess = row["excess_late_ns"] if np.isfinite(row["excess_late_ns"]) else row["late_median_ns"]
-        if not (row["late_median_ns"] >= cfg.min_late_ns and excess >= cfg.min_late_ns and (n == 1 or share > 1.0 / n)):
+        held = float(row["held_excess_ns"]) if np.isfinite(row["held_excess_ns"]) else 0.0
+        held_late = held >= cfg.min_late_ns
+        wait_late = row["late_median_ns"] >= cfg.min_late_ns and excess >= cfg.min_late_ns
+        if not ((held_late or wait_late) and (n == 1 or share > 1.0 / n)):
             continue
         r = int(row["rank"])
         mine = nl[nl["rank"] == r]
-        worst = mine[np.argmax(mine["late_ns"])]
         ranks_w = ranks_text(row["waiter_ranks"])
-        text = (f"rank {r} notified {fmt_ns(row['late_median_ns'])} late (median over its {row['n_notifies']} notifies; "
-                f"{fmt_ns(excess)} later than the other ranks'); worst: program {worst['program']} seq {worst['seq']} "
-                f"(flag +{worst['flag']:#x}) {fmt_ns(worst['late_ns'])} late. {row['n_waits']} waits by "
-                f"{row['waiter_workgroups']} workgroups on {ranks_w} waited {fmt_ns(row['cost_ns'])} in total for it "
-                f"({100 * row['cost_ns'] / max(total_wait, 1):.0f}% of all waiting).")
+        cost_text = (f"{row['n_waits']} waits by {row['waiter_workgroups']} workgroups on {ranks_w} waited "
+                     f"{fmt_ns(row['cost_ns'])} in total for it ({100 * row['cost_ns'] / max(total_wait, 1):.0f}% of all waiting).")
+        if held_late:
+            hx = np.where(np.isfinite(mine["held_excess_ns"]), mine["held_excess_ns"], -np.inf)
+            worst = mine[np.argmax(hx)]
+            text = (f"rank {r} is the top straggler: it notified {fmt_ns(held)} late (producer lateness: per notify, the "
+                    f"time from being ready, when its previous event on that program ended, to the notify's start, "
+                    f"beyond the other ranks' {fmt_ns(row['held_median_ns'] - held)}; median over its {row['n_notifies']} "
+                    f"notifies; {fmt_ns(row['held_excess_total_ns'])} held back in all); worst: program {worst['program']} "
+                    f"seq {worst['seq']} (flag +{worst['flag']:#x}) {fmt_ns(worst['held_excess_ns'])} late. " + cost_text)
+        else:
+            worst = mine[np.argmax(mine["late_ns"])]
+            text = (f"rank {r} notified {fmt_ns(row['late_median_ns'])} after its waiters arrived (median over its "
+                    f"{row['n_notifies']} notifies; {fmt_ns(excess)} later than the other ranks'), though it notified as soon "
+                    f"as it was ready: its work before notifying was slow; worst: program {worst['program']} seq "
+                    f"{worst['seq']} (flag +{worst['flag']:#x}) {fmt_ns(worst['late_ns'])} late. " + cost_text)
         if row["before_region"]:
             text += f" Before notifying it ran '{row['before_region']}' ({fmt_ns(row['before_ns'])} on average"
             if np.isfinite(row["before_others_ns"]):
@@ -215,14 +237,17 @@ def _straggler_findings(trace: Trace, by_rank: np.ndarray, by_wg: np.ndarray, nl
             text += ")."
         out.append(Finding("straggler", "warning", float(row["cost_ns"]), text, (r,) + tuple(int(x) for x in row["waiter_ranks"]),
                            _rel(trace, row["worst_start_ns"]), _rel(trace, row["worst_end_ns"]),
-                           {"rank": r, "late_median_ns": row["late_median_ns"], "excess_late_ns": excess,
+                           {"rank": r, "producer_late_ns": held if held_late else float(excess),
+                            "held_excess_ns": row["held_excess_ns"], "held_median_ns": row["held_median_ns"],
+                            "held_excess_total_ns": row["held_excess_total_ns"],
+                            "late_median_ns": row["late_median_ns"], "excess_late_ns": excess,
                             "cost_ns": row["cost_ns"], "n_waits": row["n_waits"], "waiter_ranks": list(row["waiter_ranks"]),
                             "before_region": row["before_region"], "before_ns": row["before_ns"],
                             "before_others_ns": row["before_others_ns"]}))
     # the single workgroup whose late notifies cost most, if it stands out among its rank's
     if by_wg.size and out:
         top = by_wg[0]
-        if top["late_median_ns"] >= cfg.min_late_ns:
+        if top["late_median_ns"] >= cfg.min_late_ns or (np.isfinite(top["held_excess_ns"]) and top["held_excess_ns"] >= cfg.min_late_ns):
             out.append(Finding(
                 "straggler", "info", float(top["cost_ns"]),
                 f"the costliest producer workgroup: rank {top['rank']} program {top['program']} (launch {top['launch']}): "
@@ -246,7 +271,7 @@ def _load_findings(trace: Trace, wg: np.ndarray, imb: np.ndarray) -> list[Findin
             cause, region, role = lab.split("\x00")
             sel = o[linv == gi]
             role_wg = wg[role_inv == int(np.searchsorted(role_codes, role))]
-            med_busy = float(np.median(role_wg["busy_ns"]))
+            med_busy = float(np.median(role_wg["work_ns"]))
             med_wait = float(np.median(role_wg["wait_ns"]))
             med_items = float(np.median(role_wg["work_items"]))
             by_rank: dict = {}
@@ -261,9 +286,9 @@ def _load_findings(trace: Trace, wg: np.ndarray, imb: np.ndarray) -> list[Findin
                 items_text = (f"{items:.1f} work items vs {med_items:.0f}: uneven work distribution" if items > med_items * 1.05
                               else f"the same number of work items ({med_items:.0f}) as the others: its work went slower")
                 text = (f"{n} overloaded workgroup{'s' if n > 1 else ''} ({role_name}): {where}; busy "
-                        f"{fmt_ns(float(np.mean(sel['busy_ns'])))} on average vs a median of {fmt_ns(med_busy)} "
-                        f"({float(np.mean(sel['busy_ns'])) / max(med_busy, 1):.1f}x), {items_text}")
-                cost = float((sel["busy_ns"] - med_busy).clip(0).sum())
+                        f"{fmt_ns(float(np.mean(sel['work_ns'])))} on average vs a median of {fmt_ns(med_busy)} "
+                        f"({float(np.mean(sel['work_ns'])) / max(med_busy, 1):.1f}x), {items_text}")
+                cost = float((sel["work_ns"] - med_busy).clip(0).sum())
                 sev = "warning"
             else:
                 text = (f"{n} workgroup{'s' if n > 1 else ''} slowed by waiting, not by work ({role_name}): {where}; waited "

@@ -16,8 +16,10 @@ came); a completed wait whose notify was not captured (its producer's rank is mi
 flag was set by untraced code) has NaN for both.
 
 Stragglers (:func:`stragglers`): producers ranked by the waiting their late notifies caused
-(sum of ``producer_late_ns`` over the waits they released), with what each was doing just
-before it notified (its preceding spans).
+(sum of ``producer_late_ns`` over the waits they released), with how late they notified and
+what each was doing just before it notified (its preceding spans). How late a notify was is
+measured on the producer (:func:`notify_holds`): the time from the producer being ready (its
+previous event on that program ended) to the notify's start, beyond what the other ranks take.
 """
 
 from __future__ import annotations
@@ -86,20 +88,24 @@ class _Cols:
 
 
 def _pair_exact(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """Exact notify -> wait pairs, first in first out (the rule of
-    ``ktrace.clock.causality.pair_notify_wait``: same producer, consumer, flag and value; the k-th
-    wait to end pairs with the k-th notify to start), computed with two sorts and a search so that
-    millions of waits pair in about a second.
+    """Exact notify -> wait pairs by rounds, many waits per notify: the rule of
+    ``ktrace.clock.causality.pair_notify_wait`` (a test checks that both give the same pairs).
+
+    Notifies and waits are grouped by (producer, consumer, flag, value). The k-th notify of a
+    group, in the notifying rank's order (launch, then start time), releases the k-th wait of
+    each waiting program on that group, in that program's order (launch, then record order):
+    one notify that sets a count flag releases the wait of every program that spins on it.
+    Timed-out waits take their round but are not paired. Computed with packed keys, two sorts
+    and a search, so that millions of waits pair in about a second.
     """
     N, Wt = EventKind.NOTIFY, EventKind.WAIT
     ni = trace.rows_of(N)
-    done = ~is_timeout(trace.at(Wt, "flags"))
-    wi = trace.rows_of(Wt)[done]
+    wi = trace.rows_of(Wt)
     if ni.size == 0 or wi.size == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
 
     def W(name):
-        return trace.at(Wt, name)[done]
+        return trace.at(Wt, name)
 
     # (producer, consumer, flag, value) packed into one int64 per notify and per wait, each
     # column offset by its smallest value over both (mixed radix)
@@ -122,23 +128,50 @@ def _pair_exact(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
         kw += b
         kw -= lo
     del sides
-    on = lexorder(kn, trace.at(N, "start_ns"))
-    ow = lexorder(kw, W("end_ns"))
-    kn_s, kw_s = kn[on], kw[ow]
-    # occurrence of each wait within its key
-    starts = np.flatnonzero(np.r_[True, kw_s[1:] != kw_s[:-1]])
-    occ = np.arange(kw_s.size) - np.repeat(starts, np.diff(np.r_[starts, kw_s.size]))
-    lo = np.searchsorted(kn_s, kw_s, side="left")
-    hi = np.searchsorted(kn_s, kw_s, side="right")
-    ok = occ < hi - lo
-    return ni[on[(lo + occ)[ok]]], wi[ow[ok]]
+    if total * (max(ni.size, wi.size) + 1) >= 1 << 62:  # room for the round number in the key
+        k, _ = dense_codes(np.concatenate([kn, kw]))
+        kn, kw = k[: ni.size], k[ni.size :]
+    # round of each notify: its occurrence in its group, by (launch, start) on its own rank
+    on = lexorder(kn, trace.at(N, "launch"), trace.at(N, "start_ns"))
+    occ_n = np.empty(ni.size, np.int64)
+    occ_n[on] = _occurrence(kn[on])
+    # round of each wait: its occurrence among its program's waits of the group. Rows are in
+    # (rank, launch, program, slot) order and the rank is part of the group, so a stable sort by
+    # (group, program) leaves each program's waits in (launch, record) order.
+    prog = W("program")
+    ow = lexorder(kw, prog)
+    sub = kw[ow] * (int(prog.max()) - int(prog.min()) + 1) + (prog[ow] - int(prog.min()))
+    occ_w = np.empty(wi.size, np.int64)
+    occ_w[ow] = _occurrence(sub)
+    big = int(max(int(occ_n.max()), int(occ_w.max())) + 1)
+    keyn = kn * big + occ_n
+    keyw = kw * big + occ_w
+    sn = argsort_stable(keyn)
+    ks = keyn[sn]
+    j = np.searchsorted(ks, keyw)
+    jc = np.minimum(j, ni.size - 1)
+    ok = (j < ni.size) & (ks[jc] == keyw) & ~is_timeout(W("flags"))
+    return ni[sn[jc[ok]]], wi[ok]
+
+
+def _occurrence(sorted_keys: np.ndarray) -> np.ndarray:
+    """0, 1, 2, ... within each run of equal values of a sorted array."""
+    n = sorted_keys.size
+    idx = np.arange(n, dtype=np.int64)
+    if n == 0:
+        return idx
+    first = np.ones(n, bool)
+    np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=first[1:])
+    # position of the run's first element, carried forward
+    return idx - np.maximum.accumulate(np.where(first, idx, 0))
 
 
 def release_pairs(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """For each completed wait that a captured notify released, that notify.
 
     Exact pairs first (``ktrace.clock.causality.pair_notify_wait``: the notify wrote the very
-    value waited for, first in first out). Then, for ``ge``/``gt`` waits left over, the first
+    value waited for; by rounds, one notify releasing the waits of every program spinning on
+    its flag, see :func:`_pair_exact`). Then, for ``ge``/``gt`` waits left over, the first
     notify of the same producer, flag, consumer and launch that made the flag reach the expected
     value. The flag's value is not recorded: notifies that all write the same value are read as
     a counter (adds; the flag is their running sum), others as sets (the flag is the value
@@ -410,6 +443,78 @@ def _lookup_rows(table_keys: np.ndarray, query: np.ndarray) -> np.ndarray:
     return where[inv[table_keys.shape[0] :]]
 
 
+#: One row per NOTIFY event, in event order (see :func:`notify_holds`).
+NOTIFY_HOLD_DTYPE = np.dtype(
+    [("row", "<i8"), ("rank", "<i4"), ("launch", "<i4"), ("program", "<i4"), ("start_ns", "<i8"), ("ready_ns", "<f8"),
+     ("held_ns", "<f8"), ("baseline_ns", "<f8"), ("held_excess_ns", "<f8")]
+)
+
+
+def notify_holds(trace: Trace) -> np.ndarray:
+    """How long each notify came after its producer was ready: the producer-side lateness.
+
+    A program is *ready* to notify when the event it recorded just before the notify ended (the
+    span that wrote the data the notify signals, or the previous notify or wait): events are
+    recorded when they end, so the previous record of the same workgroup is the last thing the
+    program finished. ``held_ns`` is the time from then to the notify's start, on the producer's
+    own clock (both ends are on one rank); a notify that is a workgroup's first event has NaN.
+    A healthy notify is issued within a few hundred ns of being ready; a producer that spins,
+    sleeps or is descheduled before notifying holds it longer, and every waiter on that flag
+    waits the extra time (cumulatively, when one program holds several notifies in a row).
+
+    ``baseline_ns`` is what the other ranks hold their notifies in the same launch: the median,
+    over the other ranks, of each rank's median ``held_ns`` there; ``held_excess_ns`` =
+    ``held_ns`` - ``baseline_ns`` is how late the notify was (NaN with no other rank to compare
+    with). These are durations measured on one rank each, so clock alignment cannot bias them;
+    which waits a late notify held up, and for how long, is measured across ranks on the aligned
+    clock (:func:`waits`, ``producer_late_ns``).
+
+    Returns:
+        A table of ``NOTIFY_HOLD_DTYPE``, one row per NOTIFY event, in event order.
+    """
+    key = ("notify_holds",)
+    if key in trace._cache:
+        return trace._cache[key]
+    N = EventKind.NOTIFY
+    rows = trace.rows_of(N)
+    out = np.zeros(rows.size, NOTIFY_HOLD_DTYPE)
+    out["row"] = rows
+    out["rank"], out["launch"], out["program"] = trace.at(N, "rank"), trace.at(N, "launch"), trace.at(N, "program")
+    out["start_ns"] = start = trace.at(N, "start_ns")
+    nan = np.full(rows.size, np.nan)
+    out["ready_ns"] = out["held_ns"] = out["baseline_ns"] = out["held_excess_ns"] = nan
+    if rows.size:
+        prev = np.maximum(rows - 1, 0)
+        has = (rows > 0) & (trace.wg[prev] == trace.wg[rows])
+        pe = trace.column("end_ns")[prev]
+        # differences in int64 first: absolute ns since the epoch do not fit a float64 exactly
+        held = np.maximum(start - pe, 0).astype(np.float64)
+        held[~has] = np.nan
+        ready = pe.astype(np.float64)
+        ready[~has] = np.nan
+        out["ready_ns"], out["held_ns"] = ready, held
+        # per (launch, rank): the median hold; the baseline of a rank is the other ranks' median
+        ok = np.flatnonzero(has)
+        if ok.size:
+            inv, keys = group_index(out["launch"][ok], out["rank"][ok])
+            med = group_median(inv, held[ok], keys.shape[0])
+            li, linv = dense_codes(keys[:, 0])
+            ri, rinv = dense_codes(keys[:, 1])
+            table = np.full((linv.size, rinv.size), np.nan)
+            table[li, ri] = med
+            base = np.full_like(table, np.nan)
+            for j in range(rinv.size):  # ranks: a handful
+                others = np.delete(table, j, axis=1)
+                has_other = np.isfinite(others).any(axis=1)
+                if has_other.any():
+                    base[has_other, j] = np.nanmedian(others[has_other], axis=1)
+            b = base[li, ri][inv]
+            out["baseline_ns"][ok] = b
+            out["held_excess_ns"][ok] = held[ok] - b
+    trace._cache[key] = out
+    return out
+
+
 #: One row per producer rank (``stragglers(...)[0]``) or producer workgroup (``[1]``).
 STRAGGLER_FIELDS = [
     ("n_notifies", "<i8"),  # notifies of this producer that released a captured wait
@@ -419,6 +524,9 @@ STRAGGLER_FIELDS = [
     ("late_median_ns", "<f8"),  # per notify, the lateness (largest over its waits); median
     ("late_max_ns", "<f8"),
     ("excess_late_ns", "<f8"),  # late_median_ns minus the median of the other producers'
+    ("held_median_ns", "<f8"),  # per notify, ready -> notify start (notify_holds); median
+    ("held_excess_ns", "<f8"),  # per notify, held_ns beyond the other ranks' (notify_holds); median: THE lateness
+    ("held_excess_total_ns", "<f8"),  # summed over its notifies (>= 0 each): the time it held them back
     ("waiter_ranks", "O"),  # list of ranks that waited on it
     ("waiter_workgroups", "<i8"),  # distinct (rank, launch, program) that waited on it
     ("worst_notify_row", "<i8"),
@@ -434,7 +542,7 @@ STRAGGLER_FIELDS = [
 NOTIFY_LATENESS_DTYPE = np.dtype(
     [("row", "<i8"), ("rank", "<i4"), ("launch", "<i4"), ("program", "<i4"), ("seq", "<i8"), ("flag", "<i8"),
      ("start_ns", "<i8"), ("late_ns", "<f8"), ("cost_ns", "<f8"), ("n_waits", "<i8"), ("before_row", "<i8"),
-     ("before_region", "O"), ("before_ns", "<f8"), ("gap_ns", "<f8")]
+     ("before_region", "O"), ("before_ns", "<f8"), ("gap_ns", "<f8"), ("held_ns", "<f8"), ("held_excess_ns", "<f8")]
 )
 
 
@@ -445,8 +553,9 @@ def notify_lateness(trace: Trace, w: np.ndarray | None = None) -> np.ndarray:
     ``late_ns`` (the largest producer lateness among the waits it released: how long its first
     waiter had been spinning), ``cost_ns`` (summed over its waits), ``n_waits``,
     ``before_row`` (the span that ended last before it, -1 if none), ``before_region``,
-    ``before_ns`` (that span's duration), ``gap_ns`` (from that span's end to the notify).
-    Sorted by ``cost_ns``, largest first.
+    ``before_ns`` (that span's duration), ``gap_ns`` (from that span's end to the notify),
+    ``held_ns`` and ``held_excess_ns`` (from the producer being ready to the notify, and that
+    beyond the other ranks': :func:`notify_holds`). Sorted by ``cost_ns``, largest first.
     """
     return _notify_lateness(trace, w)[0]
 
@@ -498,11 +607,15 @@ def _notify_lateness(trace: Trace, w: np.ndarray | None = None) -> tuple[np.ndar
     bn[has] = pe - ev["start_ns"][ph]
     gap[has] = cols["start_ns"][has] - pe
     cols.update(before_region=reg, before_ns=bn, gap_ns=gap)
+    hold = notify_holds(trace)
+    hpos = np.searchsorted(hold["row"], cols["row"])
+    cols["held_ns"] = hold["held_ns"][hpos]
+    cols["held_excess_ns"] = hold["held_excess_ns"][hpos]
     out = fill_table(np.zeros(g, NOTIFY_LATENESS_DTYPE), cols)
     rank_of = np.empty(g, np.int64)
     rank_of[order] = np.arange(g)
     kept = {k: cols[k] for k in ("row", "rank", "launch", "program", "n_waits", "cost_ns", "late_ns", "start_ns",
-                                 "before_row", "before_ns")}  # what stragglers() reads
+                                 "before_row", "before_ns", "held_ns", "held_excess_ns")}  # what stragglers() reads
     del cols
     extra = {"pos": rank_of[inv], "rank": _wcol(trace, w, "rank")[paired], "row": _wcol(trace, w, "row")[paired],
              "late": late, "cols": kept}
@@ -527,10 +640,20 @@ def stragglers(trace: Trace, w: np.ndarray | None = None) -> tuple[np.ndarray, n
 
     Returns:
         ``(by_rank, by_workgroup)``: tables with ``rank`` (and ``launch``, ``program``) plus
-        ``STRAGGLER_FIELDS``, sorted by ``cost_ns``, largest first. ``excess_late_ns`` compares a
-        producer's median lateness with the median of the other producers' medians (ranks
-        compared with ranks, workgroups with workgroups): a rank whose notifies are all
-        delayed by D stands out by about D.
+        ``STRAGGLER_FIELDS``, sorted by ``cost_ns``, largest first (the waiting its notifies
+        caused: ``producer_late_ns`` summed over the waits they released, on the aligned
+        clock). Two lateness measures, over the producer's notifies that released a wait:
+
+        * ``held_excess_ns`` (producer side, what "notified late" means): per notify, the time
+          from the producer being ready (its previous event on that program ended) to the
+          notify's start, beyond what the other ranks take in the same launch
+          (:func:`notify_holds`); the median. A rank that spins D before each notify stands out
+          by D, however its waiters' arrivals fall.
+        * ``late_median_ns`` (consumer side): per notify, how long its first waiter had been
+          spinning when it began; the median. ``excess_late_ns`` compares it with the median of
+          the other producers' medians (ranks with ranks, workgroups with workgroups). It sees a
+          producer made late by slow work before the notify, which ``held_excess_ns`` does not
+          (that is a load finding), but a held notify whose waiters arrive later still reads 0.
     """
     w = waits(trace) if w is None else w
     nl, paired = _notify_lateness(trace, w)
@@ -571,6 +694,11 @@ def _straggler_table(trace: Trace, nl: dict, paired: dict, producer: np.ndarray,
         out["excess_late_ns"] = med - 0.5 * (other_at(lo_i) + other_at(hi_i))
     else:
         out["excess_late_ns"] = np.nan
+    hx = nl["held_excess_ns"]
+    okh = np.isfinite(hx)
+    out["held_median_ns"] = group_median(inv[okh], nl["held_ns"][okh], g)
+    out["held_excess_ns"] = group_median(inv[okh], hx[okh], g)
+    out["held_excess_total_ns"] = group_sum(inv[okh], np.maximum(hx[okh], 0.0), g)
     g_of_wait = inv[paired["pos"]]
     out["n_late"] = np.bincount(g_of_wait, weights=(paired["late"] > 0), minlength=g).astype(np.int64)
     # waiting ranks per producer (ranks are few: a dense (producer, rank) table)

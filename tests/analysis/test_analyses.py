@@ -17,6 +17,7 @@ import orjson
 import pytest
 
 from ktrace.analysis import (
+    LoadConfig,
     RegionClasses,
     Trace,
     build_diff,
@@ -131,8 +132,10 @@ def test_overloaded_workgroups_flagged_exactly(case):
     assert flagged == set(case.overloaded)
     sel = wg[wg["overloaded"]]
     assert (sel["cause"] == "work").all() and (sel["top_region"] == "gemm").all()
-    # their work items are the injected multiples (iters tiles each)
-    for r, p, items in zip(sel["rank"], sel["program"], sel["work_items"]):
+    # their gemm tiles are the injected multiples (iters tiles each); by default every leaf span
+    # is a work item, here only the gemm region's
+    tiles = workgroups(tr, LoadConfig(work_region="gemm"))
+    for r, p, items in zip(sel["rank"], sel["program"], tiles["work_items"][wg["overloaded"]]):
         assert items == _HEAVY[(int(r), int(p))] * 2
     imb = imbalance(tr, wg)
     allr = imb[imb["rank"] < 0][0]

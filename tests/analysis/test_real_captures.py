@@ -1,0 +1,189 @@
+"""The analyses on the real captures shipped in ``ktrace/data`` (4 x H200, MoE all-to-all).
+
+Each capture has a ``.scenario.json`` saying what was injected with the kernel's fault knob
+(``instrumented_kernels/all_to_all``): the expected answers below come from it and from the
+kernel's own records (its spans and their arguments, read straight from the capture's event
+buffers), never from the analysis code being tested.
+
+* delay: rank ``delay_rank`` spins ``delay_ns`` before each of its notifies: the report's first
+  finding names it as the top straggler, with a producer lateness within 10 % of the delay, and
+  the held time is not reported again as slow work.
+* skewed: ranks hold different numbers of tokens: the combine workgroups (the receive side:
+  each runs the experts on its share of the received rows, then sums its share of its own
+  tokens' returned rows) with more items of work than the median workgroup are exactly the
+  ones flagged overloaded.
+* skip: rank ``skip_rank`` never sends its count to rank 0: the hang report names rank 0, its
+  waiting programs, the count flag and the peer.
+
+The notify -> wait pairing of the analyses is checked against ``ktrace.clock.causality`` on
+every capture.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ktrace.analysis import build_report, prepare, render_text, workgroups
+from ktrace.analysis.stalls import _pair_exact, notify_holds, release_pairs
+from ktrace.clock.causality import pair_notify_wait
+from ktrace.io.capture_file import read_capture
+from ktrace.schema import EventFlag, EventKind
+
+DATA = Path(__file__).resolve().parents[2] / "ktrace" / "data"
+CAPTURES = sorted(DATA.glob("*.ktrace"))
+
+
+def _scenario(path: Path) -> dict:
+    return json.loads(path.with_suffix(".scenario.json").read_text())
+
+
+def _by_fault(pred):
+    return [p for p in CAPTURES if pred(_scenario(p)["fault"])]
+
+
+DELAYED = _by_fault(lambda f: f["delay_rank"] >= 0 and f["delay_ns"] > 0)
+SKIPPED = _by_fault(lambda f: f["skip_rank"] >= 0)
+SKEWED = [p for p in CAPTURES if "skew" in _scenario(p)["shape"]]
+
+
+def test_the_captures_are_there():
+    assert len(DELAYED) >= 2 and SKIPPED and SKEWED, [p.name for p in CAPTURES]
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=[p.stem for p in CAPTURES])
+def test_pairing_is_the_causality_pairing(path):
+    """stalls pairs by rounds, many waits per notify, exactly as ``pair_notify_wait`` does."""
+    tr = prepare(path)
+    n, w = _pair_exact(tr)
+    n2, w2, _, unmatched = pair_notify_wait(tr.events)
+    np.testing.assert_array_equal(w, w2)
+    np.testing.assert_array_equal(n, n2)
+    # fan-out: some notify releases more than one wait (every program waits on each count flag)
+    assert np.bincount(n).max() > 1
+    # every completed wait is released by a captured notify, and the split covers them all
+    nr, wr = release_pairs(tr)
+    ev = tr.events
+    done = (ev["kind"] == EventKind.WAIT) & ((ev["flags"] & EventFlag.TIMEOUT) == 0)
+    assert wr.size == int(done.sum()) == unmatched + n.size
+    rep = build_report(tr)
+    wt = rep.tables["waits"]
+    ok = ~wt["timed_out"]
+    assert np.isfinite(wt["producer_late_ns"][ok]).all()
+    np.testing.assert_allclose(wt["producer_late_ns"][ok] + wt["signal_latency_ns"][ok], wt["wait_ns"][ok])
+
+
+@pytest.mark.parametrize("path", DELAYED, ids=[p.stem for p in DELAYED])
+def test_delayed_rank_is_the_first_finding_with_its_delay(path):
+    fault = _scenario(path)["fault"]
+    late, D = fault["delay_rank"], float(fault["delay_ns"])
+    rep = build_report(path)
+    first = rep.findings[0]
+    assert first.kind == "straggler", render_text(rep)
+    assert first.data["rank"] == late
+    assert abs(first.data["producer_late_ns"] - D) <= 0.1 * D, first.text
+    assert first.text.startswith(f"rank {late} is the top straggler: it notified ")
+    by_rank = rep.tables["stragglers"]
+    assert int(by_rank["rank"][0]) == late
+    others = by_rank[by_rank["rank"] != late]
+    assert (np.abs(others["held_excess_ns"]) < 0.1 * D).all(), others
+    # independent of the analysis: on the producer's own clock, each of its notifies starts about
+    # D after the event it recorded before (the spin sits between them)
+    ev = read_capture(path).events()
+    gaps = {}
+    for r in range(4):
+        e = np.sort(ev[ev["rank"] == r], order=["launch", "program", "slot"])
+        n = np.flatnonzero((e["kind"] == EventKind.NOTIFY)[1:]) + 1
+        same = (e["launch"][n] == e["launch"][n - 1]) & (e["program"][n] == e["program"][n - 1])
+        gaps[r] = np.median((e["start"][n] - e["end"][n - 1])[same].astype(np.int64))
+    base = np.median([g for r, g in gaps.items() if r != late])
+    assert abs(gaps[late] - base - D) <= 0.1 * D  # (the timer counts ns on these GPUs)
+    assert abs(first.data["producer_late_ns"] - (gaps[late] - base)) <= 0.02 * D
+    # the held time is not reported again as slow work: each delayed notify's hold is taken out
+    # of its workgroup's work time
+    wg = rep.tables["workgroups"]
+    hold = notify_holds(rep.trace)
+    delayed = np.bincount(rep.trace.wg[hold["row"]], weights=np.nan_to_num(hold["held_excess_ns"]) >= 0.5 * D,
+                          minlength=wg.size)
+    mine = wg["rank"] == late
+    assert (wg["held_ns"][mine] >= 0.9 * D * delayed[mine]).all()
+    assert (wg["work_ns"] == wg["busy_ns"] - wg["held_ns"]).all()
+    # a workgroup of the late rank is flagged overloaded only for having more work items than
+    # its kernel's median workgroup, never for the time it held its notifies
+    over = wg[wg["overloaded"] & mine]
+    for k in np.unique(wg["role"][mine]).tolist():
+        med = np.median(wg["work_items"][wg["role"] == k])
+        assert (over["work_items"][over["role"] == k] > med).all(), over[over["role"] == k]
+
+
+def _work_items_from_records(path: Path) -> dict[tuple[int, int, int], int]:
+    """Per combine workgroup (rank, launch, program): its 'expert' spans (one per received row)
+    plus its 'reduce' spans (one per own token summed), read from the decoded event buffers."""
+    cap = read_capture(path)
+    names = {v: k for k, v in cap.regions.items()}
+    items: dict[tuple[int, int, int], int] = {}
+    for r, rc in cap.ranks.items():
+        for ln in rc.launches:
+            if ln.kernel != "moe_combine":
+                continue
+            e = ln.decode(r).events
+            grid = int(np.prod(ln.grid))
+            work = (e["kind"] == EventKind.SPAN) & np.isin(e["region"], [names["expert"], names["reduce"]])
+            cnt = np.bincount(e["program"][work], minlength=grid)
+            for p in range(grid):
+                items[(r, ln.index, p)] = int(cnt[p])
+    return items
+
+
+@pytest.mark.parametrize("path", SKEWED, ids=[p.stem for p in SKEWED])
+def test_skewed_overloaded_receive_workgroups_flagged_exactly(path):
+    items = _work_items_from_records(path)
+    rep = build_report(path)
+    wg = rep.tables["workgroups"]
+    recorded = {k for k in items if k in {tuple(x) for x in zip(wg["rank"].tolist(), wg["launch"].tolist(), wg["program"].tolist())}}
+    # the median over every rank's combine workgroups that recorded something
+    med = np.median([items[k] for k in recorded])
+    expected = {k for k in recorded if items[k] > med}
+    assert 0 < len(expected) < len(recorded) / 2
+    flagged = {(int(r), int(l), int(p)) for r, l, p, o in zip(wg["rank"], wg["launch"], wg["program"], wg["overloaded"])
+               if o and (int(r), int(l), int(p)) in items}
+    assert flagged == expected
+    # and the report says so, as uneven work distribution
+    named = set()
+    for f in rep.findings:
+        if f.kind == "load" and f.data.get("cause") == "work":
+            named |= {(r, p) for r, p in f.data["workgroups"]}
+    assert {(r, p) for r, _, p in expected} <= named
+
+
+@pytest.mark.parametrize("path", SKIPPED, ids=[p.stem for p in SKIPPED])
+def test_skipped_notify_hang_names_rank_programs_flag_and_peer(path):
+    sc = _scenario(path)
+    peer = sc["fault"]["skip_rank"]
+    # what the kernel itself reported when its waits gave up (ks.wait's timeout messages)
+    pat = re.compile(r"rank (\d+), program (\d+) waited on flag '([^']+)'\[\d+\] \(int32 at heap offset (0x[0-9a-f]+)\) "
+                     r"from peer (\d+) for ([\d.]+) ms")
+    reported = [pat.match(t).groups() for t in sc["timeouts"]["0"]]
+    assert reported and {g[2] for g in reported} == {"a2a.count_flag"} and {int(g[4]) for g in reported} == {peer}
+    flag = {int(g[3], 16) for g in reported}
+    assert len(flag) == 1
+    flag = flag.pop()
+    # from the decoded buffers: rank 0's programs whose wait on that flag from that peer gave up
+    ev = read_capture(path).events()
+    to = ((ev["kind"] == EventKind.WAIT) & ((ev["flags"] & EventFlag.TIMEOUT) != 0) & (ev["rank"] == 0)
+          & (ev["arg0"] == peer) & (ev["arg2"] == flag))
+    progs = set(ev["program"][to].tolist())
+    assert {int(g[1]) for g in reported} <= progs
+    rep = build_report(path)
+    first = rep.findings[0]
+    assert first.kind == "hang" and first.severity == "error", render_text(rep)
+    assert first.data["consumer"] == 0 and first.data["producer"] == peer and first.data["flag"] == flag
+    assert set(first.data["programs"]) == progs
+    assert first.text.startswith(f"HANG: rank 0 programs ") and f"flag +{flag:#x}" in first.text
+    assert f"from rank {peer}" in first.text and f"rank {peer} never sent it" in first.text
+    # the run ended: each of those waits gave up after its timeout (50 ms), not later
+    assert abs(first.data["waited_ns"] - 50e6) <= 0.01 * 50e6
