@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import sys
 from pathlib import Path
 
@@ -101,8 +102,20 @@ def cases() -> dict[str, object]:
     return out
 
 
+def _canonical(o):
+    """numpy scalars and arrays as plain Python values for the stdlib encoder."""
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"cannot digest {type(o).__name__}")
+
+
 def _digest(records: list) -> str:
-    return hashlib.sha256(orjson.dumps(records, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)).hexdigest()
+    # The standard library's encoder (floats as repr) rather than orjson: orjson's float format
+    # changed between versions (1.7e+18 vs 1.7e18), which changed digests of equal tables.
+    text = json.dumps(records, sort_keys=True, default=_canonical, allow_nan=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _full(t: np.ndarray) -> list:
