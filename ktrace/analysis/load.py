@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..schema import EventKind
-from .stalls import notify_holds, workgroup_extent
+from .stalls import _holds, workgroup_extent
 from .trace import Trace, dense_codes, group_count, group_index, group_median, group_sum
 
 
@@ -146,9 +146,9 @@ def workgroups(trace: Trace, config: LoadConfig = LoadConfig()) -> np.ndarray:
     out["wait_ns"] = np.minimum(wait, out["lifetime_ns"])
     out["busy_ns"] = out["lifetime_ns"] - out["wait_ns"]
     # time spent holding notifies back (a late producer, reported as a straggler) is not work
-    hold = notify_holds(trace)
+    hold = _holds(trace)
     hx = np.nan_to_num(np.maximum(hold["held_excess_ns"], 0.0))
-    held = np.bincount(trace.wg[hold["row"]], weights=hx, minlength=W).astype(np.int64) if hold.size else np.zeros(W, np.int64)
+    held = np.bincount(trace.wg[hold["row"]], weights=hx, minlength=W).astype(np.int64)
     out["held_ns"] = np.minimum(held, out["busy_ns"])
     out["work_ns"] = out["busy_ns"] - out["held_ns"]
     out["n_events"] = np.bincount(trace.wg, minlength=W)

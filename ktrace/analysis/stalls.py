@@ -472,17 +472,23 @@ def notify_holds(trace: Trace) -> np.ndarray:
     Returns:
         A table of ``NOTIFY_HOLD_DTYPE``, one row per NOTIFY event, in event order.
     """
+    h = _holds(trace)
+    out = np.zeros(h["row"].size, NOTIFY_HOLD_DTYPE)
+    return fill_table(out, h)
+
+
+def _holds(trace: Trace) -> dict:
+    """The columns of :func:`notify_holds`, contiguous (cached; what the other analyses read)."""
     key = ("notify_holds",)
     if key in trace._cache:
         return trace._cache[key]
     N = EventKind.NOTIFY
     rows = trace.rows_of(N)
-    out = np.zeros(rows.size, NOTIFY_HOLD_DTYPE)
-    out["row"] = rows
-    out["rank"], out["launch"], out["program"] = trace.at(N, "rank"), trace.at(N, "launch"), trace.at(N, "program")
-    out["start_ns"] = start = trace.at(N, "start_ns")
-    nan = np.full(rows.size, np.nan)
-    out["ready_ns"] = out["held_ns"] = out["baseline_ns"] = out["held_excess_ns"] = nan
+    rank, launch, start = trace.at(N, "rank"), trace.at(N, "launch"), trace.at(N, "start_ns")
+    cols = {"row": rows, "rank": rank, "launch": launch, "program": trace.at(N, "program"), "start_ns": start}
+    held = np.full(rows.size, np.nan)
+    ready = np.full(rows.size, np.nan)
+    base_of = np.full(rows.size, np.nan)
     if rows.size:
         prev = np.maximum(rows - 1, 0)
         has = (rows > 0) & (trace.wg[prev] == trace.wg[rows])
@@ -492,27 +498,30 @@ def notify_holds(trace: Trace) -> np.ndarray:
         held[~has] = np.nan
         ready = pe.astype(np.float64)
         ready[~has] = np.nan
-        out["ready_ns"], out["held_ns"] = ready, held
-        # per (launch, rank): the median hold; the baseline of a rank is the other ranks' median
+        # per (rank, launch): the median hold (rows are sorted by rank, launch: contiguous groups)
+        first = np.r_[True, (rank[1:] != rank[:-1]) | (launch[1:] != launch[:-1])]
+        gid = np.cumsum(first) - 1
         ok = np.flatnonzero(has)
         if ok.size:
-            inv, keys = group_index(out["launch"][ok], out["rank"][ok])
-            med = group_median(inv, held[ok], keys.shape[0])
-            li, linv = dense_codes(keys[:, 0])
-            ri, rinv = dense_codes(keys[:, 1])
-            table = np.full((linv.size, rinv.size), np.nan)
+            G = int(gid[-1]) + 1
+            med = group_median(gid[ok], held[ok], G)
+            g_rank, g_launch = rank[first].astype(np.int64), launch[first].astype(np.int64)
+            li, _ = dense_codes(g_launch)
+            ri, rvals = dense_codes(g_rank)
+            table = np.full((int(li.max()) + 1, rvals.size), np.nan)
             table[li, ri] = med
             base = np.full_like(table, np.nan)
-            for j in range(rinv.size):  # ranks: a handful
+            # the baseline of a rank is the other ranks' median in the same launch
+            for j in range(rvals.size):  # ranks: a handful
                 others = np.delete(table, j, axis=1)
                 has_other = np.isfinite(others).any(axis=1)
                 if has_other.any():
                     base[has_other, j] = np.nanmedian(others[has_other], axis=1)
-            b = base[li, ri][inv]
-            out["baseline_ns"][ok] = b
-            out["held_excess_ns"][ok] = held[ok] - b
-    trace._cache[key] = out
-    return out
+            base_of = base[li, ri][gid]
+            base_of[~has] = np.nan
+    cols.update(ready_ns=ready, held_ns=held, baseline_ns=base_of, held_excess_ns=held - base_of)
+    trace._cache[key] = cols
+    return cols
 
 
 #: One row per producer rank (``stragglers(...)[0]``) or producer workgroup (``[1]``).
@@ -591,6 +600,9 @@ def _notify_lateness(trace: Trace, w: np.ndarray | None = None) -> tuple[np.ndar
     for c, src in (("rank", "rank"), ("launch", "launch"), ("program", "program"), ("seq", "arg3"), ("flag", "arg2"),
                    ("start_ns", "start_ns")):
         cols[c] = trace.at(EventKind.NOTIFY, src)[at_u_o]
+    hold = _holds(trace)
+    cols["held_ns"] = hold["held_ns"][at_u_o]
+    cols["held_excess_ns"] = hold["held_excess_ns"][at_u_o]
     del at_u_o
     cols["late_ns"] = group_max(inv, late, g, fill=0.0)[order]
     cols["cost_ns"] = cost[order]
@@ -607,10 +619,6 @@ def _notify_lateness(trace: Trace, w: np.ndarray | None = None) -> tuple[np.ndar
     bn[has] = pe - ev["start_ns"][ph]
     gap[has] = cols["start_ns"][has] - pe
     cols.update(before_region=reg, before_ns=bn, gap_ns=gap)
-    hold = notify_holds(trace)
-    hpos = np.searchsorted(hold["row"], cols["row"])
-    cols["held_ns"] = hold["held_ns"][hpos]
-    cols["held_excess_ns"] = hold["held_excess_ns"][hpos]
     out = fill_table(np.zeros(g, NOTIFY_LATENESS_DTYPE), cols)
     rank_of = np.empty(g, np.int64)
     rank_of[order] = np.arange(g)
