@@ -24,9 +24,9 @@ Timestamps
     NVIDIA: ``mov.u64 %globaltimer`` (ns; it updates every 32 ns on H100/H200).
     AMD CDNA: ``s_waitcnt vmcnt(0); s_memrealtime; s_waitcnt lgkmcnt(0)`` (100 MHz on MI300).
     The read is inline assembly marked as having side effects and clobbering memory, so
-    neither Triton's passes nor LLVM move loads or stores across it: in the assembly, the
-    memory instructions of a region stay between its two timer reads (checked in
-    tests/test_compile.py). What the read does NOT order differs by vendor:
+    neither Triton's passes nor LLVM move loads or stores across it: in program order, the
+    memory instructions of a region stay between its two timer reads (checked on the PTX and
+    the LLVM IR in tests/test_compile.py). What the read does NOT order differs by vendor:
 
     * NVIDIA: loads and stores are asynchronous. A timestamp taken after a ``tl.load`` is
       taken after the load was *issued*, not after its data arrived; a ``tl.store`` is
