@@ -51,11 +51,11 @@ def main(argv=None) -> int:
     show(A.stall_totals(t, "rank", w), ["rank", "n_waits", "wait_ns", "producer_late_ns", "signal_latency_ns", "wait_frac"],
          "Waiting per rank")
     by_rank, _ = A.stragglers(t, w)
-    show(by_rank, ["rank", "n_notifies", "n_late", "cost_ns", "late_median_ns", "before_region", "before_ns"],
+    show(by_rank, ["rank", "n_notifies", "n_late", "cost_ns", "held_median_ns", "held_excess_ns", "before_region", "before_ns"],
          "Producers, most costly first (who made the others wait)")
     wg = A.workgroups(t)
     over = wg[wg["outlier"]]
-    show(over[(-over["busy_ns"]).argsort(kind="stable")], ["rank", "launch", "program", "sm", "busy_ns", "wait_ns", "work_items", "cause"],
+    show(over[(-over["busy_ns"]).argsort(kind="stable")], ["rank", "launch", "program", "sm", "busy_ns", "work_ns", "held_ns", "wait_ns", "work_items", "cause"],
          "Outlier workgroups, busiest first")
     show(A.imbalance(t, wg), ["rank", "launch", "max_over_mean", "cv", "tail_ns", "tail_program", "cause"],
          "Imbalance per rank and launch (rank -1: all ranks)")
