@@ -109,9 +109,12 @@ def timeouts(trace: Trace) -> np.ndarray:
     out["first_on_rank"] = t["end_ns"] == first
     # the notifies of each (producer, consumer, flag, launch) group, in time order. Timed-out
     # waits are few (one per stuck workgroup at most), so one vectorised pass per wait is fine.
-    ev = trace.events
     nots = trace.rows_of(EventKind.NOTIFY)
-    kn = np.stack([ev["rank"][nots], ev["arg0"][nots], ev["arg2"][nots], ev["launch"][nots]], axis=1).astype(np.int64)
+
+    def N(name):
+        return trace.at(EventKind.NOTIFY, name)
+
+    kn = np.stack([N("rank"), N("arg0"), N("arg2"), N("launch")], axis=1).astype(np.int64)
     kw = np.stack([t["peer"], t["rank"], t["flag"], t["launch"]], axis=1).astype(np.int64)
     status = np.empty(t.size, dtype=object)
     sent = np.zeros(t.size, np.int64)
@@ -120,9 +123,9 @@ def timeouts(trace: Trace) -> np.ndarray:
     if nots.size:
         inv, keys = group_index(*(np.concatenate([kn[:, i], kw[:, i]]) for i in range(4)))
         gn, gw = inv[: nots.size], inv[nots.size :]
-        o = np.lexsort((ev["start_ns"][nots], gn))
-        gno, nso = gn[o], ev["start_ns"][nots][o]
-        vals = ev["arg1"][nots][o].astype(np.int64)
+        o = np.lexsort((N("start_ns"), gn))
+        gno, nso = gn[o], N("start_ns")[o]
+        vals = N("arg1")[o].astype(np.int64)
         for i in range(t.size):
             a, b = np.searchsorted(gno, gw[i]), np.searchsorted(gno, gw[i], side="right")
             sent[i] = b - a

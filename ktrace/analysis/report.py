@@ -494,7 +494,7 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
         "ranks": sorted(set(trace.wg_keys[:, 0].tolist())),
         "launches": int(np.unique(trace.wg_keys[:, 1]).size) if trace.n_workgroups else 0,
         "kernels": sorted(set(trace.kernels.values())),
-        "events": int(trace.events.size),
+        "events": trace.n_events,
         "workgroups": trace.n_workgroups,
         "kernel_ns": float(kt["kernel_ns"].sum()),
         "waits": int(w.size),

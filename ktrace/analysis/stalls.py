@@ -189,7 +189,7 @@ def release_pairs(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     waits = trace.rows_of(EventKind.WAIT)
     ev = _Cols(trace)
     cmpc = trace.at(EventKind.WAIT, "arg5")
-    notify_of = np.full(trace.events.shape[0], -1, np.int64)  # per event row: its releasing notify
+    notify_of = np.full(trace.n_events, -1, np.int64)  # per event row: its releasing notify
     notify_of[w_rows] = n_rows
     left_m = ((notify_of[waits] < 0) & ~is_timeout(trace.at(EventKind.WAIT, "flags"))
               & ((cmpc == int(Cmp.GE)) | (cmpc == int(Cmp.GT))))
@@ -581,7 +581,7 @@ def _notify_lateness(trace: Trace, w: np.ndarray | None = None) -> tuple[np.ndar
     nr = nr_all[paired]
     ev = _Cols(trace)
     # distinct notifies in row order, and each paired wait's (np.unique without a sort: rows are < events)
-    mark = np.zeros(trace.events.shape[0] + 1, bool)
+    mark = np.zeros(trace.n_events + 1, bool)
     mark[nr] = True
     u = np.flatnonzero(mark)
     inv = np.searchsorted(u, nr) if nr.size < u.size * 8 else (np.cumsum(mark) - 1)[nr]

@@ -20,8 +20,9 @@ too wide to pack, short arrays) that gives the same answer; the tests check both
 
 from __future__ import annotations
 
+import functools
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -51,13 +52,62 @@ def _align(capture) -> tuple[np.ndarray, object]:
     return aligned_events(capture, model), model
 
 
-@dataclass
+def _events_of(load_capture: Callable[[], object], model) -> np.ndarray:
+    """The aligned event table of the capture ``load_capture()`` returns, on ``model``'s clock."""
+    from ..clock.model import aligned_events
+
+    try:
+        return aligned_events(load_capture(), model)
+    except (KeyError, ValueError) as e:  # the file is gone or another capture now
+        raise AnalysisError(f"cannot rebuild the event table: {e}") from e
+
+
+#: mallopt(3) parameters (glibc's malloc.h).
+_M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8
+_memory_kept = False
+
+
+def keep_freed_memory() -> None:
+    """Make the C allocator keep the memory the process frees, for its next allocations.
+
+    An analysis allocates and frees arrays of hundreds of MB; by default glibc returns each to
+    the system (``munmap``, heap trimming) and the next one faults fresh pages in again, which
+    costs more than the arithmetic on some machines (virtual machines whose host backs guest
+    memory on first touch). Here large blocks come from the heap instead of ``mmap``, the heap is
+    never trimmed, and threads share one arena, so freed memory is reused without faults. The
+    process's peak memory is not raised (only reuse changes); it is not returned to the system
+    before the process ends. Applied once per process, by :func:`prepare`; does nothing where
+    the C library has no ``mallopt`` (not glibc).
+    """
+    global _memory_kept
+    if _memory_kept:
+        return
+    _memory_kept = True
+    try:
+        import ctypes
+
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    for param, value in ((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, 2**31 - 1), (_M_ARENA_MAX, 1)):
+        if mallopt(param, value) != 1:
+            log.debug("mallopt(%d, %d) was refused", param, value)
+
+
 class Trace:
     """A capture's events ready for analysis.
+
+    Made by :func:`prepare` (from a capture: the columns the analyses use are decoded straight
+    from the event buffers, the full table only on first use of :attr:`events`) or from an
+    aligned event table (``Trace(events=table, ...)``).
 
     Attributes:
         events: the aligned event table (``start_ns``/``end_ns`` on the common clock), sorted by
             rank, launch, program, slot. Analyses report rows of it by index (``row`` columns).
+            A trace prepared from a capture builds it on first use (from the capture, or by
+            reading its file again); analyses use :meth:`column` and :meth:`at` instead.
         regions: region id -> name.
         world_size: ranks the capture was taken on.
         kernels: (rank, launch) -> kernel name.
@@ -69,37 +119,72 @@ class Trace:
         wg_keys: per workgroup, ``(rank, launch, program)`` (int64, shape (W, 3)).
     """
 
-    events: np.ndarray
-    regions: dict[int, str] = field(default_factory=dict)
-    world_size: int = 0
-    kernels: dict[tuple[int, int], str] = field(default_factory=dict)
-    n_programs: dict[tuple[int, int], int] = field(default_factory=dict)
-    partial: bool = False
-    clock: object | None = None
-    source: str = ""
-    wg: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
-    wg_keys: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
-    _cache: dict = field(default_factory=dict, repr=False)
-
-    def __post_init__(self):
-        names = self.events.dtype.names or ()
-        missing = [c for c in REQUIRED_COLUMNS if c not in names]
-        if missing:
-            raise AnalysisError(
-                f"event table lacks columns {missing}: analyses need an aligned table (ktrace.clock.aligned_events)"
-            )
-        ev = self.events
-        if ev.size:
-            # the columns are copied out once (blocked); sortedness is checked on the copies
-            cols = [self.column(c) for c in ("rank", "launch", "program")]
-            if not _is_sorted(*cols, np.asarray(ev["slot"])):
-                order = np.lexsort((ev["slot"], ev["program"], ev["launch"], ev["rank"]))
-                self.events = ev = ev[order]
-                self._cache.clear()
+    def __init__(self, events: np.ndarray | None = None, regions: dict[int, str] | None = None, world_size: int = 0,
+                 kernels: dict[tuple[int, int], str] | None = None, n_programs: dict[tuple[int, int], int] | None = None,
+                 partial: bool = False, clock: object | None = None, source: str = "", wg: np.ndarray | None = None,
+                 wg_keys: np.ndarray | None = None, *, columns: "_Columns | None" = None,
+                 load_events: Callable[[], np.ndarray] | None = None):
+        self.regions = regions if regions is not None else {}
+        self.world_size = world_size
+        self.kernels = kernels if kernels is not None else {}
+        self.n_programs = n_programs if n_programs is not None else {}
+        self.partial = partial
+        self.clock = clock
+        self.source = source
+        self.wg = wg
+        self.wg_keys = wg_keys
+        self._cache: dict = {}
+        self._load_events = load_events
+        if events is None:
+            if columns is None:
+                raise AnalysisError("a Trace needs an aligned event table (or prepare() a capture)")
+            # rows already sorted (checked while decoding)
+            self._events = None
+            self._n = columns.n
+            for n, c in columns.cols.items():
+                self._cache[("col", n)] = c
+            for (k, n), c in columns.at.items():
+                self._cache[("at", k, n)] = c
+        else:
+            names = events.dtype.names or ()
+            missing = [c for c in REQUIRED_COLUMNS if c not in names]
+            if missing:
+                raise AnalysisError(
+                    f"event table lacks columns {missing}: analyses need an aligned table (ktrace.clock.aligned_events)"
+                )
+            self._events = ev = events
+            self._n = int(ev.shape[0])
+            if ev.size:
+                # the columns are copied out once (blocked); sortedness is checked on the copies
+                cols = [self.column(c) for c in ("rank", "launch", "program")]
+                if not _is_sorted(*cols, np.asarray(ev["slot"])):
+                    order = np.lexsort((ev["slot"], ev["program"], ev["launch"], ev["rank"]))
+                    self._events = ev[order]
+                    self._cache.clear()
         if self.wg is None:
             self.wg, self.wg_keys = _workgroups(self)
         if not self.world_size:
-            self.world_size = int(ev["rank"].max()) + 1 if ev.size else 0
+            self.world_size = int(self.column("rank").max()) + 1 if self._n else 0
+
+    def __repr__(self) -> str:
+        return (f"Trace(source={self.source!r}, events={self._n}, world_size={self.world_size}, "
+                f"workgroups={self.n_workgroups}, partial={self.partial})")
+
+    @property
+    def events(self) -> np.ndarray:
+        if self._events is None:
+            if self._load_events is None:
+                raise AnalysisError("this trace keeps no event table and cannot rebuild it")
+            ev = self._load_events()
+            if ev.shape[0] != self._n or not np.array_equal(ev["start_ns"], self.column("start_ns")):
+                raise AnalysisError(f"{self.source}: the capture changed since it was prepared (its events differ)")
+            self._events = ev
+        return self._events
+
+    @property
+    def n_events(self) -> int:
+        """Rows of :attr:`events` (without building the table)."""
+        return self._n
 
     # -- names ---------------------------------------------------------------------------
     def region_name(self, rid: int) -> str:
@@ -190,7 +275,7 @@ class Trace:
     @property
     def origin_ns(self) -> int:
         """The earliest event start: reports give times relative to it."""
-        if not self.events.size:
+        if not self._n:
             return 0
         o = self._cache.get("origin")
         if o is None:
@@ -238,7 +323,7 @@ def _is_sorted(rank: np.ndarray, launch: np.ndarray, program: np.ndarray, slot: 
 
 def _workgroups(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """Dense workgroup ids of a sorted table and each workgroup's (rank, launch, program)."""
-    n = trace.events.shape[0]
+    n = trace.n_events
     if n == 0:
         return np.zeros(0, np.int64), np.zeros((0, 3), np.int64)
     r, l, p = (trace.column(c) for c in ("rank", "launch", "program"))
@@ -254,6 +339,11 @@ def _workgroups(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 def prepare(source, *, regions: dict[int, str] | None = None, name: str = "") -> Trace:
     """Make a :class:`Trace` from a capture, a capture file's path, or an aligned event table.
 
+    From a capture, the columns the analyses use are decoded and aligned straight from the
+    launches' event buffers (about a third of the full table's memory); :attr:`Trace.events`
+    is built on first use, from the capture (kept by the trace) or, for a path, by reading the
+    file again.
+
     Args:
         source: a ``ktrace.io.Capture``, a path to a ``.ktrace`` file, a :class:`Trace` (returned
             as is), or a structured array with the columns of ``ktrace.clock.ALIGNED_DTYPE``.
@@ -266,18 +356,29 @@ def prepare(source, *, regions: dict[int, str] | None = None, name: str = "") ->
     """
     if isinstance(source, Trace):
         return source
+    keep_freed_memory()
     if isinstance(source, np.ndarray):
         return Trace(events=source, regions=dict(regions or {}), source=name or "<table>")
     if isinstance(source, (str, bytes)) or hasattr(source, "__fspath__"):
         from ..io.capture_file import read_capture
 
         path = str(source)
-        cap = read_capture(path)
-        return prepare(cap, regions=regions, name=name or path)
-    cap = source
-    if not hasattr(cap, "ranks"):
-        raise AnalysisError(f"cannot analyse a {type(cap).__name__}: give a Capture, a .ktrace path or an aligned table")
-    events, model = _align(cap)
+        # the trace does not keep the capture (its buffers are freed once decoded)
+        return _from_capture(read_capture(path), regions, name or path, functools.partial(read_capture, path))
+    if not hasattr(source, "ranks"):
+        raise AnalysisError(f"cannot analyse a {type(source).__name__}: give a Capture, a .ktrace path or an aligned table")
+    return _from_capture(source, regions, name or "<capture>", functools.partial(_same, source))
+
+
+def _same(x):
+    return x
+
+
+def _from_capture(cap, regions: dict[int, str] | None, name: str, reload: Callable[[], object]) -> Trace:
+    from ..clock.model import clock_model_of
+
+    model = clock_model_of(cap)
+    columns = _aligned_columns(cap, model)
     kernels: dict[tuple[int, int], str] = {}
     n_programs: dict[tuple[int, int], int] = {}
     for r, rc in cap.ranks.items():
@@ -287,10 +388,84 @@ def prepare(source, *, regions: dict[int, str] | None = None, name: str = "") ->
             n_programs[(r, ln.index)] = int(g[0] * g[1] * g[2]) if len(g) == 3 else 0
     regs = dict(cap.regions)
     regs.update(regions or {})
-    if cap.partial or cap.missing_ranks:
+    partial = bool(cap.partial or cap.missing_ranks)
+    if partial:
         log.warning("capture is partial (missing ranks %s): stall pairing misses the absent ranks' notifies", cap.missing_ranks)
-    return Trace(events=events, regions=regs, world_size=cap.world_size, kernels=kernels, n_programs=n_programs,
-                 partial=bool(cap.partial or cap.missing_ranks), clock=model, source=name or "<capture>")
+    meta = dict(regions=regs, world_size=cap.world_size, kernels=kernels, n_programs=n_programs, partial=partial,
+                clock=model, source=name)
+    if columns is None:  # rows out of order: the whole table, sorted by Trace
+        return Trace(events=_align(cap)[0], **meta)
+    return Trace(columns=columns, load_events=functools.partial(_events_of, reload, model), **meta)
+
+
+@dataclass
+class _Columns:
+    """Columns of an aligned event table (see :func:`_aligned_columns`)."""
+
+    n: int
+    cols: dict  # name -> array of n
+    at: dict  # (kind, name) -> array, at the rows of that kind
+
+
+def _aligned_columns(cap, model) -> _Columns | None:
+    """The columns :meth:`Trace.column` / :meth:`Trace.at` serve, decoded and aligned launch by
+    launch into arrays allocated once at their final size (counted from the buffers' tags
+    first), so that neither the full aligned table nor all launches' decoded tables are ever in
+    memory at once. Rows come in ``ktrace.clock.aligned_events`` order; None when that order is
+    not sorted by (rank, launch, program, slot) (then the caller sorts the whole table).
+    """
+    from ..clock.model import iter_aligned
+    from ..decode import DecodeError, count_kinds
+
+    launches = [(r, ln) for r, rc in sorted(cap.ranks.items()) for ln in rc.launches]
+    at_kinds = [int(k) for k in _COPIED_AT[1]]
+    per_kind = np.zeros(16, np.int64)
+    try:
+        counts = [count_kinds(ln.raw) for _, ln in launches]
+    except DecodeError:
+        return None  # decoding says what is wrong, with the rank and launch
+    n_of = [int(c.sum() - c[EventKind.EMPTY] - c[EventKind.DETAIL]) for c in counts]
+    for c in counts:
+        per_kind += c
+    n = sum(n_of)
+    dt = _ALIGNED_DTYPE
+    cols = {c: np.empty(n, dt[c]) for c in _COPIED}
+    at = {(k, a): np.empty(int(per_kind[k]), dt[a]) for k in at_kinds for a in _COPIED_AT[0]}
+    pos = 0
+    filled = dict.fromkeys(at_kinds, 0)
+    prev = None  # (rank, launch, program, slot) of the last row so far
+    it = iter_aligned(cap, model)
+    for (r, ln), k_n, (r2, li, ev, s, e) in zip(launches, n_of, it):
+        k = ev.shape[0]
+        if (r2, li) != (r, ln.index) or k != k_n:
+            raise AnalysisError(f"rank {r}, launch {ln.index}: decoded {k} events where its buffer holds {k_n}")
+        if not k:
+            continue
+        first = (r, li, int(ev["program"][0]), int(ev["slot"][0]))
+        if prev is not None and first <= prev:
+            return None
+        prev = (r, li, int(ev["program"][-1]), int(ev["slot"][-1]))
+        b = pos + k
+        cols["rank"][pos:b] = r
+        cols["launch"][pos:b] = li
+        for c in ("program", "kind", "flags", "region", "hw"):
+            cols[c][pos:b] = ev[c]
+        cols["start_ns"][pos:b] = s
+        cols["end_ns"][pos:b] = e
+        kind = ev["kind"]
+        for kk in at_kinds:
+            m = np.flatnonzero(kind == kk)
+            if m.size:
+                f = filled[kk]
+                for a in _COPIED_AT[0]:
+                    at[(kk, a)][f : f + m.size] = ev[a][m]
+                filled[kk] = f + m.size
+        pos = b
+    return _Columns(n=n, cols=cols, at=at)
+
+
+#: The aligned table's dtype (``ktrace.clock.ALIGNED_DTYPE``: ``schema.EVENT_DTYPE`` and the times).
+_ALIGNED_DTYPE = np.dtype(schema.EVENT_DTYPE.descr + [("start_ns", "<i8"), ("end_ns", "<i8")])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -586,7 +761,7 @@ BLOCK_EVENTS = 1 << 20
 def workgroup_blocks(trace: Trace, size: int | None = None) -> np.ndarray:
     """Row boundaries ``[0, ..., n]`` cutting the events into blocks of whole workgroups of
     about ``size`` (default :data:`BLOCK_EVENTS`) events."""
-    n = trace.events.shape[0]
+    n = trace.n_events
     size = BLOCK_EVENTS if size is None else size
     if n <= size:
         return np.array([0, n], np.int64)
@@ -607,7 +782,7 @@ def workgroup_starts(trace: Trace) -> np.ndarray:
 def rank_launch_starts(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(first rows, ranks, launches)`` of the (rank, launch) groups of rows, in table order
     (from the workgroups: no pass over the rank and launch columns)."""
-    if trace.events.shape[0] == 0:
+    if trace.n_events == 0:
         z = np.zeros(0, np.int64)
         return z, z, z
     k = trace.wg_keys
