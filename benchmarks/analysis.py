@@ -11,6 +11,12 @@ every analysis and the findings), and, with ``--from-capture``, the same startin
     python benchmarks/analysis.py --events 2e6 --repeat 3
     python benchmarks/analysis.py --from-capture     # decode + align + analyse
     python benchmarks/analysis.py --from-capture --only-capture   # a process that starts from the capture
+    python benchmarks/analysis.py --fresh-process --repeat 3      # as `ktrace report FILE` runs: one new process per run
+
+With ``--fresh-process`` the capture is written to a temporary ``.ktrace`` file and each run is a
+new Python process that does what ``ktrace report FILE`` does (``prepare(path)``: read, decode,
+align; then ``build_report``); it reports its wall time, user and system CPU, minor page faults
+and peak RSS, and the load average is printed before and after.
 
 Every run's time is listed (a process's first run also pays for growing its memory), with the
 process CPU time (two threads run at once) and the peak RSS.
@@ -19,10 +25,13 @@ process CPU time (two threads run at once) and the peak RSS.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import resource
+import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -45,6 +54,50 @@ def _table(args) -> tuple[np.ndarray, dict, str]:
     return S.replicate(base, copies), regions, f"{what}, {copies} launches"
 
 
+#: What one fresh-process run executes (argv[1]: the capture file).
+_CHILD = """
+import json, resource, sys, time
+t0 = time.perf_counter()
+sys.path.insert(0, {root!r})
+from ktrace.analysis import ReportConfig, build_report, prepare
+t1 = time.perf_counter()
+r0 = resource.getrusage(resource.RUSAGE_SELF)
+rep = build_report(prepare(sys.argv[1]), ReportConfig())
+t2 = time.perf_counter()
+r1 = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({{"analysis_s": t2 - t1, "import_s": t1 - t0, "user_s": r1.ru_utime - r0.ru_utime,
+                  "sys_s": r1.ru_stime - r0.ru_stime, "minflt": r1.ru_minflt - r0.ru_minflt,
+                  "peak_mib": r1.ru_maxrss / 1024, "findings": len(rep.findings)}}))
+"""
+
+
+def _fresh_processes(table: np.ndarray, regions: dict, repeat: int) -> None:
+    from ktrace.io.capture_file import write_capture
+
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "bench.ktrace")
+        write_capture(path, S.to_capture(table, regions=regions))
+        n, mb = table.size, os.path.getsize(path) / 2**20
+        del table
+        print(f"capture file: {mb:.0f} MiB; load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        runs = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            out = subprocess.run([sys.executable, "-c", _CHILD.format(root=os.path.abspath(root)), path],
+                                 check=True, capture_output=True, text=True).stdout
+            r = json.loads(out.strip().splitlines()[-1])
+            r["process_s"] = time.perf_counter() - t0
+            runs.append(r)
+            print(f"  fresh process: analysis {r['analysis_s']:.2f} s (prepare(path) + build_report; whole process "
+                  f"{r['process_s']:.2f} s), user {r['user_s']:.2f} s, sys {r['sys_s']:.2f} s, "
+                  f"{r['minflt']:,} minor faults, peak RSS {r['peak_mib'] / 1024:.2f} GiB; {r['findings']} findings")
+        a = [r["analysis_s"] for r in runs]
+        print(f"report of a {n:,}-event capture file in a fresh process: median {np.median(a):.2f} s, max {max(a):.2f} s "
+              f"[{', '.join(f'{t:.2f}' for t in a)}]; load average after: "
+              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--events", type=float, default=10e6, help="events to analyse (default 10 M)")
@@ -56,9 +109,16 @@ def main() -> int:
     p.add_argument("--from-capture", action="store_true", help="also time decode + align + analyse from event buffers")
     p.add_argument("--only-capture", action="store_true",
                    help="with --from-capture: skip the aligned-table runs (a process that starts from the capture)")
+    p.add_argument("--fresh-process", action="store_true",
+                   help="only: each run a new process analysing a capture file, as `ktrace report FILE` does")
     args = p.parse_args()
 
     table, regions, what = _table(args)
+    if args.fresh_process:
+        print(f"{what}: {table.size:,} events; {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+              f"numpy {np.__version__}")
+        _fresh_processes(table, regions, args.repeat)
+        return 0
     print(f"{what}: {table.size:,} events; {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"numpy {np.__version__}")
     times, cpus = [], []

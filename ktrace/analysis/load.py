@@ -108,9 +108,10 @@ def work_region_id(trace: Trace, config: LoadConfig = LoadConfig()) -> int | Non
 def region_time(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """Time per region and workgroup of leaf spans and waits (by the wait's name), the events
     that say where time went (containers would cover their parts): ``(matrix (W, R) ns, ids (R,))``."""
-    key = ("region_time",)
-    if key in trace._cache:
-        return trace._cache[key]
+    return trace.cached(("region_time",), lambda: _region_time(trace))
+
+
+def _region_time(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     from .timeline import leaf_spans
 
     spans = np.concatenate([leaf_spans(trace), trace.rows_of(EventKind.WAIT)])
@@ -119,7 +120,6 @@ def region_time(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     W, R = trace.n_workgroups, rids.size
     dur = (trace.column("end_ns")[spans] - trace.column("start_ns")[spans]).astype(np.float64)
     m = np.bincount(trace.wg[spans] * R + rinv.reshape(-1), weights=dur, minlength=W * R).reshape(W, R) if R else np.zeros((W, 0))
-    trace._cache[key] = (m, rids)
     return m, rids
 
 

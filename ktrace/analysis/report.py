@@ -446,13 +446,17 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
 
     def stall_part():
         tot = [stalls.stall_totals(trace, by, w) for by in ("rank", "peer", "workgroup")]
-        return (*tot, *stalls.stragglers(trace, w), stalls.notify_lateness(trace, w))
+        nl = stalls.notify_lateness(trace, w)
+        return (*tot, stalls.straggler_table(trace, "rank", w), nl)
 
     def load_part():
+        # shared with the other thread's notify lateness (computed once: the other waits)
+        stalls.preceding_notify_spans(trace)
         wg = load.workgroups(trace, config.load)
         path = overlap.critical_path(trace)
-        return (wg, load.imbalance(trace, wg), load.per_sm(trace, wg), overlap.overlap(trace, config.classes), path,
-                overlap.critical_path_summary(path))
+        res = (wg, load.imbalance(trace, wg), load.per_sm(trace, wg), overlap.overlap(trace, config.classes), path,
+               overlap.critical_path_summary(path))
+        return res + (stalls.straggler_table(trace, "workgroup", w),)
 
     # the stall tables and the load/overlap tables do not depend on each other: with two
     # workers they are computed at once (numpy releases the GIL in its loops)
@@ -470,8 +474,8 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
         step("stragglers")
         load_res = load_part()
         step("load")
-    tot_rank, tot_peer, tot_wg, by_rank, by_wg, nl = stall_res
-    wg, imb, sm, ov, path, path_sum = load_res
+    tot_rank, tot_peer, tot_wg, by_rank, nl = stall_res
+    wg, imb, sm, ov, path, path_sum, by_wg = load_res
     step("overlap")
     lt = overlap.launch_timing(trace)
     step("critical path")

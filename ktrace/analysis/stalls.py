@@ -479,9 +479,10 @@ def notify_holds(trace: Trace) -> np.ndarray:
 
 def _holds(trace: Trace) -> dict:
     """The columns of :func:`notify_holds`, contiguous (cached; what the other analyses read)."""
-    key = ("notify_holds",)
-    if key in trace._cache:
-        return trace._cache[key]
+    return trace.cached(("notify_holds",), lambda: _compute_holds(trace))
+
+
+def _compute_holds(trace: Trace) -> dict:
     N = EventKind.NOTIFY
     rows = trace.rows_of(N)
     rank, launch, start = trace.at(N, "rank"), trace.at(N, "launch"), trace.at(N, "start_ns")
@@ -520,7 +521,6 @@ def _holds(trace: Trace) -> dict:
             base_of = base[li, ri][gid]
             base_of[~has] = np.nan
     cols.update(ready_ns=ready, held_ns=held, baseline_ns=base_of, held_excess_ns=held - base_of)
-    trace._cache[key] = cols
     return cols
 
 
@@ -572,10 +572,18 @@ def notify_lateness(trace: Trace, w: np.ndarray | None = None) -> np.ndarray:
 def _notify_lateness(trace: Trace, w: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
     """:func:`notify_lateness` and, for :func:`stragglers`, per paired wait (in ``waits`` order)
     its row in that table (``pos``), the paired waits' rank, row and lateness."""
-    key = ("notify_late",)
-    if key in trace._cache:
-        return trace._cache[key]
     w = waits(trace) if w is None else w
+    return trace.cached(("notify_late",), lambda: _compute_notify_lateness(trace, w))
+
+
+def preceding_notify_spans(trace: Trace) -> np.ndarray:
+    """Per NOTIFY event (in row order), the row of the span its program ran last before it, or
+    -1 (:func:`ktrace.analysis.trace.preceding_span`; cached: :func:`notify_lateness` reads it,
+    ``build_report`` computes it ahead in its other thread)."""
+    return trace.cached(("notify_preceding",), lambda: preceding_span(trace, trace.rows_of(EventKind.NOTIFY)))
+
+
+def _compute_notify_lateness(trace: Trace, w: np.ndarray) -> tuple[np.ndarray, dict]:
     nr_all = _wcol(trace, w, "notify_row")
     paired = np.flatnonzero(nr_all >= 0)
     nr = nr_all[paired]
@@ -603,11 +611,11 @@ def _notify_lateness(trace: Trace, w: np.ndarray | None = None) -> tuple[np.ndar
     hold = _holds(trace)
     cols["held_ns"] = hold["held_ns"][at_u_o]
     cols["held_excess_ns"] = hold["held_excess_ns"][at_u_o]
+    prev = preceding_notify_spans(trace)[at_u_o]  # (each row's answer is the same asked alone)
     del at_u_o
     cols["late_ns"] = group_max(inv, late, g, fill=0.0)[order]
     cols["cost_ns"] = cost[order]
     cols["n_waits"] = group_count(inv, g)[order]
-    prev = preceding_span(trace, u)[order]
     cols["before_row"] = prev
     has = prev >= 0
     reg = np.full(g, "", dtype=object)
@@ -627,8 +635,7 @@ def _notify_lateness(trace: Trace, w: np.ndarray | None = None) -> tuple[np.ndar
     del cols
     extra = {"pos": rank_of[inv], "rank": _wcol(trace, w, "rank")[paired], "row": _wcol(trace, w, "row")[paired],
              "late": late, "cols": kept}
-    res = trace._cache[key] = (out, extra)
-    return res
+    return out, extra
 
 
 def _order_desc(x: np.ndarray) -> np.ndarray:
@@ -663,12 +670,19 @@ def stragglers(trace: Trace, w: np.ndarray | None = None) -> tuple[np.ndarray, n
           producer made late by slow work before the notify, which ``held_excess_ns`` does not
           (that is a load finding), but a held notify whose waiters arrive later still reads 0.
     """
+    return straggler_table(trace, "rank", w), straggler_table(trace, "workgroup", w)
+
+
+def straggler_table(trace: Trace, by: str, w: np.ndarray | None = None) -> np.ndarray:
+    """One of the two tables of :func:`stragglers`: ``by`` is "rank" or "workgroup"."""
     w = waits(trace) if w is None else w
     nl, paired = _notify_lateness(trace, w)
     cols = paired["cols"]
-    by_rank = _straggler_table(trace, cols, paired, cols["rank"].astype(np.int64), ("rank",))
-    by_wg = _straggler_table(trace, cols, paired, trace.wg[cols["row"]], ("rank", "launch", "program"))
-    return by_rank, by_wg
+    if by == "rank":
+        return _straggler_table(trace, cols, paired, cols["rank"].astype(np.int64), ("rank",))
+    if by == "workgroup":
+        return _straggler_table(trace, cols, paired, trace.wg[cols["row"]], ("rank", "launch", "program"))
+    raise ValueError(f"stragglers by {by!r}: give 'rank' or 'workgroup'")
 
 
 def _straggler_table(trace: Trace, nl: dict, paired: dict, producer: np.ndarray, by: tuple[str, ...]) -> np.ndarray:

@@ -71,16 +71,15 @@ class RegionClasses:
 
 def leaf_spans(trace: Trace) -> np.ndarray:
     """Rows of spans with no other event of their workgroup starting inside them."""
-    key = ("leaf",)
-    if key in trace._cache:
-        return trace._cache[key]
+    return trace.cached(("leaf",), lambda: _leaf_spans(trace))
+
+
+def _leaf_spans(trace: Trace) -> np.ndarray:
     parts = []
     bounds = _trace.workgroup_blocks(trace)
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):  # blocks of whole workgroups
         parts.append(a + _leaf_block(trace, a, b))
-    out = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-    trace._cache[key] = out
-    return out
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 def _leaf_block(trace: Trace, a: int, b: int) -> np.ndarray:

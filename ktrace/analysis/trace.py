@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Callable
 
@@ -61,6 +62,8 @@ def _events_of(load_capture: Callable[[], object], model) -> np.ndarray:
     except (KeyError, ValueError) as e:  # the file is gone or another capture now
         raise AnalysisError(f"cannot rebuild the event table: {e}") from e
 
+
+_LOCKS_LOCK = threading.Lock()
 
 #: mallopt(3) parameters (glibc's malloc.h).
 _M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8
@@ -134,6 +137,7 @@ class Trace:
         self.wg = wg
         self.wg_keys = wg_keys
         self._cache: dict = {}
+        self._locks: dict = {}
         self._load_events = load_events
         if events is None:
             if columns is None:
@@ -260,7 +264,7 @@ class Trace:
             self.column("kind")  # copies these too
             c = self._cache.get(key)
         if c is None:
-            c = self._cache[key] = self.column(name)[self.rows_of(kind)]
+            c = self.cached(key, lambda: self.column(name)[self.rows_of(kind)])
         return c
 
     def rows_of(self, kind: EventKind) -> np.ndarray:
@@ -268,9 +272,23 @@ class Trace:
         key = ("kind", int(kind))
         r = self._cache.get(key)
         if r is None:
-            r = np.flatnonzero(self.column("kind") == int(kind))
-            self._cache[key] = r
+            r = self.cached(key, lambda: np.flatnonzero(self.column("kind") == int(kind)))
         return r
+
+    def cached(self, key, compute: Callable[[], object]):
+        """``self._cache[key]``, computed by ``compute()`` on first use, once even when several
+        threads ask at the same time (the others wait for it; ``build_report`` runs analyses
+        that share intermediate results in two threads)."""
+        v = self._cache.get(key)
+        if v is not None:
+            return v
+        with _LOCKS_LOCK:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            v = self._cache.get(key)
+            if v is None:
+                v = self._cache[key] = compute()
+        return v
 
     @property
     def origin_ns(self) -> int:
@@ -773,10 +791,7 @@ def workgroup_blocks(trace: Trace, size: int | None = None) -> np.ndarray:
 
 def workgroup_starts(trace: Trace) -> np.ndarray:
     """The first row of each workgroup (cached)."""
-    first = trace._cache.get(("wg_first",))
-    if first is None:
-        first = trace._cache[("wg_first",)] = np.flatnonzero(np.r_[True, trace.wg[1:] != trace.wg[:-1]])
-    return first
+    return trace.cached(("wg_first",), lambda: np.flatnonzero(np.r_[True, trace.wg[1:] != trace.wg[:-1]]))
 
 
 def rank_launch_starts(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
