@@ -54,6 +54,11 @@ def _table(args) -> tuple[np.ndarray, dict, str]:
     return S.replicate(base, copies), regions, f"{what}, {copies} launches"
 
 
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 #: What one fresh-process run executes (argv[1]: the capture file).
 _CHILD = """
 import json, resource, sys, time
@@ -71,8 +76,10 @@ print(json.dumps({{"analysis_s": t2 - t1, "import_s": t1 - t0, "user_s": r1.ru_u
 """
 
 
-def _fresh_processes(table: np.ndarray, regions: dict, repeat: int) -> None:
+def _fresh_processes(box: list, regions: dict, repeat: int) -> None:
     from ktrace.io.capture_file import write_capture
+
+    table = box.pop()
 
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     with tempfile.TemporaryDirectory() as d:
@@ -80,6 +87,10 @@ def _fresh_processes(table: np.ndarray, regions: dict, repeat: int) -> None:
         write_capture(path, S.to_capture(table, regions=regions))
         n, mb = table.size, os.path.getsize(path) / 2**20
         del table
+        import gc
+
+        gc.collect()
+        print(f"this process now holds {_rss_mib():.0f} MiB")
         print(f"capture file: {mb:.0f} MiB; load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         runs = []
         for _ in range(repeat):
@@ -117,7 +128,9 @@ def main() -> int:
     if args.fresh_process:
         print(f"{what}: {table.size:,} events; {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
               f"numpy {np.__version__}")
-        _fresh_processes(table, regions, args.repeat)
+        box = [table]
+        del table  # this process keeps no table while the runs go on (the function frees it)
+        _fresh_processes(box, regions, args.repeat)
         return 0
     print(f"{what}: {table.size:,} events; {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"numpy {np.__version__}")
