@@ -79,8 +79,10 @@ def keep_freed_memory() -> None:
     memory on first touch). Here large blocks come from the heap instead of ``mmap``, the heap is
     never trimmed, and threads share one arena, so freed memory is reused without faults. The
     process's peak memory is not raised (only reuse changes); it is not returned to the system
-    before the process ends. Applied once per process, by :func:`prepare`; does nothing where
-    the C library has no ``mallopt`` (not glibc).
+    before the process ends. Process-wide, so it is applied only where the process is ktrace's
+    own: by the ``ktrace`` command (``ktrace.cli.main``), never on import or by the analysis
+    functions a user's program calls. Does nothing where the C library has no ``mallopt``
+    (not glibc).
     """
     global _memory_kept
     if _memory_kept:
@@ -374,7 +376,6 @@ def prepare(source, *, regions: dict[int, str] | None = None, name: str = "") ->
     """
     if isinstance(source, Trace):
         return source
-    keep_freed_memory()
     if isinstance(source, np.ndarray):
         return Trace(events=source, regions=dict(regions or {}), source=name or "<table>")
     if isinstance(source, (str, bytes)) or hasattr(source, "__fspath__"):
