@@ -84,8 +84,14 @@ def test_bad_files_give_clear_errors(tmp_path):
 
     with pytest.raises(CaptureError, match="newer than this ktrace reads"):
         read_capture(rewrite("new.ktrace", edit_meta=lambda m: m.update(version=99)))
+    # buffers are read (and CRC-checked) on first use: the damage shows there, named
+    damaged = read_capture(rewrite("crc.ktrace", edit_buf=lambda b: b[:100] + bytes([b[100] ^ 0xFF]) + b[101:]))
+    with pytest.raises(CaptureError, match=r"rank 0 launch 0: buffer is damaged"):
+        damaged.events()
     with pytest.raises(CaptureError, match="damaged"):
-        read_capture(rewrite("crc.ktrace", edit_buf=lambda b: b[:100] + bytes([b[100] ^ 0xFF]) + b[101:]))
+        damaged.ranks[0].launches[0].decode(0, cache=False)
+    with pytest.raises(CaptureError, match="damaged"):  # a size that disagrees is seen at once
+        read_capture(rewrite("short.ktrace", edit_buf=lambda b: b[:-1]))
     with pytest.raises(CaptureError, match="corrupt capture metadata"):
         read_capture(rewrite("meta.ktrace", edit_meta=lambda m: m.pop("world_size")))
     with pytest.raises(CaptureError, match="not a ktrace capture file"):
@@ -104,3 +110,21 @@ def test_unknown_compression_is_refused(tmp_path):
     c, _ = constructed_capture(world_size=1, programs=1, iters=1, seed=5)
     with pytest.raises(ValueError, match="compress must be"):
         write_capture(tmp_path / "c.ktrace", c, compress="zstd")
+
+
+def test_buffers_are_read_on_first_use_from_the_file_that_was_opened(tmp_path):
+    cap, _ = constructed_capture(world_size=2, programs=2, iters=2, seed=6)
+    p = write_capture(tmp_path / "c.ktrace", cap)
+    back = read_capture(p)
+    ln = back.ranks[0].launches[0]
+    assert "_LazyBuffer" in type(ln.__dict__["_raw"]).__name__  # not read yet
+    assert ln.nbytes == cap.ranks[0].launches[0].raw.nbytes
+    # the path is replaced by another capture (a merge written over its input): the buffers
+    # still come from the file read_capture opened
+    other, _ = constructed_capture(world_size=2, programs=3, iters=1, seed=7)
+    write_capture(p, other)
+    d = ln.decode(0, cache=False)
+    assert "_LazyBuffer" in type(ln.__dict__["_raw"]).__name__  # read for that call only
+    assert np.array_equal(d.events, cap.ranks[0].launches[0].decode(0).events)
+    assert np.array_equal(back.events(), cap.events())
+    assert isinstance(ln.__dict__["_raw"], np.ndarray)  # kept once .raw was used

@@ -17,7 +17,10 @@ Each rank may write its own file and ``ktrace merge`` (or :func:`merge_captures`
 or the ranks gather to one through ``torch.distributed`` and one file is written.
 
 Reading a truncated, corrupt, foreign or newer-version file raises :class:`CaptureError` with a
-clear message. A merge with ranks missing warns and marks the result partial.
+clear message. Buffers stored uncompressed are read from the file on first use of
+:attr:`Launch.raw` (positional reads of the file opened by :func:`read_capture`, so forked
+workers can read them too), and CRC-checked then: a damaged buffer raises
+:class:`CaptureError` where it is first read, not in :func:`read_capture`. A merge with ranks missing warns and marks the result partial.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from __future__ import annotations
 import io
 import logging
 import os
+import struct
 import time
+import weakref
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -63,13 +68,20 @@ class Launch:
     meta: dict = field(default_factory=dict)
     _decoded: dict = field(default_factory=dict, repr=False, compare=False)
 
+    @property
+    def nbytes(self) -> int:
+        """Size of the raw buffer in bytes (without reading a buffer not read yet)."""
+        r = self.__dict__["_raw"]
+        return r.nbytes if isinstance(r, _LazyBuffer) else int(np.asarray(r).nbytes)
+
     def decode(self, rank: int, *, cache: bool = True) -> DecodedBuffer:
         """Decode the raw buffer.
 
         Args:
             rank: the rank column's value.
             cache: keep the result on the launch (decode once). Writers streaming a large
-                capture pass False so that decoded tables never pile up in memory.
+                capture pass False so that decoded tables never pile up in memory; then a
+                buffer not read from its file yet is read for this call only, not kept.
 
         Raises:
             CaptureError: the buffer does not decode (the message names rank and launch).
@@ -78,12 +90,75 @@ class Launch:
         if hit is not None:
             return hit
         try:
-            d = decode_buffer(self.raw, rank=rank, launch=self.index)
+            r = self.__dict__["_raw"]
+            raw = r.load() if isinstance(r, _LazyBuffer) and not cache else self.raw
+            d = decode_buffer(raw, rank=rank, launch=self.index)
         except DecodeError as e:
             raise CaptureError(f"rank {rank}, launch {self.index} ({self.kernel}): {e}") from None
         if cache:
             self._decoded[rank] = d
         return d
+
+
+def _get_raw(self: Launch) -> np.ndarray:
+    r = self.__dict__["_raw"]
+    if isinstance(r, _LazyBuffer):
+        r = self.__dict__["_raw"] = r.load()
+    return r
+
+
+def _set_raw(self: Launch, value) -> None:
+    self.__dict__["_raw"] = value
+
+
+# set after the dataclass is made (a property in the class body would become the field's default)
+Launch.raw = property(_get_raw, _set_raw, doc="The raw event buffer (uint8); read from its capture file on first use.")  # type: ignore[assignment]
+
+
+class _FileSource:
+    """A capture file held open for reading buffers later (the open file stays valid even if the
+    path is replaced). Positional reads only: a forked worker may read through the same
+    descriptor at the same time. Closed when no buffer needs it any more."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.fd = os.open(path, os.O_RDONLY)
+        self._close = weakref.finalize(self, os.close, self.fd)
+
+    def read(self, offset: int, n: int) -> bytes:
+        parts, got = [], 0
+        while got < n:
+            b = os.pread(self.fd, n - got, offset + got)
+            if not b:
+                break
+            parts.append(b)
+            got += len(b)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+#: A zip local file header: signature, ..., name length (at 26) and extra length (at 28).
+_LOCAL_HEADER = struct.Struct("<4s22xHH")
+
+
+@dataclass(frozen=True)
+class _LazyBuffer:
+    """Where an uncompressed buffer lies in its capture file, and its expected size and CRC-32."""
+
+    source: _FileSource
+    header_offset: int
+    nbytes: int
+    crc32: int
+    where: str  # "<path>: rank R launch L"
+
+    def load(self) -> np.ndarray:
+        head = self.source.read(self.header_offset, _LOCAL_HEADER.size)
+        if len(head) != _LOCAL_HEADER.size or _LOCAL_HEADER.unpack(head)[0] != b"PK\x03\x04":
+            raise CaptureError(f"{self.where}: buffer unreadable: bad zip local header")
+        _, n_name, n_extra = _LOCAL_HEADER.unpack(head)
+        data = self.source.read(self.header_offset + _LOCAL_HEADER.size + n_name + n_extra, self.nbytes)
+        if len(data) != self.nbytes or zlib.crc32(data) != self.crc32:
+            raise CaptureError(f"{self.where}: buffer is damaged (size or CRC-32 mismatch)")
+        return np.frombuffer(data, np.uint8)
 
 
 @dataclass
@@ -247,10 +322,13 @@ def read_capture(path: str | os.PathLike) -> Capture:
         raise CaptureError(f"{path}: not a ktrace capture file (it is not a zip archive)") from None
     except OSError as e:
         raise CaptureError(f"{path}: cannot read: {e}") from None
-    return _read_zip(zf, str(path))
+    return _read_zip(zf, str(path), source=path)
 
 
-def _read_zip(zf: zipfile.ZipFile, path: str) -> Capture:
+def _read_zip(zf: zipfile.ZipFile, path: str, source: Path | None = None) -> Capture:
+    """Read a capture from an open zip. With ``source`` (the zip's file), buffers stored
+    uncompressed are read from it on first use (see :class:`_LazyBuffer`); others here."""
+    src = None
     with zf:
         try:
             meta = orjson.loads(zf.read(_META))
@@ -275,12 +353,19 @@ def _read_zip(zf: zipfile.ZipFile, path: str) -> Capture:
                 rc = RankCapture(rank=r, device=entry.get("device") or {}, clock_samples=entry.get("clock_samples"))
                 for lm in entry["launches"]:
                     try:
-                        data = zf.read(lm["file"])
+                        info = zf.getinfo(lm["file"])
+                        if source is not None and info.compress_type == zipfile.ZIP_STORED:
+                            if info.file_size != lm["bytes"]:
+                                raise CaptureError(f"{path}: rank {r} launch {lm['index']}: buffer is damaged (size or CRC-32 mismatch)")
+                            src = src or _FileSource(source)
+                            data = _LazyBuffer(src, info.header_offset, int(lm["bytes"]), int(lm["crc32"]), f"{path}: rank {r} launch {lm['index']}")
+                        else:
+                            data = zf.read(info)
                     except KeyError:
                         raise CaptureError(f"{path}: rank {r} launch {lm['index']}: buffer {lm['file']} is missing") from None
                     except (zipfile.BadZipFile, zlib.error, EOFError) as e:
                         raise CaptureError(f"{path}: rank {r} launch {lm['index']}: buffer unreadable: {e}") from None
-                    if len(data) != lm["bytes"] or zlib.crc32(data) != lm["crc32"]:
+                    if not isinstance(data, _LazyBuffer) and (len(data) != lm["bytes"] or zlib.crc32(data) != lm["crc32"]):
                         raise CaptureError(f"{path}: rank {r} launch {lm['index']}: buffer is damaged (size or CRC-32 mismatch)")
                     rc.launches.append(
                         Launch(
@@ -288,7 +373,7 @@ def _read_zip(zf: zipfile.ZipFile, path: str) -> Capture:
                             kernel=str(lm["kernel"]),
                             grid=tuple(int(g) for g in lm["grid"]),  # type: ignore[arg-type]
                             capacity=int(lm["capacity"]),
-                            raw=np.frombuffer(data, np.uint8),
+                            raw=data if isinstance(data, _LazyBuffer) else np.frombuffer(data, np.uint8),  # type: ignore[arg-type]
                             host_ns=int(lm.get("host_ns", 0)),
                             stream=int(lm.get("stream", 0)),
                             meta=lm.get("meta") or {},

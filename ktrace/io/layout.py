@@ -311,7 +311,7 @@ def plan_trace(capture, model: ClockModel | None = None, *, workers: int | None 
 
     model = model or clock_model_of(capture)
     refs = _launch_refs(capture)
-    raw_events = sum(int(ln.raw.nbytes) for _, ln in refs) // 32  # an upper bound: records are 32 bytes
+    raw_events = sum(ln.nbytes for _, ln in refs) // 32  # an upper bound: records are 32 bytes
     workers = _parallel.resolve_workers(workers, raw_events)
     launches: list[LaunchPlan] = []
     wn_parts: list[dict] = []
