@@ -18,7 +18,8 @@ Events per second count the capture's events over the step's wall time, reading 
 The writers spread launches over worker processes (one per core; ``--workers`` to choose).
 Peak memory is the largest sum, over the step's process and its workers, of their
 proportional set sizes (``Pss`` in ``/proc/PID/smaps_rollup``: pages the workers share with the
-process they forked from count once), sampled every 10 ms; it is compared with the raw capture
+process they forked from count once), sampled every 10 ms in a second run of the step (reading ``smaps_rollup`` takes CPU and the
+processes' memory locks, so the timed run goes unsampled); it is compared with the raw capture
 (the bytes of every event buffer). ``maxrss`` is the step process's own peak resident size and
 ``+workers`` adds each worker's peak resident size (shared pages counted again: an upper bound).
 """
@@ -96,9 +97,13 @@ def _tree(pid: int) -> list[int]:
     return out
 
 
-def run_step(cmd: list[str]) -> tuple[subprocess.CompletedProcess, int]:
-    """Run a step's process; returns it and the peak PSS (bytes) of its process tree, sampled."""
+def run_step(cmd: list[str], sample: bool = True) -> tuple[subprocess.CompletedProcess, int]:
+    """Run a step's process; returns it and the peak PSS (bytes) of its process tree, sampled
+    (0 when not ``sample``)."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if not sample:
+        out, err = proc.communicate()
+        return subprocess.CompletedProcess(cmd, proc.returncode, out, err), 0
     peak = [0]
     done = threading.Event()
 
@@ -183,14 +188,18 @@ def main() -> int:
               f"{'+workers/raw':>12s} {'output MiB':>11s}")
         for name in args.steps.split(","):
             cmd = [sys.executable, __file__, "--dir", str(d), "--_step", name, "--_info", json.dumps(info)]
-            res, pss = run_step(cmd + (["--workers", str(args.workers)] if args.workers else []))
-            if res.returncode:
-                print(f"{name}: FAILED\n{res.stderr}", file=sys.stderr)
-                return 1
+            cmd += ["--workers", str(args.workers)] if args.workers else []
+            res, _ = run_step(cmd, sample=False)  # timed
+            mem, pss = run_step(cmd)  # memory
+            for rr in (res, mem):
+                if rr.returncode:
+                    print(f"{name}: FAILED\n{rr.stderr}", file=sys.stderr)
+                    return 1
             r = json.loads(res.stdout.strip().splitlines()[-1])
             raw = info["raw_bytes"]
             print(f"{name:10s} {r['workers']:7d} {r['wall_s']:8.2f} {r['cpu_s']:7.2f} {r['events_per_s']:12,.0f} {pss / 2**20:8.0f} {pss / raw:8.2f} "
                   f"{r['maxrss_bytes'] / raw:10.2f} {r['maxrss_workers_bytes'] / raw:12.2f} {r['out_bytes'] / 2**20:11.0f}")
+        print(f"load average {os.getloadavg()[0]:.2f} at the end")
     return 0
 
 

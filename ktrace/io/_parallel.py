@@ -55,7 +55,11 @@ def worker_index() -> int:
     return _LOCAL.get("index", 0)
 
 
-def _init(counter, lock) -> None:
+def _init(counter, lock, keep_freed_memory) -> None:
+    # a worker is ktrace's own process: its C allocator may keep what it frees for reuse (its
+    # launches allocate and free the same sizes over and over; fresh pages cost more than the
+    # work on some machines). The calling process's allocator is left as it is.
+    keep_freed_memory()
     with counter.get_lock():
         _LOCAL["index"] = counter.value
         counter.value += 1
@@ -85,9 +89,11 @@ def imap(fn: Callable, items: Iterable, workers: int, state: dict, *, ordered: b
             for it in items:
                 yield fn(it)
             return
+        from ..analysis.trace import keep_freed_memory
+
         ctx = mp.get_context("fork")
         counter, lock = ctx.Value("i", 0), ctx.Lock()
-        with ctx.Pool(workers, initializer=_init, initargs=(counter, lock)) as pool:
+        with ctx.Pool(workers, initializer=_init, initargs=(counter, lock, keep_freed_memory)) as pool:
             run = pool.imap if ordered else pool.imap_unordered
             yield from run(fn, items, chunksize=1)
     finally:
