@@ -128,3 +128,11 @@ def test_buffers_are_read_on_first_use_from_the_file_that_was_opened(tmp_path):
     assert np.array_equal(d.events, cap.ranks[0].launches[0].decode(0).events)
     assert np.array_equal(back.events(), cap.events())
     assert isinstance(ln.__dict__["_raw"], np.ndarray)  # kept once .raw was used
+    # a capture not read yet pickles (and copies) with its buffers' bytes
+    import copy
+    import pickle
+
+    fresh = read_capture(write_capture(tmp_path / "d.ktrace", cap))
+    for c in (pickle.loads(pickle.dumps(fresh)), copy.deepcopy(fresh)):
+        assert isinstance(c.ranks[1].launches[0].__dict__["_raw"], np.ndarray)
+        assert np.array_equal(c.events(), cap.events())

@@ -160,6 +160,10 @@ class _LazyBuffer:
             raise CaptureError(f"{self.where}: buffer is damaged (size or CRC-32 mismatch)")
         return np.frombuffer(data, np.uint8)
 
+    def __reduce__(self):
+        # pickled (or deep-copied) as the bytes themselves: a descriptor means nothing elsewhere
+        return np.frombuffer, (self.load().tobytes(), np.uint8)
+
 
 @dataclass
 class RankCapture:
