@@ -65,7 +65,7 @@ import json, resource, sys, time
 t0 = time.perf_counter()
 sys.path.insert(0, {root!r})
 from ktrace.analysis import ReportConfig, build_report, prepare
-from ktrace.analysis.trace import keep_freed_memory
+from ktrace._memory import keep_freed_memory
 keep_freed_memory()  # as the `ktrace` command does
 t1 = time.perf_counter()
 r0 = resource.getrusage(resource.RUSAGE_SELF)

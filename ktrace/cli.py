@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if argv is None:  # the `ktrace` process itself (not a caller's program): reuse freed memory
-        from .analysis.trace import keep_freed_memory
+        from ._memory import keep_freed_memory
 
         keep_freed_memory()
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

@@ -89,7 +89,7 @@ def imap(fn: Callable, items: Iterable, workers: int, state: dict, *, ordered: b
             for it in items:
                 yield fn(it)
             return
-        from ..analysis.trace import keep_freed_memory
+        from .._memory import keep_freed_memory
 
         ctx = mp.get_context("fork")
         counter, lock = ctx.Value("i", 0), ctx.Lock()
