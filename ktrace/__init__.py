@@ -12,6 +12,8 @@ Device API: ``import ktrace.language as kl`` inside kernels.
 
 __version__ = "0.1.0"
 
+from ._lazy import lazy_attributes
+
 _LAZY = {
     "trace": ("ktrace.session", "trace"),
     "capture": ("ktrace.session", "capture"),
@@ -29,12 +31,4 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY]
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-
-        mod, attr = _LAZY[name]
-        value = getattr(importlib.import_module(mod), attr)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'ktrace' has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY, globals())

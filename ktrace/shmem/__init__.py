@@ -17,6 +17,8 @@ below load their module on first use, and ``ktrace.shmem.codes`` / ``ktrace.shme
 are pure Python (analyses use them to name comparison codes).
 """
 
+from .._lazy import lazy_attributes
+
 _LAZY = {
     "SymmetricHeap": ("ktrace.shmem.heap", "SymmetricHeap"),
     "HeapConfig": ("ktrace.shmem.heap", "HeapConfig"),
@@ -33,12 +35,4 @@ _LAZY = {
 __all__ = list(_LAZY)
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-
-        mod, attr = _LAZY[name]
-        value = getattr(importlib.import_module(mod), attr)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'ktrace.shmem' has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY, globals())
