@@ -5,6 +5,9 @@ Device side (``@triton.jit``)
     rows of tiles walk the N dimension together so their A rows stay in L2).
     :func:`tile_dot` computes one ``BLOCK_M x BLOCK_N`` output tile in float32 with ``tl.dot``
     over the K dimension; its K loop is what Triton software-pipelines (``num_stages``).
+    :func:`tile_dot_tma` is the same with A and B read through tensor descriptors (TMA on
+    Hopper: one bulk copy per tile and stage instead of per-thread loads; out-of-range rows,
+    columns and K read as zeros). :func:`tile_acc` picks one of the two at compile time.
     :func:`store_tile` / :func:`load_tile` move a tile between registers and a row-major matrix.
 
 Host side
@@ -102,6 +105,44 @@ def tile_dot(
 
 
 @triton.jit
+def tile_dot_tma(a_desc, b_desc, row0, col0, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """:func:`tile_dot` through tensor descriptors.
+
+    Args:
+        a_desc: descriptor of A (``M x K``, block ``[BLOCK_M, BLOCK_K]``).
+        b_desc: descriptor of B (``K x N``, block ``[BLOCK_K, BLOCK_N]``).
+        row0, col0: the tile's first row of A and first column of B.
+        K: the reduction size (a partial last block reads zeros past ``K``).
+
+    Returns:
+        The ``BLOCK_M x BLOCK_N`` float32 accumulator; rows ``>= M`` / columns ``>= N`` are 0.
+
+    Cost: ``K / BLOCK_K`` iterations of two descriptor loads and one ``tl.dot``; on Hopper the
+    loads are TMA bulk copies into shared memory, pipelined ``num_stages`` deep.
+    """
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        a = a_desc.load([row0, k * BLOCK_K])
+        b = b_desc.load([k * BLOCK_K, col0])
+        acc = tl.dot(a, b, acc)
+    return acc
+
+
+@triton.jit
+def tile_acc(
+    A, B, row0, col0, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, TMA: tl.constexpr,
+):
+    """One output tile: :func:`tile_dot_tma` when ``TMA`` (``A``, ``B`` are descriptors), else
+    :func:`tile_dot` (``A``, ``B`` are pointers)."""
+    if TMA:
+        acc = tile_dot_tma(A, B, row0, col0, K, BLOCK_M, BLOCK_N, BLOCK_K)
+    else:
+        acc = tile_dot(A, B, row0, col0, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K)
+    return acc
+
+
+@triton.jit
 def tile_offsets(row0, col0, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Row and column indices of a tile and its in-bounds mask (``rows < M`` and ``cols < N``)."""
     rm = row0 + tl.arange(0, BLOCK_M)
@@ -135,6 +176,7 @@ class GemmConfig:
         block_m, block_n, block_k: tile sizes (powers of two, >= 16).
         group_m: tile rows walked together in grouped order (>= 1).
         num_warps, num_stages: Triton launch options (warps per program; software-pipeline depth).
+        tma: read A and B through tensor descriptors (:func:`tile_dot_tma`) instead of pointers.
     """
 
     block_m: int = 128
@@ -143,6 +185,7 @@ class GemmConfig:
     group_m: int = 8
     num_warps: int = 8
     num_stages: int = 3
+    tma: bool = False
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "block_k"):
@@ -155,6 +198,15 @@ class GemmConfig:
             raise ValueError(f"GemmConfig.num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps!r}")
         if not isinstance(self.num_stages, int) or not 1 <= self.num_stages <= 8:
             raise ValueError(f"GemmConfig.num_stages must be in 1..8, got {self.num_stages!r}")
+
+    def operands(self, a, b):
+        """What the kernels take as A and B: the tensors, or tensor descriptors when ``tma``."""
+        if not self.tma:
+            return a, b
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        return (TensorDescriptor.from_tensor(a, [self.block_m, self.block_k]),
+                TensorDescriptor.from_tensor(b, [self.block_k, self.block_n]))
 
     def tiles(self, m: int, n: int) -> int:
         """Output tiles of an ``m x n`` result."""
@@ -222,6 +274,7 @@ def matmul_kernel(
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
     EVEN_K: tl.constexpr,
+    TMA: tl.constexpr = False,
     ktrace_buf=None,
     KTRACE: tl.constexpr = 0,
 ):
@@ -236,7 +289,7 @@ def matmul_kernel(
     for tile in range(pid, num_pid_m * num_pid_n, NUM_PROGS):
         pm, pn = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
         s = kl.begin(kt, GEMM_TILE, tile, pm)
-        acc = tile_dot(A, B, pm * BLOCK_M, pn * BLOCK_N, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K)
+        acc = tile_acc(A, B, pm * BLOCK_M, pn * BLOCK_N, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, TMA)
         rm, rn, mask = tile_offsets(pm * BLOCK_M, pn * BLOCK_N, M, N, BLOCK_M, BLOCK_N)
         store_tile(C, acc.to(C.dtype.element_ty), rm, rn, mask, stride_cm, stride_cn)
         kt = kl.end(kt, s)
@@ -265,9 +318,10 @@ def matmul(a, b, out=None, config: GemmConfig | None = None, programs: int | Non
     progs = programs or num_sms(a.device.index)
     cfg = config or pick_config(m, n, k, progs)
     progs = min(progs, cfg.tiles(m, n))
+    ta, tb = cfg.operands(a, b)
     matmul_kernel[(progs,)](
-        a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
+        ta, tb, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
         NUM_PROGS=progs, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
-        EVEN_K=k % cfg.block_k == 0, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **trace_kwargs,
+        EVEN_K=k % cfg.block_k == 0, TMA=cfg.tma, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **trace_kwargs,
     )
     return out

@@ -4,6 +4,12 @@ One-shot (small messages): every rank copies its input into its heap (``stage``)
 peer, then reads every peer's staged copy and reduces locally. Each rank reads ``(W-1) * n``
 elements over the links; one flag round trip of latency.
 
+One-shot push (``one_shot_push``): every rank stores its input straight into its own slot of
+every peer's heap (``slots[src]``, remote stores: writes are posted, reads wait a round trip),
+tells every peer, then sums its own input and the ``W-1`` slots the peers wrote into its heap,
+all local reads. Each rank writes ``(W-1) * n`` elements over the links and reads nothing
+remote; no staging copy.
+
 Two-shot (large messages): chunk ``c`` belongs to rank ``c % W``. Reduce-scatter: every rank
 pushes its copy of the chunks others own into the owner's ``gather`` slots and signals; the
 owner sums them with its own input. All-gather: the owner pushes the reduced chunk into every
@@ -18,7 +24,7 @@ host synchronisation (a rank can be at most one call ahead of any peer: each cal
 every peer's signal of that call).
 
 Notify numbering (for ``Fault(skip_notify=k)``): program ``p``'s notify to ``peer`` has index
-``p * W + peer`` (one-shot, and two-shot reduce-scatter); two-shot all-gather notifies have
+``p * W + peer`` (both one-shots, and two-shot reduce-scatter); two-shot all-gather notifies have
 ``(G + p) * W + peer``.
 
 Probes (traced launches), two densities (``AllReduceConfig.probes``):
@@ -30,7 +36,7 @@ Probes (traced launches), two densities (``AllReduceConfig.probes``):
   on the critical path of a small message (4-16 KiB on 4 x H200, first benchmark method: the
   full density, 17 slots per program, timed 2.6-2.9 % over untraced).
 * ``"full"``: also the spans ``stage`` (one per chunk), ``pull`` (one-shot: one per chunk and
-  peer instead of ``reduce``), ``scatter`` / ``gather`` (two-shot), and a NOTIFY event per
+  peer instead of ``reduce``), ``push`` (one-shot push: one per chunk, its stores to every peer), ``scatter`` / ``gather`` (two-shot), and a NOTIFY event per
   signal (what the stall analysis needs to split producer lateness from signal latency).
 
 ``expected_events`` gives the exact counts.
@@ -51,7 +57,7 @@ from instrumented_kernels import harness as H
 
 log = logging.getLogger("ktrace")
 
-METHODS = ("one_shot", "two_shot")
+METHODS = ("one_shot", "one_shot_push", "two_shot")
 
 
 def _one_shot_slots(meta) -> int:
@@ -149,6 +155,89 @@ def all_reduce_one_shot(
                 acc += ks.load(my_stage + o, rank, peer, heap_bases, mask=m, other=0.0).to(tl.float32)
             tl.store(out + o, acc.to(out.dtype.element_ty), mask=m)
             kt = kl.end(kt, s)
+
+
+def _push_slots(meta) -> int:
+    W, G = meta["WORLD"], meta["nprog"]
+    K = triton.cdiv(triton.cdiv(meta["n"], meta["BLOCK"]), G)
+    if meta.get("FULL_PROBES", False):
+        return 2 * K + 4 * (W - 1) + 1
+    return K + 2 * (W - 1) + 1
+
+
+@ktrace.trace(events_per_program=_push_slots)
+@triton.jit(do_not_specialize=H.RUNTIME_INTS)
+def all_reduce_one_shot_push(
+    inp,
+    out,
+    slots,
+    flags,
+    n,
+    epoch,
+    rank,
+    heap_bases,
+    nprog,
+    fault_delay_ns,
+    fault_skip,
+    WORLD: tl.constexpr,
+    BLOCK: tl.constexpr,
+    FAULTS: tl.constexpr = False,
+    TIMEOUT_NS: tl.constexpr = ks.DEFAULT_TIMEOUT_NS,
+    FULL_PROBES: tl.constexpr = False,
+    ktrace_buf=None,
+    KTRACE: tl.constexpr = 0,
+):
+    """One-shot all-reduce by pushing: ``out = sum over ranks of inp``, reading only local memory.
+
+    Args:
+        inp, out: this rank's input and output (``n`` elements, any device memory).
+        slots: heap tensor (2, W, n_pad): ``slots[par, src]`` = rank src's input, written by src
+            into every rank's heap (by epoch parity).
+        flags: heap int32 (W, G): ``flags[src, p]`` = last epoch src's program p pushed.
+        epoch: this call's number (>= 1, increasing by one per call).
+        nprog: G, the number of programs (the same on every rank).
+    """
+    kt = kl.init(ktrace_buf, KTRACE)
+    quiet = kl.init(ktrace_buf, 0)  # lean density: probes on it compile to nothing
+    pid = tl.program_id(0)
+    C = tl.cdiv(n, BLOCK)
+    span = (C * BLOCK).to(tl.int64)
+    base = slots + (epoch % 2) * (WORLD * span)
+    mine = base + rank * span  # my slot, at the same offset in every rank's heap
+    offs = tl.arange(0, BLOCK)
+    # 1. store my chunks into my slot on every peer, then tell them.
+    for c in range(pid, C, nprog):
+        o = c.to(tl.int64) * BLOCK + offs
+        m = o < n
+        x = tl.load(inp + o, mask=m)
+        if FULL_PROBES:
+            s = kl.begin(kt, "push", c, WORLD - 1)
+            for i in tl.static_range(1, WORLD):
+                ks.store(mine + o, x, rank, (rank + i) % WORLD, heap_bases, mask=m)
+            kt = kl.end(kt, s)
+        else:
+            for i in tl.static_range(1, WORLD):
+                ks.store(mine + o, x, rank, (rank + i) % WORLD, heap_bases, mask=m)
+    for i in tl.static_range(1, WORLD):
+        peer = (rank + i) % WORLD
+        if FULL_PROBES:
+            kt = H.notify(kt, flags + rank * nprog + pid, epoch, rank, peer, heap_bases, pid * WORLD + peer, fault_delay_ns, fault_skip, FAULTS)
+        else:
+            H.notify(quiet, flags + rank * nprog + pid, epoch, rank, peer, heap_bases, pid * WORLD + peer, fault_delay_ns, fault_skip, FAULTS)
+    # 2. wait for every peer's program pid, then sum the slots they wrote here.
+    for i in tl.static_range(1, WORLD):
+        peer = (rank + i) % WORLD
+        kt = ks.wait(kt, flags + peer * nprog + pid, epoch, rank, peer, heap_bases, timeout_ns=TIMEOUT_NS)
+    for c in range(pid, C, nprog):
+        o = c.to(tl.int64) * BLOCK + offs
+        m = o < n
+        s = kl.begin(kt, "reduce", c, WORLD - 1)
+        acc = tl.load(inp + o, mask=m, other=0.0).to(tl.float32)
+        for i in tl.static_range(1, WORLD):
+            src = (rank + i) % WORLD
+            acc += tl.load(base + src * span + o, mask=m, other=0.0).to(tl.float32)
+        tl.store(out + o, acc.to(out.dtype.element_ty), mask=m)
+        kt = kl.end(kt, s)
 
 
 @ktrace.trace(events_per_program=_two_shot_slots)
@@ -267,7 +356,8 @@ class AllReduceConfig:
     Args:
         n: elements per rank.
         dtype: element type name: "bfloat16", "float16" or "float32".
-        method: "one_shot" or "two_shot".
+        method: "one_shot" (peers' staged copies pulled), "one_shot_push" (inputs pushed into
+            the peers' heaps) or "two_shot".
         block: elements per chunk (power of two); 0 picks one from ``n`` and the SM count.
         max_programs: upper bound on programs (0: the SM count, agreed as the minimum over ranks).
         timeout_ns: bound of every wait (ns).
@@ -331,6 +421,9 @@ class AllReduce:
         if cfg.method == "one_shot":
             self.stage = heap.zeros(2, C * B, dtype=self.dtype, name="ar1.stage")
             self.flags = heap.zeros(W, G, dtype=torch.int32, name="ar1.flags")
+        elif cfg.method == "one_shot_push":
+            self.slots = heap.zeros(2, W, C * B, dtype=self.dtype, name="ar1p.slots")
+            self.flags = heap.zeros(W, G, dtype=torch.int32, name="ar1p.flags")
         else:
             CO = triton.cdiv(C, W)
             self.gather = heap.zeros(2, W, CO * B, dtype=self.dtype, name="ar2.gather")
@@ -348,13 +441,15 @@ class AllReduce:
         esize = 4 if cfg.dtype == "float32" else 2
         if cfg.method == "one_shot":
             data = 2 * c * block * esize
+        elif cfg.method == "one_shot_push":
+            data = 2 * world_size * c * block * esize
         else:
             data = 2 * world_size * triton.cdiv(c, world_size) * block * esize + 2 * c * block * esize
         return data + 2 * world_size * c * 4 + 4 * 256
 
     @property
     def kernel(self):
-        return all_reduce_one_shot if self.cfg.method == "one_shot" else all_reduce_two_shot
+        return {"one_shot": all_reduce_one_shot, "one_shot_push": all_reduce_one_shot_push, "two_shot": all_reduce_two_shot}[self.cfg.method]
 
     def __call__(self, x, out=None, fault: H.Fault = H.NO_FAULT, ktrace_buf=None, ktrace_slots: int = 0):
         """Launch one all-reduce of ``x`` into ``out`` (allocated if None); returns ``out``.
@@ -382,6 +477,10 @@ class AllReduce:
             all_reduce_one_shot[(self.nprog,)](
                 x, out, self.stage, self.flags, self.cfg.n, self.epoch, self.rank, self.heap.bases, self.nprog, d, s, **common
             )
+        elif self.cfg.method == "one_shot_push":
+            all_reduce_one_shot_push[(self.nprog,)](
+                x, out, self.slots, self.flags, self.cfg.n, self.epoch, self.rank, self.heap.bases, self.nprog, d, s, **common
+            )
         else:
             all_reduce_two_shot[(self.nprog,)](
                 x, out, self.gather, self.result, self.flags_rs, self.flags_ag, self.cfg.n, self.epoch, self.rank,
@@ -392,7 +491,7 @@ class AllReduce:
     def slots(self) -> int:
         """Event slots per program of a traced launch (the kernel's default probe density)."""
         meta = {"WORLD": self.world, "nprog": self.nprog, "n": self.cfg.n, "BLOCK": self.block, "FULL_PROBES": self.cfg.probes == "full"}
-        return _one_shot_slots(meta) if self.cfg.method == "one_shot" else _two_shot_slots(meta)
+        return {"one_shot": _one_shot_slots, "one_shot_push": _push_slots, "two_shot": _two_shot_slots}[self.cfg.method](meta)
 
     def expected_events(self) -> dict[str, int]:
         """Exact event counts of one traced launch on this rank: {"SPAN", "NOTIFY", "WAIT"}."""
@@ -401,4 +500,6 @@ class AllReduce:
         mine = len(range(self.rank, C, W))
         if self.cfg.method == "one_shot":
             return {"SPAN": C * W if full else C, "NOTIFY": G * (W - 1) if full else 0, "WAIT": G * (W - 1)}
+        if self.cfg.method == "one_shot_push":
+            return {"SPAN": 2 * C if full else C, "NOTIFY": G * (W - 1) if full else 0, "WAIT": G * (W - 1)}
         return {"SPAN": 2 * C - mine if full else mine, "NOTIFY": 2 * G * (W - 1) if full else 0, "WAIT": 2 * G * (W - 1)}

@@ -56,8 +56,8 @@ from instrumented_kernels.common_gemm import (
     num_sms,
     pick_config,
     store_tile,
+    tile_acc,
     tile_coords,
-    tile_dot,
     tile_offsets,
 )
 
@@ -124,7 +124,7 @@ def _gemm_tiles(
     rank, world, heap_bases, epoch, fault_delay_ns, fault_skip,
     FAULTS: tl.constexpr, SIGNAL: tl.constexpr, SCATTER_HERE: tl.constexpr, NOTIFY_PER_TILE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    EVEN_K: tl.constexpr, TIMEOUT_NS: tl.constexpr,
+    EVEN_K: tl.constexpr, TIMEOUT_NS: tl.constexpr, TMA: tl.constexpr = False,
 ):
     """Compute tiles ``first, first + step, ...`` of ``C_r`` into this rank's ``C`` (columns col0..).
 
@@ -141,7 +141,7 @@ def _gemm_tiles(
     for tile in range(first, n_tiles, step):
         pm, pn = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
         s = kl.begin(kt, GEMM_TILE, tile, pm)
-        acc = tile_dot(A, B, pm * BLOCK_M, pn * BLOCK_N, M, N_loc, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K)
+        acc = tile_acc(A, B, pm * BLOCK_M, pn * BLOCK_N, M, N_loc, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, TMA)
         val = acc.to(C.dtype.element_ty)
         rm, rn, mask = tile_offsets(pm * BLOCK_M, pn * BLOCK_N, M, N_loc, BLOCK_M, BLOCK_N)
         store_tile(Cr, val, rm, rn, mask, stride_cm, stride_cn)
@@ -267,7 +267,7 @@ def gemm_kernel(
     rank, world, heap_bases, epoch,
     NUM_PROGS: tl.constexpr, SIGNAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, EVEN_K: tl.constexpr,
-    ktrace_buf=None, KTRACE: tl.constexpr = 0,
+    TMA: tl.constexpr = False, ktrace_buf=None, KTRACE: tl.constexpr = 0,
 ):
     """The GEMM half of ``bulk`` and ``producer_consumer``: persistent tiles of ``C_r`` into ``C``.
 
@@ -282,7 +282,7 @@ def gemm_kernel(
         kt, A, B, C, tile_flags, ready, ready, pid, NUM_PROGS, M, N_loc, K, col0,
         stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
         rank, world, heap_bases, epoch, 0, -1,
-        False, SIGNAL, False, False, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, EVEN_K, 0,
+        False, SIGNAL, False, False, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, EVEN_K, 0, TMA,
     )
 
 
@@ -324,7 +324,7 @@ def fused_sequential_kernel(
     NUM_PROGS: tl.constexpr, NOTIFY_PER_TILE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, EVEN_K: tl.constexpr,
     TIMEOUT_NS: tl.constexpr, FAULTS: tl.constexpr,
-    ktrace_buf=None, KTRACE: tl.constexpr = 0,
+    TMA: tl.constexpr = False, ktrace_buf=None, KTRACE: tl.constexpr = 0,
 ):
     """Fused sequential: each program computes a tile, then pushes it to every peer, and goes on."""
     kt = kl.init(ktrace_buf, KTRACE)
@@ -335,7 +335,7 @@ def fused_sequential_kernel(
         kt, A, B, C, ready, ready, arrive, pid, NUM_PROGS, M, N_loc, K, col0,
         stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
         rank, world, heap_bases, epoch, fault_delay_ns, fault_skip,
-        FAULTS, False, True, NOTIFY_PER_TILE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, EVEN_K, TIMEOUT_NS,
+        FAULTS, False, True, NOTIFY_PER_TILE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, EVEN_K, TIMEOUT_NS, TMA,
     )
     n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N_loc, BLOCK_N)
     kt = await_arrivals(kt, arrive, epoch * n_tiles, rank, world, heap_bases, pid, NUM_PROGS, TIMEOUT_NS)
@@ -351,7 +351,7 @@ def fused_ws_kernel(
     NUM_PROGS: tl.constexpr, GEMM_PROGS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, EVEN_K: tl.constexpr,
     TIMEOUT_NS: tl.constexpr, FAULTS: tl.constexpr,
-    ktrace_buf=None, KTRACE: tl.constexpr = 0,
+    TMA: tl.constexpr = False, ktrace_buf=None, KTRACE: tl.constexpr = 0,
 ):
     """Fused, workgroup-specialised: programs ``< GEMM_PROGS`` compute, the rest scatter.
 
@@ -367,7 +367,7 @@ def fused_ws_kernel(
             kt, A, B, C, tile_flags, ready, arrive, pid, GEMM_PROGS, M, N_loc, K, col0,
             stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
             rank, world, heap_bases, epoch, 0, -1,
-            False, True, False, False, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, EVEN_K, TIMEOUT_NS,
+            False, True, False, False, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, EVEN_K, TIMEOUT_NS, TMA,
         )
     if pid >= GEMM_PROGS:
         kt = _comm_worker(
@@ -531,7 +531,7 @@ class GemmAllScatter:
         return dict(
             K=self.K, stride_am=A.stride(0), stride_ak=A.stride(1), stride_bk=B.stride(0), stride_bn=B.stride(1),
             BLOCK_M=g.block_m, BLOCK_N=g.block_n, BLOCK_K=g.block_k, GROUP_M=g.group_m, EVEN_K=self.K % g.block_k == 0,
-            num_warps=g.num_warps, num_stages=g.num_stages,
+            TMA=g.tma, num_warps=g.num_warps, num_stages=g.num_stages,
         )
 
     def _fault_args(self):
@@ -549,6 +549,7 @@ class GemmAllScatter:
         self._check_inputs(A, B)
         self.epoch += 1
         sched = self.config.schedule
+        tA, tB = self.gemm_cfg.operands(A, B)
         if sched == "bulk":
             self._launch_gemm(A, B, signal=False, traced=traced)
             self._launch_scatter(wait_tiles=False, programs=self.scatter_programs, traced=traced)
@@ -567,7 +568,7 @@ class GemmAllScatter:
             meta = dict(M=self.M, N_loc=self.N_loc, BLOCK_M=self.gemm_cfg.block_m, BLOCK_N=self.gemm_cfg.block_n,
                         NUM_PROGS=progs, world=self.world, NOTIFY_PER_TILE=self.config.notify_per_tile)
             fused_sequential_kernel[(progs,)](
-                A, B, self.C, self.ready, self.arrive, **self._common(A, B), **self._gemm_args(A, B), **self._fault_args(),
+                tA, tB, self.C, self.ready, self.arrive, **self._common(A, B), **self._gemm_args(A, B), **self._fault_args(),
                 NUM_PROGS=progs, NOTIFY_PER_TILE=self.config.notify_per_tile, TIMEOUT_NS=self.config.timeout_ns,
                 **self._trace("fused_sequential", traced, progs, _fused_seq_slots(meta)),
             )
@@ -576,7 +577,7 @@ class GemmAllScatter:
             meta = dict(M=self.M, N_loc=self.N_loc, BLOCK_M=self.gemm_cfg.block_m, BLOCK_N=self.gemm_cfg.block_n,
                         NUM_PROGS=progs, GEMM_PROGS=self.gemm_programs, world=self.world)
             fused_ws_kernel[(progs,)](
-                A, B, self.C, self.tile_flags, self.ready, self.arrive, **self._common(A, B), **self._gemm_args(A, B),
+                tA, tB, self.C, self.tile_flags, self.ready, self.arrive, **self._common(A, B), **self._gemm_args(A, B),
                 **self._fault_args(), NUM_PROGS=progs, GEMM_PROGS=self.gemm_programs, TIMEOUT_NS=self.config.timeout_ns,
                 **self._trace("fused_ws", traced, progs, _ws_slots(meta)),
             )
@@ -586,8 +587,9 @@ class GemmAllScatter:
         progs = self.gemm_programs
         meta = dict(M=self.M, N_loc=self.N_loc, BLOCK_M=self.gemm_cfg.block_m, BLOCK_N=self.gemm_cfg.block_n,
                     NUM_PROGS=progs, world=self.world, SIGNAL=signal)
+        tA, tB = self.gemm_cfg.operands(A, B)
         gemm_kernel[(progs,)](
-            A, B, self.C, self.tile_flags, self.ready, **self._common(A, B), **self._gemm_args(A, B),
+            tA, tB, self.C, self.tile_flags, self.ready, **self._common(A, B), **self._gemm_args(A, B),
             NUM_PROGS=progs, SIGNAL=signal, **self._trace("gemm", traced, progs, _gemm_slots(meta)),
         )
 

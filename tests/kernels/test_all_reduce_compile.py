@@ -9,15 +9,17 @@ pytest.importorskip("triton")
 
 COMMON = {"n": "i32", "epoch": "i32", "rank": "i32", "heap_bases": "*i64", "nprog": "i32", "fault_delay_ns": "i32", "fault_skip": "i32"}
 ONE = {"inp": "*bf16", "out": "*bf16", "stage": "*bf16", "flags": "*i32", **COMMON}
+PUSH = {"inp": "*bf16", "out": "*bf16", "slots": "*bf16", "flags": "*i32", **COMMON}
 TWO = {"inp": "*bf16", "out": "*bf16", "gather": "*bf16", "result": "*bf16", "flags_rs": "*i32", "flags_ag": "*i32", **COMMON}
 
 
 @pytest.mark.parametrize("target", ["sm_90", "gfx942"])
-@pytest.mark.parametrize("method", ["one_shot", "two_shot"])
+@pytest.mark.parametrize("method", ["one_shot", "one_shot_push", "two_shot"])
 def test_compiles_and_probes_are_gated(method, target):
     from instrumented_kernels.all_reduce import kernel as K
 
-    fn, sig = (K.all_reduce_one_shot, ONE) if method == "one_shot" else (K.all_reduce_two_shot, TWO)
+    fn, sig = {"one_shot": (K.all_reduce_one_shot, ONE), "one_shot_push": (K.all_reduce_one_shot_push, PUSH),
+               "two_shot": (K.all_reduce_two_shot, TWO)}[method]
     asm = compile_variants(fn, sig, {"WORLD": 4, "BLOCK": 2048}, target)
     assert_probes_gated(asm, target)
 
