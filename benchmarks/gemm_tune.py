@@ -92,13 +92,27 @@ def _name(cfg) -> str:
     return f"{cfg.block_m}x{cfg.block_n}x{cfg.block_k} w{cfg.num_warps} s{cfg.num_stages}"
 
 
+#: Schedule variants timed by ``--schedules``: (name, schedule, tile config or None for
+#: ``pick_config`` with TMA operands, AllScatterConfig overrides).
+SCHEDULE_VARIANTS = (
+    ("bulk/tma", "bulk", None, {}),
+    ("producer_consumer/tma", "producer_consumer", None, {}),
+    ("fused_ws/tma", "fused_ws", None, {}),
+    ("fused_sequential/tma", "fused_sequential", None, {}),
+    ("fused_sequential/tma+tma_scatter", "fused_sequential", None, {"tma_scatter": True}),
+    ("fused_sequential/2ps 128x128 w8s3", "fused_sequential", (128, 128, 64, 8, 3), {"programs_per_sm": 2}),
+    ("fused_sequential/2ps 128x128 w4s3", "fused_sequential", (128, 128, 64, 4, 3), {"programs_per_sm": 2}),
+    ("fused_sequential/128x128 w8s4 +tma_scatter", "fused_sequential", (128, 128, 64, 8, 4), {"tma_scatter": True}),
+)
+
+
 def schedules(reps: int) -> list[dict]:
-    """Every rank: each all-scatter schedule with the pointer and the TMA GEMM vs torch + NCCL."""
+    """Every rank: the all-scatter schedule variants (TMA GEMM operands) vs torch + NCCL."""
     import torch
 
     from instrumented_kernels import harness
-    from instrumented_kernels.common_gemm import pick_config
-    from instrumented_kernels.gemm_all_scatter.kernel import SCHEDULES, AllScatterConfig, GemmAllScatter
+    from instrumented_kernels.common_gemm import GemmConfig, pick_config
+    from instrumented_kernels.gemm_all_scatter.kernel import AllScatterConfig, GemmAllScatter
     from instrumented_kernels.gemm_all_scatter.reference import columns, generate_input, torch_baseline
 
     dist = harness.setup()
@@ -114,21 +128,27 @@ def schedules(reps: int) -> list[dict]:
         torch_baseline(A, B, gathered)
         want = columns(gathered).clone()
         fns = {"baseline": lambda: torch_baseline(A, B, gathered)}
-        for sched in SCHEDULES:
-            for tma in (False, True):
-                probe = GemmAllScatter(heap, M, N, K, torch.bfloat16, AllScatterConfig(schedule=sched), C=C)
-                gcfg = replace(pick_config(M, n_loc, K, probe.gemm_programs), tma=tma)
-                plan = GemmAllScatter(heap, M, N, K, torch.bfloat16, AllScatterConfig(schedule=sched, gemm=gcfg), C=C)
-                name = f"{sched}/{'tma' if tma else 'ptr'}"
+        for name, sched, tile, over in SCHEDULE_VARIANTS:
+            try:
+                if tile is None:
+                    probe = GemmAllScatter(heap, M, N, K, torch.bfloat16, AllScatterConfig(schedule=sched, **over), C=C)
+                    gcfg = replace(pick_config(M, n_loc, K, probe.gemm_programs), tma=True)
+                else:
+                    bm, bn, bk, w, st = tile
+                    gcfg = GemmConfig(block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=st, tma=True)
+                plan = GemmAllScatter(heap, M, N, K, torch.bfloat16, AllScatterConfig(schedule=sched, gemm=gcfg, **over), C=C)
                 harness.poison(C)
                 heap.barrier()
                 got = plan(A, B)
                 heap.check()
                 harness.check_close(f"{shape['name']} {name}", got, want, rank=dist.rank)
                 heap.barrier()
-                fns[name] = (lambda p=plan: p(A, B))
-                if sched == "bulk":
-                    fns[f"gemm_only/{'tma' if tma else 'ptr'}"] = (lambda p=plan: p.gemm_only(A, B))
+            except Exception as e:  # one variant failing must not hide the others' figures
+                print(f"[rank {dist.rank}] {shape['name']} {name}: FAILED: {type(e).__name__}: {str(e).splitlines()[0][:200]}", flush=True)
+                raise
+            fns[name] = (lambda p=plan: p(A, B))
+            if sched == "bulk":
+                fns["gemm_only/tma"] = (lambda p=plan: p.gemm_only(A, B))
         t = harness.time_interleaved(fns, reps=reps, warmup=3, dist=dist)
         base = t["baseline"].median_us
         if dist.rank == 0:
@@ -136,7 +156,7 @@ def schedules(reps: int) -> list[dict]:
         for n, tm in t.items():
             rows.append({"shape": shape["name"], "variant": n, "us": tm.median_us, "p10": tm.p10_us, "p90": tm.p90_us, "baseline_us": base})
             if dist.rank == 0:
-                print(f"  {n:28s} {tm.median_us:9.1f} us ({tm.p10_us:.1f}-{tm.p90_us:.1f})  speedup {base / tm.median_us:.3f}", flush=True)
+                print(f"  {n:44s} {tm.median_us:9.1f} us ({tm.p10_us:.1f}-{tm.p90_us:.1f})  speedup {base / tm.median_us:.3f}", flush=True)
         heap.barrier()
     return rows
 

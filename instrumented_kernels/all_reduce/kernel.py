@@ -422,7 +422,7 @@ class AllReduce:
             self.stage = heap.zeros(2, C * B, dtype=self.dtype, name="ar1.stage")
             self.flags = heap.zeros(W, G, dtype=torch.int32, name="ar1.flags")
         elif cfg.method == "one_shot_push":
-            self.slots = heap.zeros(2, W, C * B, dtype=self.dtype, name="ar1p.slots")
+            self.inbox = heap.zeros(2, W, C * B, dtype=self.dtype, name="ar1p.inbox")
             self.flags = heap.zeros(W, G, dtype=torch.int32, name="ar1p.flags")
         else:
             CO = triton.cdiv(C, W)
@@ -479,7 +479,7 @@ class AllReduce:
             )
         elif self.cfg.method == "one_shot_push":
             all_reduce_one_shot_push[(self.nprog,)](
-                x, out, self.slots, self.flags, self.cfg.n, self.epoch, self.rank, self.heap.bases, self.nprog, d, s, **common
+                x, out, self.inbox, self.flags, self.cfg.n, self.epoch, self.rank, self.heap.bases, self.nprog, d, s, **common
             )
         else:
             all_reduce_two_shot[(self.nprog,)](

@@ -124,14 +124,16 @@ def _gemm_tiles(
     rank, world, heap_bases, epoch, fault_delay_ns, fault_skip,
     FAULTS: tl.constexpr, SIGNAL: tl.constexpr, SCATTER_HERE: tl.constexpr, NOTIFY_PER_TILE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    EVEN_K: tl.constexpr, TIMEOUT_NS: tl.constexpr, TMA: tl.constexpr = False,
+    EVEN_K: tl.constexpr, TIMEOUT_NS: tl.constexpr, TMA: tl.constexpr = False, TMA_SCATTER: tl.constexpr = False,
 ):
     """Compute tiles ``first, first + step, ...`` of ``C_r`` into this rank's ``C`` (columns col0..).
 
     ``SIGNAL``: after each tile, set ``tile_flags[tile] = epoch`` (GPU scope) for a consumer.
     ``SCATTER_HERE``: push each tile to every peer's ``C`` from registers (fused sequential);
     ``NOTIFY_PER_TILE`` then notifies each peer per tile, else once per peer at the end with the
-    number of tiles pushed.
+    number of tiles pushed. ``TMA_SCATTER``: push through tensor descriptors of the peers' ``C``
+    (NVIDIA: TMA bulk stores that drain while the program computes its next tile; waited for
+    before each notify) instead of register stores that hold the program until they leave.
     """
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N_loc, BLOCK_N)
@@ -153,10 +155,18 @@ def _gemm_tiles(
                 # The peers' kernels started long ago by now: this costs one read per peer.
                 kt = await_ready(kt, ready, epoch, rank, world, heap_bases, TIMEOUT_NS)
             s2 = kl.begin(kt, SCATTER, tile, world - 1)
-            ptrs = Cr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
-            for j in range(1, world):
-                ks.store(ptrs, val, rank, (rank + j) % world, heap_bases, mask=mask)
+            if TMA_SCATTER:
+                for j in range(1, world):
+                    dst = tl.make_tensor_descriptor(ks.translate(Cr, rank, (rank + j) % world, heap_bases), shape=[M, N_loc],
+                                                    strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N])
+                    dst.store([pm * BLOCK_M, pn * BLOCK_N], val)
+            else:
+                ptrs = Cr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
+                for j in range(1, world):
+                    ks.store(ptrs, val, rank, (rank + j) % world, heap_bases, mask=mask)
             if NOTIFY_PER_TILE:
+                if TMA_SCATTER:
+                    ks.wait_bulk_stores()
                 for j in range(1, world):
                     kt = harness.notify(kt, arrive + rank, 1, rank, (rank + j) % world, heap_bases, tile * (world - 1) + j - 1,
                                         fault_delay_ns, fault_skip, FAULTS, op="add", name=TILE_SENT)
@@ -164,6 +174,8 @@ def _gemm_tiles(
         count += 1
     if SCATTER_HERE:
         if not NOTIFY_PER_TILE:
+            if TMA_SCATTER:
+                ks.wait_bulk_stores()
             pid = tl.program_id(0)
             for j in range(1, world):
                 kt = harness.notify(kt, arrive + rank, count, rank, (rank + j) % world, heap_bases, pid * (world - 1) + j - 1,
@@ -324,7 +336,7 @@ def fused_sequential_kernel(
     NUM_PROGS: tl.constexpr, NOTIFY_PER_TILE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, EVEN_K: tl.constexpr,
     TIMEOUT_NS: tl.constexpr, FAULTS: tl.constexpr,
-    TMA: tl.constexpr = False, ktrace_buf=None, KTRACE: tl.constexpr = 0,
+    TMA: tl.constexpr = False, TMA_SCATTER: tl.constexpr = False, ktrace_buf=None, KTRACE: tl.constexpr = 0,
 ):
     """Fused sequential: each program computes a tile, then pushes it to every peer, and goes on."""
     kt = kl.init(ktrace_buf, KTRACE)
@@ -335,7 +347,7 @@ def fused_sequential_kernel(
         kt, A, B, C, ready, ready, arrive, pid, NUM_PROGS, M, N_loc, K, col0,
         stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
         rank, world, heap_bases, epoch, fault_delay_ns, fault_skip,
-        FAULTS, False, True, NOTIFY_PER_TILE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, EVEN_K, TIMEOUT_NS, TMA,
+        FAULTS, False, True, NOTIFY_PER_TILE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, EVEN_K, TIMEOUT_NS, TMA, TMA_SCATTER,
     )
     n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N_loc, BLOCK_N)
     kt = await_arrivals(kt, arrive, epoch * n_tiles, rank, world, heap_bases, pid, NUM_PROGS, TIMEOUT_NS)
@@ -392,6 +404,12 @@ class AllScatterConfig:
         comm_programs: programs that scatter in ``producer_consumer`` and ``fused_ws`` (the GEMM
             gets the rest of the SMs); ignored by the other schedules.
         gemm_programs: cap on the programs that compute (None: as many as the SMs allow).
+        programs_per_sm: ``fused_sequential`` only: programs per SM (1 or 2). With 2 (and a
+            tile shape small enough for two programs to share an SM's registers and shared
+            memory) one program computes while the other's scatter stores drain.
+        tma_scatter: ``fused_sequential`` only: push tiles with TMA bulk stores through tensor
+            descriptors of the peers' ``C`` (NVIDIA; needs a Triton allocator for the
+            descriptors, set by the plan when none is).
         scatter_programs: programs of the ``bulk`` scatter kernel (None: every SM).
         notify_per_tile: ``fused_sequential`` only: notify the peers after every tile (finer
             signals, each a release that waits for the tile's stores) instead of once per
@@ -404,6 +422,8 @@ class AllScatterConfig:
     gemm: GemmConfig | None = None
     comm_programs: int = 16
     gemm_programs: int | None = None
+    programs_per_sm: int = 1
+    tma_scatter: bool = False
     scatter_programs: int | None = None
     notify_per_tile: bool = False
     timeout_ns: int = 2_000_000_000
@@ -418,6 +438,8 @@ class AllScatterConfig:
             raise ValueError(f"comm_programs must be >= 1, got {self.comm_programs!r}")
         if self.gemm_programs is not None and self.gemm_programs < 1:
             raise ValueError(f"gemm_programs must be >= 1, got {self.gemm_programs!r}")
+        if self.programs_per_sm not in (1, 2):
+            raise ValueError(f"programs_per_sm must be 1 or 2, got {self.programs_per_sm!r}")
         if self.scatter_programs is not None and self.scatter_programs < 1:
             raise ValueError(f"scatter_programs must be >= 1, got {self.scatter_programs!r}")
         if not isinstance(self.timeout_ns, int) or self.timeout_ns <= 0:
@@ -463,6 +485,8 @@ class GemmAllScatter:
             if cfg.comm_programs >= self.sms:
                 raise ValueError(f"comm_programs={cfg.comm_programs} leaves no SM for the GEMM ({self.sms} SMs)")
             self.gemm_programs = self.sms - cfg.comm_programs
+        elif cfg.schedule == "fused_sequential":
+            self.gemm_programs = self.sms * cfg.programs_per_sm
         else:
             self.gemm_programs = self.sms
         if cfg.gemm_programs is not None:
@@ -484,6 +508,8 @@ class GemmAllScatter:
         self.arrive = heap.zeros(self.world, dtype=torch.int32, name="gemm_all_scatter.arrive")
         self.epoch = 0
         self._comm_stream = torch.cuda.Stream(device=dev) if cfg.schedule == "producer_consumer" else None
+        if cfg.tma_scatter:
+            harness.ensure_triton_allocator()
         self._trace_bufs: dict[str, tuple] = {}
         heap.barrier()
 
@@ -570,6 +596,7 @@ class GemmAllScatter:
             fused_sequential_kernel[(progs,)](
                 tA, tB, self.C, self.ready, self.arrive, **self._common(A, B), **self._gemm_args(A, B), **self._fault_args(),
                 NUM_PROGS=progs, NOTIFY_PER_TILE=self.config.notify_per_tile, TIMEOUT_NS=self.config.timeout_ns,
+                TMA_SCATTER=self.config.tma_scatter,
                 **self._trace("fused_sequential", traced, progs, _fused_seq_slots(meta)),
             )
         else:
