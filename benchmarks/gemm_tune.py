@@ -98,18 +98,23 @@ SCHEDULE_VARIANTS = (
     ("bulk/tma", "bulk", None, {}),
     ("producer_consumer/tma", "producer_consumer", None, {}),
     ("fused_ws/tma", "fused_ws", None, {}),
+    ("fused_ws/tma c8", "fused_ws", None, {"comm_programs": 8}),
+    ("fused_ws/tma c32", "fused_ws", None, {"comm_programs": 32}),
     ("fused_sequential/tma", "fused_sequential", None, {}),
     ("fused_sequential/tma+tma_scatter", "fused_sequential", None, {"tma_scatter": True}),
-    ("fused_sequential/2ps 128x128 w8s3", "fused_sequential", (128, 128, 64, 8, 3), {"programs_per_sm": 2}),
-    ("fused_sequential/2ps 128x128 w4s3", "fused_sequential", (128, 128, 64, 4, 3), {"programs_per_sm": 2}),
     ("fused_sequential/128x128 w8s4 +tma_scatter", "fused_sequential", (128, 128, 64, 8, 4), {"tma_scatter": True}),
 )
 
 
-def schedules(reps: int) -> list[dict]:
-    """Every rank: the all-scatter schedule variants (TMA GEMM operands) vs torch + NCCL."""
+def schedules(reps: int, trace_dir: str | None = None, trace_shape: str | None = None, variants: list | None = None) -> list[dict]:
+    """Every rank: the all-scatter schedule variants (TMA GEMM operands) vs torch + NCCL.
+
+    With ``trace_dir``, one traced call of every variant (of ``trace_shape`` only, if given) is
+    recorded with the clocks calibrated and written there as ``SHAPE-VARIANT.ktrace`` by rank 0.
+    """
     import torch
 
+    import ktrace
     from instrumented_kernels import harness
     from instrumented_kernels.common_gemm import GemmConfig, pick_config
     from instrumented_kernels.gemm_all_scatter.kernel import AllScatterConfig, GemmAllScatter
@@ -128,7 +133,10 @@ def schedules(reps: int) -> list[dict]:
         torch_baseline(A, B, gathered)
         want = columns(gathered).clone()
         fns = {"baseline": lambda: torch_baseline(A, B, gathered)}
+        plans = {}
         for name, sched, tile, over in SCHEDULE_VARIANTS:
+            if variants and name not in variants:
+                continue
             try:
                 if tile is None:
                     probe = GemmAllScatter(heap, M, N, K, torch.bfloat16, AllScatterConfig(schedule=sched, **over), C=C)
@@ -147,6 +155,7 @@ def schedules(reps: int) -> list[dict]:
                 print(f"[rank {dist.rank}] {shape['name']} {name}: FAILED: {type(e).__name__}: {str(e).splitlines()[0][:200]}", flush=True)
                 raise
             fns[name] = (lambda p=plan: p(A, B))
+            plans[name] = plan
             if sched == "bulk":
                 fns["gemm_only/tma"] = (lambda p=plan: p.gemm_only(A, B))
         t = harness.time_interleaved(fns, reps=reps, warmup=3, dist=dist)
@@ -157,6 +166,21 @@ def schedules(reps: int) -> list[dict]:
             rows.append({"shape": shape["name"], "variant": n, "us": tm.median_us, "p10": tm.p10_us, "p90": tm.p90_us, "baseline_us": base})
             if dist.rank == 0:
                 print(f"  {n:44s} {tm.median_us:9.1f} us ({tm.p10_us:.1f}-{tm.p90_us:.1f})  speedup {base / tm.median_us:.3f}", flush=True)
+        if trace_dir and (trace_shape is None or trace_shape == shape["name"]):
+            for name, plan in plans.items():
+                with ktrace.capture():  # compile the traced kernels
+                    plan(A, B)
+                torch.cuda.synchronize()
+                heap.barrier()
+                with ktrace.capture(heap=heap) as cap:
+                    heap.barrier()
+                    plan(A, B)
+                    torch.cuda.synchronize()
+                merged = cap.gather(dst=0)
+                if dist.rank == 0:
+                    merged.meta.update(made_by="benchmarks/gemm_tune.py", shape=shape, variant=name)
+                    safe = name.replace("/", "_").replace(" ", "_").replace("+", "_")
+                    ktrace.write_capture(Path(trace_dir) / f"{shape['name']}-{safe}.ktrace", merged, compress=True)
         heap.barrier()
     return rows
 
@@ -167,8 +191,13 @@ def main() -> int:
     ap.add_argument("--schedules", action="store_true", help="time the all-scatter schedules on every rank (under the launcher)")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json", help="write the rows here (rank 0)")
+    ap.add_argument("--trace", help="--schedules: record one traced call of every variant into this folder")
+    ap.add_argument("--trace-shape", help="only this shape's variants are traced")
+    ap.add_argument("--variants", nargs="*", help="--schedules: only these variant names")
     args = ap.parse_args()
-    rows = schedules(args.reps) if args.schedules else single(args.world, args.reps)
+    if args.trace:
+        Path(args.trace).mkdir(parents=True, exist_ok=True)
+    rows = schedules(args.reps, args.trace, args.trace_shape, args.variants) if args.schedules else single(args.world, args.reps)
     if args.json and int(os.environ.get("RANK", "0")) == 0:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

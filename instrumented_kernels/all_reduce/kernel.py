@@ -27,7 +27,9 @@ Notify numbering (for ``Fault(skip_notify=k)``): program ``p``'s notify to ``pee
 ``p * W + peer`` (both one-shots, and two-shot reduce-scatter); two-shot all-gather notifies have
 ``(G + p) * W + peer``.
 
-Probes (traced launches), two densities (``AllReduceConfig.probes``):
+Probes (traced launches), three densities (``AllReduceConfig.probes``):
+
+* ``"waits"``: only the WAIT events.
 
 * ``"lean"`` (default): every WAIT (``ks.wait``: who waited on whom, how long, timeouts) and one
   span per chunk of work: ``reduce`` (one-shot: the reads of every peer's copy, the sum and the
@@ -58,6 +60,7 @@ from instrumented_kernels import harness as H
 log = logging.getLogger("ktrace")
 
 METHODS = ("one_shot", "one_shot_push", "two_shot")
+PROBES = ("waits", "lean", "full")
 
 
 def _one_shot_slots(meta) -> int:
@@ -66,7 +69,7 @@ def _one_shot_slots(meta) -> int:
     K = triton.cdiv(C, G)
     if meta.get("FULL_PROBES", False):
         return K * W + 4 * (W - 1) + 1
-    return K + 2 * (W - 1) + 1
+    return K * (not meta.get("WAITS_ONLY", False)) + 2 * (W - 1) + 1
 
 
 def _two_shot_slots(meta) -> int:
@@ -75,7 +78,7 @@ def _two_shot_slots(meta) -> int:
     K = triton.cdiv(C, G)
     if meta.get("FULL_PROBES", False):
         return 2 * K + 8 * (W - 1) + 1
-    return K + 4 * (W - 1) + 1
+    return K * (not meta.get("WAITS_ONLY", False)) + 4 * (W - 1) + 1
 
 
 @ktrace.trace(events_per_program=_one_shot_slots)
@@ -97,6 +100,7 @@ def all_reduce_one_shot(
     FAULTS: tl.constexpr = False,
     TIMEOUT_NS: tl.constexpr = ks.DEFAULT_TIMEOUT_NS,
     FULL_PROBES: tl.constexpr = False,
+    WAITS_ONLY: tl.constexpr = False,
     ktrace_buf=None,
     KTRACE: tl.constexpr = 0,
 ):
@@ -148,13 +152,15 @@ def all_reduce_one_shot(
                 kt = kl.end(kt, s)
             tl.store(out + o, acc.to(out.dtype.element_ty), mask=m)
         else:
-            s = kl.begin(kt, "reduce", c, WORLD - 1)
+            if not WAITS_ONLY:
+                s = kl.begin(kt, "reduce", c, WORLD - 1)
             acc = tl.load(inp + o, mask=m, other=0.0).to(tl.float32)
             for i in tl.static_range(1, WORLD):
                 peer = (rank + i) % WORLD
                 acc += ks.load(my_stage + o, rank, peer, heap_bases, mask=m, other=0.0).to(tl.float32)
             tl.store(out + o, acc.to(out.dtype.element_ty), mask=m)
-            kt = kl.end(kt, s)
+            if not WAITS_ONLY:
+                kt = kl.end(kt, s)
 
 
 def _push_slots(meta) -> int:
@@ -162,7 +168,7 @@ def _push_slots(meta) -> int:
     K = triton.cdiv(triton.cdiv(meta["n"], meta["BLOCK"]), G)
     if meta.get("FULL_PROBES", False):
         return 2 * K + 4 * (W - 1) + 1
-    return K + 2 * (W - 1) + 1
+    return K * (not meta.get("WAITS_ONLY", False)) + 2 * (W - 1) + 1
 
 
 @ktrace.trace(events_per_program=_push_slots)
@@ -184,6 +190,7 @@ def all_reduce_one_shot_push(
     FAULTS: tl.constexpr = False,
     TIMEOUT_NS: tl.constexpr = ks.DEFAULT_TIMEOUT_NS,
     FULL_PROBES: tl.constexpr = False,
+    WAITS_ONLY: tl.constexpr = False,
     ktrace_buf=None,
     KTRACE: tl.constexpr = 0,
 ):
@@ -231,13 +238,15 @@ def all_reduce_one_shot_push(
     for c in range(pid, C, nprog):
         o = c.to(tl.int64) * BLOCK + offs
         m = o < n
-        s = kl.begin(kt, "reduce", c, WORLD - 1)
+        if not WAITS_ONLY:
+            s = kl.begin(kt, "reduce", c, WORLD - 1)
         acc = tl.load(inp + o, mask=m, other=0.0).to(tl.float32)
         for i in tl.static_range(1, WORLD):
             src = (rank + i) % WORLD
             acc += tl.load(base + src * span + o, mask=m, other=0.0).to(tl.float32)
         tl.store(out + o, acc.to(out.dtype.element_ty), mask=m)
-        kt = kl.end(kt, s)
+        if not WAITS_ONLY:
+            kt = kl.end(kt, s)
 
 
 @ktrace.trace(events_per_program=_two_shot_slots)
@@ -261,6 +270,7 @@ def all_reduce_two_shot(
     FAULTS: tl.constexpr = False,
     TIMEOUT_NS: tl.constexpr = ks.DEFAULT_TIMEOUT_NS,
     FULL_PROBES: tl.constexpr = False,
+    WAITS_ONLY: tl.constexpr = False,
     ktrace_buf=None,
     KTRACE: tl.constexpr = 0,
 ):
@@ -308,7 +318,8 @@ def all_reduce_two_shot(
         kt = ks.wait(kt, flags_rs + peer * nprog + pid, epoch, rank, peer, heap_bases, timeout_ns=TIMEOUT_NS)
     for c in range(pid + 0, C, nprog):
         if c % WORLD == rank:
-            s = kl.begin(kt, "reduce", c, BLOCK)
+            if not WAITS_ONLY:
+                s = kl.begin(kt, "reduce", c, BLOCK)
             o = c.to(tl.int64) * BLOCK + offs
             m = o < n
             acc = tl.load(inp + o, mask=m, other=0.0).to(tl.float32)
@@ -320,7 +331,8 @@ def all_reduce_two_shot(
             for i in tl.static_range(1, WORLD):
                 peer = (rank + i) % WORLD
                 ks.store(rbuf + o, r, rank, peer, heap_bases, mask=m)
-            kt = kl.end(kt, s)
+            if not WAITS_ONLY:
+                kt = kl.end(kt, s)
     for i in tl.static_range(1, WORLD):
         peer = (rank + i) % WORLD
         if FULL_PROBES:
@@ -362,8 +374,9 @@ class AllReduceConfig:
         max_programs: upper bound on programs (0: the SM count, agreed as the minimum over ranks).
         timeout_ns: bound of every wait (ns).
         num_warps: warps per program.
-        probes: default probe density of a traced launch: "lean" (waits and one span per
-            chunk) or "full" (every step and every notify); see the module docstring.
+        probes: default probe density of a traced launch: "waits" (only the waits), "lean"
+            (waits and one span per chunk) or "full" (every step and every notify); see the
+            module docstring.
     """
 
     n: int
@@ -384,8 +397,8 @@ class AllReduceConfig:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
         if self.block and (self.block < 128 or self.block & (self.block - 1)):
             raise ValueError(f"block must be 0 (auto) or a power of two >= 128, got {self.block}")
-        if self.probes not in ("lean", "full"):
-            raise ValueError(f"probes must be 'lean' or 'full', got {self.probes!r}")
+        if self.probes not in PROBES:
+            raise ValueError(f"probes must be one of {PROBES}, got {self.probes!r}")
         if self.max_programs < 0 or self.timeout_ns <= 0 or self.num_warps not in (1, 2, 4, 8, 16):
             raise ValueError(f"bad max_programs/timeout_ns/num_warps in {self}")
 
@@ -472,7 +485,7 @@ class AllReduce:
         d, s = fault.kernel_args(self.rank)
         extra = {} if ktrace_buf is None else {"ktrace_buf": ktrace_buf, "KTRACE": ktrace_slots}
         common = dict(WORLD=self.world, BLOCK=self.block, FAULTS=fault.active, TIMEOUT_NS=self.cfg.timeout_ns,
-                      FULL_PROBES=self.cfg.probes == "full", num_warps=self.cfg.num_warps, **extra)
+                      FULL_PROBES=self.cfg.probes == "full", WAITS_ONLY=self.cfg.probes == "waits", num_warps=self.cfg.num_warps, **extra)
         if self.cfg.method == "one_shot":
             all_reduce_one_shot[(self.nprog,)](
                 x, out, self.stage, self.flags, self.cfg.n, self.epoch, self.rank, self.heap.bases, self.nprog, d, s, **common
@@ -490,16 +503,16 @@ class AllReduce:
 
     def slots(self) -> int:
         """Event slots per program of a traced launch (the kernel's default probe density)."""
-        meta = {"WORLD": self.world, "nprog": self.nprog, "n": self.cfg.n, "BLOCK": self.block, "FULL_PROBES": self.cfg.probes == "full"}
+        meta = {"WORLD": self.world, "nprog": self.nprog, "n": self.cfg.n, "BLOCK": self.block, "FULL_PROBES": self.cfg.probes == "full", "WAITS_ONLY": self.cfg.probes == "waits"}
         return {"one_shot": _one_shot_slots, "one_shot_push": _push_slots, "two_shot": _two_shot_slots}[self.cfg.method](meta)
 
     def expected_events(self) -> dict[str, int]:
         """Exact event counts of one traced launch on this rank: {"SPAN", "NOTIFY", "WAIT"}."""
         W, C, G = self.world, self.chunks, self.nprog
-        full = self.cfg.probes == "full"
+        full, spans = self.cfg.probes == "full", self.cfg.probes != "waits"
         mine = len(range(self.rank, C, W))
         if self.cfg.method == "one_shot":
-            return {"SPAN": C * W if full else C, "NOTIFY": G * (W - 1) if full else 0, "WAIT": G * (W - 1)}
+            return {"SPAN": C * W if full else C * spans, "NOTIFY": G * (W - 1) if full else 0, "WAIT": G * (W - 1)}
         if self.cfg.method == "one_shot_push":
-            return {"SPAN": 2 * C if full else C, "NOTIFY": G * (W - 1) if full else 0, "WAIT": G * (W - 1)}
-        return {"SPAN": 2 * C - mine if full else mine, "NOTIFY": 2 * G * (W - 1) if full else 0, "WAIT": 2 * G * (W - 1)}
+            return {"SPAN": 2 * C if full else C * spans, "NOTIFY": G * (W - 1) if full else 0, "WAIT": G * (W - 1)}
+        return {"SPAN": 2 * C - mine if full else mine * spans, "NOTIFY": 2 * G * (W - 1) if full else 0, "WAIT": 2 * G * (W - 1)}

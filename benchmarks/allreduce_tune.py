@@ -1,0 +1,105 @@
+"""All-reduce launch configurations and probe densities against NCCL, side by side on every rank.
+
+    python -m ktrace.testing.launch -n 4 -- python benchmarks/allreduce_tune.py [--json out.json]
+
+For each message size: every (method, warps, block) variant of :data:`VARIANTS` untraced, and
+for the small sizes the traced launch at each probe density, all timed in one interleaved run
+with NCCL ``all_reduce`` (``harness.time_interleaved``: batches of 20 calls, rotating order,
+GPUs lined up before each batch, maximum over ranks, medians). Every variant's output is checked
+against the reference first (fresh random bf16 inputs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+#: (method, num_warps, block or 0 for the default) timed at every size.
+VARIANTS = (
+    ("one_shot", 8, 0),
+    ("one_shot_push", 8, 0),
+    ("one_shot_push", 16, 0),
+    ("one_shot_push", 4, 0),
+    ("one_shot_push", 8, 1024),
+    ("one_shot_push", 16, 8192),
+    ("two_shot", 8, 0),
+    ("two_shot", 16, 0),
+    ("two_shot", 8, 1024),
+)
+SIZES = (4096, 65536, 262144, 1048576)
+#: sizes whose traced launches are timed at each density, with this method
+TRACED_SIZES = (4096, 16384, 65536)
+TRACED_METHOD = "one_shot_push"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    import torch
+    import torch.distributed as tdist
+
+    from instrumented_kernels import harness as H
+    from instrumented_kernels.all_reduce.kernel import PROBES, AllReduce, AllReduceConfig
+    from instrumented_kernels.all_reduce.reference import check, generate_input
+
+    dist = H.setup()
+    rows = []
+    for nbytes in sorted(set(SIZES) | set(TRACED_SIZES)):
+        n = nbytes // 2
+        seed = H.fresh_seed(dist)
+        x = generate_input(dist.rank, dist.world_size, seed, n, "bfloat16", dist.device)
+        nccl = x.clone()
+        fns = {"nccl": lambda: tdist.all_reduce(nccl)}
+        outs = []
+        variants = VARIANTS if nbytes in SIZES else ()
+        for method, warps, block in variants:
+            cfg = AllReduceConfig(n=n, method=method, num_warps=warps, block=block)
+            plan = AllReduce(H.heap(AllReduce.heap_bytes(cfg, dist.world_size)), cfg)
+            out = H.poison(torch.empty_like(x))
+            plan(x, out)
+            torch.cuda.synchronize()
+            plan.heap.check()
+            check(out, dist.world_size, seed, n, "bfloat16", rank=dist.rank)
+            outs.append(out)
+            fns[f"{method} w{warps} b{plan.block}"] = (lambda p=plan, o=out: p(x, o))
+        if nbytes in TRACED_SIZES:
+            for probes in PROBES:
+                cfg = AllReduceConfig(n=n, method=TRACED_METHOD, probes=probes)
+                plan = AllReduce(H.heap(AllReduce.heap_bytes(cfg, dist.world_size)), cfg)
+                out = H.poison(torch.empty_like(x))
+                buf = H.trace_buffer(plan.nprog, plan.slots(), dist.device)
+                plan(x, out, ktrace_buf=buf, ktrace_slots=plan.slots())
+                torch.cuda.synchronize()
+                plan.heap.check()
+                check(out, dist.world_size, seed, n, "bfloat16", rank=dist.rank)
+                outs.append(out)
+                fns[f"{TRACED_METHOD} traced:{probes}"] = (lambda p=plan, o=out, b=buf, k=plan.slots(): p(x, o, ktrace_buf=b, ktrace_slots=k))
+                if f"{TRACED_METHOD} untraced" not in fns:
+                    fns[f"{TRACED_METHOD} untraced"] = (lambda p=plan, o=out: p(x, o))
+        t = H.time_interleaved(fns, reps=args.reps, warmup=10, dist=dist, batch=20, hold_cycles=5_000_000)
+        base = t["nccl"].median_us
+        if dist.rank == 0:
+            print(f"{nbytes} B: NCCL {base:.2f} us", flush=True)
+        for name, tm in t.items():
+            row = {"bytes": nbytes, "variant": name, "us": tm.median_us, "p10": tm.p10_us, "p90": tm.p90_us, "nccl_us": base}
+            extra = ""
+            if "traced:" in name:
+                med, lo, hi = H.paired_ratio(t, name, f"{TRACED_METHOD} untraced")
+                row["traced_ratio"] = med
+                extra = f"  traced/untraced {med:.4f} ({lo:.4f}-{hi:.4f})"
+            rows.append(row)
+            if dist.rank == 0:
+                print(f"  {name:34s} {tm.median_us:8.2f} us ({tm.p10_us:.2f}-{tm.p90_us:.2f})  vs NCCL {base / tm.median_us:.3f}{extra}", flush=True)
+    if args.json and dist.rank == 0:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
