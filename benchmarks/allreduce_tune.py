@@ -39,6 +39,9 @@ TRACED_METHOD = "one_shot_push"
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--sizes", type=int, nargs="*", help=f"message bytes (default {SIZES})")
+    ap.add_argument("--variants", nargs="*", help="METHOD:WARPS:BLOCK each (default: VARIANTS)")
+    ap.add_argument("--no-traced", action="store_true", help="skip the traced densities")
     ap.add_argument("--json")
     args = ap.parse_args()
     import torch
@@ -49,15 +52,18 @@ def main() -> int:
     from instrumented_kernels.all_reduce.reference import check, generate_input
 
     dist = H.setup()
+    sizes = tuple(args.sizes or SIZES)
+    traced_sizes = () if args.no_traced else TRACED_SIZES
+    variants_all = tuple((m, int(w), int(b)) for m, w, b in (v.split(":") for v in args.variants)) if args.variants else VARIANTS
     rows = []
-    for nbytes in sorted(set(SIZES) | set(TRACED_SIZES)):
+    for nbytes in sorted(set(sizes) | set(traced_sizes)):
         n = nbytes // 2
         seed = H.fresh_seed(dist)
         x = generate_input(dist.rank, dist.world_size, seed, n, "bfloat16", dist.device)
         nccl = x.clone()
         fns = {"nccl": lambda: tdist.all_reduce(nccl)}
         outs = []
-        variants = VARIANTS if nbytes in SIZES else ()
+        variants = variants_all if nbytes in sizes else ()
         for method, warps, block in variants:
             cfg = AllReduceConfig(n=n, method=method, num_warps=warps, block=block)
             plan = AllReduce(H.heap(AllReduce.heap_bytes(cfg, dist.world_size)), cfg)
@@ -68,7 +74,7 @@ def main() -> int:
             check(out, dist.world_size, seed, n, "bfloat16", rank=dist.rank)
             outs.append(out)
             fns[f"{method} w{warps} b{plan.block}"] = (lambda p=plan, o=out: p(x, o))
-        if nbytes in TRACED_SIZES:
+        if nbytes in traced_sizes:
             for probes in PROBES:
                 cfg = AllReduceConfig(n=n, method=TRACED_METHOD, probes=probes)
                 plan = AllReduce(H.heap(AllReduce.heap_bytes(cfg, dist.world_size)), cfg)

@@ -97,12 +97,15 @@ def _name(cfg) -> str:
 SCHEDULE_VARIANTS = (
     ("bulk/tma", "bulk", None, {}),
     ("producer_consumer/tma", "producer_consumer", None, {}),
+    ("producer_consumer/128x128 c16", "producer_consumer", (128, 128, 64, 8, 4), {}),
+    ("producer_consumer/128x128 c24", "producer_consumer", (128, 128, 64, 8, 4), {"comm_programs": 24}),
     ("fused_ws/tma", "fused_ws", None, {}),
-    ("fused_ws/tma c8", "fused_ws", None, {"comm_programs": 8}),
     ("fused_ws/tma c32", "fused_ws", None, {"comm_programs": 32}),
+    ("fused_ws/128x128 c16", "fused_ws", (128, 128, 64, 8, 4), {}),
+    ("fused_ws/128x128 c20", "fused_ws", (128, 128, 64, 8, 4), {"comm_programs": 20}),
+    ("fused_ws/128x128 c24", "fused_ws", (128, 128, 64, 8, 4), {"comm_programs": 24}),
+    ("fused_ws/128x128 c32", "fused_ws", (128, 128, 64, 8, 4), {"comm_programs": 32}),
     ("fused_sequential/tma", "fused_sequential", None, {}),
-    ("fused_sequential/tma+tma_scatter", "fused_sequential", None, {"tma_scatter": True}),
-    ("fused_sequential/128x128 w8s4 +tma_scatter", "fused_sequential", (128, 128, 64, 8, 4), {"tma_scatter": True}),
 )
 
 

@@ -1,12 +1,23 @@
 """Merge per-rank capture files and write each trace format: events per second and peak memory.
 
     python benchmarks/merge.py [--events 10000000] [--ranks 4] [--dir DIR]
+    python benchmarks/merge.py --source ktrace/data/a2a_skewed_4xh200.ktrace [--events 10000000]
 
-The input is CONSTRUCTED (no recorded multi-rank capture exists in the repository yet): one
-launch per rank from ``ktrace.io.synth.constructed_capture`` (spans, nested spans, marks,
-waits and notifies paired across ranks, counters, calibration samples), replicated into many
-launches shifted in time until the capture holds ``--events`` events, written as one capture
-file per rank. Each step then runs in a fresh child process so that its peak resident memory
+Two inputs, both replicated into many launches shifted in time until the capture holds
+``--events`` events, written as one capture file per rank:
+
+- CONSTRUCTED (default): one launch per rank from ``ktrace.io.synth.constructed_capture``
+  (spans, nested spans, marks, waits and notifies paired across ranks, counters, calibration
+  samples), 264 programs x 8 iterations: ~12.7 k events per launch, dense buffers.
+- ``--source CAPTURE``: a recorded capture (e.g. the bundled 4 x H200 all-to-all captures in
+  ``ktrace/data``): every launch of every rank, byte for byte, with the timestamps of copy
+  ``k`` moved ``k`` periods later (a period: the capture's whole span plus 10 µs, so copies
+  never overlap and each notify still pairs with the waits of its own copy). Launch indices
+  are renumbered; calibration samples and devices are the recorded ones. Real launches are
+  small (the all-to-all ones: 200-1,200 events in buffers sized for the worst case), so this
+  input has many more launches and ~2.4x the raw bytes per event.
+
+Each step then runs in a fresh child process so that its peak resident memory
 (``ru_maxrss``) is its own:
 
 - ``merge``: read the per-rank files, merge them, fit the clock, write one ``.ktrace``;
@@ -22,6 +33,7 @@ process they forked from count once), sampled every 10 ms in a second run of the
 processes' memory locks, so the timed run goes unsampled); it is compared with the raw capture
 (the bytes of every event buffer). ``maxrss`` is the step process's own peak resident size and
 ``+workers`` adds each worker's peak resident size (shared pages counted again: an upper bound).
+``--repeat N`` times each step N times (one memory run).
 """
 
 from __future__ import annotations
@@ -42,6 +54,7 @@ import numpy as np
 
 
 def build(dirpath: Path, n_events: int, ranks: int) -> dict:
+    """The CONSTRUCTED input (see the module docstring)."""
     from ktrace.decode import decode_buffer
     from ktrace.io.capture_file import Capture, Launch, write_capture
     from ktrace.io.synth import constructed_capture, encode_buffer
@@ -69,7 +82,62 @@ def build(dirpath: Path, n_events: int, ranks: int) -> dict:
         f = dirpath / f"rank{r}.ktrace"
         write_capture(f, one)
         files.append(str(f))
-    return {"files": files, "events": total, "raw_bytes": raw_bytes, "launches_per_rank": n_launch}
+    return {"files": files, "events": total, "raw_bytes": raw_bytes, "launches_per_rank": n_launch, "input": "CONSTRUCTED",
+            "ranks": ranks}
+
+
+def build_from(dirpath: Path, n_events: int, source: str) -> dict:
+    """The input replicated from a recorded capture (see the module docstring)."""
+    from ktrace import schema
+    from ktrace.decode import decode_buffer
+    from ktrace.io.capture_file import Capture, Launch, RankCapture, read_capture, write_capture
+
+    cap = read_capture(source)
+    decoded = {(r, ln.index): decode_buffer(ln.raw) for r, rc in cap.ranks.items() for ln in rc.launches}
+    per_copy = sum(d.events.size for d in decoded.values())
+    if per_copy == 0:
+        raise SystemExit(f"{source} holds no events")
+    # one period in ns on every rank's own clock: the widest span of any rank, plus 10 µs
+    spans = []
+    for r, rc in cap.ranks.items():
+        evs = [decoded[(r, ln.index)].events for ln in rc.launches if decoded[(r, ln.index)].events.size]
+        if evs:
+            hz = decoded[(r, rc.launches[0].index)].header.tick_hz
+            spans.append((max(int(e["end"].max()) for e in evs) - min(int(e["start"].min()) for e in evs)) * 1e9 / hz)
+    period_ns = int(max(spans)) + 10_000
+    copies = max(1, round(n_events / per_copy))
+    files, raw_bytes, total, n_launches = [], 0, 0, 0
+    for r, rc in sorted(cap.ranks.items()):
+        launches = []
+        per_rank = len(rc.launches)
+        for ln in rc.launches:  # where each launch's timestamps lie, once
+            raw = np.ascontiguousarray(ln.raw)
+            h = decoded[(r, ln.index)].header
+            rec = raw[schema.HEADER_BYTES : schema.dropped_offset(h.n_programs, h.capacity)].view(schema.RECORD_DTYPE)
+            kind = rec["tag"] & 0xF
+            ln._where = np.flatnonzero((kind != schema.EventKind.EMPTY) & (kind != schema.EventKind.DETAIL))
+            ln._step = np.uint64(period_ns * h.tick_hz // 1_000_000_000)
+        for k in range(copies):
+            for j, ln in enumerate(rc.launches):
+                raw = np.array(ln.raw, copy=True)
+                h = decoded[(r, ln.index)].header
+                rec = raw[schema.HEADER_BYTES : schema.dropped_offset(h.n_programs, h.capacity)].view(schema.RECORD_DTYPE)
+                shift = np.uint64(k) * ln._step
+                rec["t0"][ln._where] += shift
+                rec["t1"][ln._where] += shift
+                launches.append(Launch(index=k * per_rank + j, kernel=ln.kernel, grid=ln.grid, capacity=ln.capacity, raw=raw,
+                                       host_ns=ln.host_ns + k * period_ns, stream=ln.stream, meta=dict(ln.meta)))
+                raw_bytes += raw.nbytes
+                total += decoded[(r, ln.index)].events.size
+        n_launches += len(launches)
+        one = Capture(world_size=cap.world_size, ranks={r: RankCapture(rank=r, device=rc.device, launches=launches,
+                                                                        clock_samples=rc.clock_samples)},
+                      regions=cap.regions, meta={"replicated_from": Path(source).name, "copies": copies})
+        f = dirpath / f"rank{r}.ktrace"
+        write_capture(f, one)
+        files.append(str(f))
+    return {"files": files, "events": total, "raw_bytes": raw_bytes, "launches_per_rank": n_launches // len(cap.ranks),
+            "input": f"REPLICATED from {Path(source).name} ({copies} copies)", "ranks": len(cap.ranks)}
 
 
 def _pss_kib(pid: int) -> int:
@@ -169,6 +237,8 @@ def main() -> int:
     ap.add_argument("--dir", help="work directory (default: a temporary one, removed after)")
     ap.add_argument("--steps", default="merge,chrome,chrome.gz,perfetto")
     ap.add_argument("--workers", type=int, help="writer worker processes (default: one per core)")
+    ap.add_argument("--source", help="replicate this recorded capture instead of the constructed launch")
+    ap.add_argument("--repeat", type=int, default=1, help="timed runs of each step (default 1)")
     ap.add_argument("--_step", help=argparse.SUPPRESS)
     ap.add_argument("--_info", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -179,8 +249,8 @@ def main() -> int:
         d = Path(args.dir or tmp)
         d.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
-        info = build(d, args.events, args.ranks)
-        print(f"built {info['events']:,} CONSTRUCTED events ({args.ranks} ranks x {info['launches_per_rank']} launches), "
+        info = build_from(d, args.events, args.source) if args.source else build(d, args.events, args.ranks)
+        print(f"built {info['events']:,} events, {info['input']} ({info['ranks']} ranks x {info['launches_per_rank']} launches), "
               f"raw capture {info['raw_bytes'] / 2**20:.0f} MiB, in {time.perf_counter() - t0:.1f} s")
         print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
               f"load average {os.getloadavg()[0]:.2f} at the start (other work on the machine slows the steps down)")
@@ -189,16 +259,18 @@ def main() -> int:
         for name in args.steps.split(","):
             cmd = [sys.executable, __file__, "--dir", str(d), "--_step", name, "--_info", json.dumps(info)]
             cmd += ["--workers", str(args.workers)] if args.workers else []
-            res, _ = run_step(cmd, sample=False)  # timed
+            timed = [run_step(cmd, sample=False)[0] for _ in range(args.repeat)]
             mem, pss = run_step(cmd)  # memory
-            for rr in (res, mem):
+            for rr in timed + [mem]:
                 if rr.returncode:
                     print(f"{name}: FAILED\n{rr.stderr}", file=sys.stderr)
                     return 1
-            r = json.loads(res.stdout.strip().splitlines()[-1])
             raw = info["raw_bytes"]
-            print(f"{name:10s} {r['workers']:7d} {r['wall_s']:8.2f} {r['cpu_s']:7.2f} {r['events_per_s']:12,.0f} {pss / 2**20:8.0f} {pss / raw:8.2f} "
-                  f"{r['maxrss_bytes'] / raw:10.2f} {r['maxrss_workers_bytes'] / raw:12.2f} {r['out_bytes'] / 2**20:11.0f}")
+            for res in timed:
+                r = json.loads(res.stdout.strip().splitlines()[-1])
+                print(f"{name:10s} {r['workers']:7d} {r['wall_s']:8.2f} {r['cpu_s']:7.2f} {r['events_per_s']:12,.0f} {pss / 2**20:8.0f} {pss / raw:8.2f} "
+                      f"{r['maxrss_bytes'] / raw:10.2f} {r['maxrss_workers_bytes'] / raw:12.2f} {r['out_bytes'] / 2**20:11.0f}   "
+                      f"(load {os.getloadavg()[0]:.2f})")
         print(f"load average {os.getloadavg()[0]:.2f} at the end")
     return 0
 

@@ -102,7 +102,6 @@ __all__ = [
     "check_close",
     "MismatchError",
     "trace_buffer",
-    "ensure_triton_allocator",
     "Timing",
     "time_interleaved",
     "BenchCase",
@@ -436,22 +435,6 @@ def check_close(what: str, out, ref, tol: float = 1e-2, rank: int | None = None)
             f"{tuple(ref.shape)}, {bad} non-finite elements)"
         )
     return e
-
-
-def ensure_triton_allocator() -> None:
-    """Give Triton an allocator for kernels' global scratch (device-side tensor descriptors need
-    one) unless one is set already: it hands out torch CUDA tensors (the caching allocator)."""
-    import torch
-    import triton
-    from triton.runtime import _allocation
-
-    if not isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
-        return
-
-    def alloc(size: int, alignment: int, stream):
-        return torch.empty(size, dtype=torch.int8, device="cuda")
-
-    triton.set_allocator(alloc)
 
 
 def trace_buffer(n_programs: int, capacity: int, device):

@@ -12,7 +12,7 @@ has() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
 has gemm && { CUDA_VISIBLE_DEVICES=0 timeout ${T_GEMM:-200} python3 benchmarks/gemm_tune.py --world 4 --json "$OUT/gemm_single.json" 2>&1 | tee "$OUT/gemm_single.log" || rc=1; }
 has ar && { timeout ${T_AR:-150} python3 -m ktrace.testing.launch -n 4 -- python3 benchmarks/kernels.py --kernels all_reduce \
   --cases 4096B 16384B 65536B 262144B 1048576B 4194304B --json "$OUT/ar.json" 2>&1 | tail -40 > "$OUT/ar.log" || rc=1; }
-has artune && { timeout ${T_ARTUNE:-200} python3 -m ktrace.testing.launch -n 4 -- python3 benchmarks/allreduce_tune.py \
+has artune && { timeout ${T_ARTUNE:-200} python3 -m ktrace.testing.launch -n 4 -- python3 benchmarks/allreduce_tune.py ${ARTUNE_ARGS:-} \
   --json "$OUT/artune.json" 2>&1 | grep -v "^\[rank [123]\]" | tail -80 > "$OUT/artune.log" || rc=1; }
 has sched && { timeout ${T_SCHED:-240} python3 -m ktrace.testing.launch -n 4 -- python3 benchmarks/gemm_tune.py --schedules --reps 15 ${SCHED_ARGS:-} \
   --json "$OUT/sched.json" 2>&1 | grep -v "^\[rank [123]\]" | tail -60 > "$OUT/sched.log" || rc=1; }

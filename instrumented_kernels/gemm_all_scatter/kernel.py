@@ -31,10 +31,11 @@ tile pushed (args: tile, peers); WAIT events ``ready_wait``, ``tile_wait``, ``ar
 NOTIFY events ``ready``, ``tile_ready``, ``tile_sent``.
 
 Fault knob (``instrumented_kernels.harness.Fault``): delays / skips apply to the notifies that
-tell a peer data arrived (``tile_sent``). Notify index: ``tile * (world - 1) + (j - 1)`` for the
-notify of tile ``tile`` to peer ``(rank + j) % world``; in ``fused_sequential`` with
-``notify_per_tile=False`` (default) each program notifies once per peer at its end, index
-``program * (world - 1) + (j - 1)``.
+tell a peer data arrived (``tile_sent``). By default (``notify_per_tile=False``) each program
+that pushes tiles notifies once per peer at its end with the number of tiles it pushed: index
+``p * (world - 1) + (j - 1)`` for the notify of pushing program ``p`` (the program id; in
+``fused_ws`` the communication program's index ``pid - gemm_programs``) to peer
+``(rank + j) % world``. With ``notify_per_tile=True``: index ``tile * (world - 1) + (j - 1)``.
 """
 
 from __future__ import annotations
@@ -124,16 +125,14 @@ def _gemm_tiles(
     rank, world, heap_bases, epoch, fault_delay_ns, fault_skip,
     FAULTS: tl.constexpr, SIGNAL: tl.constexpr, SCATTER_HERE: tl.constexpr, NOTIFY_PER_TILE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    EVEN_K: tl.constexpr, TIMEOUT_NS: tl.constexpr, TMA: tl.constexpr = False, TMA_SCATTER: tl.constexpr = False,
+    EVEN_K: tl.constexpr, TIMEOUT_NS: tl.constexpr, TMA: tl.constexpr = False,
 ):
     """Compute tiles ``first, first + step, ...`` of ``C_r`` into this rank's ``C`` (columns col0..).
 
     ``SIGNAL``: after each tile, set ``tile_flags[tile] = epoch`` (GPU scope) for a consumer.
     ``SCATTER_HERE``: push each tile to every peer's ``C`` from registers (fused sequential);
     ``NOTIFY_PER_TILE`` then notifies each peer per tile, else once per peer at the end with the
-    number of tiles pushed. ``TMA_SCATTER``: push through tensor descriptors of the peers' ``C``
-    (NVIDIA: TMA bulk stores that drain while the program computes its next tile; waited for
-    before each notify) instead of register stores that hold the program until they leave.
+    number of tiles pushed.
     """
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N_loc, BLOCK_N)
@@ -155,18 +154,10 @@ def _gemm_tiles(
                 # The peers' kernels started long ago by now: this costs one read per peer.
                 kt = await_ready(kt, ready, epoch, rank, world, heap_bases, TIMEOUT_NS)
             s2 = kl.begin(kt, SCATTER, tile, world - 1)
-            if TMA_SCATTER:
-                for j in range(1, world):
-                    dst = tl.make_tensor_descriptor(ks.translate(Cr, rank, (rank + j) % world, heap_bases), shape=[M, N_loc],
-                                                    strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N])
-                    dst.store([pm * BLOCK_M, pn * BLOCK_N], val)
-            else:
-                ptrs = Cr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
-                for j in range(1, world):
-                    ks.store(ptrs, val, rank, (rank + j) % world, heap_bases, mask=mask)
+            ptrs = Cr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
+            for j in range(1, world):
+                ks.store(ptrs, val, rank, (rank + j) % world, heap_bases, mask=mask)
             if NOTIFY_PER_TILE:
-                if TMA_SCATTER:
-                    ks.wait_bulk_stores()
                 for j in range(1, world):
                     kt = harness.notify(kt, arrive + rank, 1, rank, (rank + j) % world, heap_bases, tile * (world - 1) + j - 1,
                                         fault_delay_ns, fault_skip, FAULTS, op="add", name=TILE_SENT)
@@ -174,8 +165,6 @@ def _gemm_tiles(
         count += 1
     if SCATTER_HERE:
         if not NOTIFY_PER_TILE:
-            if TMA_SCATTER:
-                ks.wait_bulk_stores()
             pid = tl.program_id(0)
             for j in range(1, world):
                 kt = harness.notify(kt, arrive + rank, count, rank, (rank + j) % world, heap_bases, pid * (world - 1) + j - 1,
@@ -188,18 +177,22 @@ def _scatter_tiles(
     kt, C, tile_flags, arrive,
     first, step, M, N_loc, col0, stride_cm, stride_cn,
     rank, world, heap_bases, epoch, fault_delay_ns, fault_skip,
-    FAULTS: tl.constexpr, WAIT_TILES: tl.constexpr,
+    FAULTS: tl.constexpr, WAIT_TILES: tl.constexpr, NOTIFY_PER_TILE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, TIMEOUT_NS: tl.constexpr,
 ):
     """Push tiles ``first, first + step, ...`` of this rank's slice of ``C`` to every peer.
 
     ``WAIT_TILES``: wait for ``tile_flags[tile] >= epoch`` first (producer/consumer). Each tile is
-    stored to every peer, then each peer's ``arrive[rank]`` is incremented (release, system scope).
+    stored to every peer; with ``NOTIFY_PER_TILE`` each peer's ``arrive[rank]`` is then
+    incremented (release, system scope) per tile, else once at the end by the number of tiles
+    pushed: a release waits for the program's stores to be acknowledged (a link round trip), so
+    one per tile holds the program between tiles (seen as 1-5 µs per notify on 4 x H200).
     """
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N_loc, BLOCK_N)
     n_tiles = num_pid_m * num_pid_n
     Cr = C + col0 * stride_cn
+    count = 0
     for tile in range(first, n_tiles, step):
         if WAIT_TILES:
             kt = ks.wait(kt, tile_flags + tile, epoch, rank, rank, heap_bases, scope="gpu", timeout_ns=TIMEOUT_NS, name=TILE_WAIT)
@@ -210,10 +203,16 @@ def _scatter_tiles(
         ptrs = Cr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
         for j in range(1, world):
             ks.store(ptrs, val, rank, (rank + j) % world, heap_bases, mask=mask)
-        for j in range(1, world):
-            kt = harness.notify(kt, arrive + rank, 1, rank, (rank + j) % world, heap_bases, tile * (world - 1) + j - 1,
-                                fault_delay_ns, fault_skip, FAULTS, op="add", name=TILE_SENT)
+        if NOTIFY_PER_TILE:
+            for j in range(1, world):
+                kt = harness.notify(kt, arrive + rank, 1, rank, (rank + j) % world, heap_bases, tile * (world - 1) + j - 1,
+                                    fault_delay_ns, fault_skip, FAULTS, op="add", name=TILE_SENT)
         kt = kl.end(kt, s)
+        count += 1
+    if not NOTIFY_PER_TILE:
+        for j in range(1, world):
+            kt = harness.notify(kt, arrive + rank, count, rank, (rank + j) % world, heap_bases, first * (world - 1) + j - 1,
+                                fault_delay_ns, fault_skip, FAULTS, op="add", name=TILE_SENT)
     return kt
 
 
@@ -221,14 +220,15 @@ def _scatter_tiles(
 def _comm_worker(
     kt, C, tile_flags, ready, arrive, worker, workers, M, N_loc, col0, stride_cm, stride_cn,
     rank, world, heap_bases, epoch, fault_delay_ns, fault_skip,
-    FAULTS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, TIMEOUT_NS: tl.constexpr,
+    FAULTS: tl.constexpr, NOTIFY_PER_TILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
+    TIMEOUT_NS: tl.constexpr,
 ):
     """A communication program of ``fused_ws``: wait for the peers, push ready tiles, await arrivals."""
     kt = await_ready(kt, ready, epoch, rank, world, heap_bases, TIMEOUT_NS)
     kt = _scatter_tiles(
         kt, C, tile_flags, arrive, worker, workers, M, N_loc, col0, stride_cm, stride_cn,
         rank, world, heap_bases, epoch, fault_delay_ns, fault_skip,
-        FAULTS, True, BLOCK_M, BLOCK_N, GROUP_M, TIMEOUT_NS,
+        FAULTS, True, NOTIFY_PER_TILE, BLOCK_M, BLOCK_N, GROUP_M, TIMEOUT_NS,
     )
     n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N_loc, BLOCK_N)
     kt = await_arrivals(kt, arrive, epoch * n_tiles, rank, world, heap_bases, worker, workers, TIMEOUT_NS)
@@ -252,7 +252,7 @@ def _gemm_slots(meta) -> int:
 def _scatter_slots(meta) -> int:
     w = meta["world"]
     per = triton.cdiv(_tiles(meta), meta["NUM_PROGS"])
-    return 4 * (w - 1) + per * (1 + 2 * bool(meta["WAIT_TILES"]) + 2 * (w - 1)) + 2
+    return 6 * (w - 1) + per * (1 + 2 * bool(meta["WAIT_TILES"]) + 2 * (w - 1) * bool(meta.get("NOTIFY_PER_TILE", False))) + 2
 
 
 def _fused_seq_slots(meta) -> int:
@@ -266,8 +266,8 @@ def _ws_slots(meta) -> int:
     w = meta["world"]
     tiles = _tiles(meta)
     g = triton.cdiv(tiles, meta["GEMM_PROGS"]) * 3
-    c = triton.cdiv(tiles, meta["NUM_PROGS"] - meta["GEMM_PROGS"]) * (3 + 2 * (w - 1))
-    return 6 * (w - 1) + max(g, c) + 2
+    c = triton.cdiv(tiles, meta["NUM_PROGS"] - meta["GEMM_PROGS"]) * (3 + 2 * (w - 1) * bool(meta.get("NOTIFY_PER_TILE", False)))
+    return 8 * (w - 1) + max(g, c) + 2
 
 
 @ktrace.trace(events_per_program=_gemm_slots)
@@ -306,7 +306,7 @@ def scatter_kernel(
     rank, world, heap_bases, epoch, fault_delay_ns, fault_skip,
     NUM_PROGS: tl.constexpr, WAIT_TILES: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, TIMEOUT_NS: tl.constexpr,
-    FAULTS: tl.constexpr,
+    FAULTS: tl.constexpr, NOTIFY_PER_TILE: tl.constexpr = False,
     ktrace_buf=None, KTRACE: tl.constexpr = 0,
 ):
     """The scatter half of ``bulk`` (tiles already computed) and ``producer_consumer`` (``WAIT_TILES``).
@@ -320,7 +320,7 @@ def scatter_kernel(
     kt = _scatter_tiles(
         kt, C, tile_flags, arrive, pid, NUM_PROGS, M, N_loc, col0, stride_cm, stride_cn,
         rank, world, heap_bases, epoch, fault_delay_ns, fault_skip,
-        FAULTS, WAIT_TILES, BLOCK_M, BLOCK_N, GROUP_M, TIMEOUT_NS,
+        FAULTS, WAIT_TILES, NOTIFY_PER_TILE, BLOCK_M, BLOCK_N, GROUP_M, TIMEOUT_NS,
     )
     n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N_loc, BLOCK_N)
     kt = await_arrivals(kt, arrive, epoch * n_tiles, rank, world, heap_bases, pid, NUM_PROGS, TIMEOUT_NS)
@@ -336,7 +336,7 @@ def fused_sequential_kernel(
     NUM_PROGS: tl.constexpr, NOTIFY_PER_TILE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, EVEN_K: tl.constexpr,
     TIMEOUT_NS: tl.constexpr, FAULTS: tl.constexpr,
-    TMA: tl.constexpr = False, TMA_SCATTER: tl.constexpr = False, ktrace_buf=None, KTRACE: tl.constexpr = 0,
+    TMA: tl.constexpr = False, ktrace_buf=None, KTRACE: tl.constexpr = 0,
 ):
     """Fused sequential: each program computes a tile, then pushes it to every peer, and goes on."""
     kt = kl.init(ktrace_buf, KTRACE)
@@ -347,7 +347,7 @@ def fused_sequential_kernel(
         kt, A, B, C, ready, ready, arrive, pid, NUM_PROGS, M, N_loc, K, col0,
         stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
         rank, world, heap_bases, epoch, fault_delay_ns, fault_skip,
-        FAULTS, False, True, NOTIFY_PER_TILE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, EVEN_K, TIMEOUT_NS, TMA, TMA_SCATTER,
+        FAULTS, False, True, NOTIFY_PER_TILE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, EVEN_K, TIMEOUT_NS, TMA,
     )
     n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N_loc, BLOCK_N)
     kt = await_arrivals(kt, arrive, epoch * n_tiles, rank, world, heap_bases, pid, NUM_PROGS, TIMEOUT_NS)
@@ -363,7 +363,7 @@ def fused_ws_kernel(
     NUM_PROGS: tl.constexpr, GEMM_PROGS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, EVEN_K: tl.constexpr,
     TIMEOUT_NS: tl.constexpr, FAULTS: tl.constexpr,
-    TMA: tl.constexpr = False, ktrace_buf=None, KTRACE: tl.constexpr = 0,
+    TMA: tl.constexpr = False, NOTIFY_PER_TILE: tl.constexpr = False, ktrace_buf=None, KTRACE: tl.constexpr = 0,
 ):
     """Fused, workgroup-specialised: programs ``< GEMM_PROGS`` compute, the rest scatter.
 
@@ -384,7 +384,8 @@ def fused_ws_kernel(
     if pid >= GEMM_PROGS:
         kt = _comm_worker(
             kt, C, tile_flags, ready, arrive, pid - GEMM_PROGS, NUM_PROGS - GEMM_PROGS, M, N_loc, col0, stride_cm, stride_cn,
-            rank, world, heap_bases, epoch, fault_delay_ns, fault_skip, FAULTS, BLOCK_M, BLOCK_N, GROUP_M, TIMEOUT_NS,
+            rank, world, heap_bases, epoch, fault_delay_ns, fault_skip, FAULTS, NOTIFY_PER_TILE, BLOCK_M, BLOCK_N, GROUP_M,
+            TIMEOUT_NS,
         )
 
 
@@ -404,16 +405,10 @@ class AllScatterConfig:
         comm_programs: programs that scatter in ``producer_consumer`` and ``fused_ws`` (the GEMM
             gets the rest of the SMs); ignored by the other schedules.
         gemm_programs: cap on the programs that compute (None: as many as the SMs allow).
-        programs_per_sm: ``fused_sequential`` only: programs per SM (1 or 2). With 2 (and a
-            tile shape small enough for two programs to share an SM's registers and shared
-            memory) one program computes while the other's scatter stores drain.
-        tma_scatter: ``fused_sequential`` only: push tiles with TMA bulk stores through tensor
-            descriptors of the peers' ``C`` (NVIDIA; needs a Triton allocator for the
-            descriptors, set by the plan when none is).
         scatter_programs: programs of the ``bulk`` scatter kernel (None: every SM).
-        notify_per_tile: ``fused_sequential`` only: notify the peers after every tile (finer
-            signals, each a release that waits for the tile's stores) instead of once per
-            program at its end.
+        notify_per_tile: notify the peers after every tile pushed (finer signals, each a
+            release that waits for the tile's stores) instead of once per pushing program at its
+            end, in every schedule.
         timeout_ns: bound of every wait (then reported by ``heap.check()``).
         fault: the fault-injection knob (``harness.Fault``).
     """
@@ -422,8 +417,6 @@ class AllScatterConfig:
     gemm: GemmConfig | None = None
     comm_programs: int = 16
     gemm_programs: int | None = None
-    programs_per_sm: int = 1
-    tma_scatter: bool = False
     scatter_programs: int | None = None
     notify_per_tile: bool = False
     timeout_ns: int = 2_000_000_000
@@ -438,8 +431,6 @@ class AllScatterConfig:
             raise ValueError(f"comm_programs must be >= 1, got {self.comm_programs!r}")
         if self.gemm_programs is not None and self.gemm_programs < 1:
             raise ValueError(f"gemm_programs must be >= 1, got {self.gemm_programs!r}")
-        if self.programs_per_sm not in (1, 2):
-            raise ValueError(f"programs_per_sm must be 1 or 2, got {self.programs_per_sm!r}")
         if self.scatter_programs is not None and self.scatter_programs < 1:
             raise ValueError(f"scatter_programs must be >= 1, got {self.scatter_programs!r}")
         if not isinstance(self.timeout_ns, int) or self.timeout_ns <= 0:
@@ -485,8 +476,6 @@ class GemmAllScatter:
             if cfg.comm_programs >= self.sms:
                 raise ValueError(f"comm_programs={cfg.comm_programs} leaves no SM for the GEMM ({self.sms} SMs)")
             self.gemm_programs = self.sms - cfg.comm_programs
-        elif cfg.schedule == "fused_sequential":
-            self.gemm_programs = self.sms * cfg.programs_per_sm
         else:
             self.gemm_programs = self.sms
         if cfg.gemm_programs is not None:
@@ -508,8 +497,6 @@ class GemmAllScatter:
         self.arrive = heap.zeros(self.world, dtype=torch.int32, name="gemm_all_scatter.arrive")
         self.epoch = 0
         self._comm_stream = torch.cuda.Stream(device=dev) if cfg.schedule == "producer_consumer" else None
-        if cfg.tma_scatter:
-            harness.ensure_triton_allocator()
         self._trace_bufs: dict[str, tuple] = {}
         heap.barrier()
 
@@ -596,16 +583,16 @@ class GemmAllScatter:
             fused_sequential_kernel[(progs,)](
                 tA, tB, self.C, self.ready, self.arrive, **self._common(A, B), **self._gemm_args(A, B), **self._fault_args(),
                 NUM_PROGS=progs, NOTIFY_PER_TILE=self.config.notify_per_tile, TIMEOUT_NS=self.config.timeout_ns,
-                TMA_SCATTER=self.config.tma_scatter,
                 **self._trace("fused_sequential", traced, progs, _fused_seq_slots(meta)),
             )
         else:
             progs = self.gemm_programs + self.comm_programs
             meta = dict(M=self.M, N_loc=self.N_loc, BLOCK_M=self.gemm_cfg.block_m, BLOCK_N=self.gemm_cfg.block_n,
-                        NUM_PROGS=progs, GEMM_PROGS=self.gemm_programs, world=self.world)
+                        NUM_PROGS=progs, GEMM_PROGS=self.gemm_programs, world=self.world, NOTIFY_PER_TILE=self.config.notify_per_tile)
             fused_ws_kernel[(progs,)](
                 tA, tB, self.C, self.tile_flags, self.ready, self.arrive, **self._common(A, B), **self._gemm_args(A, B),
                 **self._fault_args(), NUM_PROGS=progs, GEMM_PROGS=self.gemm_programs, TIMEOUT_NS=self.config.timeout_ns,
+                NOTIFY_PER_TILE=self.config.notify_per_tile,
                 **self._trace("fused_ws", traced, progs, _ws_slots(meta)),
             )
         return self.C
@@ -623,11 +610,11 @@ class GemmAllScatter:
     def _launch_scatter(self, wait_tiles: bool, programs: int, traced: bool):
         g = self.gemm_cfg
         meta = dict(M=self.M, N_loc=self.N_loc, BLOCK_M=g.block_m, BLOCK_N=g.block_n, NUM_PROGS=programs,
-                    world=self.world, WAIT_TILES=wait_tiles)
+                    world=self.world, WAIT_TILES=wait_tiles, NOTIFY_PER_TILE=self.config.notify_per_tile)
         scatter_kernel[(programs,)](
             self.C, self.tile_flags, self.ready, self.arrive, **self._common(), **self._fault_args(),
             NUM_PROGS=programs, WAIT_TILES=wait_tiles, BLOCK_M=g.block_m, BLOCK_N=g.block_n, GROUP_M=g.group_m,
-            TIMEOUT_NS=self.config.timeout_ns, num_warps=8,
+            TIMEOUT_NS=self.config.timeout_ns, NOTIFY_PER_TILE=self.config.notify_per_tile, num_warps=8,
             **self._trace("scatter", traced, programs, _scatter_slots(meta)),
         )
 

@@ -177,28 +177,6 @@ def load_relaxed(ptr, _semantic=None):
     return core.inline_asm_elementwise(asm, cons, [ptr], dtype=ety, is_pure=False, pack=1, _semantic=_semantic)
 
 
-@core.extern
-def wait_bulk_stores(_semantic=None):
-    """Wait until the tensor-descriptor (TMA) stores this thread issued have completed.
-
-    Descriptor stores (``desc.store(...)``) run in the asynchronous proxy on NVIDIA: a release
-    (``notify``) does not order them, so call this first in every thread (the issuing thread
-    waits on its bulk groups; the others pass), then release. On AMD descriptor stores are
-    ordinary stores, which the release orders: nothing is emitted.
-
-    Returns:
-        A dummy int32 (0).
-
-    Cost: the time for the outstanding bulk stores to land (peer memory: over the links).
-    """
-    if _is_cuda(_semantic):
-        return core.inline_asm_elementwise(
-            "cp.async.bulk.wait_group 0;\n\tmov.u32 $0, 0;", "=r,~{memory}", [], dtype=core.int32, is_pure=False, pack=1,
-            _semantic=_semantic,
-        )
-    return _semantic.to_tensor(0) if hasattr(_semantic, "to_tensor") else core.to_tensor(0, _semantic=_semantic)
-
-
 # ---------------------------------------------------------------------------------------------
 # addressing
 # ---------------------------------------------------------------------------------------------
@@ -555,7 +533,6 @@ __all__ = [
     "tick_ns",
     "load_acquire",
     "load_relaxed",
-    "wait_bulk_stores",
     "translate",
     "heap_offset",
     "timeouts",
