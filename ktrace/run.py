@@ -113,7 +113,7 @@ KERNELS: dict[str, KernelSpec] = {
             "all-reduce (sum) on the symmetric heap, one-shot or two-shot",
             (
                 Param("n", int, 1 << 20, "elements per rank"),
-                Param("method", str, "one_shot", "schedule", ("one_shot", "one_shot_push", "two_shot")),
+                Param("method", str, "one_shot_push", "schedule", ("one_shot_push", "one_shot", "two_shot")),
                 Param("dtype", str, "bfloat16", "element type", ("bfloat16", "float16", "float32")),
             ),
         ),

@@ -331,11 +331,23 @@ class Session:
 
     # results ---------------------------------------------------------------------------------
     def region_names(self) -> dict[int, str]:
+        """Names of the regions the recorded events use (the scan of the kernels' sources also
+        finds docstrings and messages: only ids that occur in a record are kept)."""
+        from .decode import DecodeError, decode_buffer
+
         names: dict[int, str] = {}
         for k in self.kernels.values():
             names.update(regions.scan_kernel(k.jit_fn))
         names.update(regions.table())
-        return names
+        used: set[int] = set()
+        for pl in self.launches:
+            if pl.raw is None:
+                continue
+            try:
+                used.update(np.unique(decode_buffer(pl.raw).events["region"]).tolist())
+            except DecodeError:  # kept whole: the capture file reports the bad buffer on reading
+                return names
+        return {k: v for k, v in names.items() if k in used}
 
     def to_capture(self) -> Capture:
         """This rank's capture (``ktrace.io.Capture``)."""

@@ -128,7 +128,7 @@ def test_run_refuses_with_fewer_gpus_than_asked(monkeypatch, capsys):
     (["all_to_all", "-s", "hidden"], "-s wants NAME=VALUE"),
     (["all_to_all", "--nproc", "3"], "num_experts=32 does not split over 3 ranks"),
     (["gemm_rs", "--nproc", "2", "-s", "K=1001"], "K=1001 does not split over 2 ranks"),
-    (["all_reduce", "-s", "method=three_shot"], "one of one_shot, one_shot_push, two_shot"),
+    (["all_reduce", "-s", "method=three_shot"], "one of one_shot_push, one_shot, two_shot"),
     (["all_to_all", "--nproc", "4", "--skip", "4:3"], "fault rank 4 is not among the 4 ranks"),
     (["all_to_all", "--nproc", "4", "--delay", "3"], "--delay wants RANK:VALUE"),
     (["all_to_all", "-s", "skew=1.5"], "skew must be in [0, 1)"),
