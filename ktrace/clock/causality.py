@@ -41,26 +41,59 @@ PAIR_DTYPE = np.dtype(
 )
 
 
-def _dense_groups(events: np.ndarray, ni: np.ndarray, wi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """One dense group id per (src rank, dst rank, flag, value), for notifies and waits."""
+_LIMIT = 1 << 62
+
+
+def _dense_groups(events, ni: np.ndarray, wi: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """One group id per (src rank, dst rank, flag, value), for notifies and waits, and a bound
+    on the ids (every id is below it).
+
+    Each column is mixed in by its offset from its minimum where its span is small enough,
+    else made dense with ``np.unique`` (a sort); the ids are made dense only if the product
+    would not fit in 62 bits.
+    """
     gid = np.zeros(ni.size + wi.size, np.int64)
+    bound = 1
     for notify_col, wait_col in (("rank", "arg0"), ("arg0", "rank"), ("arg2", "arg2"), ("arg1", "arg4")):
         col = np.concatenate([events[notify_col][ni].astype(np.int64), events[wait_col][wi].astype(np.int64)])
-        u, inv = np.unique(col, return_inverse=True)  # each column made dense on its own
-        if gid.max(initial=0) >= (np.iinfo(np.int64).max // max(u.size, 1)):
-            _, gid = np.unique(gid, return_inverse=True)
-        gid = gid * u.size + inv.reshape(-1)  # combined in mixed radix
-    _, gid = np.unique(gid, return_inverse=True)
-    gid = gid.reshape(-1).astype(np.int64)
-    return gid[: ni.size], gid[ni.size :]
+        lo, hi = int(col.min()), int(col.max())
+        if hi - lo < _LIMIT // bound:
+            code, size = col - lo, hi - lo + 1
+        else:
+            u, inv = np.unique(col, return_inverse=True)  # made dense on its own
+            code, size = inv.reshape(-1), u.size
+            if bound >= _LIMIT // max(size, 1):
+                _, gid = np.unique(gid, return_inverse=True)
+                gid = gid.reshape(-1).astype(np.int64)
+                bound = int(gid.max(initial=0)) + 1
+        gid = gid * size + code  # combined in mixed radix
+        bound *= size
+    return gid[: ni.size], gid[ni.size :], bound
 
 
-def _occurrence(groups_sorted: np.ndarray) -> np.ndarray:
-    """0, 1, 2, ... within each run of equal values of a sorted array."""
-    n = groups_sorted.size
+def _sort_by(g: np.ndarray, g_bound: int, *keys: np.ndarray) -> np.ndarray:
+    """The order of rows by ``(g, *keys)`` (ties in input order): one sort of one composite
+    int64 key where the key ranges allow it, else ``np.lexsort``."""
+    code, bound = g, g_bound
+    for k in keys:
+        lo, hi = (int(k.min()), int(k.max())) if k.size else (0, 0)
+        if bound >= _LIMIT // (hi - lo + 1):
+            return np.lexsort(tuple(reversed(keys)) + (g,))
+        code = code * (hi - lo + 1) + (k - lo)
+        bound *= hi - lo + 1
+    return np.argsort(code, kind="stable")
+
+
+def _occurrence(*sorted_keys: np.ndarray) -> np.ndarray:
+    """0, 1, 2, ... within each run of equal rows of sorted key columns."""
+    n = sorted_keys[0].size
     if n == 0:
         return np.zeros(0, np.int64)
-    starts = np.flatnonzero(np.r_[True, groups_sorted[1:] != groups_sorted[:-1]])
+    new = np.zeros(n, bool)
+    new[0] = True
+    for k in sorted_keys:
+        new[1:] |= k[1:] != k[:-1]
+    starts = np.flatnonzero(new)
     return np.arange(n, dtype=np.int64) - np.repeat(starts, np.diff(np.r_[starts, n]))
 
 
@@ -78,7 +111,7 @@ def pair_notify_wait(events: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, i
         row indices into ``events``, one pair per position, ordered by wait row; the number of
         notifies that released no recorded wait, and of completed waits with no matching notify.
     """
-    names = events.dtype.names or ()
+    names = tuple(events.dtype.names or ()) if hasattr(events, "dtype") else tuple(events)
     s_col = "start_ns" if "start_ns" in names else "start"
     kind = events["kind"]
     ni = np.flatnonzero(kind == EventKind.NOTIFY)
@@ -86,7 +119,7 @@ def pair_notify_wait(events: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, i
     if ni.size == 0 or wa.size == 0:
         done = int(((events["flags"][wa] & EventFlag.TIMEOUT) == 0).sum())
         return np.zeros(0, np.int64), np.zeros(0, np.int64), int(ni.size), done
-    gn, gw = _dense_groups(events, ni, wa)
+    gn, gw, bound = _dense_groups(events, ni, wa)
 
     def col(name, rows, default=None):
         if name in names:
@@ -99,11 +132,17 @@ def pair_notify_wait(events: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, i
     occ_n[on] = _occurrence(gn[on])
     # round of each wait: its order among its program's waits of the group
     prog = col("program", wa)
-    ow = np.lexsort((col("slot", wa, events[s_col][wa].astype(np.int64)), col("launch", wa), prog, gw))
-    sub = gw[ow] * (prog.max(initial=0) + 1) + prog[ow]
+    launch = col("launch", wa)
+    order = col("slot", wa, events[s_col][wa].astype(np.int64))
+    ow = _sort_by(gw, bound, prog, launch, order)
+    gs, ps = gw[ow], prog[ow]
     occ_w = np.empty(wa.size, np.int64)
-    occ_w[ow] = _occurrence(sub)
-    big = np.int64(max(occ_n.max(initial=0), occ_w.max(initial=0)) + 1)
+    occ_w[ow] = _occurrence(gs, ps)
+    big = int(max(occ_n.max(initial=0), occ_w.max(initial=0)) + 1)
+    if bound >= _LIMIT // big:  # make the group ids dense so that (group, round) fits one int64
+        _, dense = np.unique(np.concatenate([gn, gw]), return_inverse=True)
+        dense = dense.reshape(-1).astype(np.int64)
+        gn, gw = dense[: gn.size], dense[gn.size :]
     kn = gn * big + occ_n
     kw = gw * big + occ_w
     sn = np.argsort(kn, kind="stable")

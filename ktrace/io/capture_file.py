@@ -74,6 +74,31 @@ class Launch:
         r = self.__dict__["_raw"]
         return r.nbytes if isinstance(r, _LazyBuffer) else int(np.asarray(r).nbytes)
 
+    def load_raw(self) -> np.ndarray:
+        """The raw buffer for one use: a buffer not read from its file yet is read (and
+        CRC-checked) for this call only, not kept on the launch."""
+        r = self.__dict__["_raw"]
+        return r.load() if isinstance(r, _LazyBuffer) else self.raw
+
+    def read_split(self, records: np.ndarray, n_head: int, n_tail: int) -> tuple[bytes, bytes] | None:
+        """Read the buffer in three parts, its middle straight into ``records`` (a writable uint8
+        array): the first ``n_head`` bytes and the last ``n_tail`` are returned. A buffer not
+        read from its file yet is read (and CRC-checked) for this call only.
+
+        Returns:
+            ``(head, tail)``, or None when the buffer's size is not ``n_head + records.nbytes
+            + n_tail`` (the caller then reads it whole, which reports what is wrong).
+        """
+        r = self.__dict__["_raw"]
+        n_mid = records.nbytes
+        if self.nbytes != n_head + n_mid + n_tail:
+            return None
+        if isinstance(r, _LazyBuffer):
+            return r.load_split(records, n_head, n_tail)
+        raw = np.asarray(r).reshape(-1).view(np.uint8)
+        records[...] = raw[n_head : n_head + n_mid]
+        return raw[:n_head].tobytes(), raw[n_head + n_mid :].tobytes()
+
     def decode(self, rank: int, *, cache: bool = True) -> DecodedBuffer:
         """Decode the raw buffer.
 
@@ -90,9 +115,7 @@ class Launch:
         if hit is not None:
             return hit
         try:
-            r = self.__dict__["_raw"]
-            raw = r.load() if isinstance(r, _LazyBuffer) and not cache else self.raw
-            d = decode_buffer(raw, rank=rank, launch=self.index)
+            d = decode_buffer(self.raw if cache else self.load_raw(), rank=rank, launch=self.index)
         except DecodeError as e:
             raise CaptureError(f"rank {rank}, launch {self.index} ({self.kernel}): {e}") from None
         if cache:
@@ -135,6 +158,16 @@ class _FileSource:
             got += len(b)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
+    def read_into(self, offset: int, view: memoryview) -> int:
+        """Read ``len(view)`` bytes at ``offset`` into ``view``; returns how many there were."""
+        got = 0
+        while got < view.nbytes:
+            k = os.preadv(self.fd, [view[got:]], offset + got)
+            if not k:
+                break
+            got += k
+        return got
+
 
 #: A zip local file header: signature, ..., name length (at 26) and extra length (at 28).
 _LOCAL_HEADER = struct.Struct("<4s22xHH")
@@ -150,15 +183,30 @@ class _LazyBuffer:
     crc32: int
     where: str  # "<path>: rank R launch L"
 
-    def load(self) -> np.ndarray:
+    def _data_offset(self) -> int:
         head = self.source.read(self.header_offset, _LOCAL_HEADER.size)
         if len(head) != _LOCAL_HEADER.size or _LOCAL_HEADER.unpack(head)[0] != b"PK\x03\x04":
             raise CaptureError(f"{self.where}: buffer unreadable: bad zip local header")
         _, n_name, n_extra = _LOCAL_HEADER.unpack(head)
-        data = self.source.read(self.header_offset + _LOCAL_HEADER.size + n_name + n_extra, self.nbytes)
+        return self.header_offset + _LOCAL_HEADER.size + n_name + n_extra
+
+    def load(self) -> np.ndarray:
+        data = self.source.read(self._data_offset(), self.nbytes)
         if len(data) != self.nbytes or zlib.crc32(data) != self.crc32:
             raise CaptureError(f"{self.where}: buffer is damaged (size or CRC-32 mismatch)")
         return np.frombuffer(data, np.uint8)
+
+    def load_split(self, middle: np.ndarray, n_head: int, n_tail: int) -> tuple[bytes, bytes]:
+        """Read the buffer's first ``n_head`` bytes, then its next ``middle.nbytes`` straight
+        into ``middle``, then the rest (``n_tail``); CRC-checked as :meth:`load` is."""
+        at = self._data_offset()
+        head = self.source.read(at, n_head)
+        got = self.source.read_into(at + n_head, memoryview(middle).cast("B"))
+        tail = self.source.read(at + n_head + middle.nbytes, n_tail)
+        crc = zlib.crc32(tail, zlib.crc32(middle, zlib.crc32(head)))
+        if len(head) != n_head or got != middle.nbytes or len(tail) != n_tail or crc != self.crc32:
+            raise CaptureError(f"{self.where}: buffer is damaged (size or CRC-32 mismatch)")
+        return head, tail
 
     def __reduce__(self):
         # pickled (or deep-copied) as the bytes themselves: a descriptor means nothing elsewhere

@@ -31,7 +31,8 @@ from .. import __version__
 from ..clock.model import ClockModel
 from . import _parallel, _rows
 from ..schema import EventKind
-from .layout import COUNTER, INSTANT, NOTIFY, SPAN, WAIT, TracePlan, decode_launch, event_class, plan_trace, timeout_mask, track_name
+from .layout import (COUNTER, INSTANT, NOTIFY, SPAN, WAIT, Batch, TracePlan, batch_flows, batch_lanes, event_class, notify_flow_ids, plan_trace,
+                     read_batch, timeout_mask, track_name)
 
 log = logging.getLogger("ktrace")
 
@@ -44,7 +45,7 @@ def _j(x) -> bytes:
     return orjson.dumps(x)
 
 
-def _meta_events(plan: TracePlan, capture) -> list[dict]:
+def _meta_events(plan: TracePlan, tracks: dict[int, set]) -> list[dict]:
     out = []
     for r, rp in sorted(plan.ranks.items()):
         pid = r + 1
@@ -52,7 +53,8 @@ def _meta_events(plan: TracePlan, capture) -> list[dict]:
         out.append({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": r}})
         out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "kernels"}})
         out.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": 1, "args": {"sort_index": 0}})
-        for tid, (g, prog, lane) in sorted(rp.tracks.items()):
+        for tid in sorted(tracks[r]):
+            g, prog, lane = rp.track(tid)
             out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": track_name(g, prog, lane)}})
             out.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
     for lp in plan.launches:
@@ -73,13 +75,24 @@ def _names(keys: np.ndarray, make) -> tuple[np.ndarray, np.ndarray]:
     return inv.reshape(-1), _rows.table([_j(make(int(k))) for k in uk.tolist()])
 
 
-def _launch_rows(plan: TracePlan, lp, ev, s_ns, e_ns, lanes, out) -> None:
+#: The columns the rows are made of.
+_COLUMNS = ("program", "region", "hw", "arg0", "arg1", "arg2", "arg3", "arg4", "arg5")
+
+
+def _batch_rows(plan: TracePlan, b: Batch, out) -> np.ndarray:
+    """Write the rows of a batch's events through ``out``; returns the track ids they use."""
     region_name = plan.region_name
-    rp = plan.ranks[lp.rank]
-    pid = str(lp.rank + 1).encode()
-    tids = rp.tids(lp.group, ev["program"], lanes)
-    flow_out, flow_in = lp.flows(ev.size)
-    classes = event_class(ev["kind"], s_ns, e_ns)
+    rp = plan.ranks[b.rank]
+    ev = b.cols
+    s_ns, e_ns = b.s_ns, b.e_ns
+    n_all = b.size
+    pid = str(b.rank + 1).encode()
+    lanes = batch_lanes(b, plan.launches[b.launches[0]].n_programs)
+    groups = [plan.launches[li].group for li in b.launches]
+    tids = rp.tids(groups[0] if len(set(groups)) == 1 else b.per_row(groups), ev["program"], lanes)
+    flows = batch_flows(plan, b)
+    flow_out, flow_in = notify_flow_ids(flows, n_all), flows["in_notify_ids"]
+    classes = event_class(ev["kind"])
     for cls, idx_all in classes.items():
         for c0 in range(0, idx_all.size, CHUNK):
             idx = idx_all[c0 : c0 + CHUNK]
@@ -108,13 +121,14 @@ def _launch_rows(plan: TracePlan, lp, ev, s_ns, e_ns, lanes, out) -> None:
                                                 b',"arg1":', _rows.fmt_int(ev["arg1"][idx]), b',"sm":', hw, b"}},\n"]))
             elif cls == WAIT:
                 to = timeout_mask(ev["flags"][idx]).astype(np.int64)
-                ni, tab = _names((ev["arg0"][idx] << 1) | to, lambda k: f"wait r{k >> 1}" + (" TIMEOUT" if k & 1 else ""))
+                peer = ev["arg0"][idx].astype(np.int64)
+                ni, tab = _names((peer << 1) | to, lambda k: f"wait r{k >> 1}" + (" TIMEOUT" if k & 1 else ""))
                 cat = _rows.table([b'"wait"', b'"wait,timeout"'])[to]
                 fl = flow_in[idx]
                 has = np.flatnonzero(fl)
                 flow = _rows.optional(n, has, [b',"bind_id":', _rows.fmt_int(fl[has]), b',"flow_in":true'])
                 cmp_i, cmp_tab = _names(ev["arg5"][idx], lambda k: _WAIT_CMP.get(k, str(k)))
-                out(_rows.rows(n, head + [flow, b',"name":', tab[ni], b',"cat":', cat, b',"args":{"peer":', _rows.fmt_int(ev["arg0"][idx]),
+                out(_rows.rows(n, head + [flow, b',"name":', tab[ni], b',"cat":', cat, b',"args":{"peer":', _rows.fmt_int(peer),
                                                 b',"spins":', _rows.fmt_int(ev["arg1"][idx]), b',"flag":', _rows.fmt_int(ev["arg2"][idx]),
                                                 b',"value":', _rows.fmt_int(ev["arg3"][idx]), b',"expected":', _rows.fmt_int(ev["arg4"][idx]),
                                                 b',"cmp":', cmp_tab[cmp_i], b',"sm":', hw, b"}},\n"]))
@@ -126,20 +140,22 @@ def _launch_rows(plan: TracePlan, lp, ev, s_ns, e_ns, lanes, out) -> None:
                 out(_rows.rows(n, head + [flow, b',"name":', tab[ni], b',"cat":"notify","args":{"peer":', _rows.fmt_int(ev["arg0"][idx]),
                                                 b',"value":', _rows.fmt_int(ev["arg1"][idx]), b',"flag":', _rows.fmt_int(ev["arg2"][idx]),
                                                 b',"seq":', _rows.fmt_int(ev["arg3"][idx]), b',"sm":', hw, b"}},\n"]))
+    return np.unique(tids[ev["kind"] != EventKind.COUNTER])
 
 
-def _task(li: int):
-    """Worker task: one launch's rows, appended to the output (or returned, when compressing)."""
+def _task(batch: list[int]):
+    """Worker task: one batch's rows, appended to the output (or returned, when compressing),
+    and the track ids they use."""
     st = _parallel.STATE
     plan = st["plan"]
-    ev, s_ns, e_ns, _, _ = decode_launch(li)
+    b = read_batch(batch, _COLUMNS)
     parts: list[bytes] = []
-    _launch_rows(plan, plan.launches[li], ev, s_ns, e_ns, plan.launches[li].lanes, parts.append)
+    tids = _batch_rows(plan, b, parts.append)
     data = b"".join(parts)
     if st["compress"]:
-        return data
+        return b.rank, tids, data
     _parallel.append(_parallel.open_append(st["path"]), data)
-    return len(data)
+    return b.rank, tids, len(data)
 
 
 def write_chrome_json(capture, path: str | os.PathLike, *, model: ClockModel | None = None, compress: bool | None = None,
@@ -182,25 +198,28 @@ def write_chrome_json(capture, path: str | os.PathLike, *, model: ClockModel | N
         log.warning("writing a PARTIAL trace: ranks %s are missing", plan.missing_ranks)
     tmp = path.with_name(path.name + ".tmp")
     head = b'{"displayTimeUnit":"ns","otherData":' + _j(other) + b',"traceEvents":[\n'
-    tasks = [li for li, lp in enumerate(plan.launches) if lp.n_events]
+    tasks = [bt for bt in plan.batches if any(plan.launches[li].n_events for li in bt)]
     state = {"capture": capture, "model": plan.model, "refs": [(r, ln) for r, rc in sorted(capture.ranks.items()) for ln in rc.launches],
              "plan": plan, "path": str(tmp), "compress": compress}
+    tracks: dict[int, set] = {r: set() for r in plan.ranks}
+    run = _parallel.imap(_task, tasks, min(workers, max(1, len(tasks))), state, ordered=False)
     try:
         if compress:
             with gzip.open(tmp, "wb", compresslevel=1) as out:
                 out.write(head)
-                for data in _parallel.imap(_task, tasks, min(workers, max(1, len(tasks))), state, ordered=False):
+                for rank, tids, data in run:
+                    tracks[rank].update(tids.tolist())
                     out.write(data)
-                out.write(_trailer(plan, capture))
+                out.write(_trailer(plan, tracks))
         else:
             tmp.write_bytes(head)
             try:
-                for _ in _parallel.imap(_task, tasks, min(workers, max(1, len(tasks))), state, ordered=False):
-                    pass
+                for rank, tids, _ in run:
+                    tracks[rank].update(tids.tolist())
             finally:
                 _parallel.close_local()
             with open(tmp, "ab") as out:
-                out.write(_trailer(plan, capture))
+                out.write(_trailer(plan, tracks))
         os.replace(tmp, path)
     finally:
         if tmp.exists():
@@ -209,6 +228,6 @@ def write_chrome_json(capture, path: str | os.PathLike, *, model: ClockModel | N
     return path
 
 
-def _trailer(plan: TracePlan, capture) -> bytes:
+def _trailer(plan: TracePlan, tracks: dict[int, set]) -> bytes:
     # every event row ends in a comma; the metadata events close the array
-    return b",\n".join(_j(m) for m in _meta_events(plan, capture)) + b"\n]}\n"
+    return b",\n".join(_j(m) for m in _meta_events(plan, tracks)) + b"\n]}\n"

@@ -1,4 +1,4 @@
-"""The trace layout both writers share: tracks, lanes, names, flows. Computed once, vectorised.
+"""The trace layout both writers share: tracks, lanes, names, flows. Vectorised, in two passes.
 
 Layout: one process per rank; under it a ``kernels`` track (one slice per launch) and one
 track per workgroup (program), in program order. Spans of one program that overlap without
@@ -8,20 +8,35 @@ time (several streams) get separate groups of program tracks. Counters are count
 (program, counter name). Each notify gets a flow arrow to the wait it released
 (``ktrace.clock.pair_notify_wait``).
 
-:func:`plan_trace` makes one streaming pass over the capture (one launch decoded at a time) and
-keeps only small per-launch arrays (lanes as uint8, flow ids of notifies and waits).
+How a capture is written (``ktrace.io._parallel`` spreads both passes over worker processes):
+
+1. :func:`plan_trace`, the light pass: per launch, the header, the event count and the first
+   start and last end (the time base and the launch groups come from these), and the few
+   columns of waits and notifies that pairing reads; then the pairing, ranks in parallel, and
+   each launch's flow ids. Decoding is only partial here (no lanes, no arguments of spans).
+2. The writer's pass: each task decodes a *batch* of launches once (:func:`read_batch`:
+   consecutive launches of one rank and one buffer layout, stacked and decoded as one, so
+   many small launches cost about what one large launch does), lays them out (lanes, track
+   ids, flows) and writes every event of the batch. Which tracks exist is learnt here, so the
+   Chrome writer collects them for its metadata at the end and the Perfetto writer emits each
+   track's descriptor before its first use.
+
+Track ids and counter track ids are functions of (launch group, program, lane / counter), so
+no pass needs to know which tracks another pass or worker has seen.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..clock.causality import pair_notify_wait
 from ..clock.model import ClockModel, clock_model_of
-from ..schema import EventFlag, EventKind
+from ..decode import BufferDecodeError, decode_columns, decode_split
+from ..schema import DROPPED_BYTES, HEADER_BYTES, RECORD_DTYPE, EventFlag, EventKind
 
 log = logging.getLogger("ktrace")
 
@@ -110,7 +125,7 @@ def lanes_of(program: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndar
     return lanes
 
 
-def event_class(kind: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray) -> dict[str, np.ndarray]:
+def event_class(kind: np.ndarray) -> dict[str, np.ndarray]:
     """Row indices of each class: spans, waits, notifies, instants (incl. zero-length), counters."""
     return {
         SPAN: np.flatnonzero(kind == EventKind.SPAN),
@@ -123,7 +138,7 @@ def event_class(kind: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray) -> d
 
 @dataclass
 class LaunchPlan:
-    """What the first pass learns about one launch."""
+    """What the light pass learns about one launch."""
 
     rank: int
     index: int
@@ -135,8 +150,6 @@ class LaunchPlan:
     dropped: int
     start_ns: int
     end_ns: int
-    #: lane of every event (uint8; 0 for most)
-    lanes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
     #: one entry per notify -> wait pair: the notify's row and the pair's id (a notify that
     #: released k waits appears k times)
     flow_out_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -147,27 +160,6 @@ class LaunchPlan:
     flow_in_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     flow_in_notify_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
-    def flows(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Per event row, by notify: the notify's id on notifies that released a wait, and the
-        releasing notify's id on waits; 0 for none (Chrome JSON's one-id-per-slice view)."""
-        out = np.zeros(n, np.int64)
-        if self.flow_out_rows.size:
-            o = np.lexsort((self.flow_out_ids, self.flow_out_rows))
-            r = self.flow_out_rows[o]
-            first = np.r_[True, r[1:] != r[:-1]]
-            out[r[first]] = self.flow_out_ids[o][first]
-        inn = np.zeros(n, np.int64)
-        inn[self.flow_in_rows] = self.flow_in_notify_ids
-        return out, inn
-
-    def pair_flows(self, n: int) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
-        """Per pair (Perfetto's view): ``((notify_rows, pair_ids), wait_pair_id_per_row)``,
-        the first sorted by row then id; the second 0 where a row ends no flow."""
-        o = np.lexsort((self.flow_out_ids, self.flow_out_rows))
-        inn = np.zeros(n, np.int64)
-        inn[self.flow_in_rows] = self.flow_in_ids
-        return (self.flow_out_rows[o], self.flow_out_ids[o]), inn
-
 
 @dataclass
 class RankPlan:
@@ -175,39 +167,44 @@ class RankPlan:
     name: str
     #: programs per launch group, the radix of track ids
     max_programs: int = 1
-    #: every track the rank's events use: tid -> (group, program, lane), in first-use order
-    tracks: dict = field(default_factory=dict)
-    #: every counter track: (group, program, region) -> index, in first-use order
-    counters: dict = field(default_factory=dict)
+    #: launch groups the rank's launches use
+    n_groups: int = 1
 
-    def tids(self, group: int, program: np.ndarray, lanes: np.ndarray) -> np.ndarray:
-        """Track id of each (program, lane): ordered by group, program, lane; 1 is ``kernels``.
+    #: region ids of the capture's counters (sorted; the same for every rank)
+    counter_regions: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def __post_init__(self):
+        slots = self.n_groups * self.max_programs
+        if (slots << 8) + 2 >= 2**31 or slots * max(1, self.counter_regions.size) >= 2**31:
+            raise ValueError(f"rank {self.rank}: too many programs ({self.max_programs}) x launch groups ({self.n_groups}) "
+                             f"x counters ({self.counter_regions.size}) to number tracks")
+
+    def tids(self, group, program: np.ndarray, lanes) -> np.ndarray:
+        """Track id of each (group, program, lane): ordered by group, program, lane; 1 is ``kernels``.
 
         Ids stay below 2**31 (Chrome JSON tids are read as uint32; Perfetto uuids use them).
+        ``group`` and ``lanes`` may be scalars or per-row arrays.
         """
-        base = (group * self.max_programs) << 8
-        if base + (self.max_programs << 8) + 2 >= 2**31:
-            raise ValueError(f"rank {self.rank}: too many programs ({self.max_programs}) x launch groups to number tracks")
-        return (base + 2) + ((program.astype(np.int64) << 8) | lanes)
+        slot = np.asarray(group, np.int64) * self.max_programs + program.astype(np.int64)
+        return (slot << 8) + 2 + lanes
 
-    def note_tracks(self, group: int, tids: np.ndarray) -> None:
-        """Record tracks a launch uses."""
-        for t in np.unique(tids).tolist():
-            if t not in self.tracks:
-                rel = t - 2 - ((group * self.max_programs) << 8)
-                self.tracks[t] = (group, rel >> 8, rel & 0xFF)
+    def track(self, tid: int) -> tuple[int, int, int]:
+        """``(group, program, lane)`` of a track id."""
+        rel = tid - 2
+        g, prog = divmod(rel >> 8, self.max_programs)
+        return g, prog, rel & 0xFF
 
-    def note_counters(self, group: int, codes: np.ndarray) -> None:
-        """Record counter tracks a launch uses (codes: ``program << 24 | region``, unique)."""
-        for c in codes.tolist():
-            self.counters.setdefault((group, c >> 24, c & 0xFFFFFF), len(self.counters))
+    def counter_code(self, group, program: np.ndarray, region: np.ndarray) -> np.ndarray:
+        """A number below 2**31 per counter track: ``(group * max_programs + program) * R + r``,
+        with ``r`` the region's place among the capture's ``R`` counter regions."""
+        slot = np.asarray(group, np.int64) * self.max_programs + program.astype(np.int64)
+        return slot * self.counter_regions.size + np.searchsorted(self.counter_regions, region)
 
-    def counter_index(self, group: int, program: np.ndarray, region: np.ndarray) -> np.ndarray:
-        """Index of each counter event's track (all noted by the plan)."""
-        code = (program.astype(np.int64) << 24) | region.astype(np.int64)
-        uk, inv = np.unique(code, return_inverse=True)
-        idx = np.array([self.counters[(group, c >> 24, c & 0xFFFFFF)] for c in uk.tolist()], np.int64)
-        return idx[inv.reshape(-1)]
+    def counter_track(self, code: int) -> tuple[int, int, int]:
+        """``(group, program, region)`` of a counter code."""
+        slot, r = divmod(code, self.counter_regions.size)
+        g, prog = divmod(slot, self.max_programs)
+        return g, prog, int(self.counter_regions[r])
 
 
 def track_name(group: int, program: int, lane: int) -> str:
@@ -216,7 +213,7 @@ def track_name(group: int, program: int, lane: int) -> str:
 
 @dataclass
 class TracePlan:
-    """The first pass's result: launches, groups, lanes, tracks, flows, time base."""
+    """The light pass's result: launches, groups, flows, time base, and how to batch the work."""
 
     model: ClockModel
     launches: list[LaunchPlan]
@@ -229,6 +226,8 @@ class TracePlan:
     regions: dict[int, str]
     #: worker processes the writers use (1: all in this process)
     workers: int = 1
+    #: launch indices (plan order) decoded together by one task
+    batches: list[list[int]] = field(default_factory=list)
 
     def region_name(self, rid: int) -> str:
         return self.regions.get(int(rid), f"region#{int(rid):06x}")
@@ -240,66 +239,196 @@ def rank_title(rank: int, device: dict) -> str:
     return f"rank {rank} · {dev}{where}"
 
 
-#: The columns of waits and notifies that pairing reads (``ktrace.clock.pair_notify_wait``),
-#: plus where each row came from (launch, row).
-_WN_COLS = (("rank", "<i4"), ("kind", "u1"), ("flags", "u1"), ("arg0", "<i8"), ("arg1", "<i8"), ("arg2", "<i8"), ("arg4", "<i8"),
-            ("launch", "<i4"), ("program", "<i4"), ("slot", "<i4"),
-            ("start_ns", "<i8"), ("li", "<i4"), ("row", "<i4"))
-#: Columns the first pass sends back per wait/notify row (the rest are the same for a whole
-#: launch: rank, launch and li are filled in at pairing time).
-_WN_ROW_COLS = ("kind", "flags", "arg0", "arg1", "arg2", "arg4", "program", "slot")
-
-
 def _launch_refs(capture) -> list:
     return [(r, ln) for r, rc in sorted(capture.ranks.items()) for ln in rc.launches]
 
 
-def decode_launch(li: int, capture=None, model: ClockModel | None = None):
-    """Launch ``li`` (in plan order) decoded: ``(events, start_ns, end_ns, header, dropped)``.
+#: Largest raw bytes one batch decodes (bounds a worker's memory: ~5x this while writing).
+BATCH_BYTES = 16 << 20
+#: Batches per worker the batch size aims at (small enough that the workers finish together).
+BATCHES_PER_WORKER = 8
 
-    Without ``capture`` (in a worker task) the capture and model are the run's shared state.
+
+def make_batches(refs: list, workers: int) -> list[list[int]]:
+    """Launches of one rank and one buffer layout (programs x slots), in launch order, about the
+    same raw size each: what one task decodes and writes together."""
+    total = sum(ln.nbytes for _, ln in refs)
+    target = min(BATCH_BYTES, max(1 << 20, total // (BATCHES_PER_WORKER * max(1, workers))))
+    open_: dict[tuple, tuple[list[int], int]] = {}
+    out: list[list[int]] = []
+    for li, (r, ln) in enumerate(refs):
+        k = (r, math.prod(ln.grid), ln.capacity)
+        cur, size = open_.get(k, (None, 0))
+        if cur is None or size + ln.nbytes > target:
+            cur, size = [], 0
+            out.append(cur)
+        cur.append(li)
+        open_[k] = (cur, size + ln.nbytes)
+    return out
+
+
+@dataclass
+class Batch:
+    """Some launches of one rank, decoded together: plain columns, one row per event."""
+
+    rank: int
+    #: launch indices (plan order) and where each one's rows start (one more entry: the end)
+    launches: list[int]
+    offsets: np.ndarray
+    cols: dict
+    #: start and end on the common clock (ns)
+    s_ns: np.ndarray
+    e_ns: np.ndarray
+    #: each launch's header (``written`` and ``dropped`` filled in)
+    headers: list = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return int(self.offsets[-1])
+
+    def per_row(self, values) -> np.ndarray:
+        """A per-launch value repeated over each launch's rows."""
+        return np.repeat(np.asarray(values), np.diff(self.offsets))
+
+
+def read_batch(batch: list[int], columns, capture=None, model: ClockModel | None = None) -> Batch:
+    """Decode launches ``batch`` (plan order; one rank, one buffer layout) into one :class:`Batch`.
+
+    Without ``capture`` (in a worker task) the capture, model and launch list are the run's
+    shared state (``ktrace.io._parallel.STATE``).
     """
     from . import _parallel
+    from .capture_file import CaptureError
 
     if capture is None:
         capture, model, refs = _parallel.STATE["capture"], _parallel.STATE["model"], _parallel.STATE["refs"]
     else:
         refs = _launch_refs(capture)
-    r, ln = refs[li]
-    d = ln.decode(r, cache=False)
-    ev = d.events
-    clk = model.rank(r)
-    hz = d.header.tick_hz
-    return ev, clk.to_common(ev["start"], hz), clk.to_common(ev["end"], hz), d.header, d.dropped
+    mine = [refs[li] for li in batch]
+    rank = mine[0][0]
+    try:
+        try:  # each buffer's records read straight into one array: no copy to stack them
+            headers, counts, cols = decode_split(*_read_split([ln for _, ln in mine]), columns)
+        except ValueError:  # a buffer whose size or header disagrees with its launch: whole, for the message
+            headers, counts, cols = decode_columns([ln.load_raw() for _, ln in mine], columns)
+    except BufferDecodeError as e:
+        ln = mine[e.index][1]
+        raise CaptureError(f"rank {rank}, launch {ln.index} ({ln.kernel}): {e}") from None
+    offsets = np.r_[0, np.cumsum(counts)]
+    clk = model.rank(rank)
+    hz = [h.tick_hz for h in headers]
+    if len(set(hz)) <= 1:
+        s_ns = clk.to_common(cols["start"], hz[0] if hz else None)
+        e_ns = clk.to_common(cols["end"], hz[0] if hz else None)
+    else:  # launches timed at different rates: convert each on its own
+        s_ns, e_ns = np.empty(offsets[-1], np.int64), np.empty(offsets[-1], np.int64)
+        for k, h in enumerate(hz):
+            a, b = offsets[k], offsets[k + 1]
+            s_ns[a:b] = clk.to_common(cols["start"][a:b], h)
+            e_ns[a:b] = clk.to_common(cols["end"][a:b], h)
+    return Batch(rank=rank, launches=list(batch), offsets=offsets, cols=cols, s_ns=s_ns, e_ns=e_ns, headers=headers)
 
 
-def _scan(li: int) -> tuple:
-    """First-pass task: one launch's summary, lanes, tracks, counters, waits and notifies."""
-    ev, s, e, header, dropped = decode_launch(li)
-    kind = ev["kind"]
-    lanes = launch_lanes(ev, s, e)
-    is_counter = kind == EventKind.COUNTER
-    prog = ev["program"].astype(np.int64)
-    track_codes = np.unique((prog[~is_counter] << 8) | lanes[~is_counter])
-    counter_codes = (prog[is_counter] << 24) | ev["region"][is_counter].astype(np.int64)
-    if counter_codes.size:  # unique, in order of first use
-        _, first = np.unique(counter_codes, return_index=True)
-        counter_codes = counter_codes[np.sort(first)]
+def _read_split(lns: list) -> tuple[list, np.ndarray, list]:
+    """Headers, stacked records and dropped counters of launches of one layout (from their
+    grid and capacity); ValueError where a buffer's size does not fit that layout."""
+    P, C = math.prod(lns[0].grid), lns[0].capacity
+    rec = np.empty(len(lns) * P * C, RECORD_DTYPE)
+    u8 = rec.view(np.uint8)
+    step = P * C * RECORD_DTYPE.itemsize
+    heads, tails = [], []
+    for k, ln in enumerate(lns):
+        got = ln.read_split(u8[k * step : (k + 1) * step], HEADER_BYTES, P * DROPPED_BYTES)
+        if got is None:
+            raise ValueError(f"launch {ln.index}: buffer size does not fit its grid and capacity")
+        heads.append(got[0])
+        tails.append(got[1])
+    return heads, rec, tails
+
+
+def batch_lanes(b: Batch, n_programs: int) -> np.ndarray:
+    """Lane of every event of a batch (spans, waits, notifies of non-zero length; 0 for others).
+
+    Lanes are per (launch, program): launches of one group never overlap in time.
+    """
+    kind = b.cols["kind"]
+    span_like = np.flatnonzero(((kind == EventKind.SPAN) | (kind == EventKind.WAIT) | (kind == EventKind.NOTIFY)) & (b.e_ns > b.s_ns))
+    lanes = np.zeros(b.size, np.uint8)
+    if span_like.size > 1:
+        key = b.per_row(np.arange(len(b.launches), dtype=np.int64) * n_programs)[span_like] + b.cols["program"][span_like]
+        lanes[span_like] = lanes_of(key, b.s_ns[span_like], b.e_ns[span_like])
+    return lanes
+
+
+def batch_flows(plan: TracePlan, b: Batch) -> dict[str, np.ndarray]:
+    """The batch's flows, rows counted from the batch's first: ``out_rows``/``out_ids`` (one
+    entry per notify -> wait pair, by row then id), ``in_ids`` (per row: the pair id a wait
+    ends, 0 for none) and ``in_notify_ids`` (per row: the releasing notify's id)."""
+    lps = [plan.launches[li] for li in b.launches]
+    off = b.offsets[:-1]
+    out_rows = np.concatenate([lp.flow_out_rows + o for lp, o in zip(lps, off)]) if lps else np.zeros(0, np.int64)
+    out_ids = np.concatenate([lp.flow_out_ids for lp in lps]) if lps else np.zeros(0, np.int64)
+    in_rows = np.concatenate([lp.flow_in_rows + o for lp, o in zip(lps, off)]) if lps else np.zeros(0, np.int64)
+    in_ids = np.zeros(b.size, np.int64)
+    in_notify = np.zeros(b.size, np.int64)
+    if in_rows.size:
+        in_ids[in_rows] = np.concatenate([lp.flow_in_ids for lp in lps])
+        in_notify[in_rows] = np.concatenate([lp.flow_in_notify_ids for lp in lps])
+    if out_rows.size:
+        o = np.lexsort((out_ids, out_rows))
+        out_rows, out_ids = out_rows[o], out_ids[o]
+    return {"out_rows": out_rows.astype(np.int64), "out_ids": out_ids, "in_ids": in_ids, "in_notify_ids": in_notify}
+
+
+def notify_flow_ids(flows: dict, n: int) -> np.ndarray:
+    """Per row, the notify's own id (its smallest pair id) where it released a wait; else 0."""
+    out = np.zeros(n, np.int64)
+    r = flows["out_rows"]
+    if r.size:
+        first = np.r_[True, r[1:] != r[:-1]]
+        out[r[first]] = flows["out_ids"][first]
+    return out
+
+
+#: Columns of waits and notifies that pairing reads (``ktrace.clock.pair_notify_wait``; start
+#: in raw ticks: pairing compares times of one launch only), plus where each row came from.
+_WN_COLS = (("rank", "<i4"), ("kind", "u1"), ("flags", "u1"), ("arg0", "<i4"), ("arg1", "<i4"), ("arg2", "<i8"), ("arg4", "<i4"),
+            ("launch", "<i4"), ("program", "<i4"), ("slot", "<i4"), ("start", "<i8"), ("li", "<i4"), ("row", "<i4"))
+#: What the light pass sends back per wait/notify row (the rank is the batch's).
+_WN_ROW_COLS = ("kind", "flags", "arg0", "arg1", "arg2", "arg4", "program", "slot", "start", "li", "row")
+
+
+def _survey(batch: list[int]) -> tuple:
+    """Light-pass task: per launch of the batch its programs, events, dropped events, first
+    start and last end (common clock); and the batch's wait/notify columns for pairing."""
+    from . import _parallel
+
+    model, refs = _parallel.STATE["model"], _parallel.STATE["refs"]
+    b = read_batch(batch, ("program", "slot", "region", "arg0", "arg1", "arg2", "arg4"))
+    counts = np.diff(b.offsets)
+    clk = model.rank(b.rank)
+    spans = []
+    for k, h in enumerate(b.headers):
+        a, e = b.offsets[k], b.offsets[k + 1]
+        spans.append((int(clk.to_common(b.cols["start"][a:e].min(), h.tick_hz)), int(clk.to_common(b.cols["end"][a:e].max(), h.tick_hz)))
+                     if e > a else (0, 0))
+    info = [(h.n_programs, int(n), h.dropped, sp) for h, n, sp in zip(b.headers, counts.tolist(), spans)]
+    kind = b.cols["kind"]
     wn = np.flatnonzero((kind == EventKind.WAIT) | (kind == EventKind.NOTIFY))
     cols = {}
     if wn.size:
         dts = dict(_WN_COLS)
-        for c in _WN_ROW_COLS:
-            cols[c] = ev[c][wn].astype(dts[c], copy=False)
-        cols["start_ns"] = s[wn]
-        cols["row"] = wn.astype(np.int32)
-    span = (int(s.min()), int(e.max())) if ev.size else (0, 0)
-    return header.n_programs, int(ev.size), dropped, span, lanes, track_codes, counter_codes, cols
+        for c in ("kind", "flags", "arg0", "arg1", "arg2", "arg4", "program", "slot", "start"):
+            cols[c] = b.cols[c][wn].astype(dts[c], copy=False)
+        li = b.per_row(np.asarray(batch, np.int64))[wn]
+        cols["li"] = li.astype(np.int32)
+        cols["row"] = (wn - b.per_row(b.offsets[:-1])[wn]).astype(np.int32)
+    counter_regions = np.unique(b.cols["region"][kind == EventKind.COUNTER])
+    return b.rank, info, cols, counter_regions
 
 
 def plan_trace(capture, model: ClockModel | None = None, *, workers: int | None = None) -> TracePlan:
-    """First pass over a capture (one launch decoded at a time): time base, launch groups, lanes,
-    tracks, flows.
+    """The light pass over a capture: time base, launch groups, flows, batches.
 
     Args:
         capture: a ``ktrace.io.Capture``.
@@ -313,25 +442,24 @@ def plan_trace(capture, model: ClockModel | None = None, *, workers: int | None 
     refs = _launch_refs(capture)
     raw_events = sum(ln.nbytes for _, ln in refs) // 32  # an upper bound: records are 32 bytes
     workers = _parallel.resolve_workers(workers, raw_events)
-    launches: list[LaunchPlan] = []
-    wn_parts: list[dict] = []
-    track_codes, counter_codes = [], []
-    base = None
-    n_events = 0
+    batches = make_batches(refs, workers)
+    launches: list[LaunchPlan] = [None] * len(refs)  # type: ignore[list-item]
+    wn_parts: list[tuple[int, dict]] = []
     state = {"capture": capture, "model": model, "refs": refs}
-    for li, res in enumerate(_parallel.imap(_scan, range(len(refs)), min(workers, max(1, len(refs))), state)):
-        n_programs, n, dropped, (t0, t1), lanes, tcodes, ccodes, cols = res
-        r, ln = refs[li]
-        n_events += n
-        lp = LaunchPlan(rank=r, index=ln.index, kernel=ln.kernel, grid=tuple(ln.grid), n_programs=n_programs, group=0,
-                        n_events=n, dropped=dropped, start_ns=t0, end_ns=t1, lanes=lanes)
-        if n:
-            base = t0 if base is None else min(base, t0)
-        launches.append(lp)
-        track_codes.append(tcodes)
-        counter_codes.append(ccodes)
-        wn_parts.append(cols)
+    counter_regions = [np.zeros(0, np.int64)]
+    for batch, (rank, info, cols, cregions) in zip(batches, _parallel.imap(_survey, batches, min(workers, max(1, len(batches))), state)):
+        counter_regions.append(cregions.astype(np.int64))
+        for li, (n_programs, n, dropped, (t0, t1)) in zip(batch, info):
+            r, ln = refs[li]
+            launches[li] = LaunchPlan(rank=r, index=ln.index, kernel=ln.kernel, grid=tuple(ln.grid), n_programs=n_programs, group=0,
+                                      n_events=n, dropped=dropped, start_ns=t0, end_ns=t1)
+        if cols:
+            wn_parts.append((rank, cols))
+    n_events = sum(lp.n_events for lp in launches)
+    starts = [lp.start_ns for lp in launches if lp.n_events]
+    base = min(starts) if starts else 0
     # launch groups: launches of one rank that overlap in time get separate track groups
+    n_groups = {}
     for r in capture.ranks:
         mine = sorted((lp for lp in launches if lp.rank == r and lp.n_events), key=lambda lp: lp.start_ns)
         group_end: list[int] = []
@@ -343,18 +471,16 @@ def plan_trace(capture, model: ClockModel | None = None, *, workers: int | None 
             else:
                 lp.group = len(group_end)
                 group_end.append(lp.end_ns)
-    ranks = {r: RankPlan(rank=r, name=rank_title(r, rc.device),
+        n_groups[r] = max(1, len(group_end))
+    counter_regions = np.unique(np.concatenate(counter_regions))
+    ranks = {r: RankPlan(rank=r, name=rank_title(r, rc.device), n_groups=n_groups[r], counter_regions=counter_regions,
                          max_programs=max([lp.n_programs for lp in launches if lp.rank == r], default=1))
              for r, rc in sorted(capture.ranks.items())}
-    for lp, tcodes, ccodes in zip(launches, track_codes, counter_codes):
-        rp = ranks[lp.rank]
-        rp.note_tracks(lp.group, rp.tids(lp.group, tcodes >> 8, (tcodes & 0xFF).astype(np.uint8)))
-        rp.note_counters(lp.group, ccodes)
     n_flows = _plan_flows(launches, wn_parts, refs, workers, sorted(capture.ranks))
     return TracePlan(
-        model=model, launches=launches, ranks=ranks, base_ns=base or 0, n_events=n_events, n_flows=n_flows,
+        model=model, launches=launches, ranks=ranks, base_ns=base, n_events=n_events, n_flows=n_flows,
         partial=bool(capture.partial or capture.missing_ranks), missing_ranks=list(capture.missing_ranks),
-        regions=dict(capture.regions), workers=workers,
+        regions=dict(capture.regions), workers=workers, batches=batches,
     )
 
 
@@ -363,44 +489,39 @@ def _pair_rank(dst: int) -> tuple:
 
     A wait on rank B can only be released by a notify addressed to B (``pair_notify_wait``
     groups by source rank, destination rank, flag and value), so the ranks pair independently
-    and in parallel. Reads the first pass's wait/notify columns from :data:`_parallel.STATE`.
+    and in parallel. Reads the light pass's wait/notify columns from :data:`_parallel.STATE`.
 
     Returns:
         ``(notify_li, notify_row, wait_li, wait_row)`` per pair (int64), ordered by wait.
     """
     from . import _parallel
 
-    parts, refs = _parallel.STATE["wn_parts"], _parallel.STATE["refs"]
+    parts, launch_index = _parallel.STATE["wn_parts"], _parallel.STATE["launch_index"]
     picks = []
-    for cols, (rank, ln) in zip(parts, refs):  # this rank's waits and the notifies addressed to it, in launch order
-        if not cols:
-            picks.append(None)
-            continue
+    for rank, cols in parts:  # this rank's waits and the notifies addressed to it, in launch order
         dst_of = np.where(cols["kind"] == EventKind.NOTIFY, cols["arg0"], rank)
         picks.append(np.flatnonzero(dst_of == dst))
-    sizes = [0 if p is None else p.size for p in picks]
+    sizes = [p.size for p in picks]
     total = sum(sizes)
     empty = np.zeros(0, np.int64)
     if not total:
         return empty, empty, empty, empty
-    wn = np.empty(total, np.dtype(list(_WN_COLS)))
-    for c in _WN_ROW_COLS + ("start_ns", "row"):
-        wn[c] = np.concatenate([cols[c][p] for cols, p in zip(parts, picks) if p is not None])
-    for c, per_launch in (("rank", [r for r, _ in refs]), ("launch", [ln.index for _, ln in refs]), ("li", range(len(refs)))):
-        wn[c] = np.repeat(np.asarray(per_launch, np.int64), sizes)
+    wn = {c: np.concatenate([cols[c][p] for (_, cols), p in zip(parts, picks)]) for c in _WN_ROW_COLS}
+    wn["rank"] = np.repeat(np.asarray([r for r, _ in parts], np.int32), sizes)
+    wn["launch"] = launch_index[wn["li"]]
     nrows, wrows, _, _ = pair_notify_wait(wn)
     li, row = wn["li"].astype(np.int64), wn["row"].astype(np.int64)
     return li[nrows], row[nrows], li[wrows], row[wrows]
 
 
-def _plan_flows(launches: list[LaunchPlan], wn_parts: list[dict], refs: list, workers: int, ranks: list[int]) -> int:
+def _plan_flows(launches: list[LaunchPlan], wn_parts: list, refs: list, workers: int, ranks: list[int]) -> int:
     """Pair notifies with waits (all launches at once; ranks in parallel) and hand each launch
-    its flow ids. ``wn_parts``: per launch, the first pass's wait/notify columns (or {})."""
+    its flow ids. ``wn_parts``: per batch, its rank and the light pass's wait/notify columns."""
     from . import _parallel
 
-    if not any(wn_parts):
+    if not wn_parts:
         return 0
-    state = {"wn_parts": wn_parts, "refs": refs}
+    state = {"wn_parts": wn_parts, "launch_index": np.array([ln.index for _, ln in refs], np.int64)}
     res = list(_parallel.imap(_pair_rank, ranks, min(workers, len(ranks)), state))
     n_li, n_row, w_li, w_row = (np.concatenate([r[k] for r in res]) for k in range(4))
     # pairs in the order a single pairing over every rank gives: by wait (launch, row)
@@ -427,25 +548,6 @@ def _plan_flows(launches: list[LaunchPlan], wn_parts: list[dict], refs: list, wo
                 if extra_s is not None:
                     lp.flow_in_notify_ids = extra_s[a:b]
     return n_flows
-
-
-def launch_lanes(ev: np.ndarray, s_ns: np.ndarray, e_ns: np.ndarray) -> np.ndarray:
-    """Lane of every event of one launch (spans, waits, notifies of non-zero length; 0 for others)."""
-    kind = ev["kind"]
-    span_like = np.flatnonzero(((kind == EventKind.SPAN) | (kind == EventKind.WAIT) | (kind == EventKind.NOTIFY)) & (e_ns > s_ns))
-    lanes = np.zeros(ev.size, np.uint8)
-    if span_like.size > 1:
-        lanes[span_like] = lanes_of(ev["program"][span_like], s_ns[span_like], e_ns[span_like])
-    return lanes
-
-
-def iter_launches(capture, plan: TracePlan):
-    """Second pass, in this process: per launch, ``(launch_plan, events, start_ns, end_ns, lanes)``."""
-    for lp, (r, ln) in zip(plan.launches, _launch_refs(capture)):
-        d = ln.decode(r, cache=False)
-        ev = d.events
-        clk = plan.model.rank(r)
-        yield lp, ev, clk.to_common(ev["start"], d.header.tick_hz), clk.to_common(ev["end"], d.header.tick_hz), lp.lanes
 
 
 def timeout_mask(flags: np.ndarray) -> np.ndarray:

@@ -41,7 +41,7 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
 from ..clock.model import ClockModel
 from ..schema import EventKind
 from . import _parallel
-from .layout import COUNTER, INSTANT, NOTIFY, SPAN, WAIT, TracePlan, decode_launch, event_class, plan_trace, timeout_mask, track_name
+from .layout import COUNTER, INSTANT, NOTIFY, SPAN, WAIT, Batch, TracePlan, batch_flows, batch_lanes, event_class, plan_trace, read_batch, timeout_mask, track_name
 
 log = logging.getLogger("ktrace")
 
@@ -63,11 +63,13 @@ _CLASS_ARGS = {
 
 
 def _proc_uuid(rank: int) -> int:
+    """A rank's process track; its program tracks are ``| tid`` (tid < 2**31)."""
     return (rank + 1) << 32
 
 
-def _counter_uuid(rank: int, index: int) -> int:
-    return _proc_uuid(rank) | (1 << 31) | index
+#: Set in the uuids of counter tracks: ``proc | _COUNTER_BIT | code`` (``RankPlan.counter_code``,
+#: below 2**31), so that every worker names a counter track the same without asking another.
+_COUNTER_BIT = 1 << 31
 
 
 def _ser(pkt: TracePacket) -> bytes:
@@ -76,8 +78,8 @@ def _ser(pkt: TracePacket) -> bytes:
     return t.SerializeToString()
 
 
-def _desc(**kw) -> bytes:
-    return _ser(TracePacket(trusted_packet_sequence_id=_DESC_SEQ, track_descriptor=TrackDescriptor(**kw)))
+def _desc(seq: int = _DESC_SEQ, **kw) -> bytes:
+    return _ser(TracePacket(trusted_packet_sequence_id=seq, track_descriptor=TrackDescriptor(**kw)))
 
 
 def _process_descriptors(plan: TracePlan) -> bytes:
@@ -88,21 +90,6 @@ def _process_descriptors(plan: TracePlan) -> bytes:
                          child_ordering=TrackDescriptor.EXPLICIT))
         out.append(_desc(uuid=pu | 1, parent_uuid=pu, name="kernels", sibling_order_rank=1,
                          sibling_merge_behavior=TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE))
-    return b"".join(out)
-
-
-def _track_descriptors(plan: TracePlan) -> bytes:
-    """Descriptors of every program track and counter track (the plan knows them all)."""
-    out = []
-    for rank, rp in sorted(plan.ranks.items()):
-        pu = _proc_uuid(rank)
-        for tid, (g, prog, lane) in sorted(rp.tracks.items()):
-            out.append(_desc(uuid=pu | tid, parent_uuid=pu, name=track_name(g, prog, lane), sibling_order_rank=tid,
-                             sibling_merge_behavior=TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE))
-        for (g, prog, region), i in rp.counters.items():
-            parent = int(rp.tids(g, np.array([prog]), np.zeros(1, np.uint8))[0])
-            out.append(_desc(uuid=_counter_uuid(rank, i), parent_uuid=pu | parent if parent in rp.tracks else pu,
-                             name=f"p{prog} {plan.region_name(region)}", counter=CounterDescriptor()))
     return b"".join(out)
 
 
@@ -280,6 +267,8 @@ class _Writer:
         self.seq = seq
         self.names = _Interner(seq)
         self.started = False
+        #: uuids of the tracks this writer has described
+        self.described: set[int] = set()
         B, E, I, C = TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END, TrackEvent.TYPE_INSTANT, TrackEvent.TYPE_COUNTER
         arg_names = {cls: tuple(a for a, _ in spec) for cls, spec in _CLASS_ARGS.items()}
         t = {}
@@ -304,37 +293,73 @@ class _Writer:
             pool = self.pools[key] = _Pool(_Template(self._types[shape], ("notify",), self._notify_args, flow="out", seq=self.seq, n_flow=k))
         return pool
 
-    def launch(self, lp, ev, s_ns, e_ns, lanes) -> bytes:
+    def _descriptors(self, rp, tids: np.ndarray, counter_codes: np.ndarray) -> list[bytes]:
+        """Descriptors of the tracks a batch uses that this writer has not described yet.
+
+        Every worker describes the tracks it writes on before its first packet there (a
+        track described by two workers gets two identical descriptors, which is harmless).
+        """
+        out = []
+        pu = _proc_uuid(rp.rank)
+        new_tids = [t for t in tids.tolist() if pu | t not in self.described]
+        for code in counter_codes.tolist():
+            if pu | _COUNTER_BIT | code in self.described:
+                continue
+            g, prog, region = rp.counter_track(code)
+            tid0 = int(rp.tids(g, np.array([prog]), 0)[0])  # a counter sits under its program's track
+            if pu | tid0 not in self.described:
+                new_tids.append(tid0)
+            self.described.add(pu | _COUNTER_BIT | code)
+            out.append(_desc(self.seq, uuid=pu | _COUNTER_BIT | code, parent_uuid=pu | tid0,
+                             name=f"p{prog} {self.plan.region_name(region)}", counter=CounterDescriptor()))
+        tracks = []
+        for tid in sorted(set(new_tids)):
+            self.described.add(pu | tid)
+            g, prog, lane = rp.track(tid)
+            tracks.append(_desc(self.seq, uuid=pu | tid, parent_uuid=pu, name=track_name(g, prog, lane), sibling_order_rank=tid,
+                                sibling_merge_behavior=TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE))
+        return tracks + out
+
+    def batch(self, b: Batch) -> bytes:
+        """The packets of a batch's events (with the descriptors and interned names they need first)."""
         plan = self.plan
         region_name = plan.region_name
-        rp = plan.ranks[lp.rank]
-        tids = rp.tids(lp.group, ev["program"], lanes)
-        is_counter = ev["kind"] == EventKind.COUNTER
-        uuids = tids | _proc_uuid(lp.rank)
-        (out_rows, out_ids), flow_in = lp.pair_flows(ev.size)
+        rp = plan.ranks[b.rank]
+        ev, s_ns, e_ns = b.cols, b.s_ns, b.e_ns
+        n_all = b.size
+        pu = _proc_uuid(b.rank)
+        lanes = batch_lanes(b, plan.launches[b.launches[0]].n_programs)
+        groups = [plan.launches[li].group for li in b.launches]
+        group = groups[0] if len(set(groups)) == 1 else b.per_row(groups)
+        tids = rp.tids(group, ev["program"], lanes)
+        uuids = tids | pu
+        flows = batch_flows(plan, b)
+        out_rows, out_ids, flow_in = flows["out_rows"], flows["out_ids"], flows["in_ids"]
         # notifies: how many flows each starts (one per wait it released), and their ids
-        n_out = np.bincount(out_rows, minlength=ev.size) if out_rows.size else np.zeros(ev.size, np.int64)
+        n_out = np.bincount(out_rows, minlength=n_all) if out_rows.size else np.zeros(n_all, np.int64)
         out_start = np.cumsum(n_out) - n_out  # index of each row's first id in out_ids
         flow_out = n_out
         # packet groups: (pool key, timestamps, tracks, order type, tie-breaks k1 k2, fill columns)
-        groups: list[tuple] = []
+        groups_: list[tuple] = []
+        counter_codes = np.zeros(0, np.int64)
 
-        for cls, idx in event_class(ev["kind"], s_ns, e_ns).items():
+        for cls, idx in event_class(ev["kind"]).items():
             if idx.size == 0:
                 continue
             if cls == COUNTER:
-                cu = rp.counter_index(lp.group, ev["program"][idx], ev["region"][idx]) + (_proc_uuid(lp.rank) | (1 << 31))
-                groups.append(("counter", s_ns[idx], cu, 1, np.zeros(idx.size, np.int64), idx, [ev["arg0"][idx]]))
+                codes = rp.counter_code(group if np.ndim(group) == 0 else group[idx], ev["program"][idx], ev["region"][idx])
+                counter_codes = np.unique(codes)
+                groups_.append(("counter", s_ns[idx], codes | (pu | _COUNTER_BIT), 1, np.zeros(idx.size, np.int64), idx, [ev["arg0"][idx]]))
                 continue
             if cls in (SPAN, INSTANT):
                 names = self.names.ids(ev["region"][idx], region_name)
             elif cls == WAIT:
                 to = timeout_mask(ev["flags"][idx]).astype(np.int64)
-                names = self.names.ids((ev["arg0"][idx] << 1) | to, lambda k: f"wait r{k >> 1}" + (" TIMEOUT" if k & 1 else ""))
+                names = self.names.ids((ev["arg0"][idx].astype(np.int64) << 1) | to, lambda k: f"wait r{k >> 1}" + (" TIMEOUT" if k & 1 else ""))
             else:
                 names = self.names.ids(ev["arg0"][idx], lambda k: f"notify r{k}")
             zero = e_ns[idx] == s_ns[idx]
-            flows = flow_in if cls == WAIT else flow_out if cls == NOTIFY else None
+            flows_ = flow_in if cls == WAIT else flow_out if cls == NOTIFY else None
             for shape, part in (("begin", np.flatnonzero(~zero)), ("instant", np.flatnonzero(zero))):
                 if part.size == 0:
                     continue
@@ -349,13 +374,13 @@ class _Writer:
                     if rws.size == 0:
                         continue
                     sub = [(key, rws, pp, None)]
-                    if flows is not None:
-                        has = flows[rws] != 0
+                    if flows_ is not None:
+                        has = flows_[rws] != 0
                         sub = [(key, rws[~has], pp[~has], None)]
                         if cls == WAIT:
-                            sub.append((key + ("flow",), rws[has], pp[has], [flows[rws[has]]]))
+                            sub.append((key + ("flow",), rws[has], pp[has], [flows_[rws[has]]]))
                         else:  # one group per number of flows, with that many id columns
-                            kk = flows[rws[has]]
+                            kk = flows_[rws[has]]
                             for k in np.unique(kk).tolist():
                                 sel = kk == k
                                 r_k, p_k = rws[has][sel], pp[has][sel]
@@ -366,26 +391,28 @@ class _Writer:
                             continue
                         cols = [names[ppp]] + (list(fl) if fl is not None else []) + [ev[col][rr] for _, col in _CLASS_ARGS[cls]]
                         typ = 2 if shape == "begin" else 1
-                        groups.append((k, s_ns[rr], uuids[rr], typ, -e_ns[rr] if typ == 2 else np.zeros(rr.size, np.int64), rr, cols))
+                        groups_.append((k, s_ns[rr], uuids[rr], typ, -e_ns[rr] if typ == 2 else np.zeros(rr.size, np.int64), rr, cols))
                 if shape == "begin" and cls != INSTANT:
-                    groups.append(("end", e_ns[rows], uuids[rows], 0, -s_ns[rows], -rows, []))
-        head = self.names.flush()
+                    groups_.append(("end", e_ns[rows], uuids[rows], 0, -s_ns[rows], -rows, []))
+        head = []
         if not self.started:
-            head = _first_packet(self.seq) + head
+            head.append(_first_packet(self.seq))
             self.started = True
-        if not groups:
-            return head
+        head += self._descriptors(rp, np.unique(tids[ev["kind"] != EventKind.COUNTER]), counter_codes)
+        head.append(self.names.flush())
+        if not groups_:
+            return b"".join(head)
         cat = np.concatenate
-        rounds = _rounds(cat([g[1] for g in groups]), cat([g[2] for g in groups]), cat([np.full(g[1].size, g[3], np.int8) for g in groups]),
-                         cat([g[4] for g in groups]), cat([g[5] for g in groups]))
-        out = [head]
-        bounds = np.cumsum([0] + [g[1].size for g in groups])
+        rounds = _rounds(cat([g[1] for g in groups_]), cat([g[2] for g in groups_]), cat([np.full(g[1].size, g[3], np.int8) for g in groups_]),
+                         cat([g[4] for g in groups_]), cat([g[5] for g in groups_]))
+        out = head
+        bounds = np.cumsum([0] + [g[1].size for g in groups_])
         for r in range(int(rounds.max()) + 1):
-            for (key, t, u, _, _, _, cols), a, b in zip(groups, bounds[:-1], bounds[1:]):
+            for (key, t, u, _, _, _, cols), a, b_ in zip(groups_, bounds[:-1], bounds[1:]):
                 if r == 0:
-                    sel = np.flatnonzero(rounds[a:b] == 0) if rounds[a:b].any() else None
+                    sel = np.flatnonzero(rounds[a:b_] == 0) if rounds[a:b_].any() else None
                 else:
-                    sel = np.flatnonzero(rounds[a:b] == r)
+                    sel = np.flatnonzero(rounds[a:b_] == r)
                     if sel.size == 0:
                         continue
                 if sel is None:
@@ -416,19 +443,21 @@ def _kernels(plan: TracePlan) -> bytes:
 _WRITER: dict = {}
 
 
-def _task(li: int) -> int:
-    """Worker task: one launch's packets, appended to the output on this worker's sequence."""
+def _task(batch: list[int]) -> int:
+    """Worker task: one batch's packets, appended to the output on this worker's sequence."""
     st = _parallel.STATE
     plan = st["plan"]
     w = _WRITER.get(st["run"])
     if w is None:
         _WRITER.clear()
         w = _WRITER[st["run"]] = _Writer(plan, _FIRST_WORKER_SEQ + _parallel.worker_index())
-    ev, s_ns, e_ns, _, _ = decode_launch(li)
-    lp = plan.launches[li]
-    data = w.launch(lp, ev, s_ns, e_ns, lp.lanes)
+    data = w.batch(read_batch(batch, _COLUMNS))
     _parallel.append(_parallel.open_append(st["path"]), data)
     return len(data)
+
+
+#: The columns the packets are made of.
+_COLUMNS = ("program", "region", "hw", "arg0", "arg1", "arg2", "arg3", "arg4", "arg5")
 
 
 def write_perfetto(capture, path: str | os.PathLike, *, model: ClockModel | None = None, plan: TracePlan | None = None,
@@ -457,11 +486,11 @@ def write_perfetto(capture, path: str | os.PathLike, *, model: ClockModel | None
     if plan.partial:
         log.warning("writing a PARTIAL trace: ranks %s are missing", plan.missing_ranks)
     tmp = path.with_name(path.name + ".tmp")
-    tasks = [li for li, lp in enumerate(plan.launches) if lp.n_events]
+    tasks = [bt for bt in plan.batches if any(plan.launches[li].n_events for li in bt)]
     state = {"capture": capture, "model": plan.model, "refs": [(r, ln) for r, rc in sorted(capture.ranks.items()) for ln in rc.launches],
              "plan": plan, "path": str(tmp), "run": (os.getpid(), time.perf_counter_ns())}
     try:
-        tmp.write_bytes(_process_descriptors(plan) + _track_descriptors(plan) + _first_packet(_EVENT_SEQ) + _kernels(plan))
+        tmp.write_bytes(_process_descriptors(plan) + _first_packet(_EVENT_SEQ) + _kernels(plan))
         try:
             for _ in _parallel.imap(_task, tasks, min(workers, max(1, len(tasks))), state, ordered=False):
                 pass
