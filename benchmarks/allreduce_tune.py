@@ -42,6 +42,8 @@ def main() -> int:
     ap.add_argument("--sizes", type=int, nargs="*", help=f"message bytes (default {SIZES})")
     ap.add_argument("--variants", nargs="*", help="METHOD:WARPS:BLOCK each (default: VARIANTS)")
     ap.add_argument("--no-traced", action="store_true", help="skip the traced densities")
+    ap.add_argument("--traced-sizes", type=int, nargs="*", help=f"sizes whose traced densities are timed (default {TRACED_SIZES})")
+    ap.add_argument("--traced-methods", nargs="*", help=f"methods traced (default {TRACED_METHOD})")
     ap.add_argument("--json")
     args = ap.parse_args()
     import torch
@@ -53,7 +55,8 @@ def main() -> int:
 
     dist = H.setup()
     sizes = tuple(args.sizes or SIZES)
-    traced_sizes = () if args.no_traced else TRACED_SIZES
+    traced_sizes = () if args.no_traced else tuple(args.traced_sizes or TRACED_SIZES)
+    traced_methods = tuple(args.traced_methods or (TRACED_METHOD,))
     variants_all = tuple((m, int(w), int(b)) for m, w, b in (v.split(":") for v in args.variants)) if args.variants else VARIANTS
     rows = []
     for nbytes in sorted(set(sizes) | set(traced_sizes)):
@@ -74,9 +77,9 @@ def main() -> int:
             check(out, dist.world_size, seed, n, "bfloat16", rank=dist.rank)
             outs.append(out)
             fns[f"{method} w{warps} b{plan.block}"] = (lambda p=plan, o=out: p(x, o))
-        if nbytes in traced_sizes:
+        for tm_name in traced_methods if nbytes in traced_sizes else ():
             for probes in PROBES:
-                cfg = AllReduceConfig(n=n, method=TRACED_METHOD, probes=probes)
+                cfg = AllReduceConfig(n=n, method=tm_name, probes=probes)
                 plan = AllReduce(H.heap(AllReduce.heap_bytes(cfg, dist.world_size)), cfg)
                 out = H.poison(torch.empty_like(x))
                 buf = H.trace_buffer(plan.nprog, plan.slots(), dist.device)
@@ -85,9 +88,9 @@ def main() -> int:
                 plan.heap.check()
                 check(out, dist.world_size, seed, n, "bfloat16", rank=dist.rank)
                 outs.append(out)
-                fns[f"{TRACED_METHOD} traced:{probes}"] = (lambda p=plan, o=out, b=buf, k=plan.slots(): p(x, o, ktrace_buf=b, ktrace_slots=k))
-                if f"{TRACED_METHOD} untraced" not in fns:
-                    fns[f"{TRACED_METHOD} untraced"] = (lambda p=plan, o=out: p(x, o))
+                fns[f"{tm_name} traced:{probes}"] = (lambda p=plan, o=out, b=buf, k=plan.slots(): p(x, o, ktrace_buf=b, ktrace_slots=k))
+                if f"{tm_name} untraced" not in fns:
+                    fns[f"{tm_name} untraced"] = (lambda p=plan, o=out: p(x, o))
         t = H.time_interleaved(fns, reps=args.reps, warmup=10, dist=dist, batch=20, hold_cycles=5_000_000)
         base = t["nccl"].median_us
         if dist.rank == 0:
@@ -96,7 +99,7 @@ def main() -> int:
             row = {"bytes": nbytes, "variant": name, "us": tm.median_us, "p10": tm.p10_us, "p90": tm.p90_us, "nccl_us": base}
             extra = ""
             if "traced:" in name:
-                med, lo, hi = H.paired_ratio(t, name, f"{TRACED_METHOD} untraced")
+                med, lo, hi = H.paired_ratio(t, name, name.split(" traced:")[0] + " untraced")
                 row["traced_ratio"] = med
                 extra = f"  traced/untraced {med:.4f} ({lo:.4f}-{hi:.4f})"
             rows.append(row)
