@@ -81,6 +81,31 @@ def _two_shot_slots(meta) -> int:
     return K * (not meta.get("WAITS_ONLY", False)) + 4 * (W - 1) + 1
 
 
+@triton.jit
+def _signal_peers(kt, quiet, flags, epoch, rank, heap_bases, nprog, pid, index0, fault_delay_ns, fault_skip,
+                  WORLD: tl.constexpr, FAULTS: tl.constexpr, FULL_PROBES: tl.constexpr):
+    """Set ``flags[rank, pid] = epoch`` on every peer (releases at system scope), recorded as
+    NOTIFY events only at the full density. Notify index ``(index0 + pid) * W + peer``."""
+    for i in tl.static_range(1, WORLD):
+        peer = (rank + i) % WORLD
+        if FULL_PROBES:
+            kt = H.notify(kt, flags + rank * nprog + pid, epoch, rank, peer, heap_bases, (index0 + pid) * WORLD + peer,
+                          fault_delay_ns, fault_skip, FAULTS)
+        else:
+            H.notify(quiet, flags + rank * nprog + pid, epoch, rank, peer, heap_bases, (index0 + pid) * WORLD + peer,
+                     fault_delay_ns, fault_skip, FAULTS)
+    return kt
+
+
+@triton.jit
+def _wait_peers(kt, flags, epoch, rank, heap_bases, nprog, pid, WORLD: tl.constexpr, TIMEOUT_NS: tl.constexpr):
+    """Wait until every peer's program ``pid`` set ``flags[peer, pid] >= epoch`` here (bounded)."""
+    for i in tl.static_range(1, WORLD):
+        peer = (rank + i) % WORLD
+        kt = ks.wait(kt, flags + peer * nprog + pid, epoch, rank, peer, heap_bases, timeout_ns=TIMEOUT_NS)
+    return kt
+
+
 @ktrace.trace(events_per_program=_one_shot_slots)
 @triton.jit(do_not_specialize=H.RUNTIME_INTS)
 def all_reduce_one_shot(
@@ -130,16 +155,9 @@ def all_reduce_one_shot(
             kt = kl.end(kt, s)
         else:
             tl.store(my_stage + o, tl.load(inp + o, mask=m), mask=m)
-    for i in tl.static_range(1, WORLD):
-        peer = (rank + i) % WORLD
-        if FULL_PROBES:
-            kt = H.notify(kt, flags + rank * nprog + pid, epoch, rank, peer, heap_bases, pid * WORLD + peer, fault_delay_ns, fault_skip, FAULTS)
-        else:
-            H.notify(quiet, flags + rank * nprog + pid, epoch, rank, peer, heap_bases, pid * WORLD + peer, fault_delay_ns, fault_skip, FAULTS)
+    kt = _signal_peers(kt, quiet, flags, epoch, rank, heap_bases, nprog, pid, 0, fault_delay_ns, fault_skip, WORLD, FAULTS, FULL_PROBES)
     # 2. wait for every peer's program pid, then read and reduce.
-    for i in tl.static_range(1, WORLD):
-        peer = (rank + i) % WORLD
-        kt = ks.wait(kt, flags + peer * nprog + pid, epoch, rank, peer, heap_bases, timeout_ns=TIMEOUT_NS)
+    kt = _wait_peers(kt, flags, epoch, rank, heap_bases, nprog, pid, WORLD, TIMEOUT_NS)
     for c in range(pid, C, nprog):
         o = c.to(tl.int64) * BLOCK + offs
         m = o < n
@@ -225,16 +243,9 @@ def all_reduce_one_shot_push(
         else:
             for i in tl.static_range(1, WORLD):
                 ks.store(mine + o, x, rank, (rank + i) % WORLD, heap_bases, mask=m)
-    for i in tl.static_range(1, WORLD):
-        peer = (rank + i) % WORLD
-        if FULL_PROBES:
-            kt = H.notify(kt, flags + rank * nprog + pid, epoch, rank, peer, heap_bases, pid * WORLD + peer, fault_delay_ns, fault_skip, FAULTS)
-        else:
-            H.notify(quiet, flags + rank * nprog + pid, epoch, rank, peer, heap_bases, pid * WORLD + peer, fault_delay_ns, fault_skip, FAULTS)
+    kt = _signal_peers(kt, quiet, flags, epoch, rank, heap_bases, nprog, pid, 0, fault_delay_ns, fault_skip, WORLD, FAULTS, FULL_PROBES)
     # 2. wait for every peer's program pid, then sum the slots they wrote here.
-    for i in tl.static_range(1, WORLD):
-        peer = (rank + i) % WORLD
-        kt = ks.wait(kt, flags + peer * nprog + pid, epoch, rank, peer, heap_bases, timeout_ns=TIMEOUT_NS)
+    kt = _wait_peers(kt, flags, epoch, rank, heap_bases, nprog, pid, WORLD, TIMEOUT_NS)
     for c in range(pid, C, nprog):
         o = c.to(tl.int64) * BLOCK + offs
         m = o < n
@@ -306,16 +317,9 @@ def all_reduce_two_shot(
                 kt = kl.end(kt, s)
             else:
                 ks.store(dst, tl.load(inp + o, mask=m), rank, owner, heap_bases, mask=m)
-    for i in tl.static_range(1, WORLD):
-        peer = (rank + i) % WORLD
-        if FULL_PROBES:
-            kt = H.notify(kt, flags_rs + rank * nprog + pid, epoch, rank, peer, heap_bases, pid * WORLD + peer, fault_delay_ns, fault_skip, FAULTS)
-        else:
-            H.notify(quiet, flags_rs + rank * nprog + pid, epoch, rank, peer, heap_bases, pid * WORLD + peer, fault_delay_ns, fault_skip, FAULTS)
+    kt = _signal_peers(kt, quiet, flags_rs, epoch, rank, heap_bases, nprog, pid, 0, fault_delay_ns, fault_skip, WORLD, FAULTS, FULL_PROBES)
     # 2. reduce my chunks; push each result to every peer.
-    for i in tl.static_range(1, WORLD):
-        peer = (rank + i) % WORLD
-        kt = ks.wait(kt, flags_rs + peer * nprog + pid, epoch, rank, peer, heap_bases, timeout_ns=TIMEOUT_NS)
+    kt = _wait_peers(kt, flags_rs, epoch, rank, heap_bases, nprog, pid, WORLD, TIMEOUT_NS)
     for c in range(pid + 0, C, nprog):
         if c % WORLD == rank:
             if not WAITS_ONLY:
@@ -333,16 +337,9 @@ def all_reduce_two_shot(
                 ks.store(rbuf + o, r, rank, peer, heap_bases, mask=m)
             if not WAITS_ONLY:
                 kt = kl.end(kt, s)
-    for i in tl.static_range(1, WORLD):
-        peer = (rank + i) % WORLD
-        if FULL_PROBES:
-            kt = H.notify(kt, flags_ag + rank * nprog + pid, epoch, rank, peer, heap_bases, (nprog + pid) * WORLD + peer, fault_delay_ns, fault_skip, FAULTS)
-        else:
-            H.notify(quiet, flags_ag + rank * nprog + pid, epoch, rank, peer, heap_bases, (nprog + pid) * WORLD + peer, fault_delay_ns, fault_skip, FAULTS)
+    kt = _signal_peers(kt, quiet, flags_ag, epoch, rank, heap_bases, nprog, pid, nprog, fault_delay_ns, fault_skip, WORLD, FAULTS, FULL_PROBES)
     # 3. all-gather, receive: copy out the chunks the others reduced.
-    for i in tl.static_range(1, WORLD):
-        peer = (rank + i) % WORLD
-        kt = ks.wait(kt, flags_ag + peer * nprog + pid, epoch, rank, peer, heap_bases, timeout_ns=TIMEOUT_NS)
+    kt = _wait_peers(kt, flags_ag, epoch, rank, heap_bases, nprog, pid, WORLD, TIMEOUT_NS)
     for c in range(pid + 0, C, nprog):
         owner = c % WORLD
         if owner != rank:

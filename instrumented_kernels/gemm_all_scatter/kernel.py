@@ -118,6 +118,29 @@ def await_arrivals(kt, arrive, expected, rank, world, heap_bases, worker, worker
 
 
 @triton.jit
+def announce_sent(kt, arrive, count, index, rank, world, heap_bases, fault_delay_ns, fault_skip, FAULTS: tl.constexpr):
+    """Add ``count`` (tiles pushed) to ``arrive[rank]`` on every peer: a release at system scope,
+    so the tiles stored before it are visible first. Notify index ``index * (world - 1) + j - 1``
+    for peer ``(rank + j) % world`` (the fault knob's numbering). Cost: one release per peer."""
+    for j in range(1, world):
+        kt = harness.notify(kt, arrive + rank, count, rank, (rank + j) % world, heap_bases, index * (world - 1) + j - 1,
+                            fault_delay_ns, fault_skip, FAULTS, op="add", name=TILE_SENT)
+    return kt
+
+
+@triton.jit
+def push_tile(kt, ptrs, val, mask, arrive, tile, rank, world, heap_bases, fault_delay_ns, fault_skip, FAULTS: tl.constexpr,
+              NOTIFY_PER_TILE: tl.constexpr):
+    """Store a tile (``ptrs``: its addresses in this rank's heap) into every peer's heap; with
+    ``NOTIFY_PER_TILE`` then count it in each peer's ``arrive[rank]`` (:func:`announce_sent`)."""
+    for j in range(1, world):
+        ks.store(ptrs, val, rank, (rank + j) % world, heap_bases, mask=mask)
+    if NOTIFY_PER_TILE:
+        kt = announce_sent(kt, arrive, 1, tile, rank, world, heap_bases, fault_delay_ns, fault_skip, FAULTS)
+    return kt
+
+
+@triton.jit
 def _gemm_tiles(
     kt, A, B, C, tile_flags, ready, arrive,
     first, step, M, N_loc, K, col0,
@@ -155,20 +178,13 @@ def _gemm_tiles(
                 kt = await_ready(kt, ready, epoch, rank, world, heap_bases, TIMEOUT_NS)
             s2 = kl.begin(kt, SCATTER, tile, world - 1)
             ptrs = Cr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
-            for j in range(1, world):
-                ks.store(ptrs, val, rank, (rank + j) % world, heap_bases, mask=mask)
-            if NOTIFY_PER_TILE:
-                for j in range(1, world):
-                    kt = harness.notify(kt, arrive + rank, 1, rank, (rank + j) % world, heap_bases, tile * (world - 1) + j - 1,
-                                        fault_delay_ns, fault_skip, FAULTS, op="add", name=TILE_SENT)
+            kt = push_tile(kt, ptrs, val, mask, arrive, tile, rank, world, heap_bases, fault_delay_ns, fault_skip, FAULTS,
+                           NOTIFY_PER_TILE)
             kt = kl.end(kt, s2)
         count += 1
     if SCATTER_HERE:
         if not NOTIFY_PER_TILE:
-            pid = tl.program_id(0)
-            for j in range(1, world):
-                kt = harness.notify(kt, arrive + rank, count, rank, (rank + j) % world, heap_bases, pid * (world - 1) + j - 1,
-                                    fault_delay_ns, fault_skip, FAULTS, op="add", name=TILE_SENT)
+            kt = announce_sent(kt, arrive, count, tl.program_id(0), rank, world, heap_bases, fault_delay_ns, fault_skip, FAULTS)
     return kt
 
 
@@ -201,18 +217,11 @@ def _scatter_tiles(
         s = kl.begin(kt, SCATTER, tile, world - 1)
         val = load_tile(Cr, rm, rn, mask, stride_cm, stride_cn)
         ptrs = Cr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
-        for j in range(1, world):
-            ks.store(ptrs, val, rank, (rank + j) % world, heap_bases, mask=mask)
-        if NOTIFY_PER_TILE:
-            for j in range(1, world):
-                kt = harness.notify(kt, arrive + rank, 1, rank, (rank + j) % world, heap_bases, tile * (world - 1) + j - 1,
-                                    fault_delay_ns, fault_skip, FAULTS, op="add", name=TILE_SENT)
+        kt = push_tile(kt, ptrs, val, mask, arrive, tile, rank, world, heap_bases, fault_delay_ns, fault_skip, FAULTS, NOTIFY_PER_TILE)
         kt = kl.end(kt, s)
         count += 1
     if not NOTIFY_PER_TILE:
-        for j in range(1, world):
-            kt = harness.notify(kt, arrive + rank, count, rank, (rank + j) % world, heap_bases, first * (world - 1) + j - 1,
-                                fault_delay_ns, fault_skip, FAULTS, op="add", name=TILE_SENT)
+        kt = announce_sent(kt, arrive, count, first, rank, world, heap_bases, fault_delay_ns, fault_skip, FAULTS)
     return kt
 
 
