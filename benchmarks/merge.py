@@ -15,7 +15,7 @@ Two inputs, both replicated into many launches shifted in time until the capture
   never overlap and each notify still pairs with the waits of its own copy). Launch indices
   are renumbered; calibration samples and devices are the recorded ones. Real launches are
   small (the all-to-all ones: 200-1,200 events in buffers sized for the worst case), so this
-  input has many more launches and ~2.4x the raw bytes per event.
+  input has many more launches (~16.5 k for 10 M events) and ~5x the raw bytes per event.
 
 Each step then runs in a fresh child process so that its peak resident memory
 (``ru_maxrss``) is its own:
@@ -33,7 +33,11 @@ process they forked from count once), sampled every 10 ms in a second run of the
 processes' memory locks, so the timed run goes unsampled); it is compared with the raw capture
 (the bytes of every event buffer). ``maxrss`` is the step process's own peak resident size and
 ``+workers`` adds each worker's peak resident size (shared pages counted again: an upper bound).
-``--repeat N`` times each step N times (one memory run).
+``--repeat N`` times each step N times (one memory run). Before each run, untimed, the step's
+output from an earlier run is removed and the machine's dirty page cache is written out
+(``os.sync``): on the 2-core test machine, replacing the 1.3 GB Chrome file of a previous run
+added 1.5 s (its unlink), and a step that started with the previous steps' gigabytes still
+unwritten was throttled by their writeback (a write phase of 7.7 s instead of 3.3 s).
 """
 
 from __future__ import annotations
@@ -194,6 +198,10 @@ def _cpu_s() -> float:
     return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
 
 
+#: What each writing step writes (removed before each run of a step).
+OUTPUTS = {"chrome": "trace.json", "chrome.gz": "trace.json.gz", "perfetto": "trace.pftrace"}
+
+
 def step(name: str, info: dict, dirpath: Path, workers: int | None = None) -> dict:
     from ktrace.io import merge_captures, read_capture, write_capture
     from ktrace.io.chrome import write_chrome_json
@@ -208,14 +216,10 @@ def step(name: str, info: dict, dirpath: Path, workers: int | None = None) -> di
         out = merged
     else:
         cap = read_capture(merged)
-        if name == "chrome":
-            out = write_chrome_json(cap, dirpath / "trace.json", workers=workers)
-        elif name == "chrome.gz":
-            out = write_chrome_json(cap, dirpath / "trace.json.gz", workers=workers)
-        elif name == "perfetto":
-            out = write_perfetto(cap, dirpath / "trace.pftrace", workers=workers)
-        else:
+        if name not in OUTPUTS:
             raise SystemExit(f"unknown step {name}")
+        write = write_perfetto if name == "perfetto" else write_chrome_json
+        out = write(cap, dirpath / OUTPUTS[name], workers=workers)
     wall = time.perf_counter() - t0
     cpu = _cpu_s() - c0
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -259,8 +263,13 @@ def main() -> int:
         for name in args.steps.split(","):
             cmd = [sys.executable, __file__, "--dir", str(d), "--_step", name, "--_info", json.dumps(info)]
             cmd += ["--workers", str(args.workers)] if args.workers else []
-            timed = [run_step(cmd, sample=False)[0] for _ in range(args.repeat)]
-            mem, pss = run_step(cmd)  # memory
+            timed = []
+            for _ in range(args.repeat + 1):  # the timed runs, then one with its memory sampled
+                for old in OUTPUTS.values():  # (replacing a 1.3 GB file costs its unlink, ~1-2 s here)
+                    (d / old).unlink(missing_ok=True)
+                os.sync()  # the previous steps' outputs on disk first: their writeback is not this step's work
+                timed.append(run_step(cmd, sample=len(timed) == args.repeat))
+            (mem, pss), timed = timed[-1], [t for t, _ in timed[:-1]]
             for rr in timed + [mem]:
                 if rr.returncode:
                     print(f"{name}: FAILED\n{rr.stderr}", file=sys.stderr)

@@ -106,7 +106,9 @@ def _records(buf) -> tuple[np.ndarray, np.ndarray, schema.Header]:
     return rec, dropped, header
 
 
-#: The columns :func:`decode_columns` can return (names and meanings of ``schema.EVENT_DTYPE``).
+#: The columns :func:`decode_columns` can return (names and meanings of ``schema.EVENT_DTYPE``;
+#: ``index``: the slot of the event's record among all the slots decoded together, for reading
+#: further fields of a few rows straight from the records).
 COLUMNS = ("program", "slot", "kind", "flags", "region", "hw", "start", "end", "arg0", "arg1", "arg2", "arg3", "arg4", "arg5")
 
 
@@ -198,6 +200,8 @@ def _events(rec: np.ndarray, C: int, want) -> dict[str, np.ndarray]:
                 if wants.size:
                     col[wi] = drec[f][at]
     out["_detail_rows"] = wi
+    if "index" in want:
+        out["index"] = main
     return out
 
 

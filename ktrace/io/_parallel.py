@@ -3,7 +3,7 @@
 Workers are started with ``fork`` *after* the capture and the trace plan exist, so they see
 both without copying or pickling them (pages are shared copy-on-write; the raw buffers are only
 read). Each task names one launch; what a task returns travels back pickled, so tasks return
-small things (or write their output themselves, see :func:`append`).
+small things (or write their output themselves, see :func:`append_all`).
 
 Where ``fork`` is unavailable, or one worker is asked for, the same task functions run in this
 process, one after another: the output is the same either way (tests compare the two).
@@ -101,16 +101,28 @@ def imap(fn: Callable, items: Iterable, workers: int, state: dict, *, ordered: b
         _LOCAL.clear()
 
 
-def append(fd: int, data: bytes) -> None:
-    """Append ``data`` to the file ``fd`` (opened with ``O_APPEND``) as one unbroken piece.
+#: Buffers handed to one ``writev`` call at most (Linux's IOV_MAX is 1024).
+_IOV_MAX = 1024
+
+
+def append_all(fd: int, pieces: list) -> int:
+    """Append buffers (bytes or contiguous arrays) to the file ``fd`` (opened with ``O_APPEND``)
+    as one unbroken piece, without joining them first (``os.writev``); returns the bytes written.
 
     Workers of one run share the output file: the run's lock keeps each piece whole.
     """
-    view = memoryview(data)
+    views = [memoryview(p).cast("B") for p in pieces]
+    views = [v for v in views if v.nbytes]
+    total = sum(v.nbytes for v in views)
     with _LOCAL.get("lock") or contextlib.nullcontext():
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
+        while views:
+            n = os.writev(fd, views[:_IOV_MAX])
+            while views and n >= views[0].nbytes:  # drop what was written, keep the rest of a partial one
+                n -= views[0].nbytes
+                views.pop(0)
+            if n:
+                views[0] = views[0][n:]
+    return total
 
 
 def open_append(path) -> int:

@@ -16,15 +16,19 @@ _DIGITS2 = np.frombuffer("".join(f"{i:02d}" for i in range(100)).encode(), np.ui
 _PAIRS16 = np.ascontiguousarray(_DIGITS2).view(np.uint16).ravel()
 
 
-def rows(n: int, parts: list) -> bytes:
-    """Concatenate column parts into ``n`` rows; parts are bytes (same in every row) or (n, w) uint8."""
+def rows(n: int, parts: list) -> np.ndarray:
+    """Concatenate column parts into ``n`` rows; parts are bytes (same in every row) or (n, w) uint8.
+
+    Returns the rows as one C-contiguous (n, w) uint8 matrix: its buffer is the text (written
+    out as it is, without a copy to ``bytes``).
+    """
     widths = [len(p) if isinstance(p, (bytes, bytearray)) else p.shape[1] for p in parts]
     out = np.empty((n, sum(widths)), np.uint8)
     c = 0
     for p, w in zip(parts, widths):
         out[:, c : c + w] = np.frombuffer(p, np.uint8) if isinstance(p, (bytes, bytearray)) else p
         c += w
-    return out.tobytes()
+    return out
 
 
 _POW10 = 10 ** np.arange(1, 19, dtype=np.int64)
@@ -107,7 +111,7 @@ def optional(n: int, present: np.ndarray, parts: list) -> np.ndarray:
     m = present.size
     if m == 0:
         return np.zeros((n, 0), np.uint8)
-    block = np.frombuffer(rows(m, parts), np.uint8).reshape(m, -1)
+    block = rows(m, parts)
     out = np.full((n, block.shape[1]), _SPACE, np.uint8)
     out[present] = block
     return out

@@ -149,13 +149,11 @@ def _task(batch: list[int]):
     st = _parallel.STATE
     plan = st["plan"]
     b = read_batch(batch, _COLUMNS)
-    parts: list[bytes] = []
+    parts: list[np.ndarray] = []
     tids = _batch_rows(plan, b, parts.append)
-    data = b"".join(parts)
     if st["compress"]:
-        return b.rank, tids, data
-    _parallel.append(_parallel.open_append(st["path"]), data)
-    return b.rank, tids, len(data)
+        return b.rank, tids, b"".join(parts)
+    return b.rank, tids, _parallel.append_all(_parallel.open_append(st["path"]), parts)
 
 
 def write_chrome_json(capture, path: str | os.PathLike, *, model: ClockModel | None = None, compress: bool | None = None,

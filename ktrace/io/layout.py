@@ -36,7 +36,7 @@ import numpy as np
 from ..clock.causality import pair_notify_wait
 from ..clock.model import ClockModel, clock_model_of
 from ..decode import BufferDecodeError, decode_columns, decode_split
-from ..schema import DROPPED_BYTES, HEADER_BYTES, RECORD_DTYPE, EventFlag, EventKind
+from ..schema import DETAIL_DTYPE, DROPPED_BYTES, HEADER_BYTES, RECORD_DTYPE, REGION_SHIFT, EventFlag, EventKind
 
 log = logging.getLogger("ktrace")
 
@@ -85,8 +85,11 @@ def lanes_of(program: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndar
         primary = (np.r_[prog, prog] << (tbits + 1)) | (b_time << 1) | b_type
         bo = np.argsort(primary, kind="stable")  # one key: the tie-breaks matter only where it repeats
         ps = primary[bo]
-        if (ps[1:] == ps[:-1]).any():
-            bo = np.lexsort((tie2, tie, primary))
+        rep = ps[1:] == ps[:-1]
+        if rep.any():  # order each run of equal keys by the tie-breaks (runs keep their places)
+            at = np.flatnonzero(np.r_[rep, False] | np.r_[False, rep])
+            sub = bo[at]
+            bo[at] = sub[np.lexsort((tie2[sub], tie[sub], ps[at]))]
     else:
         bo = np.lexsort((tie2, tie, b_type, b_time, np.r_[prog, prog]))
     b_type, b_id = b_type[bo], b_id[bo]
@@ -102,8 +105,13 @@ def lanes_of(program: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndar
     bad_open = is_open & ((nxt_type != 0) | (nxt_id != id2))
     if not bad_open.any():
         return lanes
-    bad_programs = np.unique(p2[bad_open])
-    sel = np.flatnonzero(np.isin(program, bad_programs))
+    bad = p2[bad_open]
+    if int(prog.min()) >= 0 and int(prog.max()) < 4 * n:  # (no sort needed to find them)
+        is_bad = np.zeros(int(prog.max()) + 1, bool)
+        is_bad[bad] = True
+        sel = np.flatnonzero(is_bad[prog])
+    else:
+        sel = np.flatnonzero(np.isin(program, np.unique(bad)))
     sel = sel[np.lexsort((-end[sel], start[sel], program[sel]))]
     cur_prog = None
     stacks: list[list[int]] = []
@@ -281,6 +289,8 @@ class Batch:
     e_ns: np.ndarray
     #: each launch's header (``written`` and ``dropped`` filled in)
     headers: list = field(default_factory=list)
+    #: the launches' record slots, stacked (what the ``index`` column points into)
+    records: np.ndarray | None = None
 
     @property
     def size(self) -> int:
@@ -306,11 +316,17 @@ def read_batch(batch: list[int], columns, capture=None, model: ClockModel | None
         refs = _launch_refs(capture)
     mine = [refs[li] for li in batch]
     rank = mine[0][0]
+    records = None
     try:
         try:  # each buffer's records read straight into one array: no copy to stack them
-            headers, counts, cols = decode_split(*_read_split([ln for _, ln in mine]), columns)
+            heads, records, tails = _read_split([ln for _, ln in mine])
+            headers, counts, cols = decode_split(heads, records, tails, columns)
         except ValueError:  # a buffer whose size or header disagrees with its launch: whole, for the message
-            headers, counts, cols = decode_columns([ln.load_raw() for _, ln in mine], columns)
+            bufs = [ln.load_raw() for _, ln in mine]
+            headers, counts, cols = decode_columns(bufs, columns)
+            if "index" in columns:
+                P, C = headers[0].n_programs, headers[0].capacity
+                records = np.concatenate([np.frombuffer(b, RECORD_DTYPE, count=P * C, offset=HEADER_BYTES) for b in bufs])
     except BufferDecodeError as e:
         ln = mine[e.index][1]
         raise CaptureError(f"rank {rank}, launch {ln.index} ({ln.kernel}): {e}") from None
@@ -326,7 +342,7 @@ def read_batch(batch: list[int], columns, capture=None, model: ClockModel | None
             a, b = offsets[k], offsets[k + 1]
             s_ns[a:b] = clk.to_common(cols["start"][a:b], h)
             e_ns[a:b] = clk.to_common(cols["end"][a:b], h)
-    return Batch(rank=rank, launches=list(batch), offsets=offsets, cols=cols, s_ns=s_ns, e_ns=e_ns, headers=headers)
+    return Batch(rank=rank, launches=list(batch), offsets=offsets, cols=cols, s_ns=s_ns, e_ns=e_ns, headers=headers, records=records)
 
 
 def _read_split(lns: list) -> tuple[list, np.ndarray, list]:
@@ -400,11 +416,13 @@ _WN_ROW_COLS = ("kind", "flags", "arg0", "arg1", "arg2", "arg4", "program", "slo
 
 def _survey(batch: list[int]) -> tuple:
     """Light-pass task: per launch of the batch its programs, events, dropped events, first
-    start and last end (common clock); and the batch's wait/notify columns for pairing."""
+    start and last end (common clock); the batch's wait/notify columns for pairing, and the
+    region ids of its counters. Beyond kinds, flags and times, fields are read only for the
+    rows that need them, straight from the records."""
     from . import _parallel
 
-    model, refs = _parallel.STATE["model"], _parallel.STATE["refs"]
-    b = read_batch(batch, ("program", "slot", "region", "arg0", "arg1", "arg2", "arg4"))
+    model = _parallel.STATE["model"]
+    b = read_batch(batch, ("index",))
     counts = np.diff(b.offsets)
     clk = model.rank(b.rank)
     spans = []
@@ -413,17 +431,28 @@ def _survey(batch: list[int]) -> tuple:
         spans.append((int(clk.to_common(b.cols["start"][a:e].min(), h.tick_hz)), int(clk.to_common(b.cols["end"][a:e].max(), h.tick_hz)))
                      if e > a else (0, 0))
     info = [(h.n_programs, int(n), h.dropped, sp) for h, n, sp in zip(b.headers, counts.tolist(), spans)]
-    kind = b.cols["kind"]
+    kind, flags = b.cols["kind"], b.cols["flags"]
+    rec = b.records
     wn = np.flatnonzero((kind == EventKind.WAIT) | (kind == EventKind.NOTIFY))
     cols = {}
     if wn.size:
-        dts = dict(_WN_COLS)
-        for c in ("kind", "flags", "arg0", "arg1", "arg2", "arg4", "program", "slot", "start"):
-            cols[c] = b.cols[c][wn].astype(dts[c], copy=False)
-        li = b.per_row(np.asarray(batch, np.int64))[wn]
-        cols["li"] = li.astype(np.int32)
+        at = b.cols["index"][wn]
+        C = b.headers[0].capacity
+        stacked, slot = np.divmod(at, C)
+        cols["kind"], cols["flags"] = kind[wn], flags[wn]
+        cols["arg0"], cols["arg1"] = rec["arg0"][at], rec["arg1"][at]
+        has = (flags[wn] & EventFlag.DETAIL) != 0  # (waits and notifies carry one; a DETAIL-less one reads 0)
+        d = rec.view(DETAIL_DTYPE)
+        det = np.minimum(at + 1, rec.shape[0] - 1)
+        cols["arg2"] = np.where(has, d["x0"][det], 0)
+        cols["arg4"] = np.where(has, d["x2"][det], 0).astype(np.int32)
+        cols["program"] = (stacked % b.headers[0].n_programs).astype(np.int32)
+        cols["slot"] = slot.astype(np.int32)
+        cols["start"] = b.cols["start"][wn]
+        cols["li"] = b.per_row(np.asarray(batch, np.int32))[wn]
         cols["row"] = (wn - b.per_row(b.offsets[:-1])[wn]).astype(np.int32)
-    counter_regions = np.unique(b.cols["region"][kind == EventKind.COUNTER])
+    cr = b.cols["index"][kind == EventKind.COUNTER]
+    counter_regions = np.unique(rec["tag"][cr] >> REGION_SHIFT)
     return b.rank, info, cols, counter_regions
 
 
@@ -485,14 +514,18 @@ def plan_trace(capture, model: ClockModel | None = None, *, workers: int | None 
 
 
 def _pair_rank(dst: int) -> tuple:
-    """Pairing task: the notify -> wait pairs whose wait is on rank ``dst``.
+    """Pairing task: the notify -> wait pairs whose wait is on rank ``dst``, ready to number.
 
     A wait on rank B can only be released by a notify addressed to B (``pair_notify_wait``
     groups by source rank, destination rank, flag and value), so the ranks pair independently
-    and in parallel. Reads the light pass's wait/notify columns from :data:`_parallel.STATE`.
+    and in parallel; and every pair of one notify is in one rank's task. Reads the light pass's
+    wait/notify columns from :data:`_parallel.STATE`.
 
     Returns:
-        ``(notify_li, notify_row, wait_li, wait_row)`` per pair (int64), ordered by wait.
+        ``(w_li, w_row, first, n_li, n_row, n_pair)``: the pairs ordered by wait (launch, row)
+        (pair ``k`` of this rank is the ``k``-th); per pair, the index of the first pair of
+        its notify; and the same pairs ordered by notify launch (stable), as their notify's
+        (launch, row) and their own index.
     """
     from . import _parallel
 
@@ -502,51 +535,55 @@ def _pair_rank(dst: int) -> tuple:
         dst_of = np.where(cols["kind"] == EventKind.NOTIFY, cols["arg0"], rank)
         picks.append(np.flatnonzero(dst_of == dst))
     sizes = [p.size for p in picks]
-    total = sum(sizes)
     empty = np.zeros(0, np.int64)
-    if not total:
-        return empty, empty, empty, empty
+    if not sum(sizes):
+        return empty, empty, empty, empty, empty, empty
     wn = {c: np.concatenate([cols[c][p] for (_, cols), p in zip(parts, picks)]) for c in _WN_ROW_COLS}
     wn["rank"] = np.repeat(np.asarray([r for r, _ in parts], np.int32), sizes)
     wn["launch"] = launch_index[wn["li"]]
     nrows, wrows, _, _ = pair_notify_wait(wn)
     li, row = wn["li"].astype(np.int64), wn["row"].astype(np.int64)
-    return li[nrows], row[nrows], li[wrows], row[wrows]
+    n_li, n_row, w_li, w_row = li[nrows], row[nrows], li[wrows], row[wrows]
+    o = np.lexsort((w_row, w_li))  # pairs numbered by wait (launch, row)
+    n_li, n_row, w_li, w_row = n_li[o], n_row[o], w_li[o], w_row[o]
+    # each notify's first pair (its id in Chrome JSON)
+    nkey = (n_li << 32) | n_row
+    u, first = np.unique(nkey, return_index=True)
+    first = first[np.searchsorted(u, nkey)]
+    on = np.argsort(n_li, kind="stable")
+    return w_li, w_row, first, n_li[on], n_row[on], on
 
 
 def _plan_flows(launches: list[LaunchPlan], wn_parts: list, refs: list, workers: int, ranks: list[int]) -> int:
     """Pair notifies with waits (all launches at once; ranks in parallel) and hand each launch
-    its flow ids. ``wn_parts``: per batch, its rank and the light pass's wait/notify columns."""
+    its flow ids: pairs are numbered from 1 by wait (launch, row), which is rank by rank since
+    launches are in rank order. ``wn_parts``: per batch, its rank and wait/notify columns."""
     from . import _parallel
 
     if not wn_parts:
         return 0
     state = {"wn_parts": wn_parts, "launch_index": np.array([ln.index for _, ln in refs], np.int64)}
-    res = list(_parallel.imap(_pair_rank, ranks, min(workers, len(ranks)), state))
-    n_li, n_row, w_li, w_row = (np.concatenate([r[k] for r in res]) for k in range(4))
-    # pairs in the order a single pairing over every rank gives: by wait (launch, row)
-    o = np.lexsort((w_row, w_li))
-    n_li, n_row, w_li, w_row = n_li[o], n_row[o], w_li[o], w_row[o]
-    n_flows = int(n_li.size)
-    if not n_flows:
-        return 0
-    ids = np.arange(1, n_flows + 1, dtype=np.int64)
-    # each notify's id: the smallest id of its pairs
-    nkey = (n_li << 32) | n_row
-    u, first = np.unique(nkey, return_index=True)
-    notify_id = ids[first][np.searchsorted(u, nkey)]
-    for side, li, rows, extra in (("out", n_li, n_row, None), ("in", w_li, w_row, notify_id)):
-        o = np.argsort(li, kind="stable")
-        li_s, rows_s, ids_s = li[o], rows[o], ids[o]
-        extra_s = extra[o] if extra is not None else None
-        bounds = np.searchsorted(li_s, np.arange(len(launches) + 1))
-        for k, lp in enumerate(launches):
-            a, b = bounds[k], bounds[k + 1]
-            if b > a:
-                setattr(lp, f"flow_{side}_rows", rows_s[a:b])
-                setattr(lp, f"flow_{side}_ids", ids_s[a:b])
-                if extra_s is not None:
-                    lp.flow_in_notify_ids = extra_s[a:b]
+    n_flows = 0
+    edges = np.arange(len(launches) + 1)
+    outs: dict[int, list] = {}  # a launch's notifies may release waits on several ranks
+    for w_li, w_row, first, n_li, n_row, n_pair in _parallel.imap(_pair_rank, ranks, min(workers, len(ranks)), state):
+        base = n_flows + 1
+        n_flows += int(w_li.size)
+        if not w_li.size:
+            continue
+        bounds = np.searchsorted(w_li, edges)
+        ids, first = np.arange(base, base + w_li.size, dtype=np.int64), first + base
+        for k in np.flatnonzero(bounds[1:] > bounds[:-1]).tolist():  # (a launch's waits are all on its rank)
+            lp, a, b = launches[k], bounds[k], bounds[k + 1]
+            lp.flow_in_rows, lp.flow_in_ids, lp.flow_in_notify_ids = w_row[a:b], ids[a:b], first[a:b]
+        bounds = np.searchsorted(n_li, edges)
+        n_ids = n_pair + base
+        for k in np.flatnonzero(bounds[1:] > bounds[:-1]).tolist():
+            outs.setdefault(k, []).append((n_row[bounds[k] : bounds[k + 1]], n_ids[bounds[k] : bounds[k + 1]]))
+    for k, got in outs.items():
+        lp = launches[k]
+        lp.flow_out_rows = got[0][0] if len(got) == 1 else np.concatenate([r for r, _ in got])
+        lp.flow_out_ids = got[0][1] if len(got) == 1 else np.concatenate([i for _, i in got])
     return n_flows
 
 

@@ -239,21 +239,25 @@ def _rounds(t: np.ndarray, u: np.ndarray, typ: np.ndarray, k1: np.ndarray, k2: n
     same instant; outer begins first). Packets that share a timestamp and a track are put in
     rounds by the order ``(typ, k1, k2)`` asks for; rounds are written one after another, so
     each such group comes out in order while everything within a round is written in batches.
-    The track/time key may collide: then a few more packets are put in later rounds than need
-    be, which is harmless.
+
+    Packets are grouped by a 32-bit hash of (timestamp, track), sorted with two 16-bit radix
+    passes (several times faster than sorting the 64-bit keys): packets whose hashes collide
+    by chance are put in a few more rounds than they need, which is harmless.
     """
     rounds = np.zeros(t.size, np.int64)
     if t.size < 2:
         return rounds
-    key = t * np.int64(1_000_003) + u  # wraps on overflow: only ever adds collisions
-    order = np.argsort(key)
-    ks = key[order]
-    dup = ks[1:] == ks[:-1]
+    h = (t * np.int64(1_000_003) + u).astype(np.uint32)  # wraps: only ever adds collisions
+    order = np.argsort((h & 0xFFFF).astype(np.uint16), kind="stable")
+    order = order[np.argsort((h[order] >> 16).astype(np.uint16), kind="stable")]
+    hs = h[order]
+    dup = hs[1:] == hs[:-1]
     if not dup.any():
         return rounds
-    sel = order[np.r_[dup, False] | np.r_[False, dup]]  # every packet whose key is shared
-    o = sel[np.lexsort((k2[sel], k1[sel], typ[sel], key[sel]))]
-    ko = key[o]
+    sel = order[np.r_[dup, False] | np.r_[False, dup]]  # every packet whose hash is shared
+    hk = h[sel]
+    o = sel[np.lexsort((k2[sel], k1[sel], typ[sel], hk))]
+    ko = h[o]
     starts = np.flatnonzero(np.r_[True, ko[1:] != ko[:-1]])
     rounds[o] = np.arange(o.size) - np.repeat(starts, np.diff(np.r_[starts, o.size]))
     return rounds
@@ -320,8 +324,9 @@ class _Writer:
                                 sibling_merge_behavior=TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE))
         return tracks + out
 
-    def batch(self, b: Batch) -> bytes:
-        """The packets of a batch's events (with the descriptors and interned names they need first)."""
+    def batch(self, b: Batch) -> list[bytes]:
+        """The packets of a batch's events (with the descriptors and interned names they need
+        first), as pieces to write one after another."""
         plan = self.plan
         region_name = plan.region_name
         rp = plan.ranks[b.rank]
@@ -401,7 +406,7 @@ class _Writer:
         head += self._descriptors(rp, np.unique(tids[ev["kind"] != EventKind.COUNTER]), counter_codes)
         head.append(self.names.flush())
         if not groups_:
-            return b"".join(head)
+            return head
         cat = np.concatenate
         rounds = _rounds(cat([g[1] for g in groups_]), cat([g[2] for g in groups_]), cat([np.full(g[1].size, g[3], np.int8) for g in groups_]),
                          cat([g[4] for g in groups_]), cat([g[5] for g in groups_]))
@@ -419,7 +424,7 @@ class _Writer:
                     out += self._pool(key).emit([t.tolist(), u.tolist()] + [c.tolist() for c in cols])
                 elif sel.size:
                     out += self._pool(key).emit([t[sel].tolist(), u[sel].tolist()] + [c[sel].tolist() for c in cols])
-        return b"".join(out)
+        return out
 
 
 def _kernels(plan: TracePlan) -> bytes:
@@ -451,9 +456,7 @@ def _task(batch: list[int]) -> int:
     if w is None:
         _WRITER.clear()
         w = _WRITER[st["run"]] = _Writer(plan, _FIRST_WORKER_SEQ + _parallel.worker_index())
-    data = w.batch(read_batch(batch, _COLUMNS))
-    _parallel.append(_parallel.open_append(st["path"]), data)
-    return len(data)
+    return _parallel.append_all(_parallel.open_append(st["path"]), w.batch(read_batch(batch, _COLUMNS)))
 
 
 #: The columns the packets are made of.
