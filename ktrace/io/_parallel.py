@@ -12,9 +12,12 @@ process, one after another: the output is the same either way (tests compare the
 from __future__ import annotations
 
 import contextlib
+import mmap
 import multiprocessing as mp
 import os
 from typing import Callable, Iterable, Iterator
+
+import numpy as np
 
 #: Below this many events a capture is written in this process (starting workers costs more).
 MIN_EVENTS_PER_WORKER = 250_000
@@ -99,6 +102,14 @@ def imap(fn: Callable, items: Iterable, workers: int, state: dict, *, ordered: b
     finally:
         STATE.clear()
         _LOCAL.clear()
+
+
+def shared_zeros(n: int, dtype) -> np.ndarray:
+    """A zeroed array in anonymous shared memory, made before the workers fork: what a worker
+    writes there the calling process and later workers see, without pickling or copying it.
+    Pages never written cost nothing, so it may be sized by an upper bound."""
+    dtype = np.dtype(dtype)
+    return np.frombuffer(mmap.mmap(-1, max(1, n * dtype.itemsize)), dtype, count=n)
 
 
 #: Buffers handed to one ``writev`` call at most (Linux's IOV_MAX is 1024).

@@ -158,15 +158,17 @@ class LaunchPlan:
     dropped: int
     start_ns: int
     end_ns: int
-    #: one entry per notify -> wait pair: the notify's row and the pair's id (a notify that
-    #: released k waits appears k times)
-    flow_out_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    flow_out_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    #: one entry per released wait: its row, its pair's id, and its notify's id (the smallest
-    #: pair id of that notify; what Chrome JSON binds with, since a v2 flow may end many times)
-    flow_in_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    flow_in_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    flow_in_notify_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: flows that start at this launch's notifies: parts ``(rows, pair_index, base)``, one per
+    #: rank whose waits they released; a pair's id is ``base + pair_index`` (a notify that
+    #: released k waits has k entries)
+    flow_out: list = field(default_factory=list)
+    #: rows of the waits that end a flow (ascending), the id of the first one's pair (the
+    #: others follow in order), and per wait its notify's id (the smallest id of that notify's
+    #: pairs: what Chrome JSON binds with, since a v2 flow may end many times) less ``flow_base``
+    flow_in_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    flow_in_first_id: int = 0
+    flow_in_notify: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    flow_base: int = 0
 
 
 @dataclass
@@ -252,7 +254,7 @@ def _launch_refs(capture) -> list:
 
 
 #: Largest raw bytes one batch decodes (bounds a worker's memory: ~5x this while writing).
-BATCH_BYTES = 16 << 20
+BATCH_BYTES = 8 << 20
 #: Batches per worker the batch size aims at (small enough that the workers finish together).
 BATCHES_PER_WORKER = 8
 
@@ -381,19 +383,21 @@ def batch_flows(plan: TracePlan, b: Batch) -> dict[str, np.ndarray]:
     entry per notify -> wait pair, by row then id), ``in_ids`` (per row: the pair id a wait
     ends, 0 for none) and ``in_notify_ids`` (per row: the releasing notify's id)."""
     lps = [plan.launches[li] for li in b.launches]
-    off = b.offsets[:-1]
-    out_rows = np.concatenate([lp.flow_out_rows + o for lp, o in zip(lps, off)]) if lps else np.zeros(0, np.int64)
-    out_ids = np.concatenate([lp.flow_out_ids for lp in lps]) if lps else np.zeros(0, np.int64)
-    in_rows = np.concatenate([lp.flow_in_rows + o for lp, o in zip(lps, off)]) if lps else np.zeros(0, np.int64)
+    off = b.offsets[:-1].tolist()
+    outs = [(rows.astype(np.int64) + o, idx.astype(np.int64) + base) for lp, o in zip(lps, off) for rows, idx, base in lp.flow_out]
+    out_rows = np.concatenate([r for r, _ in outs]) if outs else np.zeros(0, np.int64)
+    out_ids = np.concatenate([i for _, i in outs]) if outs else np.zeros(0, np.int64)
     in_ids = np.zeros(b.size, np.int64)
     in_notify = np.zeros(b.size, np.int64)
-    if in_rows.size:
-        in_ids[in_rows] = np.concatenate([lp.flow_in_ids for lp in lps])
-        in_notify[in_rows] = np.concatenate([lp.flow_in_notify_ids for lp in lps])
+    for lp, o in zip(lps, off):
+        if lp.flow_in_rows.size:
+            rows = lp.flow_in_rows.astype(np.int64) + o
+            in_ids[rows] = np.arange(lp.flow_in_first_id, lp.flow_in_first_id + rows.size, dtype=np.int64)
+            in_notify[rows] = lp.flow_in_notify.astype(np.int64) + lp.flow_base
     if out_rows.size:
         o = np.lexsort((out_ids, out_rows))
         out_rows, out_ids = out_rows[o], out_ids[o]
-    return {"out_rows": out_rows.astype(np.int64), "out_ids": out_ids, "in_ids": in_ids, "in_notify_ids": in_notify}
+    return {"out_rows": out_rows, "out_ids": out_ids, "in_ids": in_ids, "in_notify_ids": in_notify}
 
 
 def notify_flow_ids(flows: dict, n: int) -> np.ndarray:
@@ -406,22 +410,30 @@ def notify_flow_ids(flows: dict, n: int) -> np.ndarray:
     return out
 
 
-#: Columns of waits and notifies that pairing reads (``ktrace.clock.pair_notify_wait``; start
-#: in raw ticks: pairing compares times of one launch only), plus where each row came from.
-_WN_COLS = (("rank", "<i4"), ("kind", "u1"), ("flags", "u1"), ("arg0", "<i4"), ("arg1", "<i4"), ("arg2", "<i8"), ("arg4", "<i4"),
-            ("launch", "<i4"), ("program", "<i4"), ("slot", "<i4"), ("start", "<i8"), ("li", "<i4"), ("row", "<i4"))
-#: What the light pass sends back per wait/notify row (the rank is the batch's).
-_WN_ROW_COLS = ("kind", "flags", "arg0", "arg1", "arg2", "arg4", "program", "slot", "start", "li", "row")
+#: Columns of waits and notifies that pairing reads (``ktrace.clock.pair_notify_wait``), as
+#: the light pass leaves them in shared memory: ``value`` is a notify's value (arg1) or a
+#: wait's expected value (arg4); ``order`` is a notify's start in raw ticks (pairing compares
+#: times of one launch only) or a wait's slot; ``li`` and ``row`` say where the row came from.
+_WN_COLS = (("kind", "u1"), ("flags", "u1"), ("arg0", "<i4"), ("value", "<i4"), ("arg2", "<i8"), ("program", "<i4"),
+            ("order", "<i8"), ("li", "<i4"), ("row", "<i4"))
+#: What a pairing task leaves in shared memory per pair (see :func:`_pair_rank`).
+_PAIR_COLS = ("w_li", "w_row", "first", "n_li", "n_row", "n_pair")
 
 
-def _survey(batch: list[int]) -> tuple:
-    """Light-pass task: per launch of the batch its programs, events, dropped events, first
-    start and last end (common clock); the batch's wait/notify columns for pairing, and the
-    region ids of its counters. Beyond kinds, flags and times, fields are read only for the
-    rows that need them, straight from the records."""
+def _survey(task: tuple[int, list[int]]) -> tuple:
+    """Light-pass task: per launch of batch ``task`` its programs, events, dropped events, first
+    start and last end (common clock); the batch's wait/notify columns for pairing, written
+    to the run's shared columns at the batch's place; the region ids of its counters. Beyond
+    kinds, flags and times, fields are read only for the rows that need them, straight from
+    the records.
+
+    Returns:
+        ``(info per launch, wait/notify rows written, completed waits, counter regions)``.
+    """
     from . import _parallel
 
-    model = _parallel.STATE["model"]
+    k_batch, batch = task
+    model, shared, at = _parallel.STATE["model"], _parallel.STATE["wn"], _parallel.STATE["wn_at"][k_batch]
     b = read_batch(batch, ("index",))
     counts = np.diff(b.offsets)
     clk = model.rank(b.rank)
@@ -434,26 +446,29 @@ def _survey(batch: list[int]) -> tuple:
     kind, flags = b.cols["kind"], b.cols["flags"]
     rec = b.records
     wn = np.flatnonzero((kind == EventKind.WAIT) | (kind == EventKind.NOTIFY))
-    cols = {}
+    n_waits = 0
     if wn.size:
-        at = b.cols["index"][wn]
+        idx = b.cols["index"][wn]
         C = b.headers[0].capacity
-        stacked, slot = np.divmod(at, C)
-        cols["kind"], cols["flags"] = kind[wn], flags[wn]
-        cols["arg0"], cols["arg1"] = rec["arg0"][at], rec["arg1"][at]
-        has = (flags[wn] & EventFlag.DETAIL) != 0  # (waits and notifies carry one; a DETAIL-less one reads 0)
+        stacked, slot = np.divmod(idx, C)
+        wk, wf = kind[wn], flags[wn]
+        is_notify = wk == EventKind.NOTIFY
+        has = (wf & EventFlag.DETAIL) != 0  # (waits and notifies carry one; a DETAIL-less one reads 0)
         d = rec.view(DETAIL_DTYPE)
-        det = np.minimum(at + 1, rec.shape[0] - 1)
-        cols["arg2"] = np.where(has, d["x0"][det], 0)
-        cols["arg4"] = np.where(has, d["x2"][det], 0).astype(np.int32)
-        cols["program"] = (stacked % b.headers[0].n_programs).astype(np.int32)
-        cols["slot"] = slot.astype(np.int32)
-        cols["start"] = b.cols["start"][wn]
-        cols["li"] = b.per_row(np.asarray(batch, np.int32))[wn]
-        cols["row"] = (wn - b.per_row(b.offsets[:-1])[wn]).astype(np.int32)
+        det = np.minimum(idx + 1, rec.shape[0] - 1)
+        out = {c: shared[c][at : at + wn.size] for c, _ in _WN_COLS}
+        out["kind"][:], out["flags"][:] = wk, wf
+        out["arg0"][:] = rec["arg0"][idx]
+        out["value"][:] = np.where(is_notify, rec["arg1"][idx], np.where(has, d["x2"][det], 0))
+        out["arg2"][:] = np.where(has, d["x0"][det], 0)
+        out["program"][:] = stacked % b.headers[0].n_programs
+        out["order"][:] = np.where(is_notify, b.cols["start"][wn], slot)
+        out["li"][:] = b.per_row(np.asarray(batch, np.int32))[wn]
+        out["row"][:] = wn - b.per_row(b.offsets[:-1])[wn]
+        n_waits = int(wn.size - is_notify.sum())
     cr = b.cols["index"][kind == EventKind.COUNTER]
     counter_regions = np.unique(rec["tag"][cr] >> REGION_SHIFT)
-    return b.rank, info, cols, counter_regions
+    return info, int(wn.size), n_waits, counter_regions
 
 
 def plan_trace(capture, model: ClockModel | None = None, *, workers: int | None = None) -> TracePlan:
@@ -473,17 +488,26 @@ def plan_trace(capture, model: ClockModel | None = None, *, workers: int | None 
     workers = _parallel.resolve_workers(workers, raw_events)
     batches = make_batches(refs, workers)
     launches: list[LaunchPlan] = [None] * len(refs)  # type: ignore[list-item]
-    wn_parts: list[tuple[int, dict]] = []
-    state = {"capture": capture, "model": model, "refs": refs}
+    # the light pass's wait/notify columns, in shared memory: each batch at its own place,
+    # sized by its record slots (an upper bound; pages never written cost nothing)
+    slots = [sum(math.prod(refs[li][1].grid) * refs[li][1].capacity for li in bt) for bt in batches]
+    wn_at = np.r_[0, np.cumsum(slots)].astype(np.int64)
+    shared = {c: _parallel.shared_zeros(int(wn_at[-1]), dt) for c, dt in _WN_COLS}
+    state = {"capture": capture, "model": model, "refs": refs, "wn": shared, "wn_at": wn_at}
     counter_regions = [np.zeros(0, np.int64)]
-    for batch, (rank, info, cols, cregions) in zip(batches, _parallel.imap(_survey, batches, min(workers, max(1, len(batches))), state)):
+    wn_parts: list[tuple[int, int, int]] = []  # per batch with waits or notifies: rank, place, rows
+    waits = dict.fromkeys(capture.ranks, 0)
+    tasks = list(enumerate(batches))
+    for (k, batch), (info, n_wn, n_waits, cregions) in zip(tasks, _parallel.imap(_survey, tasks, min(workers, max(1, len(batches))), state)):
         counter_regions.append(cregions.astype(np.int64))
         for li, (n_programs, n, dropped, (t0, t1)) in zip(batch, info):
             r, ln = refs[li]
             launches[li] = LaunchPlan(rank=r, index=ln.index, kernel=ln.kernel, grid=tuple(ln.grid), n_programs=n_programs, group=0,
                                       n_events=n, dropped=dropped, start_ns=t0, end_ns=t1)
-        if cols:
-            wn_parts.append((rank, cols))
+        rank = refs[batch[0]][0]
+        if n_wn:
+            wn_parts.append((rank, int(wn_at[k]), n_wn))
+        waits[rank] += n_waits
     n_events = sum(lp.n_events for lp in launches)
     starts = [lp.start_ns for lp in launches if lp.n_events]
     base = min(starts) if starts else 0
@@ -505,7 +529,7 @@ def plan_trace(capture, model: ClockModel | None = None, *, workers: int | None 
     ranks = {r: RankPlan(rank=r, name=rank_title(r, rc.device), n_groups=n_groups[r], counter_regions=counter_regions,
                          max_programs=max([lp.n_programs for lp in launches if lp.rank == r], default=1))
              for r, rc in sorted(capture.ranks.items())}
-    n_flows = _plan_flows(launches, wn_parts, refs, workers, sorted(capture.ranks))
+    n_flows = _plan_flows(launches, shared, wn_parts, waits, refs, workers)
     return TracePlan(
         model=model, launches=launches, ranks=ranks, base_ns=base, n_events=n_events, n_flows=n_flows,
         partial=bool(capture.partial or capture.missing_ranks), missing_ranks=list(capture.missing_ranks),
@@ -513,77 +537,83 @@ def plan_trace(capture, model: ClockModel | None = None, *, workers: int | None 
     )
 
 
-def _pair_rank(dst: int) -> tuple:
+def _pair_rank(dst: int) -> int:
     """Pairing task: the notify -> wait pairs whose wait is on rank ``dst``, ready to number.
 
     A wait on rank B can only be released by a notify addressed to B (``pair_notify_wait``
     groups by source rank, destination rank, flag and value), so the ranks pair independently
     and in parallel; and every pair of one notify is in one rank's task. Reads the light pass's
-    wait/notify columns from :data:`_parallel.STATE`.
+    wait/notify columns from shared memory and writes its pairs (int32) to the rank's place in
+    the run's shared pair columns: ``w_li, w_row`` the pairs ordered by wait (launch, row) (pair
+    ``k`` of this rank is the ``k``-th); ``first`` per pair the index of its notify's first
+    pair; ``n_li, n_row, n_pair`` the same pairs ordered by notify launch (stable): their
+    notify's (launch, row) and their own index.
 
     Returns:
-        ``(w_li, w_row, first, n_li, n_row, n_pair)``: the pairs ordered by wait (launch, row)
-        (pair ``k`` of this rank is the ``k``-th); per pair, the index of the first pair of
-        its notify; and the same pairs ordered by notify launch (stable), as their notify's
-        (launch, row) and their own index.
+        The number of pairs.
     """
     from . import _parallel
 
-    parts, launch_index = _parallel.STATE["wn_parts"], _parallel.STATE["launch_index"]
+    st = _parallel.STATE
+    shared, parts, launch_index = st["wn"], st["wn_parts"], st["launch_index"]
     picks = []
-    for rank, cols in parts:  # this rank's waits and the notifies addressed to it, in launch order
-        dst_of = np.where(cols["kind"] == EventKind.NOTIFY, cols["arg0"], rank)
-        picks.append(np.flatnonzero(dst_of == dst))
-    sizes = [p.size for p in picks]
-    empty = np.zeros(0, np.int64)
-    if not sum(sizes):
-        return empty, empty, empty, empty, empty, empty
-    wn = {c: np.concatenate([cols[c][p] for (_, cols), p in zip(parts, picks)]) for c in _WN_ROW_COLS}
-    wn["rank"] = np.repeat(np.asarray([r for r, _ in parts], np.int32), sizes)
+    for rank, at, n in parts:  # this rank's waits and the notifies addressed to it, in launch order
+        kind, peer = shared["kind"][at : at + n], shared["arg0"][at : at + n]
+        picks.append(at + np.flatnonzero(np.where(kind == EventKind.NOTIFY, peer, rank) == dst))
+    rows = np.concatenate(picks) if picks else np.zeros(0, np.int64)
+    if not rows.size:
+        return 0
+    wn = {c: shared[c][rows] for c, _ in _WN_COLS}
+    wn["rank"] = np.repeat(np.asarray([r for r, _, _ in parts], np.int32), [p.size for p in picks])
     wn["launch"] = launch_index[wn["li"]]
+    wn["arg1"] = wn["arg4"] = wn["value"]  # (what pairing reads of notifies and of waits)
+    wn["start"] = wn["slot"] = wn["order"]
     nrows, wrows, _, _ = pair_notify_wait(wn)
-    li, row = wn["li"].astype(np.int64), wn["row"].astype(np.int64)
+    li, row = wn["li"], wn["row"]
     n_li, n_row, w_li, w_row = li[nrows], row[nrows], li[wrows], row[wrows]
     o = np.lexsort((w_row, w_li))  # pairs numbered by wait (launch, row)
     n_li, n_row, w_li, w_row = n_li[o], n_row[o], w_li[o], w_row[o]
     # each notify's first pair (its id in Chrome JSON)
-    nkey = (n_li << 32) | n_row
+    nkey = (n_li.astype(np.int64) << 32) | n_row
     u, first = np.unique(nkey, return_index=True)
     first = first[np.searchsorted(u, nkey)]
     on = np.argsort(n_li, kind="stable")
-    return w_li, w_row, first, n_li[on], n_row[on], on
+    at, n = st["pair_at"][dst], w_li.size
+    for c, v in zip(_PAIR_COLS, (w_li, w_row, first, n_li[on], n_row[on], on)):
+        st["pairs"][c][at : at + n] = v
+    return int(n)
 
 
-def _plan_flows(launches: list[LaunchPlan], wn_parts: list, refs: list, workers: int, ranks: list[int]) -> int:
+def _plan_flows(launches: list[LaunchPlan], shared: dict, wn_parts: list, waits: dict, refs: list, workers: int) -> int:
     """Pair notifies with waits (all launches at once; ranks in parallel) and hand each launch
-    its flow ids: pairs are numbered from 1 by wait (launch, row), which is rank by rank since
-    launches are in rank order. ``wn_parts``: per batch, its rank and wait/notify columns."""
+    its flows: pairs are numbered from 1 by wait (launch, row), which is rank by rank since
+    launches are in rank order. ``wn_parts``: per batch with waits or notifies, its rank, place
+    in the shared columns and rows; ``waits``: waits per rank (a bound on its pairs)."""
     from . import _parallel
 
     if not wn_parts:
         return 0
-    state = {"wn_parts": wn_parts, "launch_index": np.array([ln.index for _, ln in refs], np.int64)}
+    ranks = sorted(waits)
+    pair_at = dict(zip(ranks, np.r_[0, np.cumsum([waits[r] for r in ranks])].tolist()))
+    pairs = {c: _parallel.shared_zeros(sum(waits.values()), np.int32) for c in _PAIR_COLS}
+    state = {"wn": shared, "wn_parts": wn_parts, "launch_index": np.array([ln.index for _, ln in refs], np.int64),
+             "pairs": pairs, "pair_at": pair_at}
     n_flows = 0
     edges = np.arange(len(launches) + 1)
-    outs: dict[int, list] = {}  # a launch's notifies may release waits on several ranks
-    for w_li, w_row, first, n_li, n_row, n_pair in _parallel.imap(_pair_rank, ranks, min(workers, len(ranks)), state):
+    for dst, n in zip(ranks, _parallel.imap(_pair_rank, ranks, min(workers, len(ranks)), state)):
         base = n_flows + 1
-        n_flows += int(w_li.size)
-        if not w_li.size:
+        n_flows += n
+        if not n:
             continue
-        bounds = np.searchsorted(w_li, edges)
-        ids, first = np.arange(base, base + w_li.size, dtype=np.int64), first + base
+        v = {c: a[pair_at[dst] : pair_at[dst] + n] for c, a in pairs.items()}
+        bounds = np.searchsorted(v["w_li"], edges)
         for k in np.flatnonzero(bounds[1:] > bounds[:-1]).tolist():  # (a launch's waits are all on its rank)
             lp, a, b = launches[k], bounds[k], bounds[k + 1]
-            lp.flow_in_rows, lp.flow_in_ids, lp.flow_in_notify_ids = w_row[a:b], ids[a:b], first[a:b]
-        bounds = np.searchsorted(n_li, edges)
-        n_ids = n_pair + base
-        for k in np.flatnonzero(bounds[1:] > bounds[:-1]).tolist():
-            outs.setdefault(k, []).append((n_row[bounds[k] : bounds[k + 1]], n_ids[bounds[k] : bounds[k + 1]]))
-    for k, got in outs.items():
-        lp = launches[k]
-        lp.flow_out_rows = got[0][0] if len(got) == 1 else np.concatenate([r for r, _ in got])
-        lp.flow_out_ids = got[0][1] if len(got) == 1 else np.concatenate([i for _, i in got])
+            lp.flow_in_rows, lp.flow_in_first_id, lp.flow_in_notify, lp.flow_base = v["w_row"][a:b], base + a, v["first"][a:b], base
+        bounds = np.searchsorted(v["n_li"], edges)
+        for k in np.flatnonzero(bounds[1:] > bounds[:-1]).tolist():  # (a launch's notifies may release waits on several ranks)
+            a, b = bounds[k], bounds[k + 1]
+            launches[k].flow_out.append((v["n_row"][a:b], v["n_pair"][a:b], base))
     return n_flows
 
 
