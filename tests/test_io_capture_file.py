@@ -92,6 +92,20 @@ def test_bad_files_give_clear_errors(tmp_path):
         damaged.ranks[0].launches[0].decode(0, cache=False)
     with pytest.raises(CaptureError, match="damaged"):  # a size that disagrees is seen at once
         read_capture(rewrite("short.ktrace", edit_buf=lambda b: b[:-1]))
+    # the trace writers read each buffer twice, unchecked while planning and checked while
+    # writing: damage that still decodes and damage that does not are both reported as damage,
+    # and nothing is written
+    # (the clock model given: fitting one reads a buffer too)
+    from ktrace.clock import clock_model_of
+    from ktrace.io import write_chrome_json, write_perfetto
+
+    model = clock_model_of(read_capture(tmp_path / "g.ktrace"))
+    for k, at, bit in ((0, 88, 0x01), (1, 80, 0x0F)):  # an argument of the first event (decodes); its kind
+        cap = read_capture(rewrite(f"w{k}.ktrace", edit_buf=lambda b: b[:at] + bytes([b[at] ^ bit]) + b[at + 1 :]))
+        for write, suffix in ((write_chrome_json, ".json"), (write_perfetto, ".pftrace")):
+            with pytest.raises(CaptureError, match=r"rank 0 launch 0: buffer is damaged"):
+                write(cap, tmp_path / f"w{k}{suffix}", model=model, workers=1)
+            assert not (tmp_path / f"w{k}{suffix}").exists()
     with pytest.raises(CaptureError, match="corrupt capture metadata"):
         read_capture(rewrite("meta.ktrace", edit_meta=lambda m: m.pop("world_size")))
     with pytest.raises(CaptureError, match="not a ktrace capture file"):

@@ -80,10 +80,11 @@ class Launch:
         r = self.__dict__["_raw"]
         return r.load() if isinstance(r, _LazyBuffer) else self.raw
 
-    def read_split(self, records: np.ndarray, n_head: int, n_tail: int) -> tuple[bytes, bytes] | None:
+    def read_split(self, records: np.ndarray, n_head: int, n_tail: int, *, verify: bool = True) -> tuple[bytes, bytes] | None:
         """Read the buffer in three parts, its middle straight into ``records`` (a writable uint8
         array): the first ``n_head`` bytes and the last ``n_tail`` are returned. A buffer not
-        read from its file yet is read (and CRC-checked) for this call only.
+        read from its file yet is read (and CRC-checked, unless ``verify`` is False: for a reader
+        that reads it again, checked, before trusting what it found) for this call only.
 
         Returns:
             ``(head, tail)``, or None when the buffer's size is not ``n_head + records.nbytes
@@ -94,7 +95,7 @@ class Launch:
         if self.nbytes != n_head + n_mid + n_tail:
             return None
         if isinstance(r, _LazyBuffer):
-            return r.load_split(records, n_head, n_tail)
+            return r.load_split(records, n_head, n_tail, verify=verify)
         raw = np.asarray(r).reshape(-1).view(np.uint8)
         records[...] = raw[n_head : n_head + n_mid]
         return raw[:n_head].tobytes(), raw[n_head + n_mid :].tobytes()
@@ -158,14 +159,20 @@ class _FileSource:
             got += len(b)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    def read_into(self, offset: int, view: memoryview) -> int:
-        """Read ``len(view)`` bytes at ``offset`` into ``view``; returns how many there were."""
+    def read_into(self, offset: int, *views: memoryview) -> int:
+        """Fill ``views`` one after another from ``offset`` on; returns the bytes there were."""
+        views_ = [v for v in views if v.nbytes]
         got = 0
-        while got < view.nbytes:
-            k = os.preadv(self.fd, [view[got:]], offset + got)
+        while views_:
+            k = os.preadv(self.fd, views_, offset + got)
             if not k:
                 break
             got += k
+            while views_ and k >= views_[0].nbytes:
+                k -= views_[0].nbytes
+                views_.pop(0)
+            if k:
+                views_[0] = views_[0][k:]
         return got
 
 
@@ -196,17 +203,25 @@ class _LazyBuffer:
             raise CaptureError(f"{self.where}: buffer is damaged (size or CRC-32 mismatch)")
         return np.frombuffer(data, np.uint8)
 
-    def load_split(self, middle: np.ndarray, n_head: int, n_tail: int) -> tuple[bytes, bytes]:
+    def load_split(self, middle: np.ndarray, n_head: int, n_tail: int, *, verify: bool = True) -> tuple[bytes, bytes]:
         """Read the buffer's first ``n_head`` bytes, then its next ``middle.nbytes`` straight
-        into ``middle``, then the rest (``n_tail``); CRC-checked as :meth:`load` is."""
-        at = self._data_offset()
-        head = self.source.read(at, n_head)
-        got = self.source.read_into(at + n_head, memoryview(middle).cast("B"))
-        tail = self.source.read(at + n_head + middle.nbytes, n_tail)
-        crc = zlib.crc32(tail, zlib.crc32(middle, zlib.crc32(head)))
-        if len(head) != n_head or got != middle.nbytes or len(tail) != n_tail or crc != self.crc32:
+        into ``middle``, then the rest (``n_tail``): two reads (the zip entry's header with the
+        buffer's head, then the rest). CRC-checked as :meth:`load` is unless ``verify`` is False
+        (for a reader that reads the same buffer again, checked, before trusting it)."""
+        first = self.source.read(self.header_offset, _LOCAL_HEADER.size + 256 + n_head)  # (name and extra fit, usually)
+        if len(first) < _LOCAL_HEADER.size or _LOCAL_HEADER.unpack(first[: _LOCAL_HEADER.size])[0] != b"PK\x03\x04":
+            raise CaptureError(f"{self.where}: buffer unreadable: bad zip local header")
+        _, n_name, n_extra = _LOCAL_HEADER.unpack(first[: _LOCAL_HEADER.size])
+        skip = _LOCAL_HEADER.size + n_name + n_extra
+        head = first[skip : skip + n_head]
+        at = self.header_offset + skip
+        if len(head) < n_head:
+            head = self.source.read(at, n_head)
+        tail = bytearray(n_tail)
+        got = self.source.read_into(at + n_head, memoryview(middle).cast("B"), memoryview(tail))
+        if len(head) != n_head or got != middle.nbytes + n_tail or (verify and zlib.crc32(tail, zlib.crc32(middle, zlib.crc32(head))) != self.crc32):
             raise CaptureError(f"{self.where}: buffer is damaged (size or CRC-32 mismatch)")
-        return head, tail
+        return head, bytes(tail)
 
     def __reduce__(self):
         # pickled (or deep-copied) as the bytes themselves: a descriptor means nothing elsewhere

@@ -303,11 +303,14 @@ class Batch:
         return np.repeat(np.asarray(values), np.diff(self.offsets))
 
 
-def read_batch(batch: list[int], columns, capture=None, model: ClockModel | None = None) -> Batch:
+def read_batch(batch: list[int], columns, capture=None, model: ClockModel | None = None, *, verify: bool = True) -> Batch:
     """Decode launches ``batch`` (plan order; one rank, one buffer layout) into one :class:`Batch`.
 
     Without ``capture`` (in a worker task) the capture, model and launch list are the run's
-    shared state (``ktrace.io._parallel.STATE``).
+    shared state (``ktrace.io._parallel.STATE``). ``verify=False`` skips the CRC-32 of buffers
+    read from their file (the light pass: the writing pass reads every buffer again, checked,
+    and fails before anything is written if one is damaged); a buffer that does not decode is
+    still checked, so that damage is reported as such.
     """
     from . import _parallel
     from .capture_file import CaptureError
@@ -321,7 +324,7 @@ def read_batch(batch: list[int], columns, capture=None, model: ClockModel | None
     records = None
     try:
         try:  # each buffer's records read straight into one array: no copy to stack them
-            heads, records, tails = _read_split([ln for _, ln in mine])
+            heads, records, tails = _read_split([ln for _, ln in mine], verify)
             headers, counts, cols = decode_split(heads, records, tails, columns)
         except ValueError:  # a buffer whose size or header disagrees with its launch: whole, for the message
             bufs = [ln.load_raw() for _, ln in mine]
@@ -331,6 +334,8 @@ def read_batch(batch: list[int], columns, capture=None, model: ClockModel | None
                 records = np.concatenate([np.frombuffer(b, RECORD_DTYPE, count=P * C, offset=HEADER_BYTES) for b in bufs])
     except BufferDecodeError as e:
         ln = mine[e.index][1]
+        if not verify:
+            ln.load_raw()  # (damaged: raises saying so)
         raise CaptureError(f"rank {rank}, launch {ln.index} ({ln.kernel}): {e}") from None
     offsets = np.r_[0, np.cumsum(counts)]
     clk = model.rank(rank)
@@ -347,7 +352,7 @@ def read_batch(batch: list[int], columns, capture=None, model: ClockModel | None
     return Batch(rank=rank, launches=list(batch), offsets=offsets, cols=cols, s_ns=s_ns, e_ns=e_ns, headers=headers, records=records)
 
 
-def _read_split(lns: list) -> tuple[list, np.ndarray, list]:
+def _read_split(lns: list, verify: bool = True) -> tuple[list, np.ndarray, list]:
     """Headers, stacked records and dropped counters of launches of one layout (from their
     grid and capacity); ValueError where a buffer's size does not fit that layout."""
     P, C = math.prod(lns[0].grid), lns[0].capacity
@@ -356,7 +361,7 @@ def _read_split(lns: list) -> tuple[list, np.ndarray, list]:
     step = P * C * RECORD_DTYPE.itemsize
     heads, tails = [], []
     for k, ln in enumerate(lns):
-        got = ln.read_split(u8[k * step : (k + 1) * step], HEADER_BYTES, P * DROPPED_BYTES)
+        got = ln.read_split(u8[k * step : (k + 1) * step], HEADER_BYTES, P * DROPPED_BYTES, verify=verify)
         if got is None:
             raise ValueError(f"launch {ln.index}: buffer size does not fit its grid and capacity")
         heads.append(got[0])
@@ -434,7 +439,7 @@ def _survey(task: tuple[int, list[int]]) -> tuple:
 
     k_batch, batch = task
     model, shared, at = _parallel.STATE["model"], _parallel.STATE["wn"], _parallel.STATE["wn_at"][k_batch]
-    b = read_batch(batch, ("index",))
+    b = read_batch(batch, ("index",), verify=False)
     counts = np.diff(b.offsets)
     clk = model.rank(b.rank)
     spans = []
