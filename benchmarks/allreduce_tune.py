@@ -44,6 +44,9 @@ def main() -> int:
     ap.add_argument("--no-traced", action="store_true", help="skip the traced densities")
     ap.add_argument("--traced-sizes", type=int, nargs="*", help=f"sizes whose traced densities are timed (default {TRACED_SIZES})")
     ap.add_argument("--traced-methods", nargs="*", help=f"methods traced (default {TRACED_METHOD})")
+    ap.add_argument("--one-slot", action="store_true",
+                    help="also time each traced method with 1 slot per program: the probes run but every record is "
+                         "counted dropped instead of stored (separates the cost of the record stores from the rest)")
     ap.add_argument("--json")
     args = ap.parse_args()
     import torch
@@ -91,6 +94,9 @@ def main() -> int:
                 fns[f"{tm_name} traced:{probes}"] = (lambda p=plan, o=out, b=buf, k=plan.slots(): p(x, o, ktrace_buf=b, ktrace_slots=k))
                 if f"{tm_name} untraced" not in fns:
                     fns[f"{tm_name} untraced"] = (lambda p=plan, o=out: p(x, o))
+                if args.one_slot and probes == "lean":
+                    buf1 = H.trace_buffer(plan.nprog, 1, dist.device)
+                    fns[f"{tm_name} traced:lean-1slot"] = (lambda p=plan, o=out, b=buf1: p(x, o, ktrace_buf=b, ktrace_slots=1))
         t = H.time_interleaved(fns, reps=args.reps, warmup=10, dist=dist, batch=20, hold_cycles=5_000_000)
         base = t["nccl"].median_us
         if dist.rank == 0:
