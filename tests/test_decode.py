@@ -158,3 +158,47 @@ def test_fuzz_decoder_raises_only_decode_error(real_raw):
             assert str(e)
             outcomes["error"] += 1
     assert outcomes["ok"] > 0 and outcomes["error"] > 0, outcomes
+
+
+def test_decode_columns_and_split_match_decode_buffer(real_raw):
+    """Several buffers of one layout decoded together (what the trace writers do): the same
+    rows, fields and headers as decoding each alone; a bad one is named, with its own message."""
+    from ktrace.decode import COLUMNS, BufferDecodeError, decode_columns, decode_split
+
+    rng = np.random.default_rng(7)
+    for raw in real_raw:
+        alone = decode_buffer(raw)
+        P, C = alone.header.n_programs, alone.header.capacity
+        # copies with events removed at random (emptied slots), so the launches differ
+        bufs = [raw]
+        for _ in range(2):
+            b = raw.copy()
+            rec = b[64 : 64 + P * C * 32].view(schema.RECORD_DTYPE)
+            kind = rec["tag"] & 0xF
+            gone = np.flatnonzero((kind != 0) & (kind != EventKind.DETAIL) & (rng.random(P * C) < 0.3))
+            gone = gone[(rec["tag"][gone] >> 4 & EventFlag.DETAIL) == 0]  # (events with a DETAIL keep it)
+            rec[gone] = 0
+            bufs.append(b)
+        expect = [decode_buffer(b) for b in bufs]
+        heads, counts, cols = decode_columns(bufs)
+        assert counts.tolist() == [d.written for d in expect]
+        assert [(h.written, h.dropped, h.grid) for h in heads] == [(d.written, d.dropped, d.header.grid) for d in expect]
+        table = np.concatenate([d.events for d in expect])
+        for c in COLUMNS:
+            assert np.array_equal(cols[c], table[c]), c
+        records = np.concatenate([np.frombuffer(b, schema.RECORD_DTYPE, count=P * C, offset=64) for b in bufs])
+        _, counts2, cols2 = decode_split([b[:64].tobytes() for b in bufs], records, [b[64 + P * C * 32 :].tobytes() for b in bufs],
+                                         ("program", "arg2"))
+        assert counts2.tolist() == counts.tolist() and set(cols2) == {"kind", "flags", "start", "end", "program", "arg2"}
+        assert np.array_equal(cols2["arg2"], table["arg2"]) and np.array_equal(cols2["program"], table["program"])
+    # the second of three buffers is corrupt: named by its index, with its own message
+    raw = real_raw[2]
+    bad = raw.copy()
+    bad[64 + 16] = (bad[64 + 16] & 0xF0) | 9  # first record: unknown kind 9
+    with pytest.raises(DecodeError, match="unknown kind 9") as alone:
+        decode_buffer(bad)
+    with pytest.raises(BufferDecodeError) as got:
+        decode_columns([raw, bad, raw])
+    assert got.value.index == 1 and str(got.value) == str(alone.value)
+    with pytest.raises(ValueError, match="different layouts"):
+        decode_columns([real_raw[0], real_raw[1]])
