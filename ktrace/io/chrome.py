@@ -160,10 +160,11 @@ def write_chrome_json(capture, path: str | os.PathLike, *, model: ClockModel | N
                       plan: TracePlan | None = None, workers: int | None = None) -> Path:
     """Write a capture as a Chrome JSON trace.
 
-    Launches are formatted in worker processes (see ``ktrace.io._parallel``), each appending
-    its rows to the file as one piece; rows of different launches may come in any order (the
-    format does not care), and the result parses to the same events whatever the number of
-    workers.
+    Batches of launches are formatted in worker processes (see ``ktrace.io.layout`` and
+    ``ktrace.io._parallel``), each appending its rows to the file as one piece; rows of
+    different batches may come in any order (the format does not care), and the result parses
+    to the same events whatever the number of workers. The thread names of the tracks the
+    batches used close the file.
 
     Args:
         capture: a ``ktrace.io.Capture`` (all ranks to show).

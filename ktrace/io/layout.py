@@ -8,18 +8,22 @@ time (several streams) get separate groups of program tracks. Counters are count
 (program, counter name). Each notify gets a flow arrow to the wait it released
 (``ktrace.clock.pair_notify_wait``).
 
-How a capture is written (``ktrace.io._parallel`` spreads both passes over worker processes):
+How a capture is written (``ktrace.io._parallel`` spreads both passes over forked worker
+processes; a task is a *batch*: launches of one rank and one buffer layout, their records read
+straight from the file into one array and decoded as one, so that many small launches cost
+about what one large launch does):
 
-1. :func:`plan_trace`, the light pass: per launch, the header, the event count and the first
-   start and last end (the time base and the launch groups come from these), and the few
-   columns of waits and notifies that pairing reads; then the pairing, ranks in parallel, and
-   each launch's flow ids. Decoding is only partial here (no lanes, no arguments of spans).
-2. The writer's pass: each task decodes a *batch* of launches once (:func:`read_batch`:
-   consecutive launches of one rank and one buffer layout, stacked and decoded as one, so
-   many small launches cost about what one large launch does), lays them out (lanes, track
-   ids, flows) and writes every event of the batch. Which tracks exist is learnt here, so the
-   Chrome writer collects them for its metadata at the end and the Perfetto writer emits each
-   track's descriptor before its first use.
+1. :func:`plan_trace`, the light pass: per launch the header, the event count, the first start
+   and last end (the time base and the launch groups come from these), the region ids of its
+   counters, and the few fields of waits and notifies that pairing reads. Only kinds, flags
+   and times are decoded for every event; the rest is read for the rows that need it, and
+   buffers are not CRC-checked here (the writing pass checks each). The wait/notify columns go
+   to anonymous shared memory, where pairing tasks (one per destination rank) read them and
+   leave their pairs; the calling process only hands each launch its slices.
+2. The writer's pass: each task decodes its batch once (:func:`read_batch`), lays it out
+   (lanes, track ids, flows) and writes every event of it. Which tracks exist is learnt here,
+   so the Chrome writer collects them for its metadata at the end and the Perfetto writer
+   emits each track's descriptor before its first use.
 
 Track ids and counter track ids are functions of (launch group, program, lane / counter), so
 no pass needs to know which tracks another pass or worker has seen.

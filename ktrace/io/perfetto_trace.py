@@ -467,10 +467,12 @@ def write_perfetto(capture, path: str | os.PathLike, *, model: ClockModel | None
                    workers: int | None = None) -> Path:
     """Write a capture as a Perfetto protobuf trace (open it in ui.perfetto.dev).
 
-    Launches are encoded in worker processes (see ``ktrace.io._parallel``), each on its own
-    packet sequence (its own interned names, starting with ``SEQ_INCREMENTAL_STATE_CLEARED``)
-    and appending whole packets to the file; a ``Trace`` is a repeated field, so the pieces
-    concatenate into one. Every track descriptor comes first.
+    Batches of launches are encoded in worker processes (see ``ktrace.io.layout`` and
+    ``ktrace.io._parallel``), each worker on its own packet sequence (its own interned names,
+    starting with ``SEQ_INCREMENTAL_STATE_CLEARED``) and appending whole packets to the file;
+    a ``Trace`` is a repeated field, so the pieces concatenate into one. The process tracks
+    come first; each worker describes a program or counter track before its first packet on
+    it (a track two workers use is described twice, identically).
 
     Args:
         capture: a ``ktrace.io.Capture``.
