@@ -22,11 +22,22 @@ def rows(n: int, parts: list) -> np.ndarray:
     Returns the rows as one C-contiguous (n, w) uint8 matrix: its buffer is the text (written
     out as it is, without a copy to ``bytes``).
     """
-    widths = [len(p) if isinstance(p, (bytes, bytearray)) else p.shape[1] for p in parts]
-    out = np.empty((n, sum(widths)), np.uint8)
+    literal = [isinstance(p, (bytes, bytearray)) for p in parts]
+    widths = [len(p) if lit else p.shape[1] for p, lit in zip(parts, literal)]
+    # the literal bytes of a row laid out once and broadcast into every row in one pass (a few
+    # bytes copied into every row, part by part, is several times slower), then the columns
+    template = np.empty(sum(widths), np.uint8)
     c = 0
-    for p, w in zip(parts, widths):
-        out[:, c : c + w] = np.frombuffer(p, np.uint8) if isinstance(p, (bytes, bytearray)) else p
+    for p, w, lit in zip(parts, widths, literal):
+        if lit:
+            template[c : c + w] = np.frombuffer(p, np.uint8)
+        c += w
+    out = np.empty((n, template.size), np.uint8)
+    out[:] = template
+    c = 0
+    for p, w, lit in zip(parts, widths, literal):
+        if not lit:
+            out[:, c : c + w] = p
         c += w
     return out
 
