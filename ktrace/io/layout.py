@@ -52,8 +52,8 @@ def lanes_of(program: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndar
     """Assign each interval a lane so that, per program and lane, intervals nest or are disjoint.
 
     Fast path (vectorised): per program, check that the intervals form a laminar family
-    (every pair is nested or disjoint; touching ends count as disjoint); such programs need
-    only lane 0. Programs that fail go through a greedy pass in Python (first lane where the
+    (every pair is nested or disjoint; touching ends count as disjoint) with one sort of their
+    boundaries: such programs need only lane 0. Programs that fail go through a greedy pass in Python (first lane where the
     interval nests), costing per event only where spans really overlap without nesting.
 
     Args:
@@ -76,15 +76,11 @@ def lanes_of(program: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndar
     span_t = int(end.max()) - t0 + 1
     pbits = max(1, int(prog.max()).bit_length())
     tbits = span_t.bit_length()
-    idx = np.arange(n, dtype=np.int64)
-    # boundaries: opens at start, closes at end; at equal times closes first (touching is
-    # disjoint), wider opens first (outer), later-started closes first (inner); identical
-    # intervals open in index order and close in reverse
+    # boundaries 0..n-1 open at start, n..2n-1 close at end; sorted by program and time; at equal
+    # times closes first (touching is disjoint), wider opens first (outer), later-started closes
+    # first (inner); identical intervals open in index order and close in reverse
     b_type = np.r_[np.ones(n, np.int64), np.zeros(n, np.int64)]
-    b_id = np.r_[idx, idx]
     b_time = np.r_[start, end] - t0
-    tie = np.r_[-(end - t0), -(start - t0)]
-    tie2 = np.r_[idx, -idx]
     if pbits + tbits + 1 <= 62:
         primary = (np.r_[prog, prog] << (tbits + 1)) | (b_time << 1) | b_type
         bo = np.argsort(primary, kind="stable")  # one key: the tie-breaks matter only where it repeats
@@ -93,23 +89,26 @@ def lanes_of(program: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndar
         if rep.any():  # order each run of equal keys by the tie-breaks (runs keep their places)
             at = np.flatnonzero(np.r_[rep, False] | np.r_[False, rep])
             sub = bo[at]
-            bo[at] = sub[np.lexsort((tie2[sub], tie[sub], ps[at]))]
+            k = sub % n
+            close = sub >= n
+            tie = np.where(close, -(start[k] - t0), -(end[k] - t0))
+            tie2 = np.where(close, -k, k)
+            bo[at] = sub[np.lexsort((tie2, tie, ps[at]))]
     else:
-        bo = np.lexsort((tie2, tie, b_type, b_time, np.r_[prog, prog]))
-    b_type, b_id = b_type[bo], b_id[bo]
-    b_prog = np.r_[prog, prog][bo]
-    depth_after = np.cumsum(2 * b_type - 1)
-    level = depth_after + (1 - b_type)  # an open's level is the depth after it, a close's before it
-    lo = np.argsort((b_prog << 32) | level, kind="stable") if pbits <= 30 else np.lexsort((level, b_prog))
-    t2, id2, p2 = b_type[lo], b_id[lo], b_prog[lo]
-    # in a laminar family each open is immediately followed, at its level, by its own close
-    is_open = t2 == 1
-    nxt_id = np.r_[id2[1:], -1]
-    nxt_type = np.r_[t2[1:], 1]
-    bad_open = is_open & ((nxt_type != 0) | (nxt_id != id2))
-    if not bad_open.any():
+        idx = np.arange(n, dtype=np.int64)
+        bo = np.lexsort((np.r_[idx, -idx], np.r_[-(end - t0), -(start - t0)], b_type, b_time, np.r_[prog, prog]))
+    bt = b_type[bo]
+    level = np.cumsum(2 * bt - 1) + (1 - bt)  # an open's level is the depth after it, a close's before it
+    # The family is laminar exactly when every interval opens and closes at the same level: an
+    # interval's two levels differ by (intervals that start inside it and end after it) minus
+    # (intervals that started before it and end inside it), so if a later interval crosses one,
+    # an earlier one crosses it too, and an earlier one that, and so on: impossible.
+    lev = np.empty(2 * n, np.int64)
+    lev[bo] = level
+    bad_iv = lev[:n] != lev[n:]
+    if not bad_iv.any():
         return lanes
-    bad = p2[bad_open]
+    bad = prog[bad_iv]
     if int(prog.min()) >= 0 and int(prog.max()) < 4 * n:  # (no sort needed to find them)
         is_bad = np.zeros(int(prog.max()) + 1, bool)
         is_bad[bad] = True
