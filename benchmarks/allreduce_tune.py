@@ -79,7 +79,7 @@ def main() -> int:
             plan.heap.check()
             check(out, dist.world_size, seed, n, "bfloat16", rank=dist.rank)
             outs.append(out)
-            fns[f"{method} w{warps} b{plan.block}"] = (lambda p=plan, o=out: p(x, o))
+            fns[f"{method} w{plan.num_warps} b{plan.block}"] = (lambda p=plan, o=out: p(x, o))
         for tm_name in traced_methods if nbytes in traced_sizes else ():
             for probes in PROBES:
                 cfg = AllReduceConfig(n=n, method=tm_name, probes=probes)

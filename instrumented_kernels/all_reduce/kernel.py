@@ -371,7 +371,7 @@ class AllReduceConfig:
         block: elements per chunk (power of two); 0 picks one from ``n`` and the SM count.
         max_programs: upper bound on programs (0: the SM count, agreed as the minimum over ranks).
         timeout_ns: bound of every wait (ns).
-        num_warps: warps per program.
+        num_warps: warps per program (0: 16 for the push's 8192-element chunks, else 8).
         probes: default probe density of a traced launch: "waits" (only the waits), "lean"
             (waits and one span per chunk) or "full" (every step and every notify); see the
             module docstring.
@@ -383,7 +383,7 @@ class AllReduceConfig:
     block: int = 0
     max_programs: int = 0
     timeout_ns: int = 5_000_000_000
-    num_warps: int = 8
+    num_warps: int = 0
     probes: str = "lean"
 
     def __post_init__(self):
@@ -397,7 +397,7 @@ class AllReduceConfig:
             raise ValueError(f"block must be 0 (auto) or a power of two >= 128, got {self.block}")
         if self.probes not in PROBES:
             raise ValueError(f"probes must be one of {PROBES}, got {self.probes!r}")
-        if self.max_programs < 0 or self.timeout_ns <= 0 or self.num_warps not in (1, 2, 4, 8, 16):
+        if self.max_programs < 0 or self.timeout_ns <= 0 or self.num_warps not in (0, 1, 2, 4, 8, 16):
             raise ValueError(f"bad max_programs/timeout_ns/num_warps in {self}")
 
 
@@ -407,11 +407,12 @@ def pick_block(n: int, programs: int, method: str = "one_shot") -> int:
     ``one_shot`` and ``two_shot`` spread the elements over about ``programs`` programs (chunks of
     512 .. 8192). ``one_shot_push`` runs fewer, larger chunks: every program adds ``W - 1``
     notifies (each a release that waits for the program's remote stores) and ``W - 1`` waits, and
-    on 4 x H200 (``benchmarks/allreduce_tune.py``) 1024-element chunks were fastest up to 256 KiB
-    (64 KiB: 9.07 µs vs 9.59 with 512) and 8192 above (1 MiB: 19.5 µs vs 22.5-23.6 with 4096).
+    on 4 x H200 (``benchmarks/allreduce_tune.py``) 1024-element chunks were fastest up to 64 KiB
+    (9.07 µs vs 9.59 with 512) and 8192 above, with 16 warps (256 KiB: 11.49 and 11.70 µs in two
+    sweeps vs 11.73 and 12.2 with 1024; 1 MiB: 19.5-19.7 µs vs 22.5-23.6 with 4096).
     """
     if method == "one_shot_push":
-        return 1024 if n <= 1 << 17 else 8192
+        return 1024 if n <= 1 << 15 else 8192
     per = triton.cdiv(n, programs)
     return int(min(8192, max(512, triton.next_power_of_2(per))))
 
@@ -435,6 +436,7 @@ class AllReduce:
         limit = cfg.max_programs or sms
         limit = min(heap.all_gather_object(min(limit, sms)))  # the same on every rank
         self.block = cfg.block or pick_block(cfg.n, limit, cfg.method)
+        self.num_warps = cfg.num_warps or (16 if cfg.method == "one_shot_push" and self.block >= 8192 else 8)
         self.chunks = triton.cdiv(cfg.n, self.block)
         self.nprog = min(self.chunks, limit)
         W, C, B, G = self.world, self.chunks, self.block, self.nprog
@@ -492,7 +494,7 @@ class AllReduce:
         d, s = fault.kernel_args(self.rank)
         extra = {} if ktrace_buf is None else {"ktrace_buf": ktrace_buf, "KTRACE": ktrace_slots}
         common = dict(WORLD=self.world, BLOCK=self.block, FAULTS=fault.active, TIMEOUT_NS=self.cfg.timeout_ns,
-                      FULL_PROBES=self.cfg.probes == "full", WAITS_ONLY=self.cfg.probes == "waits", num_warps=self.cfg.num_warps, **extra)
+                      FULL_PROBES=self.cfg.probes == "full", WAITS_ONLY=self.cfg.probes == "waits", num_warps=self.num_warps, **extra)
         if self.cfg.method == "one_shot":
             all_reduce_one_shot[(self.nprog,)](
                 x, out, self.stage, self.flags, self.cfg.n, self.epoch, self.rank, self.heap.bases, self.nprog, d, s, **common

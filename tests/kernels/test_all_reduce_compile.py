@@ -35,4 +35,4 @@ def test_config_is_validated():
         AllReduceConfig(n=10, block=1000)
     assert pick_block(1, 132) == 512 and pick_block(1 << 26, 132) == 8192
     assert pick_block(1 << 19, 132) == 4096
-    assert pick_block(1 << 17, 132, "one_shot_push") == 1024 and pick_block(1 << 19, 132, "one_shot_push") == 8192
+    assert pick_block(1 << 15, 132, "one_shot_push") == 1024 and pick_block(1 << 17, 132, "one_shot_push") == 8192
