@@ -5,7 +5,7 @@ peer, then reads every peer's staged copy and reduces locally. Each rank reads `
 elements over the links; one flag round trip of latency.
 
 One-shot push (``one_shot_push``): every rank stores its input straight into its own slot of
-every peer's heap (``slots[src]``, remote stores: writes are posted, reads wait a round trip),
+every peer's heap (``inbox[src]``, remote stores: writes are posted, reads wait a round trip),
 tells every peer, then sums its own input and the ``W-1`` slots the peers wrote into its heap,
 all local reads. Each rank writes ``(W-1) * n`` elements over the links and reads nothing
 remote; no staging copy.
@@ -194,7 +194,7 @@ def _push_slots(meta) -> int:
 def all_reduce_one_shot_push(
     inp,
     out,
-    slots,
+    inbox,
     flags,
     n,
     epoch,
@@ -216,7 +216,7 @@ def all_reduce_one_shot_push(
 
     Args:
         inp, out: this rank's input and output (``n`` elements, any device memory).
-        slots: heap tensor (2, W, n_pad): ``slots[par, src]`` = rank src's input, written by src
+        inbox: heap tensor (2, W, n_pad): ``inbox[par, src]`` = rank src's input, written by src
             into every rank's heap (by epoch parity).
         flags: heap int32 (W, G): ``flags[src, p]`` = last epoch src's program p pushed.
         epoch: this call's number (>= 1, increasing by one per call).
@@ -227,7 +227,7 @@ def all_reduce_one_shot_push(
     pid = tl.program_id(0)
     C = tl.cdiv(n, BLOCK)
     span = (C * BLOCK).to(tl.int64)
-    base = slots + (epoch % 2) * (WORLD * span)
+    base = inbox + (epoch % 2) * (WORLD * span)
     mine = base + rank * span  # my slot, at the same offset in every rank's heap
     offs = tl.arange(0, BLOCK)
     # 1. store my chunks into my slot on every peer, then tell them.

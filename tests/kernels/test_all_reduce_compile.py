@@ -9,7 +9,7 @@ pytest.importorskip("triton")
 
 COMMON = {"n": "i32", "epoch": "i32", "rank": "i32", "heap_bases": "*i64", "nprog": "i32", "fault_delay_ns": "i32", "fault_skip": "i32"}
 ONE = {"inp": "*bf16", "out": "*bf16", "stage": "*bf16", "flags": "*i32", **COMMON}
-PUSH = {"inp": "*bf16", "out": "*bf16", "slots": "*bf16", "flags": "*i32", **COMMON}
+PUSH = {"inp": "*bf16", "out": "*bf16", "inbox": "*bf16", "flags": "*i32", **COMMON}
 TWO = {"inp": "*bf16", "out": "*bf16", "gather": "*bf16", "result": "*bf16", "flags_rs": "*i32", "flags_ag": "*i32", **COMMON}
 
 
