@@ -229,15 +229,16 @@ def _scatter_tiles(
 def _comm_worker(
     kt, C, tile_flags, ready, arrive, worker, workers, M, N_loc, col0, stride_cm, stride_cn,
     rank, world, heap_bases, epoch, fault_delay_ns, fault_skip,
-    FAULTS: tl.constexpr, NOTIFY_PER_TILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
-    TIMEOUT_NS: tl.constexpr,
+    FAULTS: tl.constexpr, WAIT_TILES: tl.constexpr, NOTIFY_PER_TILE: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, TIMEOUT_NS: tl.constexpr,
 ):
-    """A communication program of ``fused_ws``: wait for the peers, push ready tiles, await arrivals."""
+    """Communication program ``worker`` of ``workers`` (``fused_ws``'s, or the scatter kernel's):
+    wait for the peers, push its tiles (ready ones when ``WAIT_TILES``), await arrivals."""
     kt = await_ready(kt, ready, epoch, rank, world, heap_bases, TIMEOUT_NS)
     kt = _scatter_tiles(
         kt, C, tile_flags, arrive, worker, workers, M, N_loc, col0, stride_cm, stride_cn,
         rank, world, heap_bases, epoch, fault_delay_ns, fault_skip,
-        FAULTS, True, NOTIFY_PER_TILE, BLOCK_M, BLOCK_N, GROUP_M, TIMEOUT_NS,
+        FAULTS, WAIT_TILES, NOTIFY_PER_TILE, BLOCK_M, BLOCK_N, GROUP_M, TIMEOUT_NS,
     )
     n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N_loc, BLOCK_N)
     kt = await_arrivals(kt, arrive, epoch * n_tiles, rank, world, heap_bases, worker, workers, TIMEOUT_NS)
@@ -324,15 +325,11 @@ def scatter_kernel(
     ``0 .. world - 2`` then wait for the peers' tiles to have arrived.
     """
     kt = kl.init(ktrace_buf, KTRACE)
-    pid = tl.program_id(0)
-    kt = await_ready(kt, ready, epoch, rank, world, heap_bases, TIMEOUT_NS)
-    kt = _scatter_tiles(
-        kt, C, tile_flags, arrive, pid, NUM_PROGS, M, N_loc, col0, stride_cm, stride_cn,
-        rank, world, heap_bases, epoch, fault_delay_ns, fault_skip,
-        FAULTS, WAIT_TILES, NOTIFY_PER_TILE, BLOCK_M, BLOCK_N, GROUP_M, TIMEOUT_NS,
+    _comm_worker(
+        kt, C, tile_flags, ready, arrive, tl.program_id(0), NUM_PROGS, M, N_loc, col0, stride_cm, stride_cn,
+        rank, world, heap_bases, epoch, fault_delay_ns, fault_skip, FAULTS, WAIT_TILES, NOTIFY_PER_TILE, BLOCK_M, BLOCK_N,
+        GROUP_M, TIMEOUT_NS,
     )
-    n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N_loc, BLOCK_N)
-    kt = await_arrivals(kt, arrive, epoch * n_tiles, rank, world, heap_bases, pid, NUM_PROGS, TIMEOUT_NS)
 
 
 @ktrace.trace(events_per_program=_fused_seq_slots)
@@ -393,8 +390,8 @@ def fused_ws_kernel(
     if pid >= GEMM_PROGS:
         kt = _comm_worker(
             kt, C, tile_flags, ready, arrive, pid - GEMM_PROGS, NUM_PROGS - GEMM_PROGS, M, N_loc, col0, stride_cm, stride_cn,
-            rank, world, heap_bases, epoch, fault_delay_ns, fault_skip, FAULTS, NOTIFY_PER_TILE, BLOCK_M, BLOCK_N, GROUP_M,
-            TIMEOUT_NS,
+            rank, world, heap_bases, epoch, fault_delay_ns, fault_skip, FAULTS, True, NOTIFY_PER_TILE, BLOCK_M, BLOCK_N,
+            GROUP_M, TIMEOUT_NS,
         )
 
 
