@@ -66,7 +66,7 @@ def build(dirpath: Path, n_events: int, ranks: int) -> dict:
     cap, _ = constructed_capture(world_size=ranks, programs=264, iters=8, seed=3)
     per_launch = cap.ranks[0].launches[0].decode(0).events.size
     n_launch = max(1, round(n_events / (per_launch * ranks)))
-    files, raw_bytes, total = [], 0, 0
+    files, device_bytes, total = [], 0, 0
     for r, rc in cap.ranks.items():
         ln0 = rc.launches[0]
         d = decode_buffer(ln0.raw)
@@ -79,21 +79,32 @@ def build(dirpath: Path, n_events: int, ranks: int) -> dict:
             e["end"] += k * period
             raw = encode_buffer(e, grid=ln0.grid, capacity=ln0.capacity)
             launches.append(Launch(index=k, kernel=ln0.kernel, grid=ln0.grid, capacity=ln0.capacity, raw=raw, host_ns=ln0.host_ns))
-            raw_bytes += raw.nbytes
+            device_bytes += raw.nbytes
             total += e.size
         rc1 = type(rc)(rank=r, device=rc.device, launches=launches, clock_samples=rc.clock_samples)
         one = Capture(world_size=ranks, ranks={r: rc1}, regions=cap.regions, meta={"constructed": True})
         f = dirpath / f"rank{r}.ktrace"
         write_capture(f, one)
         files.append(str(f))
-    return {"files": files, "events": total, "raw_bytes": raw_bytes, "launches_per_rank": n_launch, "input": "CONSTRUCTED",
-            "ranks": ranks}
+    return {"files": files, "events": total, "raw_bytes": stored_bytes(files), "device_bytes": device_bytes, "launches_per_rank": n_launch,
+            "input": "CONSTRUCTED", "ranks": ranks}
+
+
+def stored_bytes(files: list[str]) -> int:
+    """The raw capture's size: the event buffers' bytes as the capture files store them."""
+    import zipfile
+
+    total = 0
+    for f in files:
+        meta = json.loads(zipfile.ZipFile(f).read("ktrace.json"))
+        total += sum(lm["bytes"] for rk in meta["ranks"] for lm in rk["launches"])
+    return total
 
 
 def build_from(dirpath: Path, n_events: int, source: str) -> dict:
     """The input replicated from a recorded capture (see the module docstring)."""
     from ktrace import schema
-    from ktrace.decode import decode_buffer
+    from ktrace.decode import decode_buffer, head_bytes, pack_buffer
     from ktrace.io.capture_file import Capture, Launch, RankCapture, read_capture, write_capture
 
     cap = read_capture(source)
@@ -110,28 +121,28 @@ def build_from(dirpath: Path, n_events: int, source: str) -> dict:
             spans.append((max(int(e["end"].max()) for e in evs) - min(int(e["start"].min()) for e in evs)) * 1e9 / hz)
     period_ns = int(max(spans)) + 10_000
     copies = max(1, round(n_events / per_copy))
-    files, raw_bytes, total, n_launches = [], 0, 0, 0
+    files, device_bytes, total, n_launches = [], 0, 0, 0
     for r, rc in sorted(cap.ranks.items()):
         launches = []
         per_rank = len(rc.launches)
-        for ln in rc.launches:  # where each launch's timestamps lie, once
-            raw = np.ascontiguousarray(ln.raw)
+        for ln in rc.launches:  # where each launch's timestamps lie, once (in its packed buffer)
+            ln._packed = pack_buffer(ln.raw)
             h = decoded[(r, ln.index)].header
-            rec = raw[schema.HEADER_BYTES : schema.dropped_offset(h.n_programs, h.capacity)].view(schema.RECORD_DTYPE)
-            kind = rec["tag"] & 0xF
+            n_rec = (ln._packed.nbytes - schema.packed_bytes(h.n_programs, 0)) // schema.RECORD_BYTES
+            ln._rec = slice(head_bytes(decode_buffer(ln._packed).header), head_bytes(decode_buffer(ln._packed).header) + n_rec * schema.RECORD_BYTES)
+            kind = ln._packed[ln._rec].view(schema.RECORD_DTYPE)["tag"] & 0xF
             ln._where = np.flatnonzero((kind != schema.EventKind.EMPTY) & (kind != schema.EventKind.DETAIL))
             ln._step = np.uint64(period_ns * h.tick_hz // 1_000_000_000)
         for k in range(copies):
             for j, ln in enumerate(rc.launches):
-                raw = np.array(ln.raw, copy=True)
-                h = decoded[(r, ln.index)].header
-                rec = raw[schema.HEADER_BYTES : schema.dropped_offset(h.n_programs, h.capacity)].view(schema.RECORD_DTYPE)
+                raw = ln._packed.copy()
+                rec = raw[ln._rec].view(schema.RECORD_DTYPE)
                 shift = np.uint64(k) * ln._step
                 rec["t0"][ln._where] += shift
                 rec["t1"][ln._where] += shift
                 launches.append(Launch(index=k * per_rank + j, kernel=ln.kernel, grid=ln.grid, capacity=ln.capacity, raw=raw,
                                        host_ns=ln.host_ns + k * period_ns, stream=ln.stream, meta=dict(ln.meta)))
-                raw_bytes += raw.nbytes
+                device_bytes += ln.raw.nbytes
                 total += decoded[(r, ln.index)].events.size
         n_launches += len(launches)
         one = Capture(world_size=cap.world_size, ranks={r: RankCapture(rank=r, device=rc.device, launches=launches,
@@ -140,8 +151,8 @@ def build_from(dirpath: Path, n_events: int, source: str) -> dict:
         f = dirpath / f"rank{r}.ktrace"
         write_capture(f, one)
         files.append(str(f))
-    return {"files": files, "events": total, "raw_bytes": raw_bytes, "launches_per_rank": n_launches // len(cap.ranks),
-            "input": f"REPLICATED from {Path(source).name} ({copies} copies)", "ranks": len(cap.ranks)}
+    return {"files": files, "events": total, "raw_bytes": stored_bytes(files), "device_bytes": device_bytes,
+            "launches_per_rank": n_launches // len(cap.ranks), "input": f"REPLICATED from {Path(source).name} ({copies} copies)", "ranks": len(cap.ranks)}
 
 
 def _pss_kib(pid: int) -> int:
@@ -255,7 +266,8 @@ def main() -> int:
         t0 = time.perf_counter()
         info = build_from(d, args.events, args.source) if args.source else build(d, args.events, args.ranks)
         print(f"built {info['events']:,} events, {info['input']} ({info['ranks']} ranks x {info['launches_per_rank']} launches), "
-              f"raw capture {info['raw_bytes'] / 2**20:.0f} MiB, in {time.perf_counter() - t0:.1f} s")
+              f"raw capture {info['raw_bytes'] / 2**20:.0f} MiB as stored ({info['raw_bytes'] / info['events']:.0f} B per event; "
+              f"{info['device_bytes'] / 2**20:.0f} MiB of device buffers), in {time.perf_counter() - t0:.1f} s")
         print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
               f"load average {os.getloadavg()[0]:.2f} at the start (other work on the machine slows the steps down)")
         print(f"{'step':10s} {'workers':>7s} {'wall s':>8s} {'cpu s':>7s} {'events/s':>12s} {'PSS MiB':>8s} {'PSS/raw':>8s} {'maxrss/raw':>10s} "

@@ -65,6 +65,9 @@ def read_header(buf) -> schema.Header:
             f"header says {int(h['header_bytes'])}-byte header and {int(h['record_bytes'])}-byte records; "
             f"version {version} uses {schema.HEADER_BYTES} and {schema.RECORD_BYTES}: corrupt header"
         )
+    layout = int(h["layout"])
+    if layout not in (schema.LAYOUT_DENSE, schema.LAYOUT_PACKED) or (version < 2 and layout != schema.LAYOUT_DENSE):
+        raise DecodeError(f"unknown buffer layout {layout} in a version-{version} header: corrupt header")
     try:
         timer = schema.TimerKind(int(h["timer"]))
     except ValueError:
@@ -86,24 +89,129 @@ def read_header(buf) -> schema.Header:
         written=int(h["written"]),
         dropped=int(h["dropped"]),
         version=version,
+        layout=layout,
     )
 
 
-def _records(buf) -> tuple[np.ndarray, np.ndarray, schema.Header]:
-    """The header, the record slots and the per-program dropped counts of one buffer (checked)."""
+def head_bytes(header: schema.Header) -> int:
+    """Bytes before a buffer's records: the header, and a packed buffer's kept-slot counts."""
+    return schema.HEADER_BYTES + (schema.packed_counts_bytes(header.n_programs) if header.packed else 0)
+
+
+def _kept_counts(mv: memoryview, header: schema.Header) -> np.ndarray:
+    """A packed buffer's kept slots per program (checked against its capacity)."""
+    counts = np.frombuffer(mv, "<u4", count=header.n_programs, offset=schema.HEADER_BYTES)
+    if counts.size and int(counts.max()) > header.capacity:
+        p = int(np.argmax(counts > header.capacity))
+        raise DecodeError(f"packed buffer keeps {int(counts[p])} slots of program {p}, more than its {header.capacity}: corrupt buffer")
+    return counts
+
+
+def split_head(head) -> tuple[schema.Header, np.ndarray | None]:
+    """The header of a buffer's first bytes (``head_bytes`` of them), and a packed buffer's
+    kept-slot counts (None for a dense one)."""
+    mv = memoryview(head).cast("B")
+    header = read_header(mv)
+    if not header.packed:
+        return header, None
+    if mv.nbytes < head_bytes(header):
+        raise DecodeError(f"packed buffer is {mv.nbytes} bytes, shorter than its header and slot counts: truncated")
+    return header, _kept_counts(mv, header)
+
+
+def _records(buf) -> tuple[np.ndarray, np.ndarray, schema.Header, np.ndarray | None]:
+    """The header, the record slots, the per-program dropped counts and (packed) kept-slot
+    counts of one buffer (checked)."""
     if isinstance(buf, np.ndarray):
         buf = np.ascontiguousarray(buf).view(np.uint8).reshape(-1)
     mv = memoryview(buf).cast("B")
-    header = read_header(mv)
+    header, counts = split_head(mv)
     P, C = header.n_programs, header.capacity
-    need = header.nbytes
+    if counts is None:
+        need, n_rec = header.nbytes, P * C
+        what = f"its header ({P} programs x {C} slots)"
+    else:
+        n_rec = int(counts.sum(dtype=np.int64))
+        need = schema.packed_bytes(P, n_rec)
+        what = f"its header and slot counts ({P} programs, {n_rec} slots kept)"
     if mv.nbytes < need:
-        raise DecodeError(
-            f"buffer is {mv.nbytes} bytes but its header ({P} programs x {C} slots) needs {need}: truncated"
-        )
-    rec = np.frombuffer(mv, schema.RECORD_DTYPE, count=P * C, offset=schema.HEADER_BYTES)
-    dropped = np.frombuffer(mv, "<u4", count=P, offset=schema.dropped_offset(P, C))
-    return rec, dropped, header
+        raise DecodeError(f"buffer is {mv.nbytes} bytes but {what} need {need}: truncated")
+    at = head_bytes(header)
+    rec = np.frombuffer(mv, schema.RECORD_DTYPE, count=n_rec, offset=at)
+    dropped = np.frombuffer(mv, "<u4", count=P, offset=at + n_rec * schema.RECORD_BYTES)
+    return rec, dropped, header, counts
+
+
+def buffer_records(buf) -> np.ndarray:
+    """The record slots a buffer holds (``RECORD_DTYPE``; a packed buffer's kept ones), checked
+    as :func:`decode_buffer` checks the header."""
+    return _records(buf)[0]
+
+
+def pack_buffer(buf) -> np.ndarray:
+    """The packed form of an event buffer (see ``ktrace.schema``): each program's slots up to its
+    last non-empty one. Decodes to exactly the events of the dense buffer. A packed buffer is
+    returned as it is (a view of ``buf``).
+
+    Raises:
+        DecodeError: the buffer is truncated, foreign or of a newer version.
+    """
+    rec, dropped, header, counts = _records(buf)
+    if counts is not None:
+        return np.frombuffer(memoryview(buf).cast("B"), np.uint8, count=schema.packed_bytes(header.n_programs, rec.shape[0]))
+    P, C = header.n_programs, header.capacity
+    grid = rec.reshape(P, C)
+    used = (grid["tag"] & 0xF) != 0
+    # one past each program's last non-empty slot (0 for a program that wrote nothing)
+    kept = np.where(used.any(axis=1), C - np.argmax(used[:, ::-1], axis=1), 0).astype(np.uint32)
+    n_rec = int(kept.sum(dtype=np.int64))
+    out = np.zeros(schema.packed_bytes(P, n_rec), np.uint8)
+    h = np.frombuffer(memoryview(buf).cast("B"), schema.HEADER_DTYPE, count=1).copy()
+    h["version"] = schema.FORMAT_VERSION
+    h["layout"] = schema.LAYOUT_PACKED
+    out[: schema.HEADER_BYTES] = h.view(np.uint8)
+    at = schema.HEADER_BYTES
+    out[at : at + 4 * P] = kept.view(np.uint8)
+    at += schema.packed_counts_bytes(P)
+    out[at : at + n_rec * schema.RECORD_BYTES] = grid[np.arange(C)[None, :] < kept[:, None]].view(np.uint8).reshape(-1)
+    at += n_rec * schema.RECORD_BYTES
+    out[at:] = dropped.view(np.uint8)
+    return out
+
+
+class _Slots:
+    """Where record slots sit: ``locate`` gives each one's program (counted over all the buffers
+    decoded together) and its slot within the program.
+
+    Dense buffers: ``C`` slots per program. Packed: ``kept[p]`` slots of program p, one program
+    after another.
+    """
+
+    def __init__(self, C: int, kept: np.ndarray | None = None):
+        self.C = C
+        self.kept = kept
+        if kept is not None:
+            self.starts = np.r_[0, np.cumsum(kept, dtype=np.int64)]
+            self.prog_of = np.repeat(np.arange(kept.size, dtype=np.int64), kept)
+
+    def locate(self, i: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.kept is None:
+            prog = i // self.C
+            return prog, i - prog * self.C
+        prog = self.prog_of[i]
+        return prog, i - self.starts[prog]
+
+    def first(self, i: np.ndarray, n_slots: int) -> np.ndarray:
+        """Whether slot ``i`` starts a program (or is past the last slot)."""
+        if self.kept is None:
+            return i % self.C == 0
+        past = i >= n_slots
+        prog = self.prog_of[np.minimum(i, n_slots - 1)]
+        return past | (i == self.starts[prog])
+
+    def where(self, i: int) -> str:
+        p, s = self.locate(np.array([i], np.int64))
+        return f"program {int(p[0])}, slot {int(s[0])}"
 
 
 #: The columns :func:`decode_columns` can return (names and meanings of ``schema.EVENT_DTYPE``;
@@ -112,8 +220,9 @@ def _records(buf) -> tuple[np.ndarray, np.ndarray, schema.Header]:
 COLUMNS = ("program", "slot", "kind", "flags", "region", "hw", "start", "end", "arg0", "arg1", "arg2", "arg3", "arg4", "arg5")
 
 
-def _events(rec: np.ndarray, C: int, want) -> dict[str, np.ndarray]:
-    """The events of ``rec`` (programs of ``C`` slots each, in order), as the columns ``want`` names.
+def _events(rec: np.ndarray, slots: _Slots, want) -> dict[str, np.ndarray]:
+    """The events of ``rec`` (the slots of programs one after another, as ``slots`` says), as
+    the columns ``want`` names.
 
     Validates every record it reads; raises :class:`DecodeError` naming program and slot.
     """
@@ -128,9 +237,7 @@ def _events(rec: np.ndarray, C: int, want) -> dict[str, np.ndarray]:
     uflags = ((utag >> schema.KIND_BITS) & 0xF).astype(np.uint8)
     if not _VALID_KINDS[ukind].all():
         bad = used[~_VALID_KINDS[ukind]][0]
-        raise DecodeError(
-            f"record of program {bad // C}, slot {bad % C} has unknown kind {int(kind[bad])}: corrupt buffer"
-        )
+        raise DecodeError(f"record of {slots.where(bad)} has unknown kind {int(kind[bad])}: corrupt buffer")
 
     is_detail = ukind == EventKind.DETAIL
     has_detail = used.size != 0 and bool(is_detail.any())
@@ -141,37 +248,31 @@ def _events(rec: np.ndarray, C: int, want) -> dict[str, np.ndarray]:
         di = np.flatnonzero(is_detail)
         det = used[di]
         prev = np.maximum(di - 1, 0)  # the used slot before it: it must be the slot det - 1
-        orphan = (det % C == 0) | (di == 0) | (used[prev] != det - 1)
+        orphan = slots.first(det, n_slots) | (di == 0) | (used[prev] != det - 1)
         orphan |= ((uflags[prev] & EventFlag.DETAIL) == 0) | is_detail[prev]
         if orphan.any():
             bad = det[orphan][0]
-            raise DecodeError(
-                f"DETAIL record at program {bad // C}, slot {bad % C} does not follow an event that has one: corrupt buffer"
-            )
+            raise DecodeError(f"DETAIL record at {slots.where(bad)} does not follow an event that has one: corrupt buffer")
     mflags = uflags[mi] if has_detail else uflags
     wi = np.flatnonzero(mflags & EventFlag.DETAIL)  # positions among the events
     wants = main[wi]
     if wants.size:
         nxt = wants + 1
-        missing = (nxt % C == 0) | (kind[np.minimum(nxt, n_slots - 1)] != EventKind.DETAIL)
+        missing = slots.first(nxt, n_slots) | (kind[np.minimum(nxt, n_slots - 1)] != EventKind.DETAIL)
         if missing.any():
             bad = wants[missing][0]
-            raise DecodeError(
-                f"event at program {bad // C}, slot {bad % C} says a DETAIL record follows, but none does: corrupt buffer"
-            )
+            raise DecodeError(f"event at {slots.where(bad)} says a DETAIL record follows, but none does: corrupt buffer")
     t0, t1 = rec["t0"][main], rec["t1"][main]
     starts_after_end = t1 < t0
     if starts_after_end.any():
         bad = main[starts_after_end][0]
-        raise DecodeError(f"event at program {bad // C}, slot {bad % C} ends before it starts: corrupt buffer")
+        raise DecodeError(f"event at {slots.where(bad)} ends before it starts: corrupt buffer")
 
     n = main.size
     mkind = ukind[mi] if has_detail else ukind
     out: dict[str, np.ndarray] = {}
     if "program" in want or "slot" in want:
-        prog = main // C
-        out["program"] = prog
-        out["slot"] = main - prog * C
+        out["program"], out["slot"] = slots.locate(main)
     out["kind"] = mkind
     out["flags"] = mflags
     if "region" in want:
@@ -220,8 +321,8 @@ def decode_buffer(buf, *, rank: int = 0, launch: int = 0) -> DecodedBuffer:
         DecodeError: the buffer is truncated, foreign, of a newer version, or its records are
             inconsistent (unknown kinds, a DETAIL record with no event before it, ...).
     """
-    rec, dropped, header = _records(buf)
-    cols = _events(rec, header.capacity, ("program", "region", "hw", "arg0", "arg1"))
+    rec, dropped, header, kept = _records(buf)
+    cols = _events(rec, _Slots(header.capacity, kept), ("program", "region", "hw", "arg0", "arg1", "index"))
     n = cols["kind"].size
     ev = np.zeros(n, schema.EVENT_DTYPE)  # (zero-filling is cheaper than writing the detail columns)
     ev["rank"] = rank
@@ -231,7 +332,7 @@ def decode_buffer(buf, *, rank: int = 0, launch: int = 0) -> DecodedBuffer:
     wi = cols["_detail_rows"]
     if wi.size:
         drec = rec.view(schema.DETAIL_DTYPE)  # field by field, as above
-        at = cols["program"][wi] * header.capacity + cols["slot"][wi] + 1
+        at = cols["index"][wi] + 1
         ev["arg2"][wi] = drec["x0"][at]
         ev["arg3"][wi] = drec["x1"][at]
         ev["arg4"][wi] = drec["x2"][at]
@@ -246,6 +347,7 @@ def decode_buffer(buf, *, rank: int = 0, launch: int = 0) -> DecodedBuffer:
         written=int(n),
         dropped=int(dropped.sum(dtype=np.int64)),
         version=header.version,
+        layout=header.layout,
     )
     return DecodedBuffer(header=header, events=ev, dropped_per_program=dropped)
 
@@ -258,93 +360,90 @@ class BufferDecodeError(DecodeError):
         self.index = index
 
 
-def decode_columns(bufs, columns=COLUMNS) -> tuple[list[schema.Header], np.ndarray, dict[str, np.ndarray]]:
-    """Decode several launches' buffers into plain columns, in one pass where they share a layout.
+def _check_events(buf) -> None:
+    """Decode one buffer's records, for the error it raises."""
+    rec, _, h, kept = _records(buf)
+    _events(rec, _Slots(h.capacity, kept), ())
+
+
+def decode_columns(bufs, columns=COLUMNS, *, records: bool = False):
+    """Decode several launches' buffers into plain columns, in one pass.
 
     What the trace writers use: only the columns asked for are gathered (``kind``, ``flags``,
-    ``start`` and ``end`` always are), each a plain array (no structured table), and buffers
-    of one layout (programs x slots) are stacked and decoded as one, so a batch of small
-    launches costs about what one large launch does. Rows come buffer by buffer, each in
+    ``start`` and ``end`` always are), each a plain array (no structured table), and the
+    buffers are stacked and decoded as one, their headers checked together, so a batch of
+    small launches costs about what one large launch does. Rows come buffer by buffer, each in
     program order, exactly as :func:`decode_buffer` gives them; ``arg2``..``arg5`` are 0 for
     events without a DETAIL record, and counters' ``arg0`` holds their 64-bit value.
 
     Args:
-        bufs: whole buffers (bytes-like), all with the same number of programs and slots.
-        columns: names from :data:`COLUMNS`. ``program`` is the program within its own launch.
+        bufs: whole buffers (bytes-like), all with the same number of programs and slots, all
+            dense or all packed.
+        columns: names from :data:`COLUMNS` (and ``index``: each row's record among the stacked
+            records). ``program`` is the program within its own launch.
+        records: also return the stacked record slots (``RECORD_DTYPE``), what ``index`` points into.
 
     Returns:
-        ``(headers, counts, cols)``: each buffer's header (``written``/``dropped`` filled in),
-        the number of events of each (int64), and the columns.
+        ``(headers, counts, cols)``, or ``(headers, counts, cols, records)``: each buffer's header
+        (``written``/``dropped`` filled in), the number of events of each (int64), the columns.
 
     Raises:
         BufferDecodeError: a buffer is bad (``index`` names it; the message is the one
             :func:`decode_buffer` gives for that buffer alone).
         ValueError: the buffers do not share one layout.
     """
-    parts, heads, drops = [], [], []
-    for i, b in enumerate(bufs):
-        try:
-            rec, dropped, h = _records(b)
-        except DecodeError as e:
-            raise BufferDecodeError(str(e), i) from None
-        if heads and (h.n_programs, h.capacity) != (heads[0].n_programs, heads[0].capacity):
-            raise ValueError("decode_columns: buffers of different layouts cannot be decoded together")
-        parts.append(rec)
-        heads.append(h)
-        drops.append(dropped)
-    if not parts:
-        return [], np.zeros(0, np.int64), {c: np.zeros(0, np.int64) for c in set(columns) | {"kind", "flags", "start", "end"}}
-    return _decode_stack(heads, drops, parts, columns)
+    mvs = [np.frombuffer(memoryview(b).cast("B"), np.uint8) for b in bufs]
+    K = len(mvs)
+    if not K:
+        cols = {c: np.zeros(0, np.int64) for c in set(columns) | {"kind", "flags", "start", "end"}}
+        return ([], np.zeros(0, np.int64), cols, np.zeros(0, schema.RECORD_DTYPE)) if records else ([], np.zeros(0, np.int64), cols)
+    sizes = np.array([m.size for m in mvs], np.int64)
 
-
-def decode_split(heads, records: np.ndarray, tails, columns=COLUMNS) -> tuple[list[schema.Header], np.ndarray, dict[str, np.ndarray]]:
-    """:func:`decode_columns` for buffers already split in three: what lets a reader put the
-    records of many launches straight into one array (no copy to stack them).
-
-    Args:
-        heads: each buffer's first ``HEADER_BYTES`` bytes.
-        records: every buffer's record slots, one after another (``RECORD_DTYPE``); each
-            header's programs x slots of them.
-        tails: each buffer's dropped-event counters (the bytes after its records).
-        columns: as for :func:`decode_columns`.
-
-    Raises:
-        BufferDecodeError: as for :func:`decode_columns`.
-        ValueError: the parts do not fit together (different layouts, wrong sizes).
-    """
-    hs, drops = [], []
-    for i, (hb, tb) in enumerate(zip(heads, tails)):
-        try:
-            h = read_header(hb)
-        except DecodeError as e:
-            raise BufferDecodeError(str(e), i) from None
-        if hs and (h.n_programs, h.capacity) != (hs[0].n_programs, hs[0].capacity):
-            raise ValueError("decode_split: buffers of different layouts cannot be decoded together")
-        if memoryview(tb).nbytes != h.n_programs * schema.DROPPED_BYTES:
-            raise ValueError("decode_split: a buffer's dropped counters do not fit its header")
-        hs.append(h)
-        drops.append(np.frombuffer(tb, "<u4"))
-    if not hs:
-        return [], np.zeros(0, np.int64), {c: np.zeros(0, np.int64) for c in set(columns) | {"kind", "flags", "start", "end"}}
-    if records.shape[0] != len(hs) * hs[0].n_programs * hs[0].capacity:
-        raise ValueError("decode_split: the records do not fit the headers")
-    return _decode_stack(hs, drops, records, columns)
-
-
-def _decode_stack(heads: list, drops: list, recs, columns) -> tuple[list[schema.Header], np.ndarray, dict[str, np.ndarray]]:
-    """Decode buffers of one layout as one: ``recs`` is their records stacked (or a list to stack)."""
-    P, C = heads[0].n_programs, heads[0].capacity
-    K = len(heads)
-    rec = recs if isinstance(recs, np.ndarray) else recs[0] if len(recs) == 1 else np.concatenate(recs)
-    want = set(columns) | {"program"}  # the launch of each row comes from its stacked program
-    try:
-        cols = _events(rec, C, want)
-    except DecodeError:
-        for i in range(K):  # say which buffer, with its own message
+    def blame(check) -> None:
+        for i, m in enumerate(mvs):  # the first buffer that fails ``check``, with its own message
             try:
-                _events(rec[i * P * C : (i + 1) * P * C], C, ())
+                check(m)
             except DecodeError as e:
                 raise BufferDecodeError(str(e), i) from None
+
+    if (sizes < schema.HEADER_BYTES).any():
+        blame(read_header)
+    hdr = np.frombuffer(b"".join([m[: schema.HEADER_BYTES].tobytes() for m in mvs]), schema.HEADER_DTYPE)
+    version, layout, P_, C_ = hdr["version"], hdr["layout"], hdr["n_programs"].astype(np.int64), hdr["capacity"].astype(np.int64)
+    ok = ((hdr["magic"] == schema.MAGIC) & (version >= 1) & (version <= schema.FORMAT_VERSION) & (hdr["header_bytes"] == schema.HEADER_BYTES)
+          & (hdr["record_bytes"] == schema.RECORD_BYTES) & ((layout == schema.LAYOUT_DENSE) | ((layout == schema.LAYOUT_PACKED) & (version >= 2)))
+          & np.isin(hdr["timer"], [int(t) for t in schema.TimerKind]) & (C_ > 0) & (P_ > 0) & (hdr["tick_hz"] > 0)
+          & (hdr["grid"].astype(np.int64).prod(axis=1) == P_))
+    if not ok.all():
+        blame(read_header)
+    P, C, lay = int(P_[0]), int(C_[0]), int(layout[0])
+    if (P_ != P).any() or (C_ != C).any() or (layout != lay).any():
+        raise ValueError("decode_columns: buffers of different layouts cannot be decoded together")
+    packed = lay == schema.LAYOUT_PACKED
+    if packed:
+        hb = schema.HEADER_BYTES + schema.packed_counts_bytes(P)
+        if (sizes < hb).any():
+            blame(split_head)
+        kept = np.concatenate([m[schema.HEADER_BYTES : schema.HEADER_BYTES + 4 * P] for m in mvs]).view("<u4")
+        if int(kept.max()) > C:
+            blame(split_head)
+        n_rec = kept.reshape(K, P).sum(axis=1, dtype=np.int64)
+    else:
+        hb, kept = schema.HEADER_BYTES, None
+        n_rec = np.full(K, P * C, np.int64)
+    if (sizes < hb + n_rec * schema.RECORD_BYTES + P * schema.DROPPED_BYTES).any():
+        blame(_records)
+    rb = schema.RECORD_BYTES
+    if K == 1:
+        rec = np.frombuffer(mvs[0], schema.RECORD_DTYPE, count=int(n_rec[0]), offset=hb)
+    else:
+        rec = np.concatenate([m[hb : hb + n * rb] for m, n in zip(mvs, n_rec.tolist())]).view(schema.RECORD_DTYPE)
+    dropped = np.concatenate([m[hb + n * rb : hb + n * rb + 4 * P] for m, n in zip(mvs, n_rec.tolist())]).view("<u4")
+    want = set(columns) | {"program"}  # the launch of each row comes from its stacked program
+    try:
+        cols = _events(rec, _Slots(C, kept), want)
+    except DecodeError:
+        blame(_check_events)
         raise
     stacked = cols["program"]
     counts = np.bincount(stacked // P, minlength=K).astype(np.int64) if K > 1 else np.array([stacked.size], np.int64)
@@ -355,12 +454,13 @@ def _decode_stack(heads: list, drops: list, recs, columns) -> tuple[list[schema.
         del cols["program"]
     if "slot" not in columns:
         cols.pop("slot", None)
+    drops = dropped.reshape(K, P).sum(axis=1, dtype=np.int64).tolist()
+    timer = [schema.TimerKind(int(t)) for t in hdr["timer"].tolist()]
     out_headers = [
-        schema.Header(timer=h.timer, tick_hz=h.tick_hz, capacity=C, n_programs=P, grid=h.grid, written=int(k),
-                      dropped=int(d.sum(dtype=np.int64)), version=h.version)
-        for h, d, k in zip(heads, drops, counts.tolist())
+        schema.Header(timer=t, tick_hz=hz, capacity=C, n_programs=P, grid=tuple(g), written=k, dropped=d, version=v, layout=lay)
+        for t, hz, g, k, d, v in zip(timer, hdr["tick_hz"].tolist(), hdr["grid"].tolist(), counts.tolist(), drops, version.tolist())
     ]
-    return out_headers, counts, cols
+    return (out_headers, counts, cols, rec) if records else (out_headers, counts, cols)
 
 
 def count_kinds(buf) -> np.ndarray:
@@ -374,23 +474,17 @@ def count_kinds(buf) -> np.ndarray:
         buf: the whole buffer as bytes-like (bytes, memoryview, numpy uint8 array).
 
     Returns:
-        int64 array of 16 counts indexed by ``EventKind`` (``[EMPTY]``: unused slots,
-        ``[DETAIL]``: DETAIL records; the events :func:`decode_buffer` returns are the rest).
+        int64 array of 16 counts indexed by ``EventKind`` over the launch's programs x slots
+        (``[EMPTY]``: unused slots, those a packed buffer leaves out included; ``[DETAIL]``:
+        DETAIL records; the events :func:`decode_buffer` returns are the rest).
 
     Raises:
         DecodeError: the header is bad or the buffer shorter than it says.
     """
-    if isinstance(buf, np.ndarray):
-        buf = np.ascontiguousarray(buf).view(np.uint8).reshape(-1)
-    mv = memoryview(buf).cast("B")
-    header = read_header(mv)
-    if mv.nbytes < header.nbytes:
-        raise DecodeError(
-            f"buffer is {mv.nbytes} bytes but its header ({header.n_programs} programs x {header.capacity} slots) "
-            f"needs {header.nbytes}: truncated"
-        )
-    rec = np.frombuffer(mv, schema.RECORD_DTYPE, count=header.n_programs * header.capacity, offset=schema.HEADER_BYTES)
-    return np.bincount(rec["tag"] & 0xF, minlength=16).astype(np.int64)
+    rec, _, header, _ = _records(buf)
+    out = np.bincount(rec["tag"] & 0xF, minlength=16).astype(np.int64)
+    out[EventKind.EMPTY] += header.n_programs * header.capacity - rec.shape[0]
+    return out
 
 
 def empty_events() -> np.ndarray:

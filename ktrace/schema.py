@@ -11,7 +11,19 @@ Buffer layout (little-endian, byte offsets)::
     [64, 64 + P*C*32)                     records: program p owns slots [p*C, (p+1)*C)
     [64 + P*C*32, 64 + P*C*32 + P*4)      dropped events per program (uint32)
 
-with P programs in the launch grid and C slots per program (the ``KTRACE`` constexpr).
+with P programs in the launch grid and C slots per program (the ``KTRACE`` constexpr). This is
+the *dense* layout, the one the device writes. Capture files store the *packed* layout
+(``layout`` byte 1 in the header), which keeps only the slots each program used::
+
+    [0, 64)                               header (HEADER_DTYPE, layout = LAYOUT_PACKED)
+    [64, 64 + U)                          slots kept per program (uint32 x P, padded to U = 8k bytes)
+    [64 + U, 64 + U + N*32)               records: program 0's kept slots, then program 1's, ...
+    [64 + U + N*32, ... + P*4)            dropped events per program (uint32)
+
+where program p keeps its slots [0, n_p): n_p is one past its last non-empty slot (the probes
+fill slots in order, so what is cut is slots never written) and N is the sum of the n_p.
+Device buffers are sized for the worst case, so a real launch's packed buffer is often a
+quarter of its dense one or less.
 
 A record is 32 bytes (RECORD_DTYPE)::
 
@@ -39,7 +51,13 @@ import numpy as np
 #: First four bytes of every event buffer: b"KTRC".
 MAGIC = int.from_bytes(b"KTRC", "little")
 #: Layout version of the buffer described here. Bump on any change to the layouts below.
-FORMAT_VERSION = 1
+#: Version 2 added the packed layout and the header's ``layout`` byte (0 in version 1, where
+#: every buffer is dense).
+FORMAT_VERSION = 2
+
+#: Values of the header's ``layout`` byte.
+LAYOUT_DENSE = 0
+LAYOUT_PACKED = 1
 
 HEADER_BYTES = 64
 RECORD_BYTES = 32
@@ -114,7 +132,7 @@ HEADER_DTYPE = np.dtype(
         ("header_bytes", "<u2"),
         ("record_bytes", "<u2"),
         ("timer", "u1"),
-        ("reserved0", "u1"),
+        ("layout", "u1"),  # LAYOUT_DENSE (as the device writes it) or LAYOUT_PACKED
         ("capacity", "<u4"),  # slots per program (C)
         ("tick_hz", "<u8"),
         ("n_programs", "<u4"),  # P
@@ -220,6 +238,16 @@ def records_offset() -> int:
     return HEADER_BYTES
 
 
+def packed_counts_bytes(n_programs: int) -> int:
+    """Bytes of a packed buffer's kept-slot counts (uint32 per program, padded to 8 bytes)."""
+    return (n_programs * 4 + 7) // 8 * 8
+
+
+def packed_bytes(n_programs: int, n_records: int) -> int:
+    """Size in bytes of a packed buffer of ``n_programs`` programs keeping ``n_records`` slots in all."""
+    return HEADER_BYTES + packed_counts_bytes(n_programs) + n_records * RECORD_BYTES + n_programs * DROPPED_BYTES
+
+
 def dropped_offset(n_programs: int, capacity: int) -> int:
     return HEADER_BYTES + n_programs * capacity * RECORD_BYTES
 
@@ -236,6 +264,7 @@ class Header:
     written: int = 0
     dropped: int = 0
     version: int = FORMAT_VERSION
+    layout: int = LAYOUT_DENSE
 
     def __post_init__(self):
         if self.capacity <= 0 or self.n_programs <= 0:
@@ -259,6 +288,7 @@ class Header:
         h["grid"] = self.grid
         h["written"] = self.written
         h["dropped"] = self.dropped
+        h["layout"] = self.layout
         return h
 
     def to_bytes(self) -> bytes:
@@ -266,5 +296,9 @@ class Header:
 
     @property
     def nbytes(self) -> int:
-        """Size of the whole buffer this header describes."""
+        """Size of the whole buffer this header describes in the dense layout."""
         return buffer_bytes(self.n_programs, self.capacity)
+
+    @property
+    def packed(self) -> bool:
+        return self.layout == LAYOUT_PACKED

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ktrace import schema
-from ktrace.decode import DecodeError, decode_buffer
+from ktrace.decode import DecodeError, count_kinds, decode_buffer, decode_columns, pack_buffer
 from ktrace.io.capture_file import read_capture
 from ktrace.schema import EventFlag, EventKind
 
@@ -133,13 +133,15 @@ def test_corrupt_records_are_reported(real_raw):
 
 
 def test_fuzz_decoder_raises_only_decode_error(real_raw):
-    """Random byte changes, truncations and splices of real buffers: the decoder either returns
-    a table or raises DecodeError, never anything else."""
+    """Random byte changes, truncations and splices of real buffers, dense and packed: the
+    decoder either returns a table or raises DecodeError, never anything else; and decoding
+    with the writers' batch decoder agrees (the same rows, or an error)."""
     rng = np.random.default_rng(1234)
     outcomes = {"ok": 0, "error": 0}
+    packed = [pack_buffer(r) for r in real_raw]
     for i in range(3000):
-        raw = real_raw[i % len(real_raw)].copy()
-        op = i % 4
+        raw = (real_raw if i % 2 else packed)[(i // 2) % len(real_raw)].copy()
+        op = (i // 2) % 4
         if op == 0:  # flip random bytes anywhere
             idx = rng.integers(0, len(raw), size=rng.integers(1, 9))
             raw[idx] = rng.integers(0, 256, size=idx.size)
@@ -157,13 +159,60 @@ def test_fuzz_decoder_raises_only_decode_error(real_raw):
         except DecodeError as e:
             assert str(e)
             outcomes["error"] += 1
+            with pytest.raises(DecodeError):
+                decode_columns([raw])
+        else:
+            _, counts, cols = decode_columns([raw])
+            assert counts.tolist() == [d.written] and np.array_equal(cols["start"], d.events["start"])
     assert outcomes["ok"] > 0 and outcomes["error"] > 0, outcomes
+
+
+def test_packed_buffers_decode_to_the_same_events(real_raw):
+    """The packed layout (what capture files store) keeps each program's slots up to its last
+    non-empty one: smaller, and the same events, dropped counts and kind counts."""
+    for raw in real_raw:
+        packed = pack_buffer(raw)
+        dense, pk = decode_buffer(raw), decode_buffer(packed)
+        assert pk.header.packed and not dense.header.packed
+        assert packed.nbytes <= raw.nbytes + schema.packed_counts_bytes(pk.header.n_programs)  # (a full buffer: its counts more)
+        assert np.array_equal(dense.events, pk.events) and np.array_equal(dense.dropped_per_program, pk.dropped_per_program)
+        assert (pk.header.written, pk.header.dropped) == (dense.header.written, dense.header.dropped)
+        assert np.array_equal(count_kinds(raw), count_kinds(packed))
+        assert np.array_equal(pack_buffer(packed), packed)  # packed already: as it is
+    # the launches of the fixture leave slots unused: packing cuts them
+    assert sum(pack_buffer(r).nbytes for r in real_raw) < sum(r.nbytes for r in real_raw)
+
+
+def test_bad_packed_buffers_are_reported(real_raw):
+    raw = real_raw[2]
+    packed = pack_buffer(raw)
+    P, C = decode_buffer(raw).header.n_programs, decode_buffer(raw).header.capacity
+    kept = packed[64 : 64 + 4 * P].view("<u4")
+    bad = packed.copy()
+    bad[64:68] = np.frombuffer(np.uint32(C + 1).tobytes(), np.uint8)  # more slots than the program has
+    with pytest.raises(DecodeError, match="more than its"):
+        decode_buffer(bad)
+    bad = packed.copy()
+    bad[64:68] = np.frombuffer(np.uint32(int(kept[0]) + 1).tobytes(), np.uint8)  # counts that need more bytes
+    with pytest.raises(DecodeError, match="truncated"):
+        decode_buffer(bad[: len(packed)])
+    for n in (70, 64 + schema.packed_counts_bytes(P) + 40, len(packed) - 1):
+        with pytest.raises(DecodeError, match="truncated|shorter"):
+            decode_buffer(packed[:n])
+    bad = packed.copy()
+    bad[4:6] = np.frombuffer(np.uint16(1).tobytes(), np.uint8)  # a version-1 header has no packed layout
+    with pytest.raises(DecodeError, match="layout 1 in a version-1 header"):
+        decode_buffer(bad)
+    bad = packed.copy()
+    bad[11] = 7  # (the layout byte)
+    with pytest.raises(DecodeError, match="unknown buffer layout 7"):
+        decode_buffer(bad)
 
 
 def test_decode_columns_and_split_match_decode_buffer(real_raw):
     """Several buffers of one layout decoded together (what the trace writers do): the same
     rows, fields and headers as decoding each alone; a bad one is named, with its own message."""
-    from ktrace.decode import COLUMNS, BufferDecodeError, decode_columns, decode_split
+    from ktrace.decode import COLUMNS, BufferDecodeError, decode_columns, pack_buffer
 
     rng = np.random.default_rng(7)
     for raw in real_raw:
@@ -186,11 +235,15 @@ def test_decode_columns_and_split_match_decode_buffer(real_raw):
         table = np.concatenate([d.events for d in expect])
         for c in COLUMNS:
             assert np.array_equal(cols[c], table[c]), c
-        records = np.concatenate([np.frombuffer(b, schema.RECORD_DTYPE, count=P * C, offset=64) for b in bufs])
-        _, counts2, cols2 = decode_split([b[:64].tobytes() for b in bufs], records, [b[64 + P * C * 32 :].tobytes() for b in bufs],
-                                         ("program", "arg2"))
-        assert counts2.tolist() == counts.tolist() and set(cols2) == {"kind", "flags", "start", "end", "program", "arg2"}
-        assert np.array_equal(cols2["arg2"], table["arg2"]) and np.array_equal(cols2["program"], table["program"])
+        # packed (as capture files store them): the same rows; ``index`` points into the records returned
+        packed = [pack_buffer(b) for b in bufs]
+        _, counts2, cols2, rec2 = decode_columns(packed, ("program", "slot", "arg2", "index"), records=True)
+        assert counts2.tolist() == counts.tolist() and set(cols2) == {"kind", "flags", "start", "end", "program", "slot", "arg2", "index"}
+        for c in ("arg2", "program", "slot", "start"):
+            assert np.array_equal(cols2[c], table[c]), c
+        assert np.array_equal(rec2["t0"][cols2["index"]].view(np.int64), table["start"])
+        with pytest.raises(ValueError, match="different layouts"):
+            decode_columns([bufs[0], packed[0]])
     # the second of three buffers is corrupt: named by its index, with its own message
     raw = real_raw[2]
     bad = raw.copy()

@@ -6,6 +6,8 @@ import numpy as np
 import orjson
 import pytest
 
+from ktrace.decode import decode_buffer, pack_buffer
+from ktrace.schema import packed_counts_bytes
 from ktrace.io import CaptureError, capture_from_bytes, capture_to_bytes, merge_captures, read_capture, write_capture
 from ktrace.io.capture_file import Capture
 from ktrace.io.synth import constructed_capture
@@ -21,7 +23,9 @@ def test_round_trip_and_bytes(tmp_path):
     back = read_capture(p)
     assert sorted(back.ranks) == [0, 1] and back.regions == cap.regions and not back.partial
     for r in (0, 1):
-        assert np.array_equal(back.ranks[r].launches[0].raw, cap.ranks[r].launches[0].raw)
+        # stored packed: the device buffer without the slots no program reached
+        assert np.array_equal(back.ranks[r].launches[0].raw, pack_buffer(cap.ranks[r].launches[0].raw))
+        assert back.ranks[r].launches[0].raw.nbytes < cap.ranks[r].launches[0].raw.nbytes
         assert back.ranks[r].clock_samples == cap.ranks[r].clock_samples
     assert np.array_equal(back.events(), cap.events())
     again = capture_from_bytes(capture_to_bytes(cap))
@@ -100,7 +104,10 @@ def test_bad_files_give_clear_errors(tmp_path):
     from ktrace.io import write_chrome_json, write_perfetto
 
     model = clock_model_of(read_capture(tmp_path / "g.ktrace"))
-    for k, at, bit in ((0, 88, 0x01), (1, 80, 0x0F)):  # an argument of the first event (decodes); its kind
+    g = read_capture(tmp_path / "g.ktrace").ranks[0].launches[0]
+    rec0 = 64 + packed_counts_bytes(int(np.prod(g.grid)))  # the first record of the packed buffer
+    assert decode_buffer(g.raw).header.packed
+    for k, at, bit in ((0, rec0 + 24, 0x01), (1, rec0 + 16, 0x0F)):  # an argument of the first event (decodes); its kind
         cap = read_capture(rewrite(f"w{k}.ktrace", edit_buf=lambda b: b[:at] + bytes([b[at] ^ bit]) + b[at + 1 :]))
         for write, suffix in ((write_chrome_json, ".json"), (write_perfetto, ".pftrace")):
             with pytest.raises(CaptureError, match=r"rank 0 launch 0: buffer is damaged"):
@@ -108,6 +115,14 @@ def test_bad_files_give_clear_errors(tmp_path):
             assert not (tmp_path / f"w{k}{suffix}").exists()
     with pytest.raises(CaptureError, match="corrupt capture metadata"):
         read_capture(rewrite("meta.ktrace", edit_meta=lambda m: m.pop("world_size")))
+
+    def launch0(**kw):
+        return lambda m: m["ranks"][0]["launches"][0].update(kw)
+
+    with pytest.raises(CaptureError, match=r"launch 0: corrupt capture metadata \(layout 'zip'"):
+        read_capture(rewrite("layout.ktrace", edit_meta=launch0(layout="zip")))
+    with pytest.raises(CaptureError, match="corrupt capture metadata"):  # records that do not fit its size
+        read_capture(rewrite("records.ktrace", edit_meta=launch0(records=g.split_sizes()[1] + 1)))
     with pytest.raises(CaptureError, match="not a ktrace capture file"):
         capture_from_bytes(b"nope")
 
@@ -132,7 +147,7 @@ def test_buffers_are_read_on_first_use_from_the_file_that_was_opened(tmp_path):
     back = read_capture(p)
     ln = back.ranks[0].launches[0]
     assert "_LazyBuffer" in type(ln.__dict__["_raw"]).__name__  # not read yet
-    assert ln.nbytes == cap.ranks[0].launches[0].raw.nbytes
+    assert ln.nbytes == pack_buffer(cap.ranks[0].launches[0].raw).nbytes
     # the path is replaced by another capture (a merge written over its input): the buffers
     # still come from the file read_capture opened
     other, _ = constructed_capture(world_size=2, programs=3, iters=1, seed=7)
@@ -150,3 +165,46 @@ def test_buffers_are_read_on_first_use_from_the_file_that_was_opened(tmp_path):
     for c in (pickle.loads(pickle.dumps(fresh)), copy.deepcopy(fresh)):
         assert isinstance(c.ranks[1].launches[0].__dict__["_raw"], np.ndarray)
         assert np.array_equal(c.events(), cap.events())
+
+
+def test_version_1_files_with_dense_buffers_still_read():
+    """Captures written before buffers were packed (version 1; the bundled 4 x H200 captures)
+    read as they did: dense buffers, byte for byte as on the device."""
+    from pathlib import Path
+
+    import ktrace
+
+    path = Path(ktrace.__file__).parent / "data" / "a2a_skewed_4xh200.ktrace"
+    assert orjson.loads(zipfile.ZipFile(path).read("ktrace.json"))["version"] == 1
+    cap = read_capture(path)
+    ln = cap.ranks[0].launches[0]
+    h = decode_buffer(ln.raw).header
+    assert not h.packed and ln.nbytes == h.nbytes
+    assert cap.events().size > 1000
+
+
+def test_read_buffers_reads_runs_together_and_checks_each(tmp_path):
+    """Buffers read for a writer's batch (several launches at once, with gaps of other launches
+    between them) are the stored bytes, each CRC-checked; a damaged one is named."""
+    from ktrace.io.capture_file import read_buffers
+
+    cap, _ = constructed_capture(world_size=2, programs=3, iters=2, seed=8)
+    for rc in cap.ranks.values():  # six launches per rank
+        rc.launches = [type(rc.launches[0])(index=k, kernel=f"k{k % 2}", grid=rc.launches[0].grid, capacity=rc.launches[0].capacity,
+                                            raw=rc.launches[0].raw) for k in range(6)]
+    p = write_capture(tmp_path / "b.ktrace", cap)
+    back = read_capture(p)
+    lns = back.ranks[1].launches[::2] + back.ranks[0].launches[1:2]  # every other launch of rank 1, one of rank 0
+    got = read_buffers(lns)
+    assert [bytes(b) for b in got] == [bytes(ln.load_raw()) for ln in lns]
+    assert all("_LazyBuffer" in type(ln.__dict__["_raw"]).__name__ for ln in lns)  # read for that call only
+    # damage the middle one of a run: reported by name when checked, not when not
+    data = bytearray(p.read_bytes())
+    lb = back.ranks[1].launches[2].__dict__["_raw"]
+    at = lb.header_offset + 30 + len("r1/l2.bin") + 70
+    data[at] ^= 0xFF
+    (tmp_path / "d.ktrace").write_bytes(bytes(data))
+    dam = read_capture(tmp_path / "d.ktrace")
+    with pytest.raises(CaptureError, match="rank 1 launch 2: buffer is damaged"):
+        read_buffers(dam.ranks[1].launches[::2])
+    assert len(read_buffers(dam.ranks[1].launches[::2], verify=False)) == 3

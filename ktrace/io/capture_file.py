@@ -10,8 +10,10 @@ A capture file (``*.ktrace``) is a zip archive (stored, or deflated on request) 
     the name of its raw buffer in the archive and that buffer's size and CRC-32) and its clock
     calibration samples, if any.
 ``r<rank>/l<launch>.bin``
-    The raw event buffer of one launch, byte for byte as it was on the device (``ktrace.schema``
-    layout; its header says how to read it).
+    The raw event buffer of one launch in the packed layout of ``ktrace.schema`` (its header
+    says how to read it): the device buffer without the slots its programs never reached,
+    which for real launches is most of it (buffers are sized for the worst case). Version-1
+    files hold dense buffers, byte for byte as they were on the device; both are read.
 
 Each rank may write its own file and ``ktrace merge`` (or :func:`merge_captures`) combines them;
 or the ranks gather to one through ``torch.distributed`` and one file is written.
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 import os
 import struct
 import time
@@ -41,12 +44,14 @@ import numpy as np
 import orjson
 
 from .. import __version__, schema
-from ..decode import DecodeError, DecodedBuffer, decode_buffer
+from ..decode import DecodeError, DecodedBuffer, decode_buffer, head_bytes, pack_buffer, split_head
 
 log = logging.getLogger("ktrace")
 
 CAPTURE_FORMAT = "ktrace-capture"
-CAPTURE_VERSION = 1
+#: Version 2: buffers are stored packed, and each launch entry says its buffer's ``layout`` and
+#: ``records`` (the record slots it holds).
+CAPTURE_VERSION = 2
 _META = "ktrace.json"
 
 
@@ -80,25 +85,22 @@ class Launch:
         r = self.__dict__["_raw"]
         return r.load() if isinstance(r, _LazyBuffer) else self.raw
 
-    def read_split(self, records: np.ndarray, n_head: int, n_tail: int, *, verify: bool = True) -> tuple[bytes, bytes] | None:
-        """Read the buffer in three parts, its middle straight into ``records`` (a writable uint8
-        array): the first ``n_head`` bytes and the last ``n_tail`` are returned. A buffer not
-        read from its file yet is read (and CRC-checked, unless ``verify`` is False: for a reader
-        that reads it again, checked, before trusting what it found) for this call only.
-
-        Returns:
-            ``(head, tail)``, or None when the buffer's size is not ``n_head + records.nbytes
-            + n_tail`` (the caller then reads it whole, which reports what is wrong).
-        """
+    def split_sizes(self) -> tuple[int, int, int] | None:
+        """``(head bytes, record slots, dropped-counter bytes)`` of the buffer, from its header (or,
+        for a buffer not read yet, from the capture file's metadata); None when the buffer is
+        too damaged to say (reading it whole reports what is wrong)."""
         r = self.__dict__["_raw"]
-        n_mid = records.nbytes
-        if self.nbytes != n_head + n_mid + n_tail:
-            return None
+        P = math.prod(self.grid)
         if isinstance(r, _LazyBuffer):
-            return r.load_split(records, n_head, n_tail, verify=verify)
-        raw = np.asarray(r).reshape(-1).view(np.uint8)
-        records[...] = raw[n_head : n_head + n_mid]
-        return raw[:n_head].tobytes(), raw[n_head + n_mid :].tobytes()
+            if r.layout == "packed":
+                return schema.HEADER_BYTES + schema.packed_counts_bytes(P), r.records, P * schema.DROPPED_BYTES
+            return schema.HEADER_BYTES, P * self.capacity, P * schema.DROPPED_BYTES
+        try:
+            h, kept = split_head(np.asarray(r).reshape(-1).view(np.uint8))
+        except DecodeError:
+            return None
+        n_rec = h.n_programs * h.capacity if kept is None else int(kept.sum(dtype=np.int64))
+        return head_bytes(h), n_rec, h.n_programs * schema.DROPPED_BYTES
 
     def decode(self, rank: int, *, cache: bool = True) -> DecodedBuffer:
         """Decode the raw buffer.
@@ -189,6 +191,8 @@ class _LazyBuffer:
     nbytes: int
     crc32: int
     where: str  # "<path>: rank R launch L"
+    layout: str = "dense"  # as the capture file's metadata says
+    records: int = 0  # record slots of a packed buffer (metadata)
 
     def _data_offset(self) -> int:
         head = self.source.read(self.header_offset, _LOCAL_HEADER.size)
@@ -197,35 +201,76 @@ class _LazyBuffer:
         _, n_name, n_extra = _LOCAL_HEADER.unpack(head)
         return self.header_offset + _LOCAL_HEADER.size + n_name + n_extra
 
-    def load(self) -> np.ndarray:
+    def load(self, verify: bool = True) -> np.ndarray:
         data = self.source.read(self._data_offset(), self.nbytes)
-        if len(data) != self.nbytes or zlib.crc32(data) != self.crc32:
+        if len(data) != self.nbytes or (verify and zlib.crc32(data) != self.crc32):
             raise CaptureError(f"{self.where}: buffer is damaged (size or CRC-32 mismatch)")
         return np.frombuffer(data, np.uint8)
-
-    def load_split(self, middle: np.ndarray, n_head: int, n_tail: int, *, verify: bool = True) -> tuple[bytes, bytes]:
-        """Read the buffer's first ``n_head`` bytes, then its next ``middle.nbytes`` straight
-        into ``middle``, then the rest (``n_tail``): two reads (the zip entry's header with the
-        buffer's head, then the rest). CRC-checked as :meth:`load` is unless ``verify`` is False
-        (for a reader that reads the same buffer again, checked, before trusting it)."""
-        first = self.source.read(self.header_offset, _LOCAL_HEADER.size + 256 + n_head)  # (name and extra fit, usually)
-        if len(first) < _LOCAL_HEADER.size or _LOCAL_HEADER.unpack(first[: _LOCAL_HEADER.size])[0] != b"PK\x03\x04":
-            raise CaptureError(f"{self.where}: buffer unreadable: bad zip local header")
-        _, n_name, n_extra = _LOCAL_HEADER.unpack(first[: _LOCAL_HEADER.size])
-        skip = _LOCAL_HEADER.size + n_name + n_extra
-        head = first[skip : skip + n_head]
-        at = self.header_offset + skip
-        if len(head) < n_head:
-            head = self.source.read(at, n_head)
-        tail = bytearray(n_tail)
-        got = self.source.read_into(at + n_head, memoryview(middle).cast("B"), memoryview(tail))
-        if len(head) != n_head or got != middle.nbytes + n_tail or (verify and zlib.crc32(tail, zlib.crc32(middle, zlib.crc32(head))) != self.crc32):
-            raise CaptureError(f"{self.where}: buffer is damaged (size or CRC-32 mismatch)")
-        return head, bytes(tail)
 
     def __reduce__(self):
         # pickled (or deep-copied) as the bytes themselves: a descriptor means nothing elsewhere
         return np.frombuffer, (self.load().tobytes(), np.uint8)
+
+
+#: Bytes read past a buffer's zip header for its name and extra field (more are read if needed).
+_NAME_SLACK = 512
+#: Largest gap between two buffers that :func:`read_buffers` reads through rather than read twice.
+_GAP = 256 << 10
+
+
+def _read_run(run: list, out: list, verify: bool) -> None:
+    """Read buffers that lie close together in one file with one read; ``run`` holds
+    ``(header offset, index in out, _LazyBuffer)`` in file order."""
+    start = run[0][0]
+    end = run[-1][0] + _LOCAL_HEADER.size + _NAME_SLACK + run[-1][2].nbytes
+    span = run[0][2].source.read(start, end - start)
+    for off, i, lb in run:
+        at = off - start
+        head = span[at : at + _LOCAL_HEADER.size]
+        if len(head) != _LOCAL_HEADER.size or _LOCAL_HEADER.unpack(head)[0] != b"PK\x03\x04":
+            raise CaptureError(f"{lb.where}: buffer unreadable: bad zip local header")
+        _, n_name, n_extra = _LOCAL_HEADER.unpack(head)
+        at += _LOCAL_HEADER.size + n_name + n_extra
+        if at + lb.nbytes > len(span):  # (a long name or extra field: read it alone)
+            out[i] = lb.load(verify)
+            continue
+        data = np.frombuffer(span, np.uint8, count=lb.nbytes, offset=at)
+        if verify and zlib.crc32(data) != lb.crc32:
+            raise CaptureError(f"{lb.where}: buffer is damaged (size or CRC-32 mismatch)")
+        out[i] = data
+
+
+def read_buffers(launches: list[Launch], *, verify: bool = True) -> list[np.ndarray]:
+    """The raw buffers of several launches for one use, as :meth:`Launch.load_raw` gives each:
+    buffers not read from their capture file yet are read for this call only, those that lie
+    close together in one file with a single read (what a trace writer's batch of small
+    launches costs is then about what one large launch does), and CRC-checked unless
+    ``verify`` is False (for a reader that reads them again, checked, before trusting them).
+
+    Raises:
+        CaptureError: a buffer is damaged or unreadable.
+    """
+    out: list = [None] * len(launches)
+    by_source: dict[int, list] = {}
+    for i, ln in enumerate(launches):
+        r = ln.__dict__["_raw"]
+        if isinstance(r, _LazyBuffer):
+            by_source.setdefault(id(r.source), []).append((r.header_offset, i, r))
+        else:
+            out[i] = ln.raw
+    for group in by_source.values():
+        group.sort(key=lambda x: x[0])
+        # runs of buffers with gaps of at most _GAP between them: one read each (a batch's
+        # launches are often interleaved with other kernels' launches; reading those too
+        # costs less than a read call per buffer)
+        run = [group[0]]
+        for item in group[1:] + [None]:
+            if item is not None and item[0] - (run[-1][0] + _LOCAL_HEADER.size + _NAME_SLACK + run[-1][2].nbytes) <= _GAP:
+                run.append(item)
+                continue
+            _read_run(run, out, verify)
+            run = [item]
+    return out
 
 
 @dataclass
@@ -273,8 +318,22 @@ class Capture:
 # ---------------------------------------------------------------------------------------------
 
 
-def _launch_meta(rank: int, ln: Launch) -> dict:
-    raw = np.ascontiguousarray(ln.raw, dtype=np.uint8)
+def _stored(ln: Launch) -> tuple[np.ndarray, str, int]:
+    """The buffer as a capture file stores it, its layout and its record slots: packed, unless
+    that saves nothing (a full buffer) or its header is unreadable (then as it is: reading it
+    reports the damage)."""
+    raw = np.ascontiguousarray(ln.raw, dtype=np.uint8).reshape(-1)
+    try:
+        packed = pack_buffer(raw)
+    except DecodeError as e:
+        log.warning("launch %d (%s): buffer stored as it is, not packed: %s", ln.index, ln.kernel, e)
+        return raw, "dense", 0
+    if packed.nbytes >= raw.nbytes and not split_head(raw)[0].packed:  # (full: the counts would only add bytes)
+        return raw, "dense", 0
+    return packed, "packed", (packed.nbytes - schema.packed_bytes(math.prod(ln.grid), 0)) // schema.RECORD_BYTES
+
+
+def _launch_meta(rank: int, ln: Launch, raw: np.ndarray, layout: str, records: int) -> dict:
     return {
         "index": ln.index,
         "kernel": ln.kernel,
@@ -286,6 +345,8 @@ def _launch_meta(rank: int, ln: Launch) -> dict:
         "file": f"r{rank}/l{ln.index}.bin",
         "bytes": int(raw.nbytes),
         "crc32": zlib.crc32(raw.data),
+        "layout": layout,
+        "records": int(records),
     }
 
 
@@ -358,8 +419,9 @@ def _write_zip(target, cap: Capture, compress: bool | str) -> None:
         for r, rc in sorted(cap.ranks.items()):
             entry = {"rank": r, "device": rc.device, "clock_samples": rc.clock_samples, "launches": []}
             for ln in rc.launches:
-                lm = _launch_meta(r, ln)
-                zf.writestr(lm["file"], np.ascontiguousarray(ln.raw, dtype=np.uint8).tobytes())
+                raw, layout, records = _stored(ln)
+                lm = _launch_meta(r, ln, raw, layout, records)
+                zf.writestr(lm["file"], raw.data)
                 entry["launches"].append(lm)
             meta["ranks"].append(entry)
         zf.writestr(_META, orjson.dumps(meta, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS))
@@ -424,8 +486,14 @@ def _read_zip(zf: zipfile.ZipFile, path: str, source: Path | None = None) -> Cap
                         if source is not None and info.compress_type == zipfile.ZIP_STORED:
                             if info.file_size != lm["bytes"]:
                                 raise CaptureError(f"{path}: rank {r} launch {lm['index']}: buffer is damaged (size or CRC-32 mismatch)")
+                            layout, n_rec = str(lm.get("layout", "dense")), int(lm.get("records", 0))
+                            P = math.prod(int(g) for g in lm["grid"])
+                            if layout not in ("dense", "packed") or (layout == "packed" and lm["bytes"] != schema.packed_bytes(P, n_rec)):
+                                raise CaptureError(f"{path}: rank {r} launch {lm['index']}: corrupt capture metadata "
+                                                   f"(layout {layout!r} with {n_rec} records in {lm['bytes']} bytes)")
                             src = src or _FileSource(source)
-                            data = _LazyBuffer(src, info.header_offset, int(lm["bytes"]), int(lm["crc32"]), f"{path}: rank {r} launch {lm['index']}")
+                            data = _LazyBuffer(src, info.header_offset, int(lm["bytes"]), int(lm["crc32"]), f"{path}: rank {r} launch {lm['index']}",
+                                               layout, n_rec)
                         else:
                             data = zf.read(info)
                     except KeyError:

@@ -39,8 +39,8 @@ import numpy as np
 
 from ..clock.causality import pair_notify_wait
 from ..clock.model import ClockModel, clock_model_of
-from ..decode import BufferDecodeError, decode_columns, decode_split
-from ..schema import DETAIL_DTYPE, DROPPED_BYTES, HEADER_BYTES, RECORD_DTYPE, REGION_SHIFT, EventFlag, EventKind
+from ..decode import BufferDecodeError, decode_columns
+from ..schema import DETAIL_DTYPE, REGION_SHIFT, EventFlag, EventKind
 
 log = logging.getLogger("ktrace")
 
@@ -263,14 +263,15 @@ BATCHES_PER_WORKER = 8
 
 
 def make_batches(refs: list, workers: int) -> list[list[int]]:
-    """Launches of one rank and one buffer layout (programs x slots), in launch order, about the
-    same raw size each: what one task decodes and writes together."""
+    """Launches of one rank and one buffer layout (programs x slots, dense or packed), in launch
+    order, about the same raw size each: what one task decodes and writes together."""
     total = sum(ln.nbytes for _, ln in refs)
     target = min(BATCH_BYTES, max(1 << 20, total // (BATCHES_PER_WORKER * max(1, workers))))
     open_: dict[tuple, tuple[list[int], int]] = {}
     out: list[list[int]] = []
     for li, (r, ln) in enumerate(refs):
-        k = (r, math.prod(ln.grid), ln.capacity)
+        sizes = ln.split_sizes()
+        k = (r, math.prod(ln.grid), ln.capacity, sizes[0] if sizes else None)
         cur, size = open_.get(k, (None, 0))
         if cur is None or size + ln.nbytes > target:
             cur, size = [], 0
@@ -316,7 +317,7 @@ def read_batch(batch: list[int], columns, capture=None, model: ClockModel | None
     still checked, so that damage is reported as such.
     """
     from . import _parallel
-    from .capture_file import CaptureError
+    from .capture_file import CaptureError, read_buffers
 
     if capture is None:
         capture, model, refs = _parallel.STATE["capture"], _parallel.STATE["model"], _parallel.STATE["refs"]
@@ -324,22 +325,21 @@ def read_batch(batch: list[int], columns, capture=None, model: ClockModel | None
         refs = _launch_refs(capture)
     mine = [refs[li] for li in batch]
     rank = mine[0][0]
-    records = None
     try:
-        try:  # each buffer's records read straight into one array: no copy to stack them
-            heads, records, tails = _read_split([ln for _, ln in mine], verify)
-            headers, counts, cols = decode_split(heads, records, tails, columns)
-        except ValueError:  # a buffer whose size or header disagrees with its launch: whole, for the message
-            bufs = [ln.load_raw() for _, ln in mine]
-            headers, counts, cols = decode_columns(bufs, columns)
-            if "index" in columns:
-                P, C = headers[0].n_programs, headers[0].capacity
-                records = np.concatenate([np.frombuffer(b, RECORD_DTYPE, count=P * C, offset=HEADER_BYTES) for b in bufs])
+        bufs = read_buffers([ln for _, ln in mine], verify=verify)
+        headers, counts, cols, records = decode_columns(bufs, columns, records=True)
     except BufferDecodeError as e:
         ln = mine[e.index][1]
         if not verify:
             ln.load_raw()  # (damaged: raises saying so)
         raise CaptureError(f"rank {rank}, launch {ln.index} ({ln.kernel}): {e}") from None
+    except ValueError:  # headers that disagree with their launches' grid and capacity
+        for _, ln in mine:
+            h = decode_columns([ln.load_raw()], ())[0][0]
+            if (h.grid, h.capacity) != (tuple(ln.grid), ln.capacity):
+                raise CaptureError(f"rank {rank}, launch {ln.index} ({ln.kernel}): its buffer's header says grid {h.grid} and "
+                                   f"{h.capacity} slots, its launch record grid {tuple(ln.grid)} and {ln.capacity} slots") from None
+        raise
     offsets = np.r_[0, np.cumsum(counts)]
     clk = model.rank(rank)
     hz = [h.tick_hz for h in headers]
@@ -353,23 +353,6 @@ def read_batch(batch: list[int], columns, capture=None, model: ClockModel | None
             s_ns[a:b] = clk.to_common(cols["start"][a:b], h)
             e_ns[a:b] = clk.to_common(cols["end"][a:b], h)
     return Batch(rank=rank, launches=list(batch), offsets=offsets, cols=cols, s_ns=s_ns, e_ns=e_ns, headers=headers, records=records)
-
-
-def _read_split(lns: list, verify: bool = True) -> tuple[list, np.ndarray, list]:
-    """Headers, stacked records and dropped counters of launches of one layout (from their
-    grid and capacity); ValueError where a buffer's size does not fit that layout."""
-    P, C = math.prod(lns[0].grid), lns[0].capacity
-    rec = np.empty(len(lns) * P * C, RECORD_DTYPE)
-    u8 = rec.view(np.uint8)
-    step = P * C * RECORD_DTYPE.itemsize
-    heads, tails = [], []
-    for k, ln in enumerate(lns):
-        got = ln.read_split(u8[k * step : (k + 1) * step], HEADER_BYTES, P * DROPPED_BYTES, verify=verify)
-        if got is None:
-            raise ValueError(f"launch {ln.index}: buffer size does not fit its grid and capacity")
-        heads.append(got[0])
-        tails.append(got[1])
-    return heads, rec, tails
 
 
 def batch_lanes(b: Batch, n_programs: int) -> np.ndarray:
@@ -442,23 +425,22 @@ def _survey(task: tuple[int, list[int]]) -> tuple:
 
     k_batch, batch = task
     model, shared, at = _parallel.STATE["model"], _parallel.STATE["wn"], _parallel.STATE["wn_at"][k_batch]
-    b = read_batch(batch, ("index",), verify=False)
+    b = read_batch(batch, ("index", "program", "slot"), verify=False)
     counts = np.diff(b.offsets)
-    clk = model.rank(b.rank)
-    spans = []
-    for k, h in enumerate(b.headers):
-        a, e = b.offsets[k], b.offsets[k + 1]
-        spans.append((int(clk.to_common(b.cols["start"][a:e].min(), h.tick_hz)), int(clk.to_common(b.cols["end"][a:e].max(), h.tick_hz)))
-                     if e > a else (0, 0))
-    info = [(h.n_programs, int(n), h.dropped, sp) for h, n, sp in zip(b.headers, counts.tolist(), spans)]
+    # first start and last end of each launch with events (common clock: the batch's own)
+    full = np.flatnonzero(counts)
+    first = np.zeros(counts.size, np.int64)
+    last = np.zeros(counts.size, np.int64)
+    if full.size:
+        first[full] = np.minimum.reduceat(b.s_ns, b.offsets[full])
+        last[full] = np.maximum.reduceat(b.e_ns, b.offsets[full])
+    info = list(zip([h.n_programs for h in b.headers], counts.tolist(), [h.dropped for h in b.headers], zip(first.tolist(), last.tolist())))
     kind, flags = b.cols["kind"], b.cols["flags"]
     rec = b.records
     wn = np.flatnonzero((kind == EventKind.WAIT) | (kind == EventKind.NOTIFY))
     n_waits = 0
     if wn.size:
         idx = b.cols["index"][wn]
-        C = b.headers[0].capacity
-        stacked, slot = np.divmod(idx, C)
         wk, wf = kind[wn], flags[wn]
         is_notify = wk == EventKind.NOTIFY
         has = (wf & EventFlag.DETAIL) != 0  # (waits and notifies carry one; a DETAIL-less one reads 0)
@@ -469,14 +451,20 @@ def _survey(task: tuple[int, list[int]]) -> tuple:
         out["arg0"][:] = rec["arg0"][idx]
         out["value"][:] = np.where(is_notify, rec["arg1"][idx], np.where(has, d["x2"][det], 0))
         out["arg2"][:] = np.where(has, d["x0"][det], 0)
-        out["program"][:] = stacked % b.headers[0].n_programs
-        out["order"][:] = np.where(is_notify, b.cols["start"][wn], slot)
+        out["program"][:] = b.cols["program"][wn]
+        out["order"][:] = np.where(is_notify, b.cols["start"][wn], b.cols["slot"][wn])
         out["li"][:] = b.per_row(np.asarray(batch, np.int32))[wn]
         out["row"][:] = wn - b.per_row(b.offsets[:-1])[wn]
         n_waits = int(wn.size - is_notify.sum())
     cr = b.cols["index"][kind == EventKind.COUNTER]
     counter_regions = np.unique(rec["tag"][cr] >> REGION_SHIFT)
     return info, int(wn.size), n_waits, counter_regions
+
+
+def _record_slots(ln) -> int:
+    """Record slots of a launch's buffer (its layout's; an upper bound on its events)."""
+    sizes = ln.split_sizes()
+    return sizes[1] if sizes else math.prod(ln.grid) * ln.capacity
 
 
 def plan_trace(capture, model: ClockModel | None = None, *, workers: int | None = None) -> TracePlan:
@@ -498,7 +486,7 @@ def plan_trace(capture, model: ClockModel | None = None, *, workers: int | None 
     launches: list[LaunchPlan] = [None] * len(refs)  # type: ignore[list-item]
     # the light pass's wait/notify columns, in shared memory: each batch at its own place,
     # sized by its record slots (an upper bound; pages never written cost nothing)
-    slots = [sum(math.prod(refs[li][1].grid) * refs[li][1].capacity for li in bt) for bt in batches]
+    slots = [sum(_record_slots(refs[li][1]) for li in bt) for bt in batches]
     wn_at = np.r_[0, np.cumsum(slots)].astype(np.int64)
     shared = {c: _parallel.shared_zeros(int(wn_at[-1]), dt) for c, dt in _WN_COLS}
     state = {"capture": capture, "model": model, "refs": refs, "wn": shared, "wn_at": wn_at}
