@@ -114,11 +114,16 @@ def shared_zeros(n: int, dtype) -> np.ndarray:
 
 #: Buffers handed to one ``writev`` call at most (Linux's IOV_MAX is 1024).
 _IOV_MAX = 1024
+#: Bytes handed to one ``writev`` call at most. Measured on a 2-core VM (ext4, 435 MiB written
+#: after a sync): calls of 256 KiB - 4 MiB took 0.11 - 0.15 s, of 16 - 32 MiB 0.12 - 0.53 s and
+#: one call per 28 MiB piece 0.09 - 1.08 s (median of eight 0.35 s).
+_WRITE_BYTES = 1 << 20
 
 
 def append_all(fd: int, pieces: list) -> int:
     """Append buffers (bytes or contiguous arrays) to the file ``fd`` (opened with ``O_APPEND``)
-    as one unbroken piece, without joining them first (``os.writev``); returns the bytes written.
+    as one unbroken piece, without joining them first (``os.writev`` of up to ``_WRITE_BYTES``
+    at a time); returns the bytes written.
 
     Workers of one run share the output file: the run's lock keeps each piece whole.
     """
@@ -127,12 +132,23 @@ def append_all(fd: int, pieces: list) -> int:
     total = sum(v.nbytes for v in views)
     with _LOCAL.get("lock") or contextlib.nullcontext():
         while views:
-            n = os.writev(fd, views[:_IOV_MAX])
-            while views and n >= views[0].nbytes:  # drop what was written, keep the rest of a partial one
-                n -= views[0].nbytes
-                views.pop(0)
-            if n:
-                views[0] = views[0][n:]
+            batch, size = [], 0
+            while views and size < _WRITE_BYTES and len(batch) < _IOV_MAX:
+                v = views[0]
+                if size + v.nbytes > _WRITE_BYTES:  # (split a large buffer)
+                    v, views[0] = v[: _WRITE_BYTES - size], v[_WRITE_BYTES - size :]
+                else:
+                    views.pop(0)
+                batch.append(v)
+                size += v.nbytes
+            n = os.writev(fd, batch)
+            if n < size:  # a short write: put back what was not written
+                done = 0
+                for k, v in enumerate(batch):
+                    if done + v.nbytes > n:
+                        views[:0] = [v[n - done :]] + batch[k + 1 :]
+                        break
+                    done += v.nbytes
     return total
 
 

@@ -69,10 +69,10 @@ def _meta_events(plan: TracePlan, tracks: dict[int, set]) -> list[dict]:
     return out
 
 
-def _names(keys: np.ndarray, make) -> tuple[np.ndarray, np.ndarray]:
-    """Unique keys -> (per-row index into a table, the table of JSON-encoded names)."""
-    uk, inv = np.unique(keys, return_inverse=True)
-    return inv.reshape(-1), _rows.table([_j(make(int(k))) for k in uk.tolist()])
+def _names(keys: np.ndarray, make) -> _rows.Pick:
+    """Per row the JSON-encoded name ``make(key)`` (each distinct key's made once)."""
+    inv, uk = _rows.codes(keys)
+    return _rows.Pick(_rows.table([_j(make(int(k))) for k in uk.tolist()]), inv)
 
 
 #: The columns the rows are made of.
@@ -99,47 +99,44 @@ def _batch_rows(plan: TracePlan, b: Batch, out) -> np.ndarray:
             n = idx.size
             if n == 0:
                 continue
-            ts = _rows.fmt_fixed3(s_ns[idx] - plan.base_ns)
+            ts = _rows.Fixed3(s_ns[idx] - plan.base_ns)
             if cls == COUNTER:
-                ni, tab = _names((ev["program"][idx].astype(np.int64) << 24) | ev["region"][idx], lambda k: f"p{k >> 24} {region_name(k & 0xFFFFFF)}")
-                out(_rows.rows(n, [b'{"ph":"C","pid":' + pid + b',"ts":', ts, b',"name":', tab[ni], b',"args":{"value":',
-                                         _rows.fmt_int(ev["arg0"][idx]), b"}},\n"]))
+                name = _names((ev["program"][idx].astype(np.int64) << 24) | ev["region"][idx], lambda k: f"p{k >> 24} {region_name(k & 0xFFFFFF)}")
+                out(_rows.rows(n, [b'{"ph":"C","pid":' + pid + b',"ts":', ts, b',"name":', name, b',"args":{"value":',
+                                   _rows.Ints(ev["arg0"][idx]), b"}},\n"]))
                 continue
-            tid = _rows.fmt_int(tids[idx])
-            hw = _rows.fmt_int(ev["hw"][idx])
+            tid = _rows.Ints(tids[idx])
+            hw = _rows.Ints(ev["hw"][idx])
             if cls == INSTANT:
-                ni, tab = _names(ev["region"][idx], region_name)
-                out(_rows.rows(n, [b'{"ph":"i","s":"t","pid":' + pid + b',"tid":', tid, b',"ts":', ts, b',"name":', tab[ni],
-                                         b',"cat":"mark","args":{"arg0":', _rows.fmt_int(ev["arg0"][idx]), b',"arg1":',
-                                         _rows.fmt_int(ev["arg1"][idx]), b',"sm":', hw, b"}},\n"]))
+                out(_rows.rows(n, [b'{"ph":"i","s":"t","pid":' + pid + b',"tid":', tid, b',"ts":', ts, b',"name":', _names(ev["region"][idx], region_name),
+                                   b',"cat":"mark","args":{"arg0":', _rows.Ints(ev["arg0"][idx]), b',"arg1":',
+                                   _rows.Ints(ev["arg1"][idx]), b',"sm":', hw, b"}},\n"]))
                 continue
-            dur = _rows.fmt_fixed3(e_ns[idx] - s_ns[idx])
+            dur = _rows.Fixed3(e_ns[idx] - s_ns[idx])
             head = [b'{"ph":"X","pid":' + pid + b',"tid":', tid, b',"ts":', ts, b',"dur":', dur]
             if cls == SPAN:
-                ni, tab = _names(ev["region"][idx], region_name)
-                out(_rows.rows(n, head + [b',"name":', tab[ni], b',"cat":"span","args":{"arg0":', _rows.fmt_int(ev["arg0"][idx]),
-                                                b',"arg1":', _rows.fmt_int(ev["arg1"][idx]), b',"sm":', hw, b"}},\n"]))
+                out(_rows.rows(n, head + [b',"name":', _names(ev["region"][idx], region_name), b',"cat":"span","args":{"arg0":',
+                                          _rows.Ints(ev["arg0"][idx]), b',"arg1":', _rows.Ints(ev["arg1"][idx]), b',"sm":', hw, b"}},\n"]))
             elif cls == WAIT:
                 to = timeout_mask(ev["flags"][idx]).astype(np.int64)
                 peer = ev["arg0"][idx].astype(np.int64)
-                ni, tab = _names((peer << 1) | to, lambda k: f"wait r{k >> 1}" + (" TIMEOUT" if k & 1 else ""))
-                cat = _rows.table([b'"wait"', b'"wait,timeout"'])[to]
+                name = _names((peer << 1) | to, lambda k: f"wait r{k >> 1}" + (" TIMEOUT" if k & 1 else ""))
+                cat = _rows.Pick(_rows.table([b'"wait"', b'"wait,timeout"'] if to.any() else [b'"wait"']), to)
                 fl = flow_in[idx]
                 has = np.flatnonzero(fl)
-                flow = _rows.optional(n, has, [b',"bind_id":', _rows.fmt_int(fl[has]), b',"flow_in":true'])
-                cmp_i, cmp_tab = _names(ev["arg5"][idx], lambda k: _WAIT_CMP.get(k, str(k)))
-                out(_rows.rows(n, head + [flow, b',"name":', tab[ni], b',"cat":', cat, b',"args":{"peer":', _rows.fmt_int(peer),
-                                                b',"spins":', _rows.fmt_int(ev["arg1"][idx]), b',"flag":', _rows.fmt_int(ev["arg2"][idx]),
-                                                b',"value":', _rows.fmt_int(ev["arg3"][idx]), b',"expected":', _rows.fmt_int(ev["arg4"][idx]),
-                                                b',"cmp":', cmp_tab[cmp_i], b',"sm":', hw, b"}},\n"]))
+                flow = _rows.Optional(n, has, [b',"bind_id":', _rows.Ints(fl[has]), b',"flow_in":true'])
+                cmp = _names(ev["arg5"][idx], lambda k: _WAIT_CMP.get(k, str(k)))
+                out(_rows.rows(n, head + [flow, b',"name":', name, b',"cat":', cat, b',"args":{"peer":', _rows.Ints(peer),
+                                          b',"spins":', _rows.Ints(ev["arg1"][idx]), b',"flag":', _rows.Ints(ev["arg2"][idx]),
+                                          b',"value":', _rows.Ints(ev["arg3"][idx]), b',"expected":', _rows.Ints(ev["arg4"][idx]),
+                                          b',"cmp":', cmp, b',"sm":', hw, b"}},\n"]))
             elif cls == NOTIFY:
-                ni, tab = _names(ev["arg0"][idx], lambda k: f"notify r{k}")
                 fl = flow_out[idx]
                 has = np.flatnonzero(fl)
-                flow = _rows.optional(n, has, [b',"bind_id":', _rows.fmt_int(fl[has]), b',"flow_out":true'])
-                out(_rows.rows(n, head + [flow, b',"name":', tab[ni], b',"cat":"notify","args":{"peer":', _rows.fmt_int(ev["arg0"][idx]),
-                                                b',"value":', _rows.fmt_int(ev["arg1"][idx]), b',"flag":', _rows.fmt_int(ev["arg2"][idx]),
-                                                b',"seq":', _rows.fmt_int(ev["arg3"][idx]), b',"sm":', hw, b"}},\n"]))
+                flow = _rows.Optional(n, has, [b',"bind_id":', _rows.Ints(fl[has]), b',"flow_out":true'])
+                out(_rows.rows(n, head + [flow, b',"name":', _names(ev["arg0"][idx], lambda k: f"notify r{k}"), b',"cat":"notify","args":{"peer":',
+                                          _rows.Ints(ev["arg0"][idx]), b',"value":', _rows.Ints(ev["arg1"][idx]), b',"flag":',
+                                          _rows.Ints(ev["arg2"][idx]), b',"seq":', _rows.Ints(ev["arg3"][idx]), b',"sm":', hw, b"}},\n"]))
     return np.unique(tids[ev["kind"] != EventKind.COUNTER])
 
 
