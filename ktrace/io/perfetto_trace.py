@@ -40,7 +40,7 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
 
 from ..clock.model import ClockModel
 from ..schema import EventKind
-from . import _parallel
+from . import _parallel, _rows
 from .layout import COUNTER, INSTANT, NOTIFY, SPAN, WAIT, Batch, TracePlan, batch_flows, batch_lanes, event_class, plan_trace, read_batch, timeout_mask, track_name
 
 log = logging.getLogger("ktrace")
@@ -150,16 +150,35 @@ class _Template:
             te.terminating_flow_ids.append(0)
         self.packet, self.n_args, self.flow = p, len(args), flow
         self.kind = "end" if type_ == TrackEvent.TYPE_SLICE_END else "counter" if type_ == TrackEvent.TYPE_COUNTER else "start"
-        self.fill = _filler(self.kind, self.n_args, n_flow if flow is not None else 0)
+        self.n_flow = n_flow if flow is not None else 0
+        #: the columns a chunk of events gives, in order (see :func:`_filler`)
+        self.columns = (("t", "u") + (("v",) if self.kind == "counter" else ())
+                        + (("nm",) + tuple(f"fl{j}" for j in range(self.n_flow)) + tuple(f"v{i}" for i in range(self.n_args))
+                           if self.kind == "start" else ()))
+        self._fills: dict[frozenset, object] = {}
+
+    def filler(self, fixed: frozenset = frozenset()):
+        """The fill loop of this shape that leaves the columns ``fixed`` as the slots hold them."""
+        f = self._fills.get(fixed)
+        if f is None:
+            f = self._fills[fixed] = _filler(self.kind, self.n_args, self.n_flow, fixed)
+        return f
 
 
-def _filler(kind: str, n_args: int, n_flow: int):
+#: Name and argument columns a pool can hold fixed (the field each sets, on the slot item of that place).
+def _fixed_field(col: str, n_flow: int) -> tuple[int, str]:
+    """(index in a pool slot, attribute) that column ``col`` ("nm" or "v<i>") sets."""
+    return (1, "name_iid") if col == "nm" else (2 + (1 if n_flow else 0) + int(col[1:]), "int_value")
+
+
+def _filler(kind: str, n_args: int, n_flow: int, fixed: frozenset = frozenset()):
     """A loop that writes one chunk of events into pooled packets, unrolled for its shape.
 
     Setting a field on a upb message costs ~0.08 µs and serialising a message ~0.35 µs
     whatever its size, so packets are filled in place and serialised a whole pool (one
     ``Trace`` of many packets) at a time; the loop is generated per shape so that no inner
-    loop or tuple packing runs per event.
+    loop or tuple packing runs per event. Columns in ``fixed`` are not set: the pool's slots
+    hold their value already (see :meth:`_Pool.emit`).
     """
     flow = n_flow > 0
     slot = ["p", "te"] + (["ff"] if flow else []) + [f"a{i}" for i in range(n_args)]
@@ -169,19 +188,22 @@ def _filler(kind: str, n_args: int, n_flow: int):
         cols.append("v")
         body.append("te.counter_value = v")
     elif kind == "start":
-        cols.append("nm")
-        body.append("te.name_iid = nm")
+        if "nm" not in fixed:
+            cols.append("nm")
+            body.append("te.name_iid = nm")
         for j in range(n_flow):
             cols.append(f"fl{j}")
             body.append(f"ff[{j}] = fl{j}")
         for i in range(n_args):
-            cols.append(f"v{i}")
-            body.append(f"a{i}.int_value = v{i}")
+            if f"v{i}" not in fixed:
+                cols.append(f"v{i}")
+                body.append(f"a{i}.int_value = v{i}")
     src = (f"def fill(slots, {', '.join(c + '_' for c in cols)}):\n"
            f"    for ({', '.join(slot)},), {', '.join(cols)} in zip(slots, {', '.join(c + '_' for c in cols)}):\n"
            + "".join(f"        {line}\n" for line in body))
     ns: dict = {}
-    exec(compile(src, f"<ktrace.perfetto fill {kind}/{n_args}/{n_flow} flows>", "exec"), ns)
+    tag = "".join(sorted(fixed))
+    exec(compile(src, f"<ktrace.perfetto fill {kind}/{n_args}/{n_flow} flows{' fixed ' + tag if tag else ''}>", "exec"), ns)
     return ns["fill"]
 
 
@@ -199,6 +221,8 @@ class _Pool:
     def __init__(self, tpl: _Template):
         self.tpl = tpl
         self.sizes: dict[int, tuple] = {}
+        #: per size, the columns its slots all hold one value of (column -> value)
+        self.held: dict[int, dict] = {}
 
     def _get(self, size: int):
         got = self.sizes.get(size)
@@ -214,21 +238,88 @@ class _Pool:
             got = self.sizes[size] = (t.SerializeToString, slots)
         return got
 
-    def emit(self, cols: list[list]) -> list[bytes]:
-        """Serialised packets of the events whose columns are given (lists), in order, batched."""
-        n = len(cols[0])
+    def emit(self, cols: dict, fixed: dict | None = None) -> list[bytes]:
+        """Serialised packets of the events whose columns are given (lists, by the names of
+        ``_Template.columns``), in order, batched. ``fixed``: name and argument columns that
+        hold one value for every event here (column -> value), set on the slots only where
+        they hold another (a pool's slots keep what was set last), not per event.
+        """
+        fixed = fixed or {}
+        order = [c for c in self.tpl.columns if c not in fixed]
+        n = len(cols[order[0]])
         out = []
         pos = 0
-        fill = self.tpl.fill
-        its = [iter(c) for c in cols]  # zip stops at the pool's end: each fill takes exactly its share
+        fill = self.tpl.filler(frozenset(fixed))
+        its = [iter(cols[c]) for c in order]  # zip stops at the pool's end: each fill takes exactly its share
         while pos < n:
             size = _POOL if n - pos >= _POOL else 1 << ((n - pos).bit_length() - 1)
             ser, slots = self._get(size)
+            held = self.held.setdefault(size, {})
+            for c, v in fixed.items():
+                if held.get(c) != v:
+                    k, attr = _fixed_field(c, self.tpl.n_flow)
+                    for sl in slots:
+                        setattr(sl[k], attr, v)
+                    held[c] = v
+            for c in order:
+                held.pop(c, None)
             fill(slots, *its)
             out.append(ser())
             pos += size
         return out
 
+
+
+#: A name or argument column is held fixed in the pool (set once, not per event) only where
+#: that leaves runs of at least this many events on average: each change of value costs a
+#: set on every slot of the pool (512).
+_FIX_RUN = 2048
+#: Columns with more distinct values than this in a group are never held fixed.
+_FIX_MAX_VALUES = 16
+
+
+def _split_fixed(cols: dict) -> list[tuple[np.ndarray | None, dict]]:
+    """Split one group's events by the values of its name and argument columns that take few
+    values, so that each part holds those columns fixed (see :meth:`_Pool.emit`).
+
+    Returns ``(rows of the part or None for all, {column: value})`` per part; columns chosen
+    greedily, fewest values first, while the parts average ``_FIX_RUN`` events or more.
+    """
+    n = next(iter(cols.values())).size
+    if n < _FIX_RUN:
+        return [(None, {})]
+    cands = []
+    for c, v in cols.items():
+        if c != "nm" and not c.startswith("v"):
+            continue
+        lo, hi = int(v.min()), int(v.max())
+        if hi - lo >= 1 << 16:
+            continue
+        inv, uniq = _rows.codes(v)
+        if uniq.size <= _FIX_MAX_VALUES:
+            cands.append((uniq.size, c, inv, uniq))
+    cands.sort(key=lambda x: x[0])
+    chosen, parts = [], 1
+    for d, c, inv, uniq in cands:
+        if n / (parts * d) < _FIX_RUN:
+            break
+        chosen.append((c, inv, uniq))
+        parts *= d
+    if not chosen:
+        return [(None, {})]
+    if parts == 1:  # every chosen column is one value throughout
+        return [(None, {c: int(u[0]) for c, _, u in chosen})]
+    code = np.zeros(n, np.int64)
+    for c, inv, uniq in chosen:
+        code = code * uniq.size + inv
+    order = np.argsort(code, kind="stable")
+    sc = code[order]
+    starts = np.flatnonzero(np.r_[True, sc[1:] != sc[:-1]])
+    out = []
+    for a, b in zip(starts.tolist(), np.r_[starts[1:], n].tolist()):
+        rows = order[a:b]
+        out.append((rows, {c: int(uniq[inv[rows[0]]]) for c, inv, uniq in chosen}))
+    return out
 
 
 def _rounds(t: np.ndarray, u: np.ndarray, typ: np.ndarray, k1: np.ndarray, k2: np.ndarray) -> np.ndarray:
@@ -354,7 +445,7 @@ class _Writer:
             if cls == COUNTER:
                 codes = rp.counter_code(group if np.ndim(group) == 0 else group[idx], ev["program"][idx], ev["region"][idx])
                 counter_codes = np.unique(codes)
-                groups_.append(("counter", s_ns[idx], codes | (pu | _COUNTER_BIT), 1, np.zeros(idx.size, np.int64), idx, [ev["arg0"][idx]]))
+                groups_.append(("counter", s_ns[idx], codes | (pu | _COUNTER_BIT), 1, np.zeros(idx.size, np.int64), idx, {"v": ev["arg0"][idx]}, None))
                 continue
             if cls in (SPAN, INSTANT):
                 names = self.names.ids(ev["region"][idx], region_name)
@@ -394,11 +485,16 @@ class _Writer:
                     for k, rr, ppp, fl in sub:
                         if rr.size == 0:
                             continue
-                        cols = [names[ppp]] + (list(fl) if fl is not None else []) + [ev[col][rr] for _, col in _CLASS_ARGS[cls]]
+                        cols = {"nm": names[ppp]}
+                        cols.update((f"fl{j}", f) for j, f in enumerate(fl if fl is not None else []))
+                        cols.update((f"v{i}", ev[col][rr]) for i, (_, col) in enumerate(_CLASS_ARGS[cls]))
                         typ = 2 if shape == "begin" else 1
-                        groups_.append((k, s_ns[rr], uuids[rr], typ, -e_ns[rr] if typ == 2 else np.zeros(rr.size, np.int64), rr, cols))
+                        for part, fixed in _split_fixed(cols):
+                            r_ = rr if part is None else rr[part]
+                            groups_.append((k, s_ns[r_], uuids[r_], typ, -e_ns[r_] if typ == 2 else np.zeros(r_.size, np.int64), r_,
+                                            cols if part is None else {c: v[part] for c, v in cols.items() if c not in fixed}, fixed))
                 if shape == "begin" and cls != INSTANT:
-                    groups_.append(("end", e_ns[rows], uuids[rows], 0, -s_ns[rows], -rows, []))
+                    groups_.append(("end", e_ns[rows], uuids[rows], 0, -s_ns[rows], -rows, {}, None))
         head = []
         if not self.started:
             head.append(_first_packet(self.seq))
@@ -413,7 +509,7 @@ class _Writer:
         out = head
         bounds = np.cumsum([0] + [g[1].size for g in groups_])
         for r in range(int(rounds.max()) + 1):
-            for (key, t, u, _, _, _, cols), a, b_ in zip(groups_, bounds[:-1], bounds[1:]):
+            for (key, t, u, _, _, _, cols, fixed), a, b_ in zip(groups_, bounds[:-1], bounds[1:]):
                 if r == 0:
                     sel = np.flatnonzero(rounds[a:b_] == 0) if rounds[a:b_].any() else None
                 else:
@@ -421,9 +517,14 @@ class _Writer:
                     if sel.size == 0:
                         continue
                 if sel is None:
-                    out += self._pool(key).emit([t.tolist(), u.tolist()] + [c.tolist() for c in cols])
+                    cl = {"t": t.tolist(), "u": u.tolist()}
+                    cl.update((c, v.tolist()) for c, v in cols.items())
                 elif sel.size:
-                    out += self._pool(key).emit([t[sel].tolist(), u[sel].tolist()] + [c[sel].tolist() for c in cols])
+                    cl = {"t": t[sel].tolist(), "u": u[sel].tolist()}
+                    cl.update((c, v[sel].tolist()) for c, v in cols.items())
+                else:
+                    continue
+                out += self._pool(key).emit(cl, fixed)
         return out
 
 
