@@ -356,23 +356,26 @@ def test_wait_event_measures_a_held_back_signal(heap):
 
 
 @triton.jit
-def _missing_kernel(flags, gate, rank, nxt, prv, heap_bases, skip, TIMEOUT_NS: tl.constexpr, ktrace_buf=None, KTRACE: tl.constexpr = 0):
+def _missing_kernel(flags, gate, rank, nxt, prv, world, heap_bases, skip, TIMEOUT_NS: tl.constexpr, ktrace_buf=None,
+                    KTRACE: tl.constexpr = 0):
     kt = kl.init(ktrace_buf, KTRACE)
     p = tl.program_id(0)
     # Gate: ranks launch up to tens of ms apart (each compiles the kernel on its first launch), so
-    # the deliberately short wait below only starts once prv is past every long wait: "arrived"
-    # (1), then "ready" (2), which prv sends only after it saw its own prv arrive. Seeing prv's 2
-    # means prv's next step is its signal to this rank.
-    kt = ks.notify(kt, gate + p, 1, rank, nxt, heap_bases, name="missing.gate")
-    kt = ks.wait(kt, gate + p, 1, rank, prv, heap_bases, timeout_ns=5_000_000_000, name="missing.gate")
-    kt = ks.notify(kt, gate + p, 2, rank, nxt, heap_bases, name="missing.gate")
-    kt = ks.wait(kt, gate + p, 2, rank, prv, heap_bases, timeout_ns=5_000_000_000, name="missing.gate")
+    # the deliberately short wait below must only start once every rank runs. Around the ring,
+    # phase k's value leaves a rank only after it saw its prv's k - 1: once this rank sees prv's
+    # k, ranks r-1 .. r-k have arrived. After `world` phases all have, and what prv still does
+    # before its signal (its own last gate wait) takes the ring's latency, not a launch's skew.
+    # (Two phases were too few at 4 ranks: one rank's bounded wait ran out while a third rank
+    # was still launching.)
+    for k in range(1, world + 1):
+        kt = ks.notify(kt, gate + p, k, rank, nxt, heap_bases, name="missing.gate")
+        kt = ks.wait(kt, gate + p, k, rank, prv, heap_bases, timeout_ns=5_000_000_000, name="missing.gate")
     if p != skip:
         kt = ks.notify(kt, flags + p, 1, rank, nxt, heap_bases, name="missing.signal")
     kt = ks.wait(kt, flags + p, 1, rank, prv, heap_bases, timeout_ns=TIMEOUT_NS, name="missing.wait")
 
 
-traced_missing = ktrace.trace(_missing_kernel, events_per_program=16, name="missing")
+traced_missing = ktrace.trace(_missing_kernel, events_per_program=80, name="missing")  # (8 ranks: 2 x 8 gate events + 2, two slots each)
 
 
 def test_missing_notify_times_out_and_is_reported(heap):
@@ -386,7 +389,7 @@ def test_missing_notify_times_out_and_is_reported(heap):
     heap.barrier()
     t0 = time.perf_counter()
     with ktrace.capture() as cap:
-        traced_missing[(programs,)](flags, gate, r, (r + 1) % w, (r - 1) % w, heap.bases, skip_of[r], TIMEOUT_NS=timeout_ns)
+        traced_missing[(programs,)](flags, gate, r, (r + 1) % w, (r - 1) % w, w, heap.bases, skip_of[r], TIMEOUT_NS=timeout_ns)
     torch.cuda.synchronize(heap.device)
     elapsed = time.perf_counter() - t0
     heap.barrier()
