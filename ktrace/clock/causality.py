@@ -127,7 +127,7 @@ def pair_notify_wait(events: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, i
         return np.zeros(rows.size, np.int64) if default is None else default
 
     # round of each notify: its order among its group's notifies, by the notifying rank's clock
-    on = np.lexsort((events[s_col][ni], col("launch", ni), gn))
+    on = _sort_by(gn, bound, col("launch", ni), events[s_col][ni].astype(np.int64))
     occ_n = np.empty(ni.size, np.int64)
     occ_n[on] = _occurrence(gn[on])
     # round of each wait: its order among its program's waits of the group

@@ -38,6 +38,8 @@ log = logging.getLogger("ktrace")
 
 #: Rows formatted at a time (bounds the writer's working memory).
 CHUNK = 262_144
+#: About the bytes of one event's row (what decides whether the output is written with direct I/O).
+_ROW_BYTES = 150
 _WAIT_CMP = {0: "eq", 1: "ge", 2: "gt", 3: "ne"}
 
 
@@ -141,16 +143,20 @@ def _batch_rows(plan: TracePlan, b: Batch, out) -> np.ndarray:
 
 
 def _task(batch: list[int]):
-    """Worker task: one batch's rows, appended to the output (or returned, when compressing),
-    and the track ids they use."""
+    """Worker task: one batch's rows, appended to the output as each block of them is formatted
+    (written while the next is formatted) or returned, when compressing; and the track ids
+    they use."""
     st = _parallel.STATE
     plan = st["plan"]
     b = read_batch(batch, _COLUMNS)
-    parts: list[np.ndarray] = []
-    tids = _batch_rows(plan, b, parts.append)
     if st["compress"]:
+        parts: list[np.ndarray] = []
+        tids = _batch_rows(plan, b, parts.append)
         return b.rank, tids, b"".join(parts)
-    return b.rank, tids, _parallel.append_all(_parallel.open_append(st["path"]), parts)
+    out = st["out"]
+    tids = _batch_rows(plan, b, lambda rows: out.append_async([rows]))
+    out.flush()
+    return b.rank, tids, None
 
 
 def write_chrome_json(capture, path: str | os.PathLike, *, model: ClockModel | None = None, compress: bool | None = None,
@@ -196,7 +202,7 @@ def write_chrome_json(capture, path: str | os.PathLike, *, model: ClockModel | N
     head = b'{"displayTimeUnit":"ns","otherData":' + _j(other) + b',"traceEvents":[\n'
     tasks = [bt for bt in plan.batches if any(plan.launches[li].n_events for li in bt)]
     state = {"capture": capture, "model": plan.model, "refs": [(r, ln) for r, rc in sorted(capture.ranks.items()) for ln in rc.launches],
-             "plan": plan, "path": str(tmp), "compress": compress}
+             "plan": plan, "compress": compress}
     tracks: dict[int, set] = {r: set() for r in plan.ranks}
     run = _parallel.imap(_task, tasks, min(workers, max(1, len(tasks))), state, ordered=False)
     try:
@@ -208,14 +214,15 @@ def write_chrome_json(capture, path: str | os.PathLike, *, model: ClockModel | N
                     out.write(data)
                 out.write(_trailer(plan, tracks))
         else:
-            tmp.write_bytes(head)
+            out = state["out"] = _parallel.Output(tmp, direct=_parallel.direct_io_wanted(plan.n_events * _ROW_BYTES))
+            out.append([head])
             try:
                 for rank, tids, _ in run:
                     tracks[rank].update(tids.tolist())
             finally:
-                _parallel.close_local()
-            with open(tmp, "ab") as out:
-                out.write(_trailer(plan, tracks))
+                out.close()
+            with open(tmp, "ab") as f:
+                f.write(_trailer(plan, tracks))
         os.replace(tmp, path)
     finally:
         if tmp.exists():

@@ -579,13 +579,14 @@ def _pair_rank(dst: int) -> int:
     wn["start"] = wn["slot"] = wn["order"]
     nrows, wrows, _, _ = pair_notify_wait(wn)
     li, row = wn["li"], wn["row"]
-    n_li, n_row, w_li, w_row = li[nrows], row[nrows], li[wrows], row[wrows]
-    o = np.lexsort((w_row, w_li))  # pairs numbered by wait (launch, row)
-    n_li, n_row, w_li, w_row = n_li[o], n_row[o], w_li[o], w_row[o]
-    # each notify's first pair (its id in Chrome JSON)
-    nkey = (n_li.astype(np.int64) << 32) | n_row
-    u, first = np.unique(nkey, return_index=True)
-    first = first[np.searchsorted(u, nkey)]
+    w_li, w_row = li[wrows], row[wrows]
+    o = np.argsort((w_li.astype(np.int64) << 32) | w_row)  # pairs numbered by wait (launch, row): one key, each wait once
+    nrows, w_li, w_row = nrows[o], w_li[o], w_row[o]
+    n_li, n_row = li[nrows], row[nrows]
+    # each notify's first pair (its id in Chrome JSON): the least pair index among its own
+    first_of = np.full(rows.size, nrows.size, np.int64)
+    np.minimum.at(first_of, nrows, np.arange(nrows.size, dtype=np.int64))
+    first = first_of[nrows]
     on = np.argsort(n_li, kind="stable")
     at, n = st["pair_at"][dst], w_li.size
     for c, v in zip(_PAIR_COLS, (w_li, w_row, first, n_li[on], n_row[on], on)):

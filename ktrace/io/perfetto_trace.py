@@ -45,6 +45,8 @@ from .layout import COUNTER, INSTANT, NOTIFY, SPAN, WAIT, Batch, TracePlan, batc
 
 log = logging.getLogger("ktrace")
 
+#: About the bytes of one event's packets (what decides whether the output is written with direct I/O).
+_PACKET_BYTES = 80
 _DESC_SEQ = 1
 _EVENT_SEQ = 2  # the kernel slices, written by the calling process
 _FIRST_WORKER_SEQ = 3  # worker k writes the events of its launches on sequence 3 + k
@@ -557,7 +559,7 @@ def _task(batch: list[int]) -> int:
     if w is None:
         _WRITER.clear()
         w = _WRITER[st["run"]] = _Writer(plan, _FIRST_WORKER_SEQ + _parallel.worker_index())
-    return _parallel.append_all(_parallel.open_append(st["path"]), w.batch(read_batch(batch, _COLUMNS)))
+    return st["out"].append(w.batch(read_batch(batch, _COLUMNS)))
 
 
 #: The columns the packets are made of.
@@ -594,14 +596,15 @@ def write_perfetto(capture, path: str | os.PathLike, *, model: ClockModel | None
     tmp = path.with_name(path.name + ".tmp")
     tasks = [bt for bt in plan.batches if any(plan.launches[li].n_events for li in bt)]
     state = {"capture": capture, "model": plan.model, "refs": [(r, ln) for r, rc in sorted(capture.ranks.items()) for ln in rc.launches],
-             "plan": plan, "path": str(tmp), "run": (os.getpid(), time.perf_counter_ns())}
+             "plan": plan, "run": (os.getpid(), time.perf_counter_ns())}
     try:
-        tmp.write_bytes(_process_descriptors(plan) + _first_packet(_EVENT_SEQ) + _kernels(plan))
+        out = state["out"] = _parallel.Output(tmp, direct=_parallel.direct_io_wanted(plan.n_events * _PACKET_BYTES))
+        out.append([_process_descriptors(plan) + _first_packet(_EVENT_SEQ) + _kernels(plan)])
         try:
             for _ in _parallel.imap(_task, tasks, min(workers, max(1, len(tasks))), state, ordered=False):
                 pass
         finally:
-            _parallel.close_local()
+            out.close()
             _WRITER.clear()
         os.replace(tmp, path)
     finally:
