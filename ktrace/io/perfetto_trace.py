@@ -417,9 +417,10 @@ class _Writer:
                                 sibling_merge_behavior=TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE))
         return tracks + out
 
-    def batch(self, b: Batch) -> list[bytes]:
+    def batch(self, b: Batch, sink=None) -> list[bytes]:
         """The packets of a batch's events (with the descriptors and interned names they need
-        first), as pieces to write one after another."""
+        first), as pieces to write one after another: returned, or handed to ``sink`` (a
+        :class:`_Sink`) as they are made."""
         plan = self.plan
         region_name = plan.region_name
         rp = plan.ranks[b.rank]
@@ -504,11 +505,15 @@ class _Writer:
         head += self._descriptors(rp, np.unique(tids[ev["kind"] != EventKind.COUNTER]), counter_codes)
         head.append(self.names.flush())
         if not groups_:
-            return head
+            if sink is None:
+                return head
+            sink += head
+            return []
         cat = np.concatenate
         rounds = _rounds(cat([g[1] for g in groups_]), cat([g[2] for g in groups_]), cat([np.full(g[1].size, g[3], np.int8) for g in groups_]),
                          cat([g[4] for g in groups_]), cat([g[5] for g in groups_]))
-        out = head
+        out = _Sink(None) if sink is None else sink
+        out += head
         bounds = np.cumsum([0] + [g[1].size for g in groups_])
         for r in range(int(rounds.max()) + 1):
             for (key, t, u, _, _, _, cols, fixed), a, b_ in zip(groups_, bounds[:-1], bounds[1:]):
@@ -527,7 +532,7 @@ class _Writer:
                 else:
                     continue
                 out += self._pool(key).emit(cl, fixed)
-        return out
+        return out.pieces if sink is None else []
 
 
 def _kernels(plan: TracePlan) -> bytes:
@@ -559,7 +564,36 @@ def _task(batch: list[int]) -> int:
     if w is None:
         _WRITER.clear()
         w = _WRITER[st["run"]] = _Writer(plan, _FIRST_WORKER_SEQ + _parallel.worker_index())
-    return st["out"].append(w.batch(read_batch(batch, _COLUMNS)))
+    sink = _Sink(st["out"])
+    w.batch(read_batch(batch, _COLUMNS), sink)
+    sink.close()
+    return sink.bytes
+
+
+class _Sink:
+    """Packets on their way out: collected, and with an output handed over every ``_SINK_BYTES``
+    (written by the output's thread while the next packets are made), in order."""
+
+    def __init__(self, out):
+        self.out, self.pieces, self.size, self.bytes = out, [], 0, 0
+
+    def __iadd__(self, pieces: list):
+        self.pieces += pieces
+        self.size += sum(len(p) for p in pieces)
+        if self.out is not None and self.size >= _SINK_BYTES:
+            self.bytes += self.out.append_async(self.pieces)
+            self.pieces, self.size = [], 0
+        return self
+
+    def close(self) -> None:
+        if self.pieces:
+            self.bytes += self.out.append_async(self.pieces)
+            self.pieces, self.size = [], 0
+        self.out.flush()
+
+
+#: Bytes of packets handed to the output at a time.
+_SINK_BYTES = 4 << 20
 
 
 #: The columns the packets are made of.
