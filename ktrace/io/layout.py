@@ -23,7 +23,11 @@ about what one large launch does):
 2. The writer's pass: each task decodes its batch once (:func:`read_batch`), lays it out
    (lanes, track ids, flows) and writes every event of it. Which tracks exist is learnt here,
    so the Chrome writer collects them for its metadata at the end and the Perfetto writer
-   emits each track's descriptor before its first use.
+   emits each track's descriptor before its first use. Output goes through
+   ``ktrace.io._parallel.Output``: each piece's place is settled under a lock, its bytes are
+   written by a thread of the task's process while the task formats the next ones, and large
+   traces (>= 256 MiB expected) bypass the page cache with direct I/O (``KTRACE_DIRECT_IO=0``
+   turns that off, ``=1`` forces it).
 
 Track ids and counter track ids are functions of (launch group, program, lane / counter), so
 no pass needs to know which tracks another pass or worker has seen.
