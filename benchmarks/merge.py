@@ -142,7 +142,7 @@ def build_from(dirpath: Path, n_events: int, source: str) -> dict:
                 rec["t1"][ln._where] += shift
                 launches.append(Launch(index=k * per_rank + j, kernel=ln.kernel, grid=ln.grid, capacity=ln.capacity, raw=raw,
                                        host_ns=ln.host_ns + k * period_ns, stream=ln.stream, meta=dict(ln.meta)))
-                device_bytes += ln.raw.nbytes
+                device_bytes += decoded[(r, ln.index)].header.nbytes  # (dense, as on the device)
                 total += decoded[(r, ln.index)].events.size
         n_launches += len(launches)
         one = Capture(world_size=cap.world_size, ranks={r: RankCapture(rank=r, device=rc.device, launches=launches,

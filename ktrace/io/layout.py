@@ -311,14 +311,15 @@ class Batch:
         return np.repeat(np.asarray(values), np.diff(self.offsets))
 
 
-def read_batch(batch: list[int], columns, capture=None, model: ClockModel | None = None, *, verify: bool = True) -> Batch:
+def read_batch(batch: list[int], columns, capture=None, model: ClockModel | None = None, *, verify: bool = True, times: bool = True) -> Batch:
     """Decode launches ``batch`` (plan order; one rank, one buffer layout) into one :class:`Batch`.
 
     Without ``capture`` (in a worker task) the capture, model and launch list are the run's
     shared state (``ktrace.io._parallel.STATE``). ``verify=False`` skips the CRC-32 of buffers
     read from their file (the light pass: the writing pass reads every buffer again, checked,
     and fails before anything is written if one is damaged); a buffer that does not decode is
-    still checked, so that damage is reported as such.
+    still checked, so that damage is reported as such. ``times=False`` leaves ``s_ns``/``e_ns``
+    (the events' times on the common clock) empty.
     """
     from . import _parallel
     from .capture_file import CaptureError, read_buffers
@@ -347,7 +348,9 @@ def read_batch(batch: list[int], columns, capture=None, model: ClockModel | None
     offsets = np.r_[0, np.cumsum(counts)]
     clk = model.rank(rank)
     hz = [h.tick_hz for h in headers]
-    if len(set(hz)) <= 1:
+    if not times:
+        s_ns = e_ns = np.zeros(0, np.int64)
+    elif len(set(hz)) <= 1:
         s_ns = clk.to_common(cols["start"], hz[0] if hz else None)
         e_ns = clk.to_common(cols["end"], hz[0] if hz else None)
     else:  # launches timed at different rates: convert each on its own
@@ -442,15 +445,22 @@ def _survey(task: tuple[int, list[int]]) -> tuple:
 
     k_batch, batch = task
     model, shared, at = _parallel.STATE["model"], _parallel.STATE["wn"], _parallel.STATE["wn_at"][k_batch]
-    b = read_batch(batch, ("index", "program", "slot"), verify=False)
+    b = read_batch(batch, ("index", "program", "slot"), verify=False, times=False)
     counts = np.diff(b.offsets)
-    # first start and last end of each launch with events (common clock: the batch's own)
+    # first start and last end of each launch with events: raw ticks, then the common clock
+    # (monotonic: the least tick is the earliest time)
     full = np.flatnonzero(counts)
     first = np.zeros(counts.size, np.int64)
     last = np.zeros(counts.size, np.int64)
     if full.size:
-        first[full] = np.minimum.reduceat(b.s_ns, b.offsets[full])
-        last[full] = np.maximum.reduceat(b.e_ns, b.offsets[full])
+        clk = model.rank(b.rank)
+        hz = np.array([h.tick_hz for h in b.headers], np.int64)[full]
+        lo = np.minimum.reduceat(b.cols["start"], b.offsets[full])
+        hi = np.maximum.reduceat(b.cols["end"], b.offsets[full])
+        for rate in np.unique(hz).tolist():
+            sel = hz == rate
+            first[full[sel]] = clk.to_common(lo[sel], rate)
+            last[full[sel]] = clk.to_common(hi[sel], rate)
     info = list(zip([h.n_programs for h in b.headers], counts.tolist(), [h.dropped for h in b.headers], zip(first.tolist(), last.tolist())))
     kind, flags = b.cols["kind"], b.cols["flags"]
     rec = b.records
