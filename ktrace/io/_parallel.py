@@ -71,6 +71,52 @@ def _init(counter, lock, keep_freed_memory) -> None:
     _LOCAL["lock"] = lock
 
 
+class Pool:
+    """Worker processes kept for several phases of one run (several :meth:`imap` calls): they
+    fork once, with ``state`` as :data:`STATE`, so a later phase finds the memory an earlier
+    one faulted in. What a later phase learns goes to it in its tasks' arguments or in shared
+    memory made before the fork (:func:`shared_zeros`). With one worker, tasks run here."""
+
+    def __init__(self, workers: int, state: dict):
+        self.workers = max(1, int(workers))
+        STATE.clear()
+        STATE.update(state)
+        self._pool = None
+        if self.workers <= 1:
+            _LOCAL.clear()
+            _LOCAL.update(index=0, lock=contextlib.nullcontext())
+            return
+        from .._memory import keep_freed_memory
+
+        ctx = mp.get_context("fork")
+        counter, lock = ctx.Value("i", 0), ctx.Lock()
+        self._pool = ctx.Pool(self.workers, initializer=_init, initargs=(counter, lock, keep_freed_memory))
+
+    def imap(self, fn: Callable, items: Iterable, *, ordered: bool = True) -> Iterator:
+        """``fn(item)`` for every item (see :func:`imap`)."""
+        if self._pool is None:
+            for it in items:
+                yield fn(it)
+            return
+        run = self._pool.imap if ordered else self._pool.imap_unordered
+        yield from run(fn, items, chunksize=1)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None
+        STATE.clear()
+        close_local()  # (what tasks run here opened)
+        _LOCAL.clear()
+
+    def __enter__(self) -> "Pool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def imap(fn: Callable, items: Iterable, workers: int, state: dict, *, ordered: bool = True) -> Iterator:
     """``fn(item)`` for every item, in ``workers`` forked processes (here when ``workers`` is 1).
 
@@ -85,26 +131,8 @@ def imap(fn: Callable, items: Iterable, workers: int, state: dict, *, ordered: b
     Yields:
         The results. An exception in a task is raised here (the other workers are stopped).
     """
-    STATE.clear()
-    STATE.update(state)
-    try:
-        if workers <= 1:
-            _LOCAL.clear()
-            _LOCAL.update(index=0, lock=contextlib.nullcontext())
-            for it in items:
-                yield fn(it)
-            return
-        from .._memory import keep_freed_memory
-
-        ctx = mp.get_context("fork")
-        counter, lock = ctx.Value("i", 0), ctx.Lock()
-        with ctx.Pool(workers, initializer=_init, initargs=(counter, lock, keep_freed_memory)) as pool:
-            run = pool.imap if ordered else pool.imap_unordered
-            yield from run(fn, items, chunksize=1)
-    finally:
-        STATE.clear()
-        close_local()  # (what tasks run here opened)
-        _LOCAL.clear()
+    with Pool(workers, state) as pool:
+        yield from pool.imap(fn, items, ordered=ordered)
 
 
 def shared_zeros(n: int, dtype) -> np.ndarray:

@@ -510,18 +510,28 @@ def plan_trace(capture, model: ClockModel | None = None, *, workers: int | None 
     raw_events = sum(ln.nbytes for _, ln in refs) // 32  # an upper bound: records are 32 bytes
     workers = _parallel.resolve_workers(workers, raw_events)
     batches = make_batches(refs, workers)
-    launches: list[LaunchPlan] = [None] * len(refs)  # type: ignore[list-item]
     # the light pass's wait/notify columns, in shared memory: each batch at its own place,
     # sized by its record slots (an upper bound; pages never written cost nothing)
     slots = [sum(_record_slots(refs[li][1]) for li in bt) for bt in batches]
     wn_at = np.r_[0, np.cumsum(slots)].astype(np.int64)
     shared = {c: _parallel.shared_zeros(int(wn_at[-1]), dt) for c, dt in _WN_COLS}
-    state = {"capture": capture, "model": model, "refs": refs, "wn": shared, "wn_at": wn_at}
+    # the pairs, made now too (sized by the same bound: a pair is a wait) so that one pool of
+    # workers does both passes
+    pairs = {c: _parallel.shared_zeros(int(wn_at[-1]), np.int32) for c in _PAIR_COLS}
+    state = {"capture": capture, "model": model, "refs": refs, "wn": shared, "wn_at": wn_at, "pairs": pairs,
+             "launch_index": np.array([ln.index for _, ln in refs], np.int64)}
+    with _parallel.Pool(min(workers, max(1, len(batches))), state) as pool:
+        return _plan(capture, model, refs, workers, batches, wn_at, pool)
+
+
+def _plan(capture, model: ClockModel, refs: list, workers: int, batches: list, wn_at: np.ndarray, pool) -> TracePlan:
+    """:func:`plan_trace` with its pool of workers."""
+    launches: list[LaunchPlan] = [None] * len(refs)  # type: ignore[list-item]
     counter_regions = [np.zeros(0, np.int64)]
     wn_parts: list[tuple[int, int, int]] = []  # per batch with waits or notifies: rank, place, rows
     waits = dict.fromkeys(capture.ranks, 0)
     tasks = list(enumerate(batches))
-    for (k, batch), (info, n_wn, n_waits, cregions) in zip(tasks, _parallel.imap(_survey, tasks, min(workers, max(1, len(batches))), state)):
+    for (k, batch), (info, n_wn, n_waits, cregions) in zip(tasks, pool.imap(_survey, tasks)):
         counter_regions.append(cregions.astype(np.int64))
         for li, (n_programs, n, dropped, (t0, t1)) in zip(batch, info):
             r, ln = refs[li]
@@ -552,7 +562,7 @@ def plan_trace(capture, model: ClockModel | None = None, *, workers: int | None 
     ranks = {r: RankPlan(rank=r, name=rank_title(r, rc.device), n_groups=n_groups[r], counter_regions=counter_regions,
                          max_programs=max([lp.n_programs for lp in launches if lp.rank == r], default=1))
              for r, rc in sorted(capture.ranks.items())}
-    n_flows = _plan_flows(launches, shared, wn_parts, waits, refs, workers)
+    n_flows = _plan_flows(launches, wn_parts, waits, pool)
     return TracePlan(
         model=model, launches=launches, ranks=ranks, base_ns=base, n_events=n_events, n_flows=n_flows,
         partial=bool(capture.partial or capture.missing_ranks), missing_ranks=list(capture.missing_ranks),
@@ -560,8 +570,10 @@ def plan_trace(capture, model: ClockModel | None = None, *, workers: int | None 
     )
 
 
-def _pair_rank(dst: int) -> int:
-    """Pairing task: the notify -> wait pairs whose wait is on rank ``dst``, ready to number.
+def _pair_rank(task: tuple[int, list, int]) -> int:
+    """Pairing task ``(dst, parts, at)``: the notify -> wait pairs whose wait is on rank
+    ``dst``, ready to number; ``parts`` the light pass's wait/notify rows per batch (rank, place,
+    rows) and ``at`` the rank's place in the pair columns.
 
     A wait on rank B can only be released by a notify addressed to B (``pair_notify_wait``
     groups by source rank, destination rank, flag and value), so the ranks pair independently
@@ -578,7 +590,8 @@ def _pair_rank(dst: int) -> int:
     from . import _parallel
 
     st = _parallel.STATE
-    shared, parts, launch_index = st["wn"], st["wn_parts"], st["launch_index"]
+    dst, parts, pair_at = task
+    shared, launch_index = st["wn"], st["launch_index"]
     picks = []
     for rank, at, n in parts:  # this rank's waits and the notifies addressed to it, in launch order
         kind, peer = shared["kind"][at : at + n], shared["arg0"][at : at + n]
@@ -602,29 +615,27 @@ def _pair_rank(dst: int) -> int:
     np.minimum.at(first_of, nrows, np.arange(nrows.size, dtype=np.int64))
     first = first_of[nrows]
     on = np.argsort(n_li, kind="stable")
-    at, n = st["pair_at"][dst], w_li.size
+    at, n = pair_at, w_li.size
     for c, v in zip(_PAIR_COLS, (w_li, w_row, first, n_li[on], n_row[on], on)):
         st["pairs"][c][at : at + n] = v
     return int(n)
 
 
-def _plan_flows(launches: list[LaunchPlan], shared: dict, wn_parts: list, waits: dict, refs: list, workers: int) -> int:
-    """Pair notifies with waits (all launches at once; ranks in parallel) and hand each launch
-    its flows: pairs are numbered from 1 by wait (launch, row), which is rank by rank since
-    launches are in rank order. ``wn_parts``: per batch with waits or notifies, its rank, place
-    in the shared columns and rows; ``waits``: waits per rank (a bound on its pairs)."""
+def _plan_flows(launches: list[LaunchPlan], wn_parts: list, waits: dict, pool) -> int:
+    """Pair notifies with waits (all launches at once; ranks in parallel, in ``pool``) and hand
+    each launch its flows: pairs are numbered from 1 by wait (launch, row), which is rank by rank
+    since launches are in rank order. ``wn_parts``: per batch with waits or notifies, its rank,
+    place in the shared columns and rows; ``waits``: waits per rank (a bound on its pairs)."""
     from . import _parallel
 
     if not wn_parts:
         return 0
     ranks = sorted(waits)
     pair_at = dict(zip(ranks, np.r_[0, np.cumsum([waits[r] for r in ranks])].tolist()))
-    pairs = {c: _parallel.shared_zeros(sum(waits.values()), np.int32) for c in _PAIR_COLS}
-    state = {"wn": shared, "wn_parts": wn_parts, "launch_index": np.array([ln.index for _, ln in refs], np.int64),
-             "pairs": pairs, "pair_at": pair_at}
+    pairs = _parallel.STATE["pairs"]
     n_flows = 0
     edges = np.arange(len(launches) + 1)
-    for dst, n in zip(ranks, _parallel.imap(_pair_rank, ranks, min(workers, len(ranks)), state)):
+    for dst, n in zip(ranks, pool.imap(_pair_rank, [(r, wn_parts, pair_at[r]) for r in ranks])):
         base = n_flows + 1
         n_flows += n
         if not n:
