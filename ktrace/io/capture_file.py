@@ -182,17 +182,24 @@ class _FileSource:
 _LOCAL_HEADER = struct.Struct("<4s22xHH")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _LazyBuffer:
-    """Where an uncompressed buffer lies in its capture file, and its expected size and CRC-32."""
+    """Where an uncompressed buffer lies in its capture file, and its expected size and CRC-32.
+    (Made once per launch when a capture is read: kept light.)"""
 
     source: _FileSource
     header_offset: int
     nbytes: int
     crc32: int
-    where: str  # "<path>: rank R launch L"
+    path: str
+    rank: int
+    launch: int
     layout: str = "dense"  # as the capture file's metadata says
     records: int = 0  # record slots of a packed buffer (metadata)
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}: rank {self.rank} launch {self.launch}"
 
     def _data_offset(self) -> int:
         head = self.source.read(self.header_offset, _LOCAL_HEADER.size)
@@ -486,13 +493,15 @@ def _read_zip(zf: zipfile.ZipFile, path: str, source: Path | None = None) -> Cap
                         if source is not None and info.compress_type == zipfile.ZIP_STORED:
                             if info.file_size != lm["bytes"]:
                                 raise CaptureError(f"{path}: rank {r} launch {lm['index']}: buffer is damaged (size or CRC-32 mismatch)")
-                            layout, n_rec = str(lm.get("layout", "dense")), int(lm.get("records", 0))
-                            P = math.prod(int(g) for g in lm["grid"])
-                            if layout not in ("dense", "packed") or (layout == "packed" and lm["bytes"] != schema.packed_bytes(P, n_rec)):
-                                raise CaptureError(f"{path}: rank {r} launch {lm['index']}: corrupt capture metadata "
-                                                   f"(layout {layout!r} with {n_rec} records in {lm['bytes']} bytes)")
+                            layout, n_rec = lm.get("layout", "dense"), int(lm.get("records", 0))
+                            if layout == "packed":
+                                if lm["bytes"] != schema.packed_bytes(math.prod(lm["grid"]), n_rec):
+                                    raise CaptureError(f"{path}: rank {r} launch {lm['index']}: corrupt capture metadata "
+                                                       f"(layout {layout!r} with {n_rec} records in {lm['bytes']} bytes)")
+                            elif layout != "dense":
+                                raise CaptureError(f"{path}: rank {r} launch {lm['index']}: corrupt capture metadata (layout {layout!r})")
                             src = src or _FileSource(source)
-                            data = _LazyBuffer(src, info.header_offset, int(lm["bytes"]), int(lm["crc32"]), f"{path}: rank {r} launch {lm['index']}",
+                            data = _LazyBuffer(src, info.header_offset, int(lm["bytes"]), int(lm["crc32"]), str(path), r, int(lm["index"]),
                                                layout, n_rec)
                         else:
                             data = zf.read(info)
