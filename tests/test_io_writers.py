@@ -354,3 +354,26 @@ def test_output_keeps_every_piece_whole(tmp_path, direct, monkeypatch):
             start = at + len(f"<piece {k} {n}>")
             assert n == body.size and data[start : start + n] == body.tobytes() and data[start + n : start + n + 8] == b"</piece>"
         assert bool(out._head[2]) == (direct and refused)  # (refusal seen and shared)
+
+
+def test_writers_leave_no_descriptors_open(cap, tmp_path):
+    """Writing again and again (here and in workers, through the page cache and with direct
+    I/O) opens no descriptor that stays open."""
+    import os
+
+    fd_dir = "/proc/self/fd"
+    if not os.path.isdir(fd_dir):
+        pytest.skip("no /proc/self/fd here")
+    for w in (1, 2, 1):
+        write_chrome_json(cap, tmp_path / "warm.json", workers=w)  # (first use of a pool sets up its semaphores)
+    before = len(os.listdir(fd_dir))
+    for direct in ("0", "1"):
+        os.environ["KTRACE_DIRECT_IO"] = direct
+        try:
+            for w in (1, 2):
+                for _ in range(2):
+                    write_chrome_json(cap, tmp_path / "t.json", workers=w)
+                    write_perfetto(cap, tmp_path / "t.pftrace", workers=w)
+        finally:
+            del os.environ["KTRACE_DIRECT_IO"]
+    assert len(os.listdir(fd_dir)) == before

@@ -83,6 +83,7 @@ class Pool:
         STATE.update(state)
         self._pool = None
         if self.workers <= 1:
+            close_local()  # (what this process opened before: its descriptors are its own)
             _LOCAL.clear()
             _LOCAL.update(index=0, lock=contextlib.nullcontext())
             return
