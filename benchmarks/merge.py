@@ -2,20 +2,25 @@
 
     python benchmarks/merge.py [--events 10000000] [--ranks 4] [--dir DIR]
     python benchmarks/merge.py --source ktrace/data/a2a_skewed_4xh200.ktrace [--events 10000000]
+    python benchmarks/merge.py --source benchmarks/data/gemm_all_scatter_fused_ws_2xh200.ktrace
 
-Two inputs, both replicated into many launches shifted in time until the capture holds
-``--events`` events, written as one capture file per rank:
+Inputs replicated into many launches shifted in time until the capture holds ``--events``
+events, written as one capture file per rank:
 
 - CONSTRUCTED (default): one launch per rank from ``ktrace.io.synth.constructed_capture``
   (spans, nested spans, marks, waits and notifies paired across ranks, counters, calibration
   samples), 264 programs x 8 iterations: ~12.7 k events per launch, dense buffers.
-- ``--source CAPTURE``: a recorded capture (e.g. the bundled 4 x H200 all-to-all captures in
-  ``ktrace/data``): every launch of every rank, byte for byte, with the timestamps of copy
-  ``k`` moved ``k`` periods later (a period: the capture's whole span plus 10 µs, so copies
-  never overlap and each notify still pairs with the waits of its own copy). Launch indices
-  are renumbered; calibration samples and devices are the recorded ones. Real launches are
-  small (the all-to-all ones: 200-1,200 events in buffers sized for the worst case), so this
-  input has many more launches (~16.5 k for 10 M events) and ~5x the raw bytes per event.
+- ``--source CAPTURE``: a recorded capture (the bundled 4 x H200 all-to-all captures in
+  ``ktrace/data``, the 2 x H200 GEMM + all-scatter one in ``benchmarks/data``): every launch
+  of every rank, its events byte for byte (packed as capture files store them), with the
+  timestamps of copy ``k`` moved ``k`` periods later (a period: the capture's whole span plus
+  10 µs, so copies never overlap and each notify still pairs with the waits of its own copy).
+  Launch indices are renumbered; calibration samples and devices are the recorded ones. Real
+  launches are small (the all-to-all ones: 200-1,200 events; the GEMM + all-scatter ones ~3.6 k),
+  so these inputs have many more launches (~16.5 k and ~2.8 k for 10 M events).
+
+The raw capture the memory is compared with is the event buffers as the capture files store
+them (packed); the device buffers' size is printed too.
 
 Each step then runs in a fresh child process so that its peak resident memory
 (``ru_maxrss``) is its own:
