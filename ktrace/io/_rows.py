@@ -80,6 +80,8 @@ def _digits(a: np.ndarray, nd: int) -> np.ndarray:
     """Decimal digits of non-negative int64 ``a`` (all below 10**nd) as (n, nd) uint8, leading
     zeros made spaces."""
     n = a.size
+    if nd <= 9:  # (int32 arithmetic: half the time of int64 for the divisions)
+        a = a.astype(np.int32)
     ndp = nd + (nd % 2)
     pairs = np.empty((n, ndp // 2), np.uint16)
     x = a
@@ -87,12 +89,11 @@ def _digits(a: np.ndarray, nd: int) -> np.ndarray:
         q = x // 100  # (division by a constant is fast; % is not)
         pairs[:, c] = _PAIRS16[x - q * 100]
         x = q
-    digits = pairs.view(np.uint8)[:, ndp - nd :]
-    if nd > 1:
-        # leading zeros become spaces ('0' - 16 == ' '): digit k from the left is blank when
-        # the value has fewer than nd - k digits
-        ndig = (np.searchsorted(_POW10[: nd - 1], a, side="right") + 1).astype(np.int8)
-        digits = digits - ((np.arange(nd, dtype=np.int8)[None, :] < (nd - ndig)[:, None]).view(np.uint8) << 4)
+    digits = np.ascontiguousarray(pairs.view(np.uint8)[:, ndp - nd :])
+    # leading zeros become spaces ('0' - 16 == ' '): digit k from the left is blank when the
+    # value is below 10 ** (nd - 1 - k)
+    for k in range(nd - 1):
+        digits[:, k] -= (a < 10 ** (nd - 1 - k)).view(np.uint8) << 4
     return digits
 
 
