@@ -89,6 +89,11 @@ class Pool:
             return
         from .._memory import keep_freed_memory
 
+        ex = _LOCAL.pop("writer", None)  # (fork with no thread of ours running: its writes are done)
+        if ex is not None:
+            ex.shutdown(wait=True)
+        for f in _LOCAL.pop("pending", []):
+            f.result()
         ctx = mp.get_context("fork")
         counter, lock = ctx.Value("i", 0), ctx.Lock()
         self._pool = ctx.Pool(self.workers, initializer=_init, initargs=(counter, lock, keep_freed_memory))

@@ -167,7 +167,6 @@ class _Template:
         return f
 
 
-#: Name and argument columns a pool can hold fixed (the field each sets, on the slot item of that place).
 def _fixed_field(col: str, n_flow: int) -> tuple[int, str]:
     """(index in a pool slot, attribute) that column ``col`` ("nm" or "v<i>") sets."""
     return (1, "name_iid") if col == "nm" else (2 + (1 if n_flow else 0) + int(col[1:]), "int_value")
