@@ -161,22 +161,6 @@ class _FileSource:
             got += len(b)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    def read_into(self, offset: int, *views: memoryview) -> int:
-        """Fill ``views`` one after another from ``offset`` on; returns the bytes there were."""
-        views_ = [v for v in views if v.nbytes]
-        got = 0
-        while views_:
-            k = os.preadv(self.fd, views_, offset + got)
-            if not k:
-                break
-            got += k
-            while views_ and k >= views_[0].nbytes:
-                k -= views_[0].nbytes
-                views_.pop(0)
-            if k:
-                views_[0] = views_[0][k:]
-        return got
-
 
 #: A zip local file header: signature, ..., name length (at 26) and extra length (at 28).
 _LOCAL_HEADER = struct.Struct("<4s22xHH")
