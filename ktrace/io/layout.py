@@ -340,7 +340,10 @@ def read_batch(batch: list[int], columns, capture=None, model: ClockModel | None
         raise CaptureError(f"rank {rank}, launch {ln.index} ({ln.kernel}): {e}") from None
     except ValueError:  # headers that disagree with their launches' grid and capacity
         for _, ln in mine:
-            h = decode_columns([ln.load_raw()], ())[0][0]
+            try:
+                h = decode_columns([ln.load_raw()], ())[0][0]
+            except BufferDecodeError as e:
+                raise CaptureError(f"rank {rank}, launch {ln.index} ({ln.kernel}): {e}") from None
             if (h.grid, h.capacity) != (tuple(ln.grid), ln.capacity):
                 raise CaptureError(f"rank {rank}, launch {ln.index} ({ln.kernel}): its buffer's header says grid {h.grid} and "
                                    f"{h.capacity} slots, its launch record grid {tuple(ln.grid)} and {ln.capacity} slots") from None
