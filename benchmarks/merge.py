@@ -97,13 +97,9 @@ def build(dirpath: Path, n_events: int, ranks: int) -> dict:
 
 def stored_bytes(files: list[str]) -> int:
     """The raw capture's size: the event buffers' bytes as the capture files store them."""
-    import zipfile
+    from ktrace.io.capture_file import read_capture
 
-    total = 0
-    for f in files:
-        meta = json.loads(zipfile.ZipFile(f).read("ktrace.json"))
-        total += sum(lm["bytes"] for rk in meta["ranks"] for lm in rk["launches"])
-    return total
+    return sum(ln.nbytes for f in files for rc in read_capture(f).ranks.values() for ln in rc.launches)
 
 
 def build_from(dirpath: Path, n_events: int, source: str) -> dict:

@@ -142,12 +142,6 @@ def _records(buf) -> tuple[np.ndarray, np.ndarray, schema.Header, np.ndarray | N
     return rec, dropped, header, counts
 
 
-def buffer_records(buf) -> np.ndarray:
-    """The record slots a buffer holds (``RECORD_DTYPE``; a packed buffer's kept ones), checked
-    as :func:`decode_buffer` checks the header."""
-    return _records(buf)[0]
-
-
 def pack_buffer(buf) -> np.ndarray:
     """The packed form of an event buffer (see ``ktrace.schema``): each program's slots up to its
     last non-empty one. Decodes to exactly the events of the dense buffer. A packed buffer is

@@ -63,8 +63,7 @@ def _init(counter, lock, keep_freed_memory) -> None:
     # launches allocate and free the same sizes over and over; fresh pages cost more than the
     # work on some machines). The calling process's allocator is left as it is.
     keep_freed_memory()
-    for k in ("writer", "pending", "stage"):  # (the calling process's: its writer thread is not here)
-        _LOCAL.pop(k, None)
+    _LOCAL.pop("stage", None)  # (the calling process's staging buffer; its writer thread was stopped before the fork)
     with counter.get_lock():
         _LOCAL["index"] = counter.value
         counter.value += 1
