@@ -331,11 +331,14 @@ class PingPongFit:
 
 
 def _keep_best(score: np.ndarray, keep_fraction: float, min_keep: int) -> np.ndarray:
+    """The ``k`` samples of smallest score; among tied scores the earliest samples, so that the
+    fit is the same on every machine (``np.argpartition`` breaks ties differently where numpy
+    uses a SIMD selection, e.g. on AVX-512 CPUs)."""
     n = score.size
     k = min(n, max(int(min_keep), int(math.ceil(keep_fraction * n))))
     if k >= n:
         return np.arange(n)
-    return np.argpartition(score, k - 1)[:k]
+    return np.sort(np.argsort(score, kind="stable")[:k])
 
 
 def _int_array(sample: Mapping, key: str, where: str) -> np.ndarray:
