@@ -79,7 +79,7 @@ print(json.dumps({{"analysis_s": t2 - t1, "import_s": t1 - t0, "user_s": r1.ru_u
 
 
 def _fresh_processes(box: list, regions: dict, repeat: int) -> None:
-    from ktrace.io.capture_file import write_capture
+    from ktrace.captures.file import write_capture
 
     table = box.pop()
 

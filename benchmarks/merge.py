@@ -7,7 +7,7 @@
 Inputs replicated into many launches shifted in time until the capture holds ``--events``
 events, written as one capture file per rank:
 
-- CONSTRUCTED (default): one launch per rank from ``ktrace.io.synth.constructed_capture``
+- CONSTRUCTED (default): one launch per rank from ``ktrace.captures.synth.constructed_capture``
   (spans, nested spans, marks, waits and notifies paired across ranks, counters, calibration
   samples), 264 programs x 8 iterations: ~12.7 k events per launch, dense buffers.
 - ``--source CAPTURE``: a recorded capture (the bundled 4 x H200 all-to-all captures in
@@ -65,8 +65,8 @@ import numpy as np
 def build(dirpath: Path, n_events: int, ranks: int) -> dict:
     """The CONSTRUCTED input (see the module docstring)."""
     from ktrace.decode import decode_buffer
-    from ktrace.io.capture_file import Capture, Launch, write_capture
-    from ktrace.io.synth import constructed_capture, encode_buffer
+    from ktrace.captures.file import Capture, Launch, write_capture
+    from ktrace.captures.synth import constructed_capture, encode_buffer
 
     cap, _ = constructed_capture(world_size=ranks, programs=264, iters=8, seed=3)
     per_launch = cap.ranks[0].launches[0].decode(0).events.size
@@ -97,7 +97,7 @@ def build(dirpath: Path, n_events: int, ranks: int) -> dict:
 
 def stored_bytes(files: list[str]) -> int:
     """The raw capture's size: the event buffers' bytes as the capture files store them."""
-    from ktrace.io.capture_file import read_capture
+    from ktrace.captures.file import read_capture
 
     return sum(ln.nbytes for f in files for rc in read_capture(f).ranks.values() for ln in rc.launches)
 
@@ -106,7 +106,7 @@ def build_from(dirpath: Path, n_events: int, source: str) -> dict:
     """The input replicated from a recorded capture (see the module docstring)."""
     from ktrace import schema
     from ktrace.decode import decode_buffer, head_bytes, pack_buffer
-    from ktrace.io.capture_file import Capture, Launch, RankCapture, read_capture, write_capture
+    from ktrace.captures.file import Capture, Launch, RankCapture, read_capture, write_capture
 
     cap = read_capture(source)
     decoded = {(r, ln.index): decode_buffer(ln.raw) for r, rc in cap.ranks.items() for ln in rc.launches}
@@ -215,15 +215,17 @@ OUTPUTS = {"chrome": "trace.json", "chrome.gz": "trace.json.gz", "perfetto": "tr
 
 
 def step(name: str, info: dict, dirpath: Path, workers: int | None = None) -> dict:
-    from ktrace.io import merge_captures, read_capture, write_capture
-    from ktrace.io.chrome import write_chrome_json
-    from ktrace.io.perfetto_trace import write_perfetto
+    from ktrace.captures import merge_captures, read_capture, write_capture
+    from ktrace.clock import attach_clock
+    from ktrace.export.chrome import write_chrome_json
+    from ktrace.export.perfetto import write_perfetto
 
     merged = dirpath / "merged.ktrace"
     c0 = _cpu_s()
     t0 = time.perf_counter()
     if name == "merge":
         cap = merge_captures(read_capture(f) for f in info["files"])
+        attach_clock(cap)
         write_capture(merged, cap)
         out = merged
     else:
@@ -238,7 +240,7 @@ def step(name: str, info: dict, dirpath: Path, workers: int | None = None) -> di
     kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # the largest worker's
     n_workers = workers or 0
     if workers is None:
-        from ktrace.io._parallel import default_workers
+        from ktrace.export.pool import default_workers
 
         n_workers = default_workers(info["events"]) if name != "merge" else 0
     n_workers = n_workers if n_workers > 1 else 0

@@ -77,7 +77,7 @@ def _worker(rank: int, world: int, port: int, args, out_q) -> None:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     import torch.distributed as dist
 
-    from ktrace.session import device_info
+    from ktrace.device import device_info
     from ktrace.clock.calibrate import CalibrationConfig, ping_pong
     from ktrace.shmem import SymmetricHeap, init_distributed
 

@@ -29,7 +29,7 @@ import triton.language as tl
 
 import ktrace
 import ktrace.language as kl
-from ktrace.io import write_perfetto
+from ktrace.export import write_perfetto
 
 BLOCK = 1024
 MAX_BLOCKS = 4  # blocks of the busiest program

@@ -164,26 +164,9 @@ def heap(min_free_bytes: int = 0):
         if h.config.size_bytes - h.used_bytes >= min_free_bytes + 4096:
             return h
     size = max(DEFAULT_HEAP_BYTES, 2 * min_free_bytes + (1 << 20))
-    _heap_timer_module()
     h = SymmetricHeap(size)
     _HEAPS.append(h)
     return h
-
-
-def _heap_timer_module() -> None:
-    """Work around the heap reading the timer rate from ``ktrace.capture.device_info``: that
-    function lives in ``ktrace.session``; alias the module name when nothing provides it."""
-    import importlib.util
-    import sys
-
-    try:
-        found = importlib.util.find_spec("ktrace.capture") is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found and "ktrace.capture" not in sys.modules:
-        import ktrace.session
-
-        sys.modules["ktrace.capture"] = ktrace.session
 
 
 def device_name() -> str:

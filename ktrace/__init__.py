@@ -5,7 +5,8 @@ names below that need them import them on first use):
 
 - :func:`trace` — decorator around a ``@triton.jit`` kernel.
 - :func:`capture` — context manager that switches tracing on and collects launches.
-- :func:`read_capture`, :func:`write_capture` — capture files (``ktrace.io``).
+- :func:`read_capture`, :func:`write_capture`, :func:`merge_captures` — capture files (``ktrace.captures``).
+- :func:`write_trace` — a Perfetto or Chrome JSON trace of a capture (``ktrace.export``).
 
 Device API: ``import ktrace.language as kl`` inside kernels.
 """
@@ -19,12 +20,13 @@ _LAZY = {
     "capture": ("ktrace.session", "capture"),
     "Session": ("ktrace.session", "Session"),
     "TracedKernel": ("ktrace.session", "TracedKernel"),
-    "read_capture": ("ktrace.io.capture_file", "read_capture"),
-    "write_capture": ("ktrace.io.capture_file", "write_capture"),
-    "merge_captures": ("ktrace.io.capture_file", "merge_captures"),
-    "Capture": ("ktrace.io.capture_file", "Capture"),
-    "CaptureError": ("ktrace.io.capture_file", "CaptureError"),
+    "read_capture": ("ktrace.captures.file", "read_capture"),
+    "write_capture": ("ktrace.captures.file", "write_capture"),
+    "merge_captures": ("ktrace.captures.file", "merge_captures"),
+    "Capture": ("ktrace.captures.file", "Capture"),
+    "CaptureError": ("ktrace.captures.file", "CaptureError"),
     "DecodeError": ("ktrace.decode", "DecodeError"),
+    "write_trace": ("ktrace.export", "write_trace"),
     "decode_buffer": ("ktrace.decode", "decode_buffer"),
 }
 

@@ -16,7 +16,7 @@ from . import __version__
 def _cmd_info(args) -> int:
     import numpy as np
 
-    from .io.capture_file import CaptureError, read_capture
+    from .captures import CaptureError, read_capture
     from .schema import EventKind
 
     try:
@@ -42,7 +42,9 @@ def _cmd_info(args) -> int:
 
 
 def _cmd_merge(args) -> int:
-    from .io import CaptureError, format_of, merge_captures, read_capture, write_trace
+    from .captures import CaptureError, merge_captures, read_capture
+    from .clock import attach_clock
+    from .export import format_of, write_trace
 
     try:
         fmt = args.format or format_of(args.output)
@@ -51,6 +53,10 @@ def _cmd_merge(args) -> int:
         return 2
     try:
         cap = merge_captures((read_capture(p) for p in args.captures), world_size=args.world_size)
+        try:
+            attach_clock(cap)
+        except ValueError as e:
+            raise CaptureError(f"clock calibration samples: {e}") from None
         out = write_trace(cap, args.output, fmt)
     except (CaptureError, ValueError, OSError) as e:
         print(f"ktrace: {e}", file=sys.stderr)

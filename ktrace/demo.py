@@ -104,14 +104,15 @@ def analyse(capture: str | os.PathLike, out_dir: str | os.PathLike, *, stem: str
         :class:`Outputs`.
 
     Raises:
-        ktrace.io.CaptureError: the capture cannot be read.
+        ktrace.captures.CaptureError: the capture cannot be read.
         ktrace.analysis.AnalysisError: it cannot be analysed.
         DemoError: the output folder cannot be written.
     """
     import orjson
 
     from .analysis import ReportConfig, build_report, report_json
-    from .io import read_capture, write_perfetto
+    from .captures import read_capture
+    from .export import write_perfetto
 
     src = Path(capture)
     out = Path(out_dir)
@@ -152,7 +153,7 @@ def next_steps(o: Outputs) -> str:
 
 def _cmd_demo(args) -> int:
     from .analysis import AnalysisError, render_text
-    from .io import CaptureError
+    from .captures import CaptureError
 
     try:
         src = Path(args.capture) if args.capture and args.capture not in BUNDLED else bundled_capture(args.capture or "skewed")

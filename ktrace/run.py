@@ -615,7 +615,7 @@ def _cmd_run(args) -> int:
         return 1
     from .analysis import AnalysisError, render_text
     from .demo import DemoError, analyse, next_steps
-    from .io import CaptureError
+    from .captures import CaptureError
 
     try:
         o = analyse(cfg.capture_path, cfg.out)

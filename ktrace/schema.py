@@ -2,7 +2,7 @@
 
 Everything that reads or writes an event buffer takes its layout from here: the device
 probes (``ktrace.language``), the host-side buffers (``ktrace.session``), the decoder
-(``ktrace.decode``), the file formats (``ktrace.io``) and the tests. Pure Python and numpy;
+(``ktrace.decode``), the capture files (``ktrace.captures``), the trace writers (``ktrace.export``) and the tests. Pure Python and numpy;
 importing it never pulls in torch or triton.
 
 Buffer layout (little-endian, byte offsets)::
@@ -193,21 +193,88 @@ EVENT_DTYPE = np.dtype(
     ]
 )
 
-#: What each argument column means, per event kind (names are used by writers and analyses).
-ARG_NAMES = {
-    EventKind.SPAN: ("arg0", "arg1"),
-    EventKind.INSTANT: ("arg0", "arg1"),
-    EventKind.COUNTER: ("value",),
-    # wait: peer waited on, spins; detail: flag heap offset (bytes), value seen, expected value,
-    # the comparison used (see ktrace.shmem).
+class Cmp(enum.IntEnum):
+    """How a wait compares the flag with the value it expects (``ktrace.shmem.language.wait``).
+
+    The code is recorded in a WAIT event's ``cmp`` argument (``arg5``); 0 means no comparison
+    was recorded (a wait written by hand with ``kl.record_wait``).
+    """
+
+    EQ = 1
+    NE = 2
+    GE = 3
+    GT = 4
+    LE = 5
+    LT = 6
+
+
+#: Comparison names accepted by ``wait(..., cmp=...)``, as written in traces: ``"ge"`` -> 3.
+CMP_NAMES = {c.name.lower(): int(c) for c in Cmp}
+#: The operator each comparison code stands for, as reports write it.
+CMP_SYMBOLS = {int(Cmp.EQ): "==", int(Cmp.NE): "!=", int(Cmp.GE): ">=", int(Cmp.GT): ">", int(Cmp.LE): "<=",
+               int(Cmp.LT): "<"}
+
+
+def cmp_name(code: int) -> str:
+    """The name of a comparison code (``3`` -> ``"ge"``); the number itself for an unknown code."""
+    try:
+        return Cmp(int(code)).name.lower()
+    except ValueError:
+        return str(int(code))
+
+
+#: What each argument column means, per event kind: the name of ``arg0`` .. ``arg5`` (None: the
+#: column carries nothing for that kind). Writers name a slice's arguments with these and
+#: analyses read columns by them (:func:`arg_column`); nothing else names the arguments.
+ARG_NAMES: dict[EventKind, tuple[str | None, ...]] = {
+    EventKind.SPAN: ("arg0", "arg1", None, None, None, None),
+    EventKind.INSTANT: ("arg0", "arg1", None, None, None, None),
+    # a counter's 64-bit value (split over the record's two 32-bit fields, joined by the decoder)
+    EventKind.COUNTER: ("value", None, None, None, None, None),
+    # wait: the peer waited on, polls of the flag; detail: the flag's heap offset (bytes), the last
+    # value read, the value expected, the comparison (Cmp)
     EventKind.WAIT: ("peer", "spins", "flag", "value", "expected", "cmp"),
-    # notify: peer signalled, the value written; detail: flag heap offset (bytes) on the peer,
-    # the sender's notify sequence number, (unused), (unused).
-    EventKind.NOTIFY: ("peer", "value", "flag", "seq", "arg4", "arg5"),
+    # notify: the peer signalled, the value written; detail: the flag's heap offset on the peer
+    # (bytes), the sender's notify sequence number
+    EventKind.NOTIFY: ("peer", "value", "flag", "seq", None, None),
 }
+#: Argument columns, in order.
+ARG_COLUMNS = ("arg0", "arg1", "arg2", "arg3", "arg4", "arg5")
+
+
+def arg_fields(kind: EventKind) -> tuple[tuple[str, str], ...]:
+    """``(name, column)`` of each argument an event of ``kind`` carries, in column order."""
+    return tuple((n, c) for n, c in zip(ARG_NAMES[EventKind(kind)], ARG_COLUMNS) if n is not None)
+
+
+def arg_column(kind: EventKind, name: str) -> str:
+    """The column (``arg0`` .. ``arg5``) holding argument ``name`` of an event of ``kind``."""
+    for n, c in zip(ARG_NAMES[EventKind(kind)], ARG_COLUMNS):
+        if n == name:
+            return c
+    raise KeyError(f"{EventKind(kind).name} events have no argument {name!r} (they have {[n for n, _ in arg_fields(kind)]})")
+
+
+#: Arguments whose codes have names: written by name in traces (``cmp``: :func:`cmp_name`).
+ARG_VALUE_NAMES = {(EventKind.WAIT, "cmp"): cmp_name}
+
+#: ``EVENT_DTYPE`` plus the event's start and end on the common clock (int64 ns; host wall-clock
+#: time when the capture has a host anchor): the aligned event, what the clock model's
+#: ``aligned_events`` returns and analyses start from.
+ALIGNED_DTYPE = np.dtype(EVENT_DTYPE.descr + [("start_ns", "<i8"), ("end_ns", "<i8")])
 
 #: Units of the columns that have one (the unit-suffixed names analyses use).
 UNITS = {"start": "ticks", "end": "ticks", "start_ns": "ns", "end_ns": "ns", "dur_ns": "ns"}
+
+
+def is_timeout(flags) -> np.ndarray:
+    """Per event, whether its wait gave up at its bound (the TIMEOUT flag) — the one test of it."""
+    return (np.asarray(flags) & int(EventFlag.TIMEOUT)) != 0
+
+
+def empty_aligned(n: int = 0) -> np.ndarray:
+    """An aligned table (``ALIGNED_DTYPE``) of ``n`` zero rows."""
+    return np.zeros(n, ALIGNED_DTYPE)
 
 
 def tag_of(kind: int, region: int, flags: int = 0) -> int:

@@ -37,7 +37,8 @@ from typing import Any, Callable
 import numpy as np
 
 from . import regions, schema
-from .io.capture_file import Capture, Launch, RankCapture, write_capture
+from .device import device_info
+from .captures.file import Capture, Launch, RankCapture, write_capture
 
 log = logging.getLogger("ktrace")
 
@@ -96,60 +97,6 @@ def _save_env_session() -> None:
         log.info("[rank %d] ktrace: wrote %s (%d launches)", s.rank, path, len(s.launches))
     except Exception as e:  # at exit, report instead of raising into the interpreter's shutdown
         log.error("[rank %d] ktrace: could not write %s: %s", s.rank, out, e)
-
-
-# ---------------------------------------------------------------------------------------------
-# devices
-# ---------------------------------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=None)
-def device_info(index: int) -> dict:
-    """What a capture records about a device: name, vendor, arch, timer and its rate."""
-    import torch
-
-    props = torch.cuda.get_device_properties(index)
-    is_hip = bool(getattr(torch.version, "hip", None))
-    if is_hip:
-        arch = str(getattr(props, "gcnArchName", "gfx")).split(":")[0]
-        timer = schema.TimerKind.AMD_MEMREALTIME
-        tick_hz = _amd_wallclock_hz(index, arch)
-    else:
-        arch = f"sm_{props.major}{props.minor}"
-        timer = schema.TimerKind.NV_GLOBALTIMER
-        tick_hz = schema.DEFAULT_TICK_HZ[timer]
-    return {
-        "index": index,
-        "name": props.name,
-        "vendor": "amd" if is_hip else "nvidia",
-        "arch": arch,
-        "sm_count": props.multi_processor_count,
-        "timer": timer.name,
-        "tick_hz": tick_hz,
-        "uuid": str(getattr(props, "uuid", "")),
-    }
-
-
-def _amd_wallclock_hz(index: int, arch: str) -> int:
-    """hipDeviceAttributeWallClockRate (kHz) in Hz; the architecture's known rate when it reads 0."""
-    rate_khz = 0
-    try:
-        import ctypes
-
-        lib = ctypes.CDLL("libamdhip64.so")
-        val = ctypes.c_int(0)
-        attr_wallclock = 10_016  # hipDeviceAttributeWallClockRate
-        if lib.hipDeviceGetAttribute(ctypes.byref(val), attr_wallclock, index) == 0:
-            rate_khz = int(val.value)
-    except OSError:
-        pass
-    if rate_khz > 0:
-        return rate_khz * 1000
-    hz = schema.AMD_WALLCLOCK_HZ.get(arch)
-    if hz is None:
-        log.warning("unknown s_memrealtime rate for %s; assuming %d Hz", arch, schema.DEFAULT_TICK_HZ[schema.TimerKind.AMD_MEMREALTIME])
-        hz = schema.DEFAULT_TICK_HZ[schema.TimerKind.AMD_MEMREALTIME]
-    return hz
 
 
 # ---------------------------------------------------------------------------------------------
@@ -350,7 +297,7 @@ class Session:
         return {k: v for k, v in names.items() if k in used}
 
     def to_capture(self) -> Capture:
-        """This rank's capture (``ktrace.io.Capture``)."""
+        """This rank's capture (``ktrace.captures.Capture``)."""
         self.close()
         devices = sorted({pl.device for pl in self.launches})
         if not devices and self.heap is not None:
@@ -390,9 +337,16 @@ class Session:
         Returns:
             The merged, aligned capture on ``dst``; None on the other ranks.
         """
-        from .collect import gather
+        from .captures.gather import gather
+        from .clock.model import attach_clock
 
-        return gather(self.to_capture(), dst=dst)
+        merged = gather(self.to_capture(), dst=dst)
+        if merged is not None:
+            try:
+                attach_clock(merged)
+            except ValueError as e:  # kept, on the ranks' own clocks: the report says so
+                log.error("[rank %s] ktrace: the clock calibration samples cannot be fitted (%s); ranks left unaligned", self.rank, e)
+        return merged
 
     def events(self) -> np.ndarray:
         """Every event of every launch of this session (``schema.EVENT_DTYPE``, raw ticks)."""

@@ -8,9 +8,9 @@ import urllib.request
 import pytest
 
 from ktrace.cli import main
-from ktrace.io import read_capture, write_capture
-from ktrace.io.capture_file import Capture
-from ktrace.io.synth import constructed_capture
+from ktrace.captures import read_capture, write_capture
+from ktrace.captures.file import Capture
+from ktrace.captures.synth import constructed_capture
 from viewers import serve_trace
 from viewers.perfetto_open import open_trace
 

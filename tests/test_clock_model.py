@@ -9,9 +9,11 @@ import math
 import numpy as np
 import pytest
 
-from ktrace.clock import ClockModel, aligned_events, check_causality, fit_clock, resolve_tick_hz, ticks_to_ns
+from ktrace.clock import ClockModel, check_causality, fit_clock, ticks_to_ns
+from ktrace.device import resolve_tick_hz
+from ktrace.events import aligned_events
 from ktrace.clock.model import fit_host_anchor, fit_pingpong
-from ktrace.io.synth import constructed_capture
+from ktrace.captures.synth import constructed_capture
 
 
 def test_ticks_to_ns_is_exact_for_all_rates():

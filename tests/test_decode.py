@@ -8,7 +8,7 @@ import pytest
 
 from ktrace import schema
 from ktrace.decode import DecodeError, count_kinds, decode_buffer, decode_columns, pack_buffer
-from ktrace.io.capture_file import read_capture
+from ktrace.captures.file import read_capture
 from ktrace.schema import EventFlag, EventKind
 
 FIXTURE = Path(__file__).parent / "fixtures" / "probes_gpu.ktrace"

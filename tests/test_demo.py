@@ -13,7 +13,7 @@ import pytest
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
 
 from ktrace import demo, run
-from ktrace.io import read_capture
+from ktrace.captures import read_capture
 
 PACKAGE_DATA_LIMIT = 2_000_000  # bytes: every file of ktrace/data together
 CAPTURE_LIMIT = 500_000  # bytes: one bundled capture

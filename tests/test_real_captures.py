@@ -13,8 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ktrace.clock import aligned_events, check_causality, clock_model_of
-from ktrace.io import read_capture, write_chrome_json, write_perfetto
+from ktrace.clock import check_causality, clock_model_of
+from ktrace.events import aligned_events
+from ktrace.captures import read_capture
+from ktrace.export import write_chrome_json, write_perfetto
 from ktrace.schema import EventFlag, EventKind
 
 FIXTURES = Path(__file__).parents[1] / "ktrace" / "data"

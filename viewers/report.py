@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ktrace.analysis.trace import fmt_ns
+from ktrace.text import fmt_ns
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d2330;background:#fff;max-width:1280px}

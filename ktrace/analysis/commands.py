@@ -47,7 +47,7 @@ def _write_json(dest: str, data: dict) -> None:
 
 
 def _cmd_report(args) -> int:
-    from ..io.capture_file import CaptureError
+    from ..captures.file import CaptureError
     from . import LoadConfig, ReportConfig, build_report, render_text, report_json
     from .trace import AnalysisError
 
@@ -73,7 +73,7 @@ def _cmd_report(args) -> int:
 
 
 def _cmd_diff(args) -> int:
-    from ..io.capture_file import CaptureError
+    from ..captures.file import CaptureError
     from . import build_diff, diff_json, render_diff_text
     from .trace import AnalysisError
 

@@ -12,7 +12,8 @@ import numpy as np
 from ..schema import EventKind
 from .load import workgroups
 from .stalls import kernel_time
-from .trace import Trace, group_index, group_sum
+from ..keys import group_index, group_sum
+from .trace import Trace
 
 DIFF_FIELDS = [("a_ns", "<f8"), ("b_ns", "<f8"), ("delta_ns", "<f8"), ("rel_change", "<f8")]
 

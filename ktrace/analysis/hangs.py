@@ -22,9 +22,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..schema import EventKind
-from ..shmem.codes import Cmp
+from ..schema import CMP_SYMBOLS, Cmp
 from .stalls import waits as _waits
-from .trace import Trace, group_index
+from ..keys import group_index
+from .trace import Trace
 
 TIMEOUT_DTYPE = np.dtype(
     [
@@ -52,11 +53,9 @@ TIMEOUT_DTYPE = np.dtype(
     ]
 )
 
-_CMP_TEXT = {int(Cmp.EQ): "==", int(Cmp.NE): "!=", int(Cmp.GE): ">=", int(Cmp.GT): ">", int(Cmp.LE): "<=", int(Cmp.LT): "<"}
-
-
 def cmp_text(code: int) -> str:
-    return _CMP_TEXT.get(int(code), f"cmp#{int(code)}")
+    """The operator of a comparison code (``schema.CMP_SYMBOLS``), ``cmp#N`` for an unknown one."""
+    return CMP_SYMBOLS.get(int(code), f"cmp#{int(code)}")
 
 
 def _reaches(values: np.ndarray, expected: int, cmp: int) -> np.ndarray:

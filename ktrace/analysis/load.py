@@ -25,7 +25,8 @@ import numpy as np
 
 from ..schema import EventKind
 from .stalls import _holds, workgroup_extent
-from .trace import Trace, dense_codes, group_count, group_index, group_median, group_sum
+from ..keys import dense_codes, group_count, group_index, group_median, group_sum
+from .trace import Trace
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ import numpy as np
 from . import compare as _diff
 from . import hangs, load, stalls
 from . import timeline as overlap
-from .trace import Progress, Trace, fmt_ns, prepare, ranks_text, table_to_records
+from ..text import fmt_ns, programs_text, ranks_text
+from .trace import Progress, Trace, prepare, table_to_records
 
 PERFETTO_UI = "https://ui.perfetto.dev"
 _SEVERITY = {"error": 0, "warning": 1, "info": 2}
@@ -138,14 +139,6 @@ def _rel(trace: Trace, t) -> int:
     return int(t) - trace.origin_ns
 
 
-def _programs_text(progs) -> str:
-    ps = sorted({int(p) for p in progs})
-    if len(ps) == 1:
-        return f"program {ps[0]}"
-    shown = ", ".join(str(p) for p in ps[:8])
-    return f"programs {shown}" + (f" and {len(ps) - 8} more" if len(ps) > 8 else "")
-
-
 # ---------------------------------------------------------------------------------------------
 # findings
 # ---------------------------------------------------------------------------------------------
@@ -164,7 +157,7 @@ def _hang_findings(trace: Trace, to: np.ndarray, missing: np.ndarray, cycles: li
         stuck = (f"; rank {m['producer']} was itself stuck waiting" if m["producer_stuck"]
                  else f"; rank {m['producer']} was not waiting on anything (its last event ended at "
                       f"+{fmt_ns(_rel(trace, m['producer_last_event_ns']))})" if m["producer_last_event_ns"] >= 0 else "")
-        text = (f"HANG: rank {m['consumer']} {_programs_text(m['programs'])} (SM {first['sm']}, launch {m['launch']}) waited on "
+        text = (f"HANG: rank {m['consumer']} {programs_text(m['programs'])} (SM {first['sm']}, launch {m['launch']}) waited on "
                 f"flag +{m['flag']:#x} for value {m['cmp']} {m['expected']} from rank {m['producer']} since "
                 f"+{fmt_ns(_rel(trace, m['since_ns']))} and gave up after {fmt_ns(first['waited_ns'])}: "
                 f"rank {m['producer']} never sent it ({sent}){stuck}.")
@@ -277,7 +270,7 @@ def _load_findings(trace: Trace, wg: np.ndarray, imb: np.ndarray) -> list[Findin
             by_rank: dict = {}
             for r, p in zip(sel["rank"].tolist(), sel["program"].tolist()):
                 by_rank.setdefault(r, []).append(p)
-            where = "; ".join(f"rank {r} {_programs_text(ps)}" for r, ps in sorted(by_rank.items()))
+            where = "; ".join(f"rank {r} {programs_text(ps)}" for r, ps in sorted(by_rank.items()))
             n = sel.size
             role_name = role.split(":", 1)[-1]
             extra = float(np.nanmean(sel["top_region_excess_ns"])) if np.isfinite(sel["top_region_excess_ns"]).any() else np.nan

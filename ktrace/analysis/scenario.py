@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import schema
 from ..schema import EventFlag, EventKind
-from ..shmem.codes import Cmp
+from ..schema import Cmp
 
 #: Region names used by the constructed kernel.
 NAMES = ("tile", "gemm", "recv", "notify", "wait")
@@ -188,12 +188,12 @@ def replicate(table: np.ndarray, copies: int) -> np.ndarray:
 def to_capture(table: np.ndarray, *, kernel: str = "a2a_constructed", regions: dict | None = None):
     """Encode a constructed table into a ``Capture`` of per-rank, per-launch event buffers.
 
-    The buffers are what the device probes would have written (``ktrace.io.synth``); the clock
+    The buffers are what the device probes would have written (``ktrace.captures.synth``); the clock
     model maps every rank's ticks to the common clock unchanged (the table is already on it).
     """
     from ..clock.model import ClockModel, RankClock
-    from ..io.capture_file import Capture, Launch, RankCapture
-    from ..io.synth import encode_buffer
+    from ..captures.file import Capture, Launch, RankCapture
+    from ..captures.synth import encode_buffer
 
     ranks: dict = {}
     r_col, l_col = table["rank"], table["launch"]

@@ -27,25 +27,21 @@ from __future__ import annotations
 import numpy as np
 
 from ..schema import EventKind
-from ..shmem.codes import Cmp
-from . import trace as _trace
-from .trace import (
-    AnalysisError,
-    Trace,
+from .. import keys, pairing
+from ..keys import (
     argsort_stable,
     dense_codes,
-    enclosing_span,
-    fill_table,
     group_count,
     group_index,
     group_max,
     group_median,
     group_median_max,
     group_sum,
-    is_timeout,
     lexorder,
-    preceding_span,
 )
+from ..schema import arg_column, is_timeout
+from .spans import enclosing_span, preceding_span, rank_launch_starts
+from .trace import AnalysisError, Trace, fill_table
 
 #: One row per WAIT event (see the module docstring for the two parts of ``wait_ns``).
 WAIT_DTYPE = np.dtype(
@@ -87,167 +83,27 @@ class _Cols:
         return self._t.column(name)
 
 
-def _pair_exact(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """Exact notify -> wait pairs by rounds, many waits per notify: the rule of
-    ``ktrace.clock.causality.pair_notify_wait`` (a test checks that both give the same pairs).
-
-    Notifies and waits are grouped by (producer, consumer, flag, value). The k-th notify of a
-    group, in the notifying rank's order (launch, then start time), releases the k-th wait of
-    each waiting program on that group, in that program's order (launch, then record order):
-    one notify that sets a count flag releases the wait of every program that spins on it.
-    Timed-out waits take their round but are not paired. Computed with packed keys, two sorts
-    and a search, so that millions of waits pair in about a second.
-    """
-    N, Wt = EventKind.NOTIFY, EventKind.WAIT
-    ni = trace.rows_of(N)
-    wi = trace.rows_of(Wt)
-    if ni.size == 0 or wi.size == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-
-    def W(name):
-        return trace.at(Wt, name)
-
-    # (producer, consumer, flag, value) packed into one int64 per notify and per wait, each
-    # column offset by its smallest value over both (mixed radix)
-    sides = [(trace.at(N, "rank"), W("arg0")), (trace.at(N, "arg0"), W("rank")), (trace.at(N, "arg2"), W("arg2")),
-             (trace.at(N, "arg1"), W("arg4"))]
-    kn, kw = np.zeros(ni.size, np.int64), np.zeros(wi.size, np.int64)
-    total = 1
-    for a, b in sides:
-        lo = min(int(a.min()), int(b.min()))
-        size = max(int(a.max()), int(b.max())) - lo + 1
-        total *= size
-        if total >= 1 << 62:  # too wide to pack: dense codes of the key rows instead
-            k, _ = group_index(*(np.concatenate([a, b]) for a, b in sides))
-            kn, kw = k[: ni.size], k[ni.size :]
-            break
-        kn *= size
-        kn += a
-        kn -= lo
-        kw *= size
-        kw += b
-        kw -= lo
-    del sides
-    if total * (max(ni.size, wi.size) + 1) >= 1 << 62:  # room for the round number in the key
-        k, _ = dense_codes(np.concatenate([kn, kw]))
-        kn, kw = k[: ni.size], k[ni.size :]
-    # round of each notify: its occurrence in its group, by (launch, start) on its own rank
-    on = lexorder(kn, trace.at(N, "launch"), trace.at(N, "start_ns"))
-    occ_n = np.empty(ni.size, np.int64)
-    occ_n[on] = _occurrence(kn[on])
-    # round of each wait: its occurrence among its program's waits of the group. Rows are in
-    # (rank, launch, program, slot) order and the rank is part of the group, so a stable sort by
-    # (group, program) leaves each program's waits in (launch, record) order.
-    prog = W("program")
-    ow = lexorder(kw, prog)
-    sub = kw[ow] * (int(prog.max()) - int(prog.min()) + 1) + (prog[ow] - int(prog.min()))
-    occ_w = np.empty(wi.size, np.int64)
-    occ_w[ow] = _occurrence(sub)
-    big = int(max(int(occ_n.max()), int(occ_w.max())) + 1)
-    keyn = kn * big + occ_n
-    keyw = kw * big + occ_w
-    sn = argsort_stable(keyn)
-    ks = keyn[sn]
-    j = np.searchsorted(ks, keyw)
-    jc = np.minimum(j, ni.size - 1)
-    ok = (j < ni.size) & (ks[jc] == keyw) & ~is_timeout(W("flags"))
-    return ni[sn[jc[ok]]], wi[ok]
-
-
-def _occurrence(sorted_keys: np.ndarray) -> np.ndarray:
-    """0, 1, 2, ... within each run of equal values of a sorted array."""
-    n = sorted_keys.size
-    idx = np.arange(n, dtype=np.int64)
-    if n == 0:
-        return idx
-    first = np.ones(n, bool)
-    np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=first[1:])
-    # position of the run's first element, carried forward
-    return idx - np.maximum.accumulate(np.where(first, idx, 0))
-
-
 def release_pairs(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """For each completed wait that a captured notify released, that notify.
-
-    Exact pairs first (``ktrace.clock.causality.pair_notify_wait``: the notify wrote the very
-    value waited for; by rounds, one notify releasing the waits of every program spinning on
-    its flag, see :func:`_pair_exact`). Then, for ``ge``/``gt`` waits left over, the first
-    notify of the same producer, flag, consumer and launch that made the flag reach the expected
-    value. The flag's value is not recorded: notifies that all write the same value are read as
-    a counter (adds; the flag is their running sum), others as sets (the flag is the value
-    written).
+    """For each completed wait that a captured notify released, that notify
+    (``ktrace.pairing``: exact pairs by value and round, then the ``ge``/``gt`` counter rule).
 
     Returns:
-        ``(notify_rows, wait_rows)``: rows of ``trace.events``, one pair per position.
+        ``(notify_rows, wait_rows)``: rows of ``trace.events``, one pair per position, by wait row.
     """
-    key = ("pairs",)
-    if key in trace._cache:
-        return trace._cache[key]
-    n_rows, w_rows = _pair_exact(trace)
+    return trace.cached(("pairs",), lambda: _release_pairs(trace))
 
-    # ge/gt waits left unpaired: counters and round numbers
-    waits = trace.rows_of(EventKind.WAIT)
-    ev = _Cols(trace)
-    cmpc = trace.at(EventKind.WAIT, "arg5")
-    notify_of = np.full(trace.n_events, -1, np.int64)  # per event row: its releasing notify
-    notify_of[w_rows] = n_rows
-    left_m = ((notify_of[waits] < 0) & ~is_timeout(trace.at(EventKind.WAIT, "flags"))
-              & ((cmpc == int(Cmp.GE)) | (cmpc == int(Cmp.GT))))
-    left = waits[left_m]
 
-    def N(name):
-        return trace.at(EventKind.NOTIFY, name)
-
-    def L(name):
-        return trace.at(EventKind.WAIT, name)[left_m]
-
-    nots = trace.rows_of(EventKind.NOTIFY)
-    if left.size and nots.size:
-        # groups: (producer, consumer, flag, launch)
-        kn = np.stack([N("rank"), N("arg0"), N("arg2"), N("launch")], axis=1).astype(np.int64)
-        kw = np.stack([L("arg0"), L("rank"), L("arg2"), L("launch")], axis=1).astype(np.int64)
-        both = np.concatenate([kn, kw])
-        inv, allk = group_index(*(both[:, i] for i in range(4)))
-        gn, gw = inv[: nots.size], inv[nots.size :]
-        ns = N("start_ns")
-        o = np.lexsort((ns, gn))
-        nots_o, gn_o = nots[o], gn[o]
-        val = N("arg1")[o].astype(np.int64)
-        counts = np.bincount(gn_o, minlength=allk.shape[0])
-        lo = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        hi = lo + counts
-        big = np.int64(1) << 34
-        half = np.int64(1) << 33
-        cs = np.cumsum(val)
-        cs_in = cs - np.repeat(cs[lo[counts > 0]] - val[lo[counts > 0]], counts[counts > 0])
-        expected = L("arg4").astype(np.int64)
-        gt = L("arg5") == int(Cmp.GT)
-        need = expected + gt  # the value that satisfies ">= need"
-
-        def first_reaching(v: np.ndarray) -> np.ndarray:
-            v = np.clip(v, -half + 1, half - 1)
-            run = np.maximum.accumulate(gn_o * big + v + half)
-            target = gw * big + np.clip(need, -half + 1, half - 1) + half
-            p = np.searchsorted(run, target, side="left")
-            return np.where((p < hi[gw]) & (counts[gw] > 0), p, -1)
-
-        # a group whose notifies all write the same value is a counter (adds): its running sum
-        # is the flag's value; otherwise the notifies set the flag to their values
-        vmin = np.full(allk.shape[0], np.iinfo(np.int64).max)
-        vmax = np.full(allk.shape[0], np.iinfo(np.int64).min)
-        np.minimum.at(vmin, gn_o, val)
-        np.maximum.at(vmax, gn_o, val)
-        counter = (vmin == vmax) & (counts > 1)
-        p = np.where(counter[gw], first_reaching(cs_in), first_reaching(val))
-        ok = p >= 0
-        notify_of[left[ok]] = nots_o[p[ok]]
-    # in wait row order (each wait has at most one notify)
-    nw = notify_of[waits]
-    keep = nw >= 0
-    out = (nw[keep], waits[keep])
-    del notify_of
-    trace._cache[key] = out
-    return out
+def _release_pairs(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    N, W = EventKind.NOTIFY, EventKind.WAIT
+    ni, wi = trace.rows_of(N), trace.rows_of(W)
+    notifies = {"rank": trace.at(N, "rank"), "launch": trace.at(N, "launch"), "start": trace.at(N, "start_ns")}
+    notifies.update((a, trace.at(N, arg_column(N, a))) for a in ("peer", "value", "flag"))
+    # rows are in (rank, launch, program, slot) order: a wait's row is its place in record order
+    waits = {"rank": trace.at(W, "rank"), "launch": trace.at(W, "launch"), "program": trace.at(W, "program"), "order": wi,
+             "timed_out": is_timeout(trace.at(W, "flags"))}
+    waits.update((a, trace.at(W, arg_column(W, a))) for a in ("peer", "flag", "expected", "cmp"))
+    p = pairing.pair(notifies, waits)
+    return ni[p.notify], wi[p.wait]
 
 
 def waits(trace: Trace) -> np.ndarray:
@@ -334,7 +190,7 @@ def kernel_time(trace: Trace) -> np.ndarray:
     out = np.zeros(0, [("rank", "<i4"), ("launch", "<i4"), ("start_ns", "<i8"), ("end_ns", "<i8"), ("kernel_ns", "<i8")])
     if s.size:
         # the table is sorted by rank, launch: contiguous groups
-        first, r_first, l_first = _trace.rank_launch_starts(trace)
+        first, r_first, l_first = rank_launch_starts(trace)
         out = np.zeros(first.size, out.dtype)
         out["rank"], out["launch"] = r_first, l_first
         out["start_ns"] = np.minimum.reduceat(s, first)
@@ -641,7 +497,7 @@ def _compute_notify_lateness(trace: Trace, w: np.ndarray) -> tuple[np.ndarray, d
 def _order_desc(x: np.ndarray) -> np.ndarray:
     """``np.argsort(-x, kind="stable")`` for float64 ``x`` (one packed integer sort when x holds whole numbers)."""
     x = np.asarray(x, np.float64)
-    if x.size >= _trace.LARGE and np.isfinite(x).all():
+    if x.size >= keys.LARGE and np.isfinite(x).all():
         hi = float(x.max())
         if hi - float(x.min()) < 2**52:
             ix = x.astype(np.int64)

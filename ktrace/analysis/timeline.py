@@ -21,11 +21,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import keys
+from ..keys import group_index, group_sum, lexorder
 from ..schema import EventKind
+from . import spans as _spans
+from .intervals import intersect_length, merge_intervals
 from .stalls import _wcol
 from .stalls import waits as _waits
-from . import trace as _trace
-from .trace import Trace, intersect_length, lexorder, merge_intervals
+from .trace import Trace
 
 _COMM = r"comm|send|recv|put|get|copy|dispatch|combine|scatter|gather|all_?reduce|all_?to_?all|a2a|signal|barrier|push|pull|transfer|wait|notify|exchange"
 _COMPUTE = r"gemm|matmul|mm|dot|compute|expert|mlp|ffn|attn|softmax|norm|math|reduce_local|epilogue|prologue"
@@ -76,7 +79,7 @@ def leaf_spans(trace: Trace) -> np.ndarray:
 
 def _leaf_spans(trace: Trace) -> np.ndarray:
     parts = []
-    bounds = _trace.workgroup_blocks(trace)
+    bounds = _spans.workgroup_blocks(trace)
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):  # blocks of whole workgroups
         parts.append(a + _leaf_block(trace, a, b))
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
@@ -101,7 +104,7 @@ def _leaf_block(trace: Trace, a: int, b: int) -> np.ndarray:
     lo = int(s.min())
     size = int(e.max()) - lo + 1
     has_child = np.zeros(n, bool)
-    if max(size, 1) * (int(wg.max()) + 1) < _trace.KEY_LIMIT:
+    if max(size, 1) * (int(wg.max()) + 1) < keys.KEY_LIMIT:
         ks = wg * size + (s - lo)
         o = lexorder(ks, s - e)
         ke_o = wg[o] * size + (e[o] - lo)
@@ -157,7 +160,7 @@ def overlap(trace: Trace, classes: RegionClasses = RegionClasses()) -> np.ndarra
     s, e, kind = trace.column("start_ns"), trace.column("end_ns"), trace.column("kind")
     if s.size == 0:
         return np.zeros(0, OVERLAP_DTYPE)
-    first, r, l = _trace.rank_launch_starts(trace)
+    first, r, l = _spans.rank_launch_starts(trace)
     bounds = np.r_[first, s.size]
     out = np.zeros(first.size, OVERLAP_DTYPE)
     for i in range(first.size):  # one pass per (rank, launch): the table is grouped that way
@@ -305,7 +308,6 @@ def _dominant_region(trace: Trace, leaf: tuple, g: int, s0: int, e0: int) -> str
 
 def critical_path_summary(path: np.ndarray) -> np.ndarray:
     """Time on the critical path per launch, rank and kind (``run`` / ``signal``), largest first."""
-    from .trace import group_index, group_sum
 
     if path.size == 0:
         return np.zeros(0, [("launch", "<i4"), ("rank", "<i4"), ("kind", "O"), ("dur_ns", "<i8"), ("share", "<f8")])

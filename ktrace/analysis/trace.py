@@ -1,21 +1,15 @@
 """What every analysis starts from: a capture's events on one clock, sorted, with names.
 
-:func:`prepare` turns a ``ktrace.io.Capture`` (or an already aligned event table) into a
-:class:`Trace`: the aligned table (``ktrace.clock.aligned_events``) sorted by rank, launch,
-program and slot, the region names, the kernels' names and grids, and a dense workgroup id per
-event. The clock package is reached through :func:`_align` only, so a change to its API touches
-one function.
+:func:`prepare` turns a ``ktrace.captures.Capture`` (or an already aligned event table) into a
+:class:`Trace`: the events' columns decoded and aligned by ``ktrace.events`` (the same batches
+the trace writers decode), sorted by rank, launch, program and slot, the region names, the
+kernels' names and grids, and a dense workgroup id per event. Analyses read columns
+(:meth:`Trace.column`, :meth:`Trace.at`), each copied once and cached; the full aligned table
+(:attr:`Trace.events`) is built only when asked for.
 
-Also here: the small vectorised helpers the analyses share (group keys, group-by sums, interval
-unions). Nothing in this package loops over events in Python.
-
-Speed (10 M events in a few seconds on two cores): several integer columns are packed into one
-int64 key (mixed radix) wherever their ranges allow, so that a row-wise ``lexsort`` or
-``unique(axis=0)`` becomes one 1-D sort, which is close to linear on a capture's nearly sorted
-rows (:func:`lexorder`, :func:`dense_codes`, :func:`argsort_stable`); the columns are copied out
-of the event table in one blocked pass; lookups that stay within a workgroup run on blocks of
-whole workgroups so that their temporaries stay small. Each fast path has a general one (keys
-too wide to pack, short arrays) that gives the same answer; the tests check both.
+The vectorised machinery the analyses share lives beside this module: composite keys and
+group-bys in ``ktrace.keys``, span lookups in :mod:`ktrace.analysis.spans`, interval unions in
+:mod:`ktrace.analysis.intervals`. Nothing in this package loops over events in Python.
 """
 
 from __future__ import annotations
@@ -29,14 +23,16 @@ from typing import Callable
 import numpy as np
 
 from .. import schema
-from ..schema import EventFlag, EventKind
+from ..keys import dense_codes
+from ..schema import EventKind, is_timeout  # noqa: F401  (is_timeout: the analyses' name for it)
+from ..text import fmt_ns, ranks_text  # noqa: F401  (re-exported for the analyses)
 
 log = logging.getLogger("ktrace")
 
 #: Called with (step name, steps done, steps in all) as a long analysis advances.
 Progress = Callable[[str, int, int], None]
 
-#: Columns an event table must have to be analysed (``ktrace.clock.ALIGNED_DTYPE`` has them all).
+#: Columns an event table must have to be analysed (``schema.ALIGNED_DTYPE`` has them all).
 REQUIRED_COLUMNS = ("rank", "launch", "program", "slot", "kind", "flags", "region", "hw", "arg0", "arg1", "arg2",
                     "arg3", "arg4", "arg5", "start_ns", "end_ns")
 
@@ -45,20 +41,19 @@ class AnalysisError(ValueError):
     """The input cannot be analysed (not aligned, missing columns, nothing recorded)."""
 
 
-def _align(capture) -> tuple[np.ndarray, object]:
-    """The capture's events on the common clock and the clock model used (the one use of ktrace.clock)."""
-    from ..clock.model import aligned_events, clock_model_of
+def _align(capture, model=None) -> tuple[np.ndarray, object]:
+    """The capture's aligned event table and the clock model used."""
+    from ..clock.model import clock_model_of
+    from ..events import aligned_events
 
-    model = clock_model_of(capture)
+    model = model or clock_model_of(capture)
     return aligned_events(capture, model), model
 
 
 def _events_of(load_capture: Callable[[], object], model) -> np.ndarray:
     """The aligned event table of the capture ``load_capture()`` returns, on ``model``'s clock."""
-    from ..clock.model import aligned_events
-
     try:
-        return aligned_events(load_capture(), model)
+        return _align(load_capture(), model)[0]
     except (KeyError, ValueError) as e:  # the file is gone or another capture now
         raise AnalysisError(f"cannot rebuild the event table: {e}") from e
 
@@ -123,7 +118,7 @@ class Trace:
             missing = [c for c in REQUIRED_COLUMNS if c not in names]
             if missing:
                 raise AnalysisError(
-                    f"event table lacks columns {missing}: analyses need an aligned table (ktrace.clock.aligned_events)"
+                    f"event table lacks columns {missing}: analyses need an aligned table (ktrace.events.aligned_events)"
                 )
             self._events = ev = events
             self._n = int(ev.shape[0])
@@ -332,21 +327,21 @@ def prepare(source, *, regions: dict[int, str] | None = None, name: str = "") ->
     file again.
 
     Args:
-        source: a ``ktrace.io.Capture``, a path to a ``.ktrace`` file, a :class:`Trace` (returned
-            as is), or a structured array with the columns of ``ktrace.clock.ALIGNED_DTYPE``.
+        source: a ``ktrace.captures.Capture``, a path to a ``.ktrace`` file, a :class:`Trace` (returned
+            as is), or a structured array with the columns of ``schema.ALIGNED_DTYPE``.
         regions: region id -> name (default: the capture's; for a table, none: ids are shown).
         name: what to call it in reports (default: the file name).
 
     Raises:
         AnalysisError: the table is not aligned or has no events.
-        ktrace.io.CaptureError: the file cannot be read.
+        ktrace.captures.CaptureError: the file cannot be read.
     """
     if isinstance(source, Trace):
         return source
     if isinstance(source, np.ndarray):
         return Trace(events=source, regions=dict(regions or {}), source=name or "<table>")
     if isinstance(source, (str, bytes)) or hasattr(source, "__fspath__"):
-        from ..io.capture_file import read_capture
+        from ..captures.file import read_capture
 
         path = str(source)
         # the trace does not keep the capture (its buffers are freed once decoded)
@@ -380,607 +375,73 @@ def _from_capture(cap, regions: dict[int, str] | None, name: str, reload: Callab
     meta = dict(regions=regs, world_size=cap.world_size, kernels=kernels, n_programs=n_programs, partial=partial,
                 clock=model, source=name)
     if columns is None:  # rows out of order: the whole table, sorted by Trace
-        return Trace(events=_align(cap)[0], **meta)
+        return Trace(events=_align(cap, model)[0], **meta)
     return Trace(columns=columns, load_events=functools.partial(_events_of, reload, model), **meta)
 
 
 @dataclass
 class _Columns:
-    """Columns of an aligned event table (see :func:`_aligned_columns`)."""
+    """The columns :meth:`Trace.column` / :meth:`Trace.at` serve (see :func:`_aligned_columns`)."""
 
     n: int
     cols: dict  # name -> array of n
     at: dict  # (kind, name) -> array, at the rows of that kind
 
 
-def _aligned_columns(cap, model) -> _Columns | None:
-    """The columns :meth:`Trace.column` / :meth:`Trace.at` serve, decoded and aligned launch by
-    launch into arrays allocated once at their final size (counted from the buffers' tags
-    first), so that neither the full aligned table nor all launches' decoded tables are ever in
-    memory at once. Rows come in ``ktrace.clock.aligned_events`` order; None when that order is
-    not sorted by (rank, launch, program, slot) (then the caller sorts the whole table).
-    """
-    from ..clock.model import iter_aligned
-    from ..decode import DecodeError, count_kinds
+#: The columns the analyses take from ``ktrace.events`` batches (the rank and launch columns are
+#: made from the batches' launches).
+_DECODED = ("program", "kind", "flags", "region", "hw", *schema.ARG_COLUMNS, "start_ns", "end_ns")
 
-    launches = [(r, ln) for r, rc in sorted(cap.ranks.items()) for ln in rc.launches]
+
+def _aligned_columns(cap, model) -> _Columns | None:
+    """The capture's events as the analyses' columns: decoded and aligned by ``ktrace.events``
+    (the same batches the trace writers decode), copied batch by batch into arrays allocated
+    once at their final size (counted from the buffers' tags first; the argument columns only
+    at waits and notifies), so that neither the full aligned table nor all launches' decoded
+    columns are ever in memory at once. None when the rows would not be sorted by (rank,
+    launch, program, slot) (a rank's launches out of order: the caller sorts the whole table).
+    """
+    from ..decode import DecodeError, count_kinds
+    from ..events import iter_batches, launch_refs
+
+    refs = launch_refs(cap)
+    for (r0, a), (r1, b) in zip(refs, refs[1:]):
+        if r0 == r1 and a.index >= b.index:
+            return None
     at_kinds = [int(k) for k in _COPIED_AT[1]]
     per_kind = np.zeros(16, np.int64)
     try:
-        counts = [count_kinds(ln.raw) for _, ln in launches]
+        for _, ln in refs:
+            per_kind += count_kinds(ln.raw)
     except DecodeError:
         return None  # decoding says what is wrong, with the rank and launch
-    n_of = [int(c.sum() - c[EventKind.EMPTY] - c[EventKind.DETAIL]) for c in counts]
-    for c in counts:
-        per_kind += c
-    n = sum(n_of)
-    dt = _ALIGNED_DTYPE
+    n = int(per_kind.sum() - per_kind[EventKind.EMPTY] - per_kind[EventKind.DETAIL])
+    dt = schema.ALIGNED_DTYPE
     cols = {c: np.empty(n, dt[c]) for c in _COPIED}
     at = {(k, a): np.empty(int(per_kind[k]), dt[a]) for k in at_kinds for a in _COPIED_AT[0]}
     pos = 0
     filled = dict.fromkeys(at_kinds, 0)
-    prev = None  # (rank, launch, program, slot) of the last row so far
-    it = iter_aligned(cap, model)
-    for (r, ln), k_n, (r2, li, ev, s, e) in zip(launches, n_of, it):
-        k = ev.shape[0]
-        if (r2, li) != (r, ln.index) or k != k_n:
-            raise AnalysisError(f"rank {r}, launch {ln.index}: decoded {k} events where its buffer holds {k_n}")
-        if not k:
-            continue
-        first = (r, li, int(ev["program"][0]), int(ev["slot"][0]))
-        if prev is not None and first <= prev:
-            return None
-        prev = (r, li, int(ev["program"][-1]), int(ev["slot"][-1]))
-        b = pos + k
-        cols["rank"][pos:b] = r
-        cols["launch"][pos:b] = li
-        for c in ("program", "kind", "flags", "region", "hw"):
-            cols[c][pos:b] = ev[c]
-        cols["start_ns"][pos:b] = s
-        cols["end_ns"][pos:b] = e
-        kind = ev["kind"]
+    for _, b in iter_batches(cap, model, _DECODED):
+        k = b.size
+        if pos + k > n:
+            raise AnalysisError(f"rank {b.rank}: decoded more events than its buffers' tags count")
+        e = pos + k
+        cols["rank"][pos:e] = b.rank
+        cols["launch"][pos:e] = b.per_row([refs[li][1].index for li in b.launches])
+        for c in ("program", "kind", "flags", "region", "hw", "start_ns", "end_ns"):
+            cols[c][pos:e] = b.cols[c]
+        kind = b.cols["kind"]
         for kk in at_kinds:
             m = np.flatnonzero(kind == kk)
             if m.size:
                 f = filled[kk]
                 for a in _COPIED_AT[0]:
-                    at[(kk, a)][f : f + m.size] = ev[a][m]
+                    at[(kk, a)][f : f + m.size] = b.cols[a][m]
                 filled[kk] = f + m.size
-        pos = b
+        pos = e
+    if pos != n:
+        raise AnalysisError(f"decoded {pos} events where the buffers' tags count {n}")
     return _Columns(n=n, cols=cols, at=at)
-
-
-#: The aligned table's dtype (``ktrace.clock.ALIGNED_DTYPE``: ``schema.EVENT_DTYPE`` and the times).
-_ALIGNED_DTYPE = np.dtype(schema.EVENT_DTYPE.descr + [("start_ns", "<i8"), ("end_ns", "<i8")])
-
-
-# ---------------------------------------------------------------------------------------------
-# vectorised helpers
-# ---------------------------------------------------------------------------------------------
-
-
-#: Composite integer keys (several columns packed into one int64, mixed radix) are used while
-#: the product of the columns' ranges stays below this; wider keys take the slower general path.
-KEY_LIMIT = 1 << 62
-#: Arrays at least this long take the paths that pay off only on large inputs (packed sorts,
-#: selection instead of sorting); shorter ones the plain numpy call. Both give the same answer.
-LARGE = 1 << 16
-
-
-def dense_codes(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(codes, uniques)`` of an integer array, as ``np.unique(x, return_inverse=True)`` gives
-    them reversed: ``uniques`` sorted, ``codes`` (int64) the position of each value in it.
-
-    Small ranges (and region ids: 24 bits) take a table of the values present instead of a
-    sort; sorted input takes one pass.
-    """
-    x = np.asarray(x)
-    if x.size == 0:
-        return np.zeros(0, np.int64), x.astype(np.int64)[:0] if x.dtype.kind in "iub" else np.unique(x)
-    if x.dtype.kind not in "iub":
-        u, inv = np.unique(x, return_inverse=True)
-        return inv.reshape(-1).astype(np.int64), u
-    lo, hi = int(x.min()), int(x.max())
-    span = hi - lo + 1
-    if span <= max(4 * x.size + 1024, 1 << 25):
-        off = (x - lo).astype(np.int64) if lo else x.astype(np.int64, copy=False)
-        present = np.zeros(span, bool)
-        present[off] = True
-        u = np.flatnonzero(present)
-        if u.size <= 64:
-            codes = np.searchsorted(u, off)
-        else:
-            codes = (np.cumsum(present, dtype=np.int64) - 1)[off]
-        u_dtype = np.result_type(x.dtype, np.int64) if x.dtype.kind == "i" else x.dtype
-        return codes.astype(np.int64, copy=False), (u + lo).astype(u_dtype)
-    if (x[1:] >= x[:-1]).all():
-        new = np.empty(x.size, bool)
-        new[0] = True
-        np.not_equal(x[1:], x[:-1], out=new[1:])
-        return np.cumsum(new, dtype=np.int64) - 1, x[new]
-    u, inv = np.unique(x, return_inverse=True)
-    return inv.reshape(-1).astype(np.int64), u
-
-
-def argsort_stable(k: np.ndarray) -> np.ndarray:
-    """``np.argsort(k, kind="stable")`` for an integer array, faster on large unsorted input.
-
-    Nearly sorted input (few descents) goes to the stable sort, which runs in about one pass;
-    otherwise, when the range allows, each value is packed with its index into one int64 and
-    the packed values sorted (a plain sort is about twice as fast as an argsort).
-    """
-    k = np.asarray(k)
-    n = k.size
-    if n < LARGE or k.dtype.kind not in "iu":
-        return np.argsort(k, kind="stable")
-    k = k.astype(np.int64, copy=False)
-    if np.count_nonzero(k[1:] < k[:-1]) < n // 64:
-        return np.argsort(k, kind="stable")
-    lo = int(k.min())
-    size = int(k.max()) - lo + 1
-    if size * n >= KEY_LIMIT:
-        return np.argsort(k, kind="stable")
-    packed = (k - lo) * n
-    packed += np.arange(n, dtype=np.int64)
-    packed.sort()
-    packed %= n
-    return packed
-
-
-def _ranged(k: np.ndarray) -> tuple[np.ndarray, int]:
-    k = np.asarray(k, np.int64)
-    lo = int(k.min())
-    return k - lo, int(k.max()) - lo + 1
-
-
-def lexorder(*keys: np.ndarray, _inner: bool = False) -> np.ndarray:
-    """The stable lexicographic order of rows of integer keys, first key first.
-
-    The same permutation as ``np.lexsort(keys[::-1])``; keys whose ranges multiply below
-    :data:`KEY_LIMIT` are packed into one int64 and sorted once (stable, so nearly sorted
-    input, such as a capture's events in record order, sorts in about one pass); ties left
-    by a packed prefix are resolved on the tied rows only.
-    """
-    n = np.asarray(keys[0]).shape[0]
-    if n <= 1:
-        return np.arange(n, dtype=np.int64)
-    comp, total, used = None, 1, 0
-    for k in keys:
-        off, size = _ranged(k)
-        if total * size >= KEY_LIMIT:
-            break
-        comp = off if comp is None else comp * size + off
-        total *= size
-        used += 1
-    if used == 0 or (_inner and used == 1):
-        return np.lexsort(tuple(np.asarray(k) for k in keys[::-1]))
-    o = argsort_stable(comp)
-    if used == len(keys):
-        return o
-    cs = comp[o]
-    eq = cs[1:] == cs[:-1]
-    if not eq.any():
-        return o
-    in_run = np.zeros(n, bool)
-    in_run[1:] |= eq
-    in_run[:-1] |= eq
-    pos = np.flatnonzero(in_run)
-    first = np.ones(pos.size, bool)
-    first[1:] = ~eq[pos[1:] - 1]
-    run = np.cumsum(first) - 1
-    sub = o[pos]
-    so = lexorder(run, *(np.asarray(k)[sub] for k in keys[used:]), _inner=True)
-    o[pos] = sub[so]
-    return o
-
-
-def group_index(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Dense group ids of rows keyed by several integer columns.
-
-    Each column is coded densely and the codes are combined into one int64 key (mixed radix),
-    so grouping costs one 1-D sort per column plus one: ``np.unique(axis=0)`` sorts rows as
-    bytes and is an order of magnitude slower.
-
-    Returns:
-        ``(inverse, keys)``: per row its group (int64), and per group its key values (G, k),
-        groups in lexicographic order of the keys.
-    """
-    n = cols[0].shape[0]
-    if n == 0:
-        return np.zeros(0, np.int64), np.zeros((0, len(cols)), np.int64)
-    uniques, codes, radix = [], [], 1
-    key = np.zeros(n, np.int64)
-    for c in cols:
-        inv, u = dense_codes(np.asarray(c, np.int64))
-        uniques.append(u)
-        codes.append(inv)
-        radix *= max(u.size, 1)
-    if radix >= 1 << 62:  # too many combinations for one key: sort the rows instead
-        order = np.lexsort(tuple(codes[::-1]))
-        srt = np.stack([cd[order] for cd in codes], axis=1)
-        new = np.r_[True, (srt[1:] != srt[:-1]).any(axis=1)]
-        gid = np.cumsum(new) - 1
-        inv = np.empty(n, np.int64)
-        inv[order] = gid
-        keys = np.stack([u[srt[new, i]] for i, u in enumerate(uniques)], axis=1)
-        return inv, keys
-    for u, cd in zip(uniques, codes):
-        key = key * max(u.size, 1) + cd
-    inv, ukey = dense_codes(key)
-    keys = np.empty((ukey.size, len(cols)), np.int64)
-    rest = ukey
-    for i in range(len(cols) - 1, -1, -1):
-        size = max(uniques[i].size, 1)
-        rest, cd = np.divmod(rest, size)
-        keys[:, i] = uniques[i][cd]
-    return inv.reshape(-1).astype(np.int64), keys
-
-
-def group_sum(inv: np.ndarray, weights: np.ndarray, n_groups: int) -> np.ndarray:
-    """Sum of ``weights`` per group (float64)."""
-    return np.bincount(inv, weights=np.asarray(weights, np.float64), minlength=n_groups)
-
-
-def group_count(inv: np.ndarray, n_groups: int) -> np.ndarray:
-    return np.bincount(inv, minlength=n_groups).astype(np.int64)
-
-
-def group_max(inv: np.ndarray, values: np.ndarray, n_groups: int, fill=np.nan) -> np.ndarray:
-    out = np.full(n_groups, -np.inf)
-    _group_reduce_at(np.maximum, out, inv, np.asarray(values, np.float64))
-    out[np.isneginf(out)] = fill
-    return out
-
-
-def _group_reduce_at(ufunc, out: np.ndarray, inv: np.ndarray, values: np.ndarray) -> None:
-    """``ufunc.at(out, inv, values)``; groups of one value are assigned directly (the common case
-    of one wait per notify), the rest go through ``ufunc.at``."""
-    if inv.size < LARGE:
-        ufunc.at(out, inv, values)
-        return
-    single = np.bincount(inv, minlength=out.size)[inv] == 1
-    out[inv[single]] = ufunc(out[inv[single]], values[single])
-    multi = ~single
-    if multi.any():
-        ufunc.at(out, inv[multi], values[multi])
-
-
-def group_min(inv: np.ndarray, values: np.ndarray, n_groups: int, fill=np.nan) -> np.ndarray:
-    out = np.full(n_groups, np.inf)
-    _group_reduce_at(np.minimum, out, inv, np.asarray(values, np.float64))
-    out[np.isposinf(out)] = fill
-    return out
-
-
-def group_median(inv: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray:
-    """Median of ``values`` per group (NaN for empty groups); one sort, no per-group loop."""
-    return group_median_max(inv, values, n_groups)[0]
-
-
-def group_median_max(inv: np.ndarray, values: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
-    """Median and maximum of ``values`` per group (NaN for empty groups) from one sort."""
-    values = np.asarray(values, np.float64)
-    out = np.full(n_groups, np.nan)
-    mx = np.full(n_groups, np.nan)
-    if values.size == 0:
-        return out, mx
-    v = None
-    if n_groups <= 16 and values.size >= LARGE and not np.isnan(values).any():
-        # few groups (per rank): order statistics by selection, one pass per group
-        for gi in range(n_groups):
-            x = values[inv == gi]
-            if x.size:
-                lo_i, hi_i = (x.size - 1) // 2, x.size // 2
-                part = np.partition(x, [lo_i, hi_i, x.size - 1])
-                out[gi] = 0.5 * (part[lo_i] + part[hi_i])
-                mx[gi] = part[-1]
-        return out, mx
-    if np.isfinite(values).all():
-        lo, hi = float(values.min()), float(values.max())
-        size = hi - lo + 1
-        if size < 2**52 and size * max(n_groups, 1) < KEY_LIMIT:
-            iv = values.astype(np.int64)
-            if (iv == values).all():  # whole numbers (ns): one sort of a packed (group, value) key
-                key = np.asarray(inv, np.int64) * int(size)
-                key += iv - int(lo)
-                key.sort()
-                v = (key % int(size) + int(lo)).astype(np.float64)
-    if v is None:
-        order = np.lexsort((values, inv))
-        v = values[order]
-    counts = np.bincount(inv, minlength=n_groups)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    has = counts > 0
-    lo = starts + (counts - 1) // 2
-    hi = starts + counts // 2
-    out[has] = 0.5 * (v[lo[has]] + v[hi[has]])
-    last = (starts + counts - 1)[has]
-    mx[has] = v[last]
-    if np.isnan(values).any():  # a group's maximum is NaN when it holds one (np.maximum semantics)
-        nan_in = np.bincount(inv, weights=np.isnan(values), minlength=n_groups) > 0
-        mx[nan_in] = np.nan
-    return out, mx
-
-
-def union_length(start: np.ndarray, end: np.ndarray) -> int:
-    """Total length covered by a set of intervals (ns)."""
-    s, e = merge_intervals(start, end)
-    return int((e - s).sum())
-
-
-def merge_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of intervals as disjoint sorted intervals ``(starts, ends)``."""
-    start = np.asarray(start, np.int64)
-    end = np.asarray(end, np.int64)
-    if start.size == 0:
-        return start[:0], end[:0]
-    o = np.argsort(start, kind="stable")
-    s, e = start[o], end[o]
-    run_end = np.maximum.accumulate(e)
-    new = np.empty(s.size, bool)
-    new[0] = True
-    new[1:] = s[1:] > run_end[:-1]
-    idx = np.flatnonzero(new)
-    last = np.r_[idx[1:] - 1, s.size - 1]
-    return s[idx], run_end[last]
-
-
-def intersect_length(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> int:
-    """Length of the intersection of two unions of disjoint intervals (from :func:`merge_intervals`)."""
-    (as_, ae), (bs, be) = a, b
-    if as_.size == 0 or bs.size == 0:
-        return 0
-    t = np.concatenate([as_, ae, bs, be])
-    d_a = np.concatenate([np.ones(as_.size, np.int64), -np.ones(ae.size, np.int64), np.zeros(bs.size + be.size, np.int64)])
-    d_b = np.concatenate([np.zeros(as_.size + ae.size, np.int64), np.ones(bs.size, np.int64), -np.ones(be.size, np.int64)])
-    o = np.argsort(t, kind="stable")
-    t, ca, cb = t[o], np.cumsum(d_a[o]), np.cumsum(d_b[o])
-    both = (ca[:-1] > 0) & (cb[:-1] > 0)
-    return int((np.diff(t) * both).sum())
-
-
-#: Span lookups and leaf detection run on blocks of about this many events (whole workgroups:
-#: the answers never cross one), so that their temporaries stay small and are reused.
-BLOCK_EVENTS = 1 << 20
-
-
-def workgroup_blocks(trace: Trace, size: int | None = None) -> np.ndarray:
-    """Row boundaries ``[0, ..., n]`` cutting the events into blocks of whole workgroups of
-    about ``size`` (default :data:`BLOCK_EVENTS`) events."""
-    n = trace.n_events
-    size = BLOCK_EVENTS if size is None else size
-    if n <= size:
-        return np.array([0, n], np.int64)
-    first = workgroup_starts(trace)
-    at = np.searchsorted(first, np.arange(size, n, size))
-    cuts = first[at[at < first.size]]
-    return np.unique(np.concatenate([[0], cuts, [n]]))
-
-
-def workgroup_starts(trace: Trace) -> np.ndarray:
-    """The first row of each workgroup (cached)."""
-    return trace.cached(("wg_first",), lambda: np.flatnonzero(np.r_[True, trace.wg[1:] != trace.wg[:-1]]))
-
-
-def rank_launch_starts(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(first rows, ranks, launches)`` of the (rank, launch) groups of rows, in table order
-    (from the workgroups: no pass over the rank and launch columns)."""
-    if trace.n_events == 0:
-        z = np.zeros(0, np.int64)
-        return z, z, z
-    k = trace.wg_keys
-    ch = np.r_[True, (k[1:, 0] != k[:-1, 0]) | (k[1:, 1] != k[:-1, 1])]
-    return workgroup_starts(trace)[ch], k[ch, 0], k[ch, 1]
-
-
-def _per_block(trace: Trace, rows: np.ndarray, fn) -> np.ndarray:
-    """``fn(rows, spans)`` on each block of whole workgroups (``rows`` and the spans in it, both
-    sorted); the answers (event rows or -1) in the order of ``rows``."""
-    rows = np.asarray(rows, np.int64)
-    spans = trace.rows_of(EventKind.SPAN)
-    if rows.size == 0 or spans.size == 0:
-        return np.full(rows.size, -1, np.int64)
-    srt = rows.size < 2 or bool((rows[1:] >= rows[:-1]).all())
-    o = None if srt else argsort_stable(rows)
-    rs = rows if srt else rows[o]
-    bounds = workgroup_blocks(trace)
-    qb = np.searchsorted(rs, bounds)
-    sb = np.searchsorted(spans, bounds)
-    out = np.full(rows.size, -1, np.int64)
-    for k in range(bounds.size - 1):
-        if qb[k + 1] > qb[k] and sb[k + 1] > sb[k]:
-            out[qb[k] : qb[k + 1]] = fn(rs[qb[k] : qb[k + 1]], spans[sb[k] : sb[k + 1]])
-    if srt:
-        return out
-    back = np.empty(rows.size, np.int64)
-    back[o] = out
-    return back
-
-
-def _pack_pair(trace: Trace, spans: np.ndarray, rows: np.ndarray, t_spans: np.ndarray, t_rows: np.ndarray):
-    """Packed (workgroup, time) keys of spans and queries of one block, or None when too wide."""
-    wg = trace.wg
-    w0 = int(wg[spans[0]]) if spans[0] < rows[0] else int(wg[rows[0]])
-    w1 = max(int(wg[spans[-1]]), int(wg[rows[-1]]))
-    lo = min(int(t_spans.min()), int(t_rows.min()))
-    size = max(int(t_spans.max()), int(t_rows.max())) - lo + 1
-    if size * (w1 - w0 + 1) >= KEY_LIMIT:
-        return None
-    return (wg[spans] - w0) * size + (t_spans - lo), (wg[rows] - w0) * size + (t_rows - lo)
-
-
-def enclosing_span(trace: Trace, rows: np.ndarray) -> np.ndarray:
-    """For each event row, the row of the span of the same workgroup that encloses it, or -1.
-
-    The innermost candidate is the span that started last before the event; if that span ended
-    before the event ended (spans may overlap freely), the enclosing span that started earliest
-    among those still open is taken instead (the outermost).
-
-    Per block of whole workgroups, spans are ordered by (workgroup, start, longest first, row)
-    and each query is one binary search.
-    """
-    return _per_block(trace, rows, lambda r, sp: _enclosing_block(trace, r, sp))
-
-
-def _enclosing_block(trace: Trace, rows: np.ndarray, spans: np.ndarray) -> np.ndarray:
-    s, e, wg = trace.column("start_ns"), trace.column("end_ns"), trace.wg
-    keys = _pack_pair(trace, spans, rows, s[spans], s[rows])
-    if keys is None:
-        return _enclosing_span_merged(trace, rows, spans)
-    ks, kq = keys
-    o = lexorder(ks, -e[spans])
-    srows = spans[o]
-    ks = ks[o]
-    # per position, the latest span at or before it with the largest end in its workgroup
-    packed = _pack_by_group(wg[srows] - int(wg[srows[0]]), e[srows])
-    if packed is None:
-        return _enclosing_span_merged(trace, rows, spans)
-    run = np.maximum.accumulate(packed)
-    best = np.maximum.accumulate(np.where(packed == run, np.arange(srows.size), -1))
-    del run, packed
-    p = np.searchsorted(ks, kq, side="right") - 1
-    valid = p >= 0
-    pc = np.maximum(p, 0)
-    cand = srows[pc]
-    valid &= wg[cand] == wg[rows]
-    contains = valid & (e[cand] >= e[rows]) & (cand != rows)
-    res = np.where(contains, cand, -1)
-    need = valid & ~contains
-    if need.any():
-        ni = np.flatnonzero(need)
-        brow = srows[best[pc[ni]]]
-        q = rows[ni]
-        res[ni] = np.where((e[brow] >= e[q]) & (brow != q), brow, -1)
-    return res
-
-
-def _pack_by_group(group: np.ndarray, value: np.ndarray) -> np.ndarray | None:
-    """``group * range + value`` (int64) for a nondecreasing group column, None if too wide."""
-    lo = int(value.min())
-    size = int(value.max()) - lo + 1
-    if size * (int(group.max()) + 1) >= KEY_LIMIT:
-        return None
-    return group * size + (value - lo)
-
-
-def _enclosing_span_merged(trace: Trace, rows: np.ndarray, spans: np.ndarray) -> np.ndarray:
-    """:func:`enclosing_span` for times too wide for packed keys: one sort of spans and queries together."""
-    rows = np.asarray(rows, np.int64)
-    wg, s, e = trace.wg, trace.column("start_ns"), trace.column("end_ns")
-    # one ordering of spans and queries by (workgroup, start; spans before queries at a tie,
-    # longer spans first)
-    n_s = spans.size
-    allr = np.concatenate([spans, rows])
-    typ = np.concatenate([np.zeros(n_s, np.int64), np.ones(rows.size, np.int64)])
-    neg_end = -e[allr]
-    order = np.lexsort((neg_end, typ, s[allr], wg[allr]))
-    is_span = typ[order] == 0
-    pos = np.arange(order.size)
-    last_span = np.maximum.accumulate(np.where(is_span, pos, -1))
-    # the running maximum end among spans so far (per workgroup: reset by comparing workgroups)
-    sorted_rows = allr[order]
-    sorted_wg = wg[sorted_rows]
-    q_at = np.flatnonzero(~is_span)
-    q_rows = sorted_rows[q_at]
-    cand_pos = last_span[q_at]
-    valid = cand_pos >= 0
-    cand_rows = np.where(valid, sorted_rows[np.maximum(cand_pos, 0)], -1)
-    valid &= sorted_wg[np.maximum(cand_pos, 0)] == wg[q_rows]
-    contains = valid & (e[np.maximum(cand_rows, 0)] >= e[q_rows]) & (cand_rows != q_rows)
-    res = np.where(contains, cand_rows, -1)
-    # fallback: the span with the largest end among spans started so far in the workgroup
-    need = valid & ~contains
-    if need.any():
-        span_end = np.where(is_span, e[sorted_rows], np.iinfo(np.int64).min)
-        # segment-wise running argmax of end: encode (workgroup, end) so that a new workgroup resets
-        wg_change = np.r_[True, sorted_wg[1:] != sorted_wg[:-1]]
-        seg = np.cumsum(wg_change) - 1
-        # rank of end within everything, so (seg, end-rank) fits one int64 key
-        end_rank = np.argsort(np.argsort(span_end, kind="stable"), kind="stable")
-        key = np.where(is_span, seg * (order.size + 1) + end_rank, -1)
-        run = np.maximum.accumulate(key)
-        best_pos_key = run[q_at[need]]
-        same_seg = (best_pos_key >= 0) & (best_pos_key // (order.size + 1) == seg[q_at[need]])
-        # turn the end rank back into a position
-        pos_of_rank = np.empty(order.size, np.int64)
-        pos_of_rank[end_rank] = np.arange(order.size)
-        bpos = pos_of_rank[np.where(same_seg, best_pos_key % (order.size + 1), 0)]
-        brow = sorted_rows[bpos]
-        ok = same_seg & (e[brow] >= e[q_rows[need]]) & (brow != q_rows[need])
-        res_need = np.where(ok, brow, -1)
-        res[np.flatnonzero(need)] = res_need
-    # queries were visited in sorted order; put the answers back in the order asked
-    back = np.empty(rows.size, np.int64)
-    back[order[~is_span] - n_s] = res
-    return back
-
-
-def preceding_span(trace: Trace, rows: np.ndarray) -> np.ndarray:
-    """For each event row, the row of the span of the same workgroup that ended last at or before
-    the event started (what the program was doing just before), or -1 (the latest row among
-    spans that ended at the same time)."""
-    return _per_block(trace, rows, lambda r, sp: _preceding_block(trace, r, sp))
-
-
-def _preceding_block(trace: Trace, rows: np.ndarray, spans: np.ndarray) -> np.ndarray:
-    s, e, wg = trace.column("start_ns"), trace.column("end_ns"), trace.wg
-    keys = _pack_pair(trace, spans, rows, e[spans], s[rows])
-    if keys is None:
-        return _preceding_span_merged(trace, rows, spans)
-    ks, kq = keys
-    o = argsort_stable(ks)
-    srows = spans[o]
-    p = np.searchsorted(ks[o], kq, side="right") - 1
-    crow = srows[np.maximum(p, 0)]
-    return np.where((p >= 0) & (wg[crow] == wg[rows]), crow, -1)
-
-
-def _preceding_span_merged(trace: Trace, rows: np.ndarray, spans: np.ndarray) -> np.ndarray:
-    """:func:`preceding_span` for times too wide for packed keys."""
-    wg, s, e = trace.wg, trace.column("start_ns"), trace.column("end_ns")
-    n_s = spans.size
-    allr = np.concatenate([spans, rows])
-    t = np.concatenate([e[spans], s[rows]])
-    typ = np.concatenate([np.zeros(n_s, np.int64), np.ones(rows.size, np.int64)])
-    order = np.lexsort((typ, t, wg[allr]))
-    is_span = typ[order] == 0
-    pos = np.arange(order.size)
-    last = np.maximum.accumulate(np.where(is_span, pos, -1))
-    q = np.flatnonzero(~is_span)
-    cand = last[q]
-    sorted_rows = allr[order]
-    crow = sorted_rows[np.maximum(cand, 0)]
-    ok = (cand >= 0) & (wg[crow] == wg[sorted_rows[q]])
-    res = np.where(ok, crow, -1)
-    back = np.empty(rows.size, np.int64)
-    back[order[q] - n_s] = res
-    return back
-
-
-def is_timeout(flags: np.ndarray) -> np.ndarray:
-    return (np.asarray(flags) & int(EventFlag.TIMEOUT)) != 0
-
-
-def fmt_ns(ns: float) -> str:
-    """A duration in words: 850 ns, 40.3 µs, 3.1 ms, 2.05 s."""
-    if ns is None or not np.isfinite(ns):
-        return "?"
-    a = abs(ns)
-    if a < 1e3:
-        return f"{ns:.0f} ns"
-    if a < 1e6:
-        return f"{ns / 1e3:.1f} µs"
-    if a < 1e9:
-        return f"{ns / 1e6:.2f} ms"
-    return f"{ns / 1e9:.2f} s"
-
-
-def ranks_text(ranks) -> str:
-    """``[0, 1, 3]`` -> "ranks 0, 1, 3"; one rank -> "rank 2"."""
-    rs = sorted({int(x) for x in ranks})
-    if len(rs) == 1:
-        return f"rank {rs[0]}"
-    return "ranks " + ", ".join(str(x) for x in rs)
 
 
 def table_to_records(table: np.ndarray, limit: int | None = None) -> list[dict]:
@@ -1003,6 +464,5 @@ def table_to_records(table: np.ndarray, limit: int | None = None) -> list[dict]:
 
 
 def empty_event_table(n: int = 0) -> np.ndarray:
-    """An aligned-table of ``n`` zero rows (``schema.EVENT_DTYPE`` + ``start_ns``/``end_ns``)."""
-    dt = np.dtype(schema.EVENT_DTYPE.descr + [("start_ns", "<i8"), ("end_ns", "<i8")])
-    return np.zeros(n, dt)
+    """An aligned table (``schema.ALIGNED_DTYPE``) of ``n`` zero rows."""
+    return schema.empty_aligned(n)

@@ -43,17 +43,17 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
+from typing import Mapping
 
 import numpy as np
 
 from .. import schema
-from ..schema import TimerKind
+from ..device import resolve_tick_hz
 
 log = logging.getLogger("ktrace")
 
 #: ``schema.EVENT_DTYPE`` plus the event's start and end on the common clock (ns, host-anchored).
-ALIGNED_DTYPE = np.dtype(schema.EVENT_DTYPE.descr + [("start_ns", "<i8"), ("end_ns", "<i8")])
+ALIGNED_DTYPE = schema.ALIGNED_DTYPE
 
 #: Phases of a calibration, in the order they run.
 PHASES = ("before", "after")
@@ -89,36 +89,6 @@ def ticks_to_ns(ticks, tick_hz: int):
         q, r = np.divmod(t, hz)
         out = q * 1_000_000_000 + (r * 1_000_000_000) // hz
     return int(out) if scalar else out
-
-
-def resolve_tick_hz(device: Mapping | None, header_hz: int | None = None) -> int:
-    """The tick rate of a rank's timer.
-
-    The device's own rate when it reports one; for AMD ``s_memrealtime`` the known rate of the
-    architecture when the device attribute read 0; else the event buffer header's rate; else the
-    timer kind's default.
-
-    Args:
-        device: ``RankCapture.device`` (keys ``tick_hz``, ``vendor``, ``arch``, ``timer``).
-        header_hz: the tick rate an event buffer header of this rank carries, if any.
-    """
-    device = device or {}
-    hz = int(device.get("tick_hz") or 0)
-    if hz > 0:
-        return hz
-    timer = str(device.get("timer", ""))
-    if device.get("vendor") == "amd" or timer == TimerKind.AMD_MEMREALTIME.name:
-        arch = str(device.get("arch", "")).split(":")[0]
-        if arch in schema.AMD_WALLCLOCK_HZ:
-            return schema.AMD_WALLCLOCK_HZ[arch]
-        if header_hz:
-            return int(header_hz)
-        fallback = schema.DEFAULT_TICK_HZ[TimerKind.AMD_MEMREALTIME]
-        log.warning("unknown s_memrealtime rate for architecture %r; assuming %d Hz", arch, fallback)
-        return fallback
-    if header_hz:
-        return int(header_hz)
-    return schema.DEFAULT_TICK_HZ[TimerKind.NV_GLOBALTIMER]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -526,7 +496,7 @@ def fit_clock(capture, *, reference_rank: int | None = None, keep_fraction: floa
     warning); the fallback is recorded per rank in ``RankClock.method``.
 
     Args:
-        capture: a ``ktrace.io.Capture``.
+        capture: a ``ktrace.captures.Capture``.
         reference_rank: the rank others were measured against (default: the one the samples
             name, else the lowest rank).
         keep_fraction, min_keep: see :func:`fit_pingpong`.
@@ -621,11 +591,25 @@ def fit_clock(capture, *, reference_rank: int | None = None, keep_fraction: floa
     )
 
 
+def attach_clock(capture) -> ClockModel | None:
+    """Fit the clock model of a (merged) capture from its ranks' calibration samples and store it
+    in ``capture.clock``; returns it. A capture without samples keeps what it has (None returned).
+
+    Raises:
+        ValueError: malformed samples (the message names the rank).
+    """
+    if not any(rc.clock_samples for rc in capture.ranks.values()):
+        return None
+    model = fit_clock(capture)
+    capture.clock = model.to_dict()
+    return model
+
+
 def clock_model_of(capture, *, refit: bool = False) -> ClockModel:
     """The capture's stored clock model, or one fitted from its samples (not stored).
 
     Args:
-        capture: a ``ktrace.io.Capture``.
+        capture: a ``ktrace.captures.Capture``.
         refit: ignore a stored model and fit again.
     """
     if capture.clock and not refit:
@@ -635,65 +619,3 @@ def clock_model_of(capture, *, refit: bool = False) -> ClockModel:
             return model
         log.warning("stored clock model lacks ranks %s; fitting again", missing)
     return fit_clock(capture)
-
-
-# ---------------------------------------------------------------------------------------------
-# aligned events
-# ---------------------------------------------------------------------------------------------
-
-
-def iter_aligned(capture, model: ClockModel | None = None, *, keep_decoded: bool = False) -> Iterator[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]]:
-    """Per launch, its decoded events and their common-clock times, one launch at a time.
-
-    This is the streaming form writers use so that a capture's events are never all in memory.
-
-    Args:
-        capture: a ``ktrace.io.Capture``.
-        model: the clock model (default :func:`clock_model_of`).
-        keep_decoded: keep each launch's decoded table cached on the launch.
-
-    Yields:
-        ``(rank, launch_index, events, start_ns, end_ns)``: ``events`` is the decoded table
-        (``schema.EVENT_DTYPE``), ``start_ns``/``end_ns`` int64 arrays of the same length.
-    """
-    model = model or clock_model_of(capture)
-    for r, rc in sorted(capture.ranks.items()):
-        clk = model.rank(r)
-        for ln in rc.launches:
-            d = ln.decode(r, cache=keep_decoded)
-            ev = d.events
-            hz = d.header.tick_hz
-            yield r, ln.index, ev, clk.to_common(ev["start"], hz), clk.to_common(ev["end"], hz)
-
-
-def aligned_events(capture, model: ClockModel | None = None) -> np.ndarray:
-    """Every event of a capture on the common clock: THE table analyses start from.
-
-    Columns are ``schema.EVENT_DTYPE`` (raw ``start``/``end`` ticks kept) plus ``start_ns`` and
-    ``end_ns`` (int64 nanoseconds on the common clock: host wall-clock time, ``time.time_ns``,
-    when the capture has a host anchor; see ``model.anchor``). Rows are ordered by rank, launch,
-    program, slot. Vectorised: one pass of numpy operations per launch.
-
-    Args:
-        capture: a ``ktrace.io.Capture``.
-        model: the clock model (default: the capture's stored one, else fitted from its samples;
-            ranks without samples stay on their own clock, with a warning).
-
-    Returns:
-        A structured array of ``ALIGNED_DTYPE``.
-    """
-    launches = list(iter_aligned(capture, model))
-    n = sum(ev.shape[0] for _, _, ev, _, _ in launches)
-    out = np.empty(n, ALIGNED_DTYPE)
-    # EVENT_DTYPE's fields lead ALIGNED_DTYPE at the same offsets: copy each row's bytes at once
-    # (one strided block copy, not a strided copy per field), then the two time columns.
-    E = schema.EVENT_DTYPE.itemsize
-    rows = out.view(np.uint8).reshape(n, ALIGNED_DTYPE.itemsize)
-    pos = 0
-    for _, _, ev, s, e in launches:
-        k = ev.shape[0]
-        rows[pos : pos + k, :E] = np.ascontiguousarray(ev).view(np.uint8).reshape(k, E)
-        out["start_ns"][pos : pos + k] = s
-        out["end_ns"][pos : pos + k] = e
-        pos += k
-    return out

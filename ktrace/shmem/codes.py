@@ -1,32 +1,16 @@
-"""Constants shared by the heap's device code and its readers: comparisons, the error block.
+"""Constants of the heap's device code and its readers: orderings, scopes, the error block.
 
-Pure Python: analyses and writers import it to name a WAIT event's ``cmp`` column without
-pulling in torch or triton.
+Pure Python (no torch, no triton). The comparison codes a wait records (``Cmp``) belong to the
+event layout and are defined in ``ktrace.schema``.
 """
 
 from __future__ import annotations
 
-import enum
-
 import numpy as np
 
-
-class Cmp(enum.IntEnum):
-    """How :func:`ktrace.shmem.language.wait` compares the flag with the expected value.
-
-    The code is recorded in a WAIT event's ``cmp`` argument.
-    """
-
-    EQ = 1
-    NE = 2
-    GE = 3
-    GT = 4
-    LE = 5
-    LT = 6
-
-
-#: Comparison names accepted by ``wait(..., cmp=...)``.
-CMP_NAMES = {c.name.lower(): int(c) for c in Cmp}
+# the comparison codes are part of the event layout: defined in ktrace.schema, named here too
+# for the heap's device code
+from ..schema import CMP_NAMES, Cmp  # noqa: F401
 
 #: Memory orderings accepted by the atomics (Triton's names).
 SEMS = ("relaxed", "acquire", "release", "acq_rel")

@@ -269,9 +269,9 @@ class SymmetricHeap:
     def _timer_hz(self) -> int:
         if self.device.type != "cuda":
             return 1_000_000_000
-        from ktrace.session import device_info
+        from ktrace.device import timer_hz
 
-        return int(device_info(self.device.index)["tick_hz"])
+        return timer_hz(self.device.index)
 
     # the rule ---------------------------------------------------------------------------------
     def _verify(self, op: str) -> None:

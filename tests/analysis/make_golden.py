@@ -10,7 +10,7 @@ change (and say why in the commit)::
     python tests/analysis/make_golden.py             # rewrite golden_report.json
     python tests/analysis/make_golden.py --dump DIR  # also write every table in full (to compare)
 
-The captures are CONSTRUCTED (``ktrace.analysis.scenario``, ``ktrace.io.synth``): the test
+The captures are CONSTRUCTED (``ktrace.analysis.scenario``, ``ktrace.captures.synth``): the test
 scenarios, several launches of them, and variants that reach the less common code paths (spans
 that overlap without nesting and ties in time, from seeded jitter; ``ge`` waits paired through
 the counter and set fallbacks; a timeout cascade; a capture through the clock alignment).
@@ -79,7 +79,7 @@ def _low_expected(table: np.ndarray) -> np.ndarray:
 
 def cases() -> dict[str, object]:
     """name -> what ``build_report`` is given."""
-    from ktrace.io.synth import constructed_capture
+    from ktrace.captures.synth import constructed_capture
 
     late = S.build(S.Scenario(iters=2, late_rank=2, late_ns=20_000))
     skew = S.build(S.Scenario(iters=2, work=_HEAVY))

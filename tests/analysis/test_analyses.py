@@ -35,7 +35,9 @@ from ktrace.analysis import (
     workgroups,
 )
 from ktrace.analysis import hangs, scenario
-from ktrace.analysis.trace import empty_event_table, group_index, group_median, intersect_length, merge_intervals
+from ktrace.analysis.intervals import intersect_length, merge_intervals
+from ktrace.analysis.trace import empty_event_table
+from ktrace.keys import group_index, group_median
 from ktrace.schema import EventFlag, EventKind
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -238,7 +240,7 @@ def test_report_json_is_serialisable_and_complete():
 
 def test_commands_report_and_diff(tmp_path, capsys):
     from ktrace.analysis.commands import register
-    from ktrace.io.capture_file import write_capture
+    from ktrace.captures.file import write_capture
 
     cap = CASES[4].load()
     f = write_capture(tmp_path / "late.ktrace", cap)

@@ -43,14 +43,15 @@ def general_paths(request, monkeypatch):
     few workgroups (span lookups, leaf spans), integer keys too narrow to pack (the sorts and
     searches fall back to row-wise ones), and the paths taken only by long arrays (packed sorts,
     selection for few groups)."""
-    from ktrace.analysis import trace as T
+    from ktrace import keys
+    from ktrace.analysis import spans
 
     if request.param == "small-blocks":
-        monkeypatch.setattr(T, "BLOCK_EVENTS", 40)
+        monkeypatch.setattr(spans, "BLOCK_EVENTS", 40)
     elif request.param == "narrow-keys":
-        monkeypatch.setattr(T, "KEY_LIMIT", 1 << 8)
+        monkeypatch.setattr(keys, "KEY_LIMIT", 1 << 8)
     else:
-        monkeypatch.setattr(T, "LARGE", 0)
+        monkeypatch.setattr(keys, "LARGE", 0)
     return request.param
 
 
@@ -133,8 +134,8 @@ def test_event_table_of_a_prepared_capture(tmp_path):
     import numpy as np
 
     from ktrace.analysis import AnalysisError, prepare
-    from ktrace.clock.model import aligned_events
-    from ktrace.io.capture_file import write_capture
+    from ktrace.events import aligned_events
+    from ktrace.captures.file import write_capture
 
     cap = make_golden.cases()["synth-capture"]
     want = aligned_events(cap)
@@ -146,7 +147,7 @@ def test_event_table_of_a_prepared_capture(tmp_path):
     path = tmp_path / "c.ktrace"
     write_capture(path, cap)
     tr = prepare(path)
-    from ktrace.io.synth import constructed_capture
+    from ktrace.captures.synth import constructed_capture
 
     write_capture(path, constructed_capture(world_size=3, programs=5, iters=3)[0])
     with pytest.raises(AnalysisError, match="changed since it was prepared"):

@@ -56,7 +56,8 @@ def _unaligned_model(model):
 def test_alignment_makes_the_ring_causal(heap, dist_env):
     import torch
 
-    from ktrace.clock import aligned_events, check_causality, clock_model_of
+    from ktrace.clock import check_causality, clock_model_of
+    from ktrace.events import aligned_events
 
     rank, world = dist_env
     if world < 2:

@@ -60,7 +60,7 @@ def test_ktrace_run_whole_path(tmp_path, capsys, kernel):
     import json
 
     from ktrace.clock import clock_model_of
-    from ktrace.io import read_capture
+    from ktrace.captures import read_capture
 
     n = _nproc()
     out = tmp_path / kernel

@@ -336,7 +336,7 @@ def test_wait_event_measures_a_held_back_signal(heap):
         traced_delay[(2,)](ready, go, r, (r + 1) % w, (r - 1) % w, heap.bases, DELAY_NS=delay_ns)
     heap.barrier()
     ev = cap.events()
-    from ktrace.session import device_info
+    from ktrace.device import device_info
 
     tick_hz = device_info(heap.device.index)["tick_hz"]
     w_go = ev[(ev["kind"] == EventKind.WAIT) & (ev["program"] == 1)]

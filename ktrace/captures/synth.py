@@ -132,7 +132,7 @@ def constructed_capture(
         true start time (ns) of every event in decode order per rank.
     """
     from .. import __version__  # noqa: F401  (kept for symmetry with real captures' metadata)
-    from .capture_file import Capture, Launch, RankCapture
+    from .file import Capture, Launch, RankCapture
 
     rng = np.random.default_rng(seed)
     offsets = list(offsets_ns) if offsets_ns is not None else [0] + [int(x) for x in rng.integers(-1_200_000, 1_200_000, world_size - 1)]

@@ -1,6 +1,6 @@
 """Perfetto protobuf trace writer (``.pftrace``), through the ``perfetto`` package's own classes.
 
-Layout as in :mod:`ktrace.io.layout`: one process track per rank (``rank r · GPU``), under it a
+Layout as in :mod:`ktrace.export.layout`: one process track per rank (``rank r · GPU``), under it a
 ``kernels`` track and one track per program (and extra lanes), explicitly ordered; counter
 tracks per (program, counter) under their program's track. Spans, waits and notifies are
 slices (``TYPE_SLICE_BEGIN``/``END``; zero-length ones are instants); waits are named
@@ -38,10 +38,15 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
     TracePacket,
 )
 
+from .. import schema
 from ..clock.model import ClockModel
-from ..schema import EventKind
-from . import _parallel, _rows
-from .layout import COUNTER, INSTANT, NOTIFY, SPAN, WAIT, Batch, TracePlan, batch_flows, batch_lanes, event_class, plan_trace, read_batch, timeout_mask, track_name
+from ..events import Batch
+from ..schema import EventKind, is_timeout
+from . import _rows
+from . import pool as _pool
+from .layout import CLASS_KIND, COUNTER, INSTANT, NOTIFY, SPAN, WAIT, batch_flows, batch_lanes, event_class, track_name
+from .plan import TracePlan
+from .writer import write
 
 log = logging.getLogger("ktrace")
 
@@ -54,14 +59,13 @@ _SEQ_CLEARED = TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 _SEQ_NEEDS = TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
 
 _CATEGORIES = {"span": 1, "wait": 2, "timeout": 3, "notify": 4, "mark": 5, "kernel": 6}
-_ARGS = ("arg0", "arg1", "sm", "peer", "spins", "flag", "value", "expected", "cmp", "seq", "launch", "events", "dropped")
+#: Each class's arguments ``(name, column)``: what the schema names, then the SM.
+_CLASS_ARGS = {cls: schema.arg_fields(CLASS_KIND[cls]) + (("sm", "hw"),) for cls in (SPAN, INSTANT, WAIT, NOTIFY)}
+#: Arguments written as strings (their codes' names, ``schema.ARG_VALUE_NAMES``), per class.
+_STR_ARGS = {cls: frozenset(n for n, _ in spec if (CLASS_KIND[cls], n) in schema.ARG_VALUE_NAMES) for cls, spec in _CLASS_ARGS.items()}
+#: Every argument name, interned once per sequence (the kernel slices' own last).
+_ARGS = tuple(dict.fromkeys([n for spec in _CLASS_ARGS.values() for n, _ in spec] + ["launch", "events", "dropped"]))
 _ARG_IID = {name: i + 1 for i, name in enumerate(_ARGS)}
-_CLASS_ARGS = {
-    SPAN: (("arg0", "arg0"), ("arg1", "arg1"), ("sm", "hw")),
-    INSTANT: (("arg0", "arg0"), ("arg1", "arg1"), ("sm", "hw")),
-    WAIT: (("peer", "arg0"), ("spins", "arg1"), ("flag", "arg2"), ("value", "arg3"), ("expected", "arg4"), ("cmp", "arg5"), ("sm", "hw")),
-    NOTIFY: (("peer", "arg0"), ("value", "arg1"), ("flag", "arg2"), ("seq", "arg3"), ("sm", "hw")),
-}
 
 
 def _proc_uuid(rank: int) -> int:
@@ -93,6 +97,15 @@ def _process_descriptors(plan: TracePlan) -> bytes:
         out.append(_desc(uuid=pu | 1, parent_uuid=pu, name="kernels", sibling_order_rank=1,
                          sibling_merge_behavior=TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE))
     return b"".join(out)
+
+
+def _arg_values(kind: EventKind, name: str, codes: np.ndarray) -> np.ndarray:
+    """An argument column as written: codes with names (``schema.ARG_VALUE_NAMES``) as their names."""
+    named = schema.ARG_VALUE_NAMES.get((kind, name))
+    if named is None:
+        return codes
+    inv, uniq = _rows.codes(codes)
+    return np.array([named(int(u)) for u in uniq.tolist()], dtype=object)[inv]
 
 
 class _Interner:
@@ -137,7 +150,7 @@ def _first_packet(seq: int) -> bytes:
 class _Template:
     """One packet of one event class with its constant fields set: the model its pool copies."""
 
-    def __init__(self, type_, categories=(), args=(), flow=None, seq=_EVENT_SEQ, needs_state=True, n_flow=1):
+    def __init__(self, type_, categories=(), args=(), flow=None, seq=_EVENT_SEQ, needs_state=True, n_flow=1, str_args=frozenset()):
         p = TracePacket(trusted_packet_sequence_id=seq)
         if needs_state:
             p.sequence_flags = _SEQ_NEEDS
@@ -151,6 +164,8 @@ class _Template:
         elif flow == "in":
             te.terminating_flow_ids.append(0)
         self.packet, self.n_args, self.flow = p, len(args), flow
+        #: positions of the arguments written as strings
+        self.str_pos = frozenset(i for i, a in enumerate(args) if a in str_args)
         self.kind = "end" if type_ == TrackEvent.TYPE_SLICE_END else "counter" if type_ == TrackEvent.TYPE_COUNTER else "start"
         self.n_flow = n_flow if flow is not None else 0
         #: the columns a chunk of events gives, in order (see :func:`_filler`)
@@ -163,7 +178,7 @@ class _Template:
         """The fill loop of this shape that leaves the columns ``fixed`` as the slots hold them."""
         f = self._fills.get(fixed)
         if f is None:
-            f = self._fills[fixed] = _filler(self.kind, self.n_args, self.n_flow, fixed)
+            f = self._fills[fixed] = _filler(self.kind, self.n_args, self.n_flow, fixed, self.str_pos)
         return f
 
 
@@ -172,7 +187,7 @@ def _fixed_field(col: str, n_flow: int) -> tuple[int, str]:
     return (1, "name_iid") if col == "nm" else (2 + (1 if n_flow else 0) + int(col[1:]), "int_value")
 
 
-def _filler(kind: str, n_args: int, n_flow: int, fixed: frozenset = frozenset()):
+def _filler(kind: str, n_args: int, n_flow: int, fixed: frozenset = frozenset(), str_pos: frozenset = frozenset()):
     """A loop that writes one chunk of events into pooled packets, unrolled for its shape.
 
     Setting a field on a upb message costs ~0.08 µs and serialising a message ~0.35 µs
@@ -198,13 +213,13 @@ def _filler(kind: str, n_args: int, n_flow: int, fixed: frozenset = frozenset())
         for i in range(n_args):
             if f"v{i}" not in fixed:
                 cols.append(f"v{i}")
-                body.append(f"a{i}.int_value = v{i}")
+                body.append(f"a{i}.{'string' if i in str_pos else 'int'}_value = v{i}")
     src = (f"def fill(slots, {', '.join(c + '_' for c in cols)}):\n"
            f"    for ({', '.join(slot)},), {', '.join(cols)} in zip(slots, {', '.join(c + '_' for c in cols)}):\n"
            + "".join(f"        {line}\n" for line in body))
     ns: dict = {}
     tag = "".join(sorted(fixed))
-    exec(compile(src, f"<ktrace.perfetto fill {kind}/{n_args}/{n_flow} flows{' fixed ' + tag if tag else ''}>", "exec"), ns)
+    exec(compile(src, f"<ktrace.perfetto fill {kind}/{n_args}/{n_flow} flows{' fixed ' + tag if tag else ''}{' str ' + str(sorted(str_pos)) if str_pos else ''}>", "exec"), ns)
     return ns["fill"]
 
 
@@ -291,7 +306,7 @@ def _split_fixed(cols: dict) -> list[tuple[np.ndarray | None, dict]]:
         return [(None, {})]
     cands = []
     for c, v in cols.items():
-        if c != "nm" and not c.startswith("v"):
+        if (c != "nm" and not c.startswith("v")) or v.dtype.kind not in "iu":
             continue
         lo, hi = int(v.min()), int(v.max())
         if hi - lo >= 1 << 16:
@@ -369,12 +384,12 @@ class _Writer:
         arg_names = {cls: tuple(a for a, _ in spec) for cls, spec in _CLASS_ARGS.items()}
         t = {}
         for shape, typ in (("begin", B), ("instant", I)):
-            t[(SPAN, shape)] = _Template(typ, ("span",), arg_names[SPAN], seq=seq)
-            t[(INSTANT, shape)] = _Template(typ, ("mark",), arg_names[INSTANT], seq=seq)
+            t[(SPAN, shape)] = _Template(typ, ("span",), arg_names[SPAN], seq=seq, str_args=_STR_ARGS[SPAN])
+            t[(INSTANT, shape)] = _Template(typ, ("mark",), arg_names[INSTANT], seq=seq, str_args=_STR_ARGS[INSTANT])
             for to, cats in ((0, ("wait",)), (1, ("wait", "timeout"))):
-                t[(WAIT, shape, to)] = _Template(typ, cats, arg_names[WAIT], seq=seq)
-                t[(WAIT, shape, to, "flow")] = _Template(typ, cats, arg_names[WAIT], flow="in", seq=seq)
-            t[(NOTIFY, shape)] = _Template(typ, ("notify",), arg_names[NOTIFY], seq=seq)
+                t[(WAIT, shape, to)] = _Template(typ, cats, arg_names[WAIT], seq=seq, str_args=_STR_ARGS[WAIT])
+                t[(WAIT, shape, to, "flow")] = _Template(typ, cats, arg_names[WAIT], flow="in", seq=seq, str_args=_STR_ARGS[WAIT])
+            t[(NOTIFY, shape)] = _Template(typ, ("notify",), arg_names[NOTIFY], seq=seq, str_args=_STR_ARGS[NOTIFY])
         t["end"] = _Template(E, seq=seq, needs_state=False)
         t["counter"] = _Template(C, seq=seq, needs_state=False)
         self.pools = {k: _Pool(v) for k, v in t.items()}
@@ -386,7 +401,8 @@ class _Writer:
         pool = self.pools.get(key)
         if pool is None:  # (NOTIFY, shape, "flow", k)
             _, shape, _, k = key
-            pool = self.pools[key] = _Pool(_Template(self._types[shape], ("notify",), self._notify_args, flow="out", seq=self.seq, n_flow=k))
+            pool = self.pools[key] = _Pool(_Template(self._types[shape], ("notify",), self._notify_args, flow="out", seq=self.seq, n_flow=k,
+                                                               str_args=_STR_ARGS[NOTIFY]))
         return pool
 
     def _descriptors(self, rp, tids: np.ndarray, counter_codes: np.ndarray) -> list[bytes]:
@@ -423,7 +439,8 @@ class _Writer:
         plan = self.plan
         region_name = plan.region_name
         rp = plan.ranks[b.rank]
-        ev, s_ns, e_ns = b.cols, b.s_ns, b.e_ns
+        ev = b.cols
+        s_ns, e_ns = ev["start_ns"], ev["end_ns"]
         n_all = b.size
         pu = _proc_uuid(b.rank)
         lanes = batch_lanes(b, plan.launches[b.launches[0]].n_programs)
@@ -431,7 +448,7 @@ class _Writer:
         group = groups[0] if len(set(groups)) == 1 else b.per_row(groups)
         tids = rp.tids(group, ev["program"], lanes)
         uuids = tids | pu
-        flows = batch_flows(plan, b)
+        flows = batch_flows(plan.flows, b)
         out_rows, out_ids, flow_in = flows["out_rows"], flows["out_ids"], flows["in_ids"]
         # notifies: how many flows each starts (one per wait it released), and their ids
         n_out = np.bincount(out_rows, minlength=n_all) if out_rows.size else np.zeros(n_all, np.int64)
@@ -452,7 +469,7 @@ class _Writer:
             if cls in (SPAN, INSTANT):
                 names = self.names.ids(ev["region"][idx], region_name)
             elif cls == WAIT:
-                to = timeout_mask(ev["flags"][idx]).astype(np.int64)
+                to = is_timeout(ev["flags"][idx]).astype(np.int64)
                 names = self.names.ids((ev["arg0"][idx].astype(np.int64) << 1) | to, lambda k: f"wait r{k >> 1}" + (" TIMEOUT" if k & 1 else ""))
             else:
                 names = self.names.ids(ev["arg0"][idx], lambda k: f"notify r{k}")
@@ -489,7 +506,8 @@ class _Writer:
                             continue
                         cols = {"nm": names[ppp]}
                         cols.update((f"fl{j}", f) for j, f in enumerate(fl if fl is not None else []))
-                        cols.update((f"v{i}", ev[col][rr]) for i, (_, col) in enumerate(_CLASS_ARGS[cls]))
+                        cols.update((f"v{i}", _arg_values(CLASS_KIND[cls], name, ev[col][rr]))
+                                    for i, (name, col) in enumerate(_CLASS_ARGS[cls]))
                         typ = 2 if shape == "begin" else 1
                         for part, fixed in _split_fixed(cols):
                             r_ = rr if part is None else rr[part]
@@ -552,26 +570,10 @@ def _kernels(plan: TracePlan) -> bytes:
     return b"".join(out)
 
 
-_WRITER: dict = {}
-
-
-def _task(batch: list[int]) -> int:
-    """Worker task: one batch's packets, appended to the output on this worker's sequence."""
-    st = _parallel.STATE
-    plan = st["plan"]
-    w = _WRITER.get(st["run"])
-    if w is None:
-        _WRITER.clear()
-        w = _WRITER[st["run"]] = _Writer(plan, _FIRST_WORKER_SEQ + _parallel.worker_index())
-    sink = _Sink(st["out"])
-    w.batch(read_batch(batch, _COLUMNS), sink)
-    sink.close()
-    return sink.bytes
-
-
 class _Sink:
-    """Packets on their way out: collected, and with an output handed over every ``_SINK_BYTES``
-    (written by the output's thread while the next packets are made), in order."""
+    """Packets on their way out: collected, and handed to ``out`` (a writer's sink, or None to
+    keep them) every ``_SINK_BYTES``, in order, so the output writes them while the next
+    packets are made."""
 
     def __init__(self, out):
         self.out, self.pieces, self.size, self.bytes = out, [], 0, 0
@@ -580,68 +582,71 @@ class _Sink:
         self.pieces += pieces
         self.size += sum(len(p) for p in pieces)
         if self.out is not None and self.size >= _SINK_BYTES:
-            self.bytes += self.out.append_async(self.pieces)
-            self.pieces, self.size = [], 0
+            self._hand_over()
         return self
+
+    def _hand_over(self) -> None:
+        self.out(self.pieces)
+        self.bytes += self.size
+        self.pieces, self.size = [], 0
 
     def close(self) -> None:
         if self.pieces:
-            self.bytes += self.out.append_async(self.pieces)
-            self.pieces, self.size = [], 0
-        self.out.flush()
+            self._hand_over()
 
 
 #: Bytes of packets handed to the output at a time.
 _SINK_BYTES = 4 << 20
 
 
-#: The columns the packets are made of.
-_COLUMNS = ("program", "region", "hw", "arg0", "arg1", "arg2", "arg3", "arg4", "arg5")
+class PerfettoWriter:
+    """The Perfetto protobuf format (:class:`ktrace.export.writer.TraceWriter`).
+
+    The calling process writes the process tracks and the kernel slices; each worker process
+    writes its batches' packets on its own sequence (``3 + worker index``: its own interned
+    names, starting with ``SEQ_INCREMENTAL_STATE_CLEARED``).
+    """
+
+    name = "perfetto"
+    bytes_per_event = _PACKET_BYTES
+
+    def __init__(self):
+        self._mine: dict[int, _Writer] = {}  # per process (each worker has its own copy of this object)
+
+    def head(self, plan: TracePlan) -> bytes:
+        return _process_descriptors(plan) + _first_packet(_EVENT_SEQ) + _kernels(plan)
+
+    def batch(self, plan: TracePlan, b: Batch, sink) -> int:
+        w = self._mine.get(os.getpid())
+        if w is None:
+            self._mine.clear()
+            w = self._mine[os.getpid()] = _Writer(plan, _FIRST_WORKER_SEQ + _pool.worker_index())
+        out = _Sink(sink)
+        w.batch(b, out)
+        out.close()
+        return out.bytes
+
+    def tail(self, plan: TracePlan, results: list) -> bytes:
+        return b""
 
 
 def write_perfetto(capture, path: str | os.PathLike, *, model: ClockModel | None = None, plan: TracePlan | None = None,
                    workers: int | None = None) -> Path:
     """Write a capture as a Perfetto protobuf trace (open it in ui.perfetto.dev).
 
-    Batches of launches are encoded in worker processes (see ``ktrace.io.layout`` and
-    ``ktrace.io._parallel``), each worker on its own packet sequence (its own interned names,
-    starting with ``SEQ_INCREMENTAL_STATE_CLEARED``) and appending whole packets to the file;
-    a ``Trace`` is a repeated field, so the pieces concatenate into one. The process tracks
-    come first; each worker describes a program or counter track before its first packet on
-    it (a track two workers use is described twice, identically).
+    Each worker writes on its own packet sequence and appends whole packets to the file; a
+    ``Trace`` is a repeated field, so the pieces concatenate into one. The process tracks come
+    first; each worker describes a program or counter track before its first packet on it (a
+    track two workers use is described twice, identically).
 
     Args:
-        capture: a ``ktrace.io.Capture``.
+        capture: a ``ktrace.captures.Capture``.
         path: the output file (``.pftrace`` by convention).
         model: the clock model (default: stored in the capture, else fitted from its samples).
-        plan: a layout already computed with :func:`ktrace.io.layout.plan_trace`.
+        plan: a plan already made with :func:`ktrace.export.plan.plan_trace`.
         workers: worker processes (default: one per core for large captures; 1: none).
 
     Returns:
         The path written (atomically: a temporary file renamed into place).
     """
-    path = Path(path)
-    t0 = time.perf_counter()
-    plan = plan or plan_trace(capture, model, workers=workers)
-    workers = plan.workers if workers is None else _parallel.resolve_workers(workers, plan.n_events)
-    if plan.partial:
-        log.warning("writing a PARTIAL trace: ranks %s are missing", plan.missing_ranks)
-    tmp = path.with_name(path.name + ".tmp")
-    tasks = [bt for bt in plan.batches if any(plan.launches[li].n_events for li in bt)]
-    state = {"capture": capture, "model": plan.model, "refs": [(r, ln) for r, rc in sorted(capture.ranks.items()) for ln in rc.launches],
-             "plan": plan, "run": (os.getpid(), time.perf_counter_ns())}
-    try:
-        out = state["out"] = _parallel.Output(tmp, direct=_parallel.direct_io_wanted(plan.n_events * _PACKET_BYTES))
-        out.append([_process_descriptors(plan) + _first_packet(_EVENT_SEQ) + _kernels(plan)])
-        try:
-            for _ in _parallel.imap(_task, tasks, min(workers, max(1, len(tasks))), state, ordered=False):
-                pass
-        finally:
-            out.close()
-            _WRITER.clear()
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    log.info("wrote %s: %d events in %.2f s", path, plan.n_events, time.perf_counter() - t0)
-    return path
+    return write(capture, path, PerfettoWriter(), model=model, plan=plan, workers=workers)

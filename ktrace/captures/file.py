@@ -527,22 +527,19 @@ def _read_zip(zf: zipfile.ZipFile, path: str, source: Path | None = None) -> Cap
     return cap
 
 
-def merge_captures(caps: Iterable[Capture], *, world_size: int | None = None, refit_clock: bool = True) -> Capture:
-    """Combine per-rank captures into one.
+def merge_captures(caps: Iterable[Capture], *, world_size: int | None = None) -> Capture:
+    """Combine per-rank captures into one, as they are: the clock is not fitted here.
 
-    The clock model of the result is fitted again from the ranks' calibration samples when
-    any rank carries some (each rank's file holds only its own samples, so no single input can
-    hold the whole model); otherwise an input's stored model that covers every merged rank is
-    kept.
+    Each rank's file holds only its own calibration samples, so the merged capture's clock model
+    is fitted from all of them by ``ktrace.clock.attach_clock`` (what ``ktrace merge`` and
+    ``Session.gather`` do). A model stored in an input that covers every merged rank is kept.
 
     Args:
         caps: the captures (typically one file per rank).
         world_size: the expected number of ranks (default: the largest the inputs declare).
-        refit_clock: fit the clock model from the merged samples (see above).
 
     Raises:
-        CaptureError: nothing to merge, a rank present twice or outside the world size, or
-            malformed calibration samples.
+        CaptureError: nothing to merge, a rank present twice or outside the world size.
     """
     caps = list(caps)
     if not caps:
@@ -562,18 +559,10 @@ def merge_captures(caps: Iterable[Capture], *, world_size: int | None = None, re
         meta.update(c.meta)
     out = Capture(world_size=ws, ranks=dict(sorted(ranks.items())), regions=regions, meta=meta,
                   created_ns=min(c.created_ns for c in caps))
-    if refit_clock and any(rc.clock_samples for rc in ranks.values()):
-        from ..clock.model import fit_clock
-
-        try:
-            out.clock = fit_clock(out).to_dict()
-        except ValueError as e:
-            raise CaptureError(f"clock calibration samples: {e}") from None
-    else:
-        for c in caps:
-            if c.clock and {int(x["rank"]) for x in c.clock.get("ranks", [])} >= set(ranks):
-                out.clock = c.clock
-                break
+    for c in caps:
+        if c.clock and {int(x["rank"]) for x in c.clock.get("ranks", [])} >= set(ranks):
+            out.clock = c.clock
+            break
     if out.missing_ranks:
         log.warning("capture is partial: ranks %s of %d are missing", out.missing_ranks, ws)
         out.partial = True

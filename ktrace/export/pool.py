@@ -1,9 +1,12 @@
-"""Worker processes for the trace writers: per-launch work spread over the machine's cores.
+"""Worker processes for the trace writers: one module holds the run's shared state.
 
-Workers are started with ``fork`` *after* the capture and the trace plan exist, so they see
+Workers are started with ``fork`` *after* the capture and the run's state exist, so they see
 both without copying or pickling them (pages are shared copy-on-write; the raw buffers are only
-read). Each task names one launch; what a task returns travels back pickled, so tasks return
-small things (or write their output themselves, through an :class:`Output`).
+read). The state a run's tasks read is given to :class:`Pool` and handed to every task as its
+first argument (``fn(state, item)``): no other module keeps state for the workers. A task names
+its work (a batch of launches); what it returns travels back pickled, so tasks return small
+things, write their output themselves through an :class:`Output`, or leave results in shared
+memory made before the fork (:func:`shared_zeros`).
 
 Where ``fork`` is unavailable, or one worker is asked for, the same task functions run in this
 process, one after another: the output is the same either way (tests compare the two).
@@ -15,7 +18,7 @@ import contextlib
 import mmap
 import multiprocessing as mp
 import os
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -24,8 +27,9 @@ MIN_EVENTS_PER_WORKER = 250_000
 #: At most this many workers (the writers are bound by one core each; more rarely helps).
 MAX_WORKERS = 8
 
-#: What the current run's tasks read: set before the workers fork, cleared after.
-STATE: dict = {}
+#: The current run's state (what :class:`Pool` was given), as the workers inherit it at fork.
+_STATE: dict = {}
+#: This process's own: worker index, the run's lock, open output descriptors, writer thread.
 _LOCAL: dict = {}
 
 
@@ -70,16 +74,24 @@ def _init(counter, lock, keep_freed_memory) -> None:
     _LOCAL["lock"] = lock
 
 
+def _run(job: tuple) -> Any:
+    """In a worker: ``fn(state, item)`` with the state the worker inherited."""
+    fn, item = job
+    return fn(_STATE, item)
+
+
 class Pool:
     """Worker processes kept for several phases of one run (several :meth:`imap` calls): they
-    fork once, with ``state`` as :data:`STATE`, so a later phase finds the memory an earlier
-    one faulted in. What a later phase learns goes to it in its tasks' arguments or in shared
-    memory made before the fork (:func:`shared_zeros`). With one worker, tasks run here."""
+    fork once, with ``state``, so a later phase finds the memory an earlier one faulted in.
+    Every task is called as ``fn(state, item)``. What a later phase learns goes to it in its
+    tasks' arguments or in shared memory made before the fork (:func:`shared_zeros`). With one
+    worker, tasks run here."""
 
     def __init__(self, workers: int, state: dict):
         self.workers = max(1, int(workers))
-        STATE.clear()
-        STATE.update(state)
+        self.state = state
+        _STATE.clear()
+        _STATE.update(state)
         self._pool = None
         if self.workers <= 1:
             close_local()  # (what this process opened before: its descriptors are its own)
@@ -98,20 +110,20 @@ class Pool:
         self._pool = ctx.Pool(self.workers, initializer=_init, initargs=(counter, lock, keep_freed_memory))
 
     def imap(self, fn: Callable, items: Iterable, *, ordered: bool = True) -> Iterator:
-        """``fn(item)`` for every item (see :func:`imap`)."""
+        """``fn(state, item)`` for every item (see :func:`imap`)."""
         if self._pool is None:
             for it in items:
-                yield fn(it)
+                yield fn(self.state, it)
             return
         run = self._pool.imap if ordered else self._pool.imap_unordered
-        yield from run(fn, items, chunksize=1)
+        yield from run(_run, ((fn, it) for it in items), chunksize=1)
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.terminate()
             self._pool.join()
             self._pool = None
-        STATE.clear()
+        _STATE.clear()
         close_local()  # (what tasks run here opened)
         _LOCAL.clear()
 
@@ -123,14 +135,13 @@ class Pool:
 
 
 def imap(fn: Callable, items: Iterable, workers: int, state: dict, *, ordered: bool = True) -> Iterator:
-    """``fn(item)`` for every item, in ``workers`` forked processes (here when ``workers`` is 1).
+    """``fn(state, item)`` for every item, in ``workers`` forked processes (here when ``workers`` is 1).
 
     Args:
-        fn: a module-level function (it is named, not pickled, in the workers); it reads
-            :data:`STATE`.
+        fn: a module-level function (it is named, not pickled, in the workers).
         items: small picklable task descriptions (launch indices).
         workers: processes to use.
-        state: what ``fn`` reads through :data:`STATE`; inherited by the workers at fork.
+        state: what ``fn`` is given; inherited by the workers at fork.
         ordered: yield results in item order (else as they finish).
 
     Yields:

@@ -1,6 +1,6 @@
 """Chrome JSON trace writer (``.json`` / ``.json.gz``), readable by ui.perfetto.dev and chrome://tracing.
 
-Layout as in :mod:`ktrace.io.layout`: ``pid`` = rank + 1 (named ``rank r · GPU``), ``tid`` 1 is
+Layout as in :mod:`ktrace.export.layout`: ``pid`` = rank + 1 (named ``rank r · GPU``), ``tid`` 1 is
 the rank's ``kernels`` track and ``tid`` 2.. are its program tracks (``p<program>``, extra lanes
 ``p<program> lane<k>``) in program order. Spans, waits and notifies are complete (``X``) events;
 waits are named ``wait r<peer>`` in category ``wait`` (``wait TIMEOUT`` / ``wait,timeout`` when
@@ -12,27 +12,27 @@ Timestamps are microseconds with three decimals (exact nanoseconds) counted from
 first event; the absolute start (``base_ns``, on the common clock: host wall-clock time when
 anchored) and the clock model are in ``otherData``.
 
-Per-event rows are laid out with numpy (see ``ktrace.io._rows``); orjson encodes every string
+Per-event rows are laid out with numpy (see ``ktrace.export._rows``); orjson encodes every string
 and all metadata.
 """
 
 from __future__ import annotations
 
-import gzip
 import logging
 import os
-import time
 from pathlib import Path
 
 import numpy as np
 import orjson
 
-from .. import __version__
+from .. import __version__, schema
 from ..clock.model import ClockModel
-from . import _parallel, _rows
-from ..schema import EventKind
-from .layout import (COUNTER, INSTANT, NOTIFY, SPAN, WAIT, Batch, TracePlan, batch_flows, batch_lanes, event_class, notify_flow_ids, plan_trace,
-                     read_batch, timeout_mask, track_name)
+from ..events import Batch
+from ..schema import EventKind, is_timeout
+from . import _rows
+from .layout import CLASS_KIND, COUNTER, INSTANT, NOTIFY, SPAN, WAIT, batch_flows, batch_lanes, event_class, notify_flow_ids, track_name
+from .plan import TracePlan
+from .writer import write
 
 log = logging.getLogger("ktrace")
 
@@ -40,7 +40,6 @@ log = logging.getLogger("ktrace")
 CHUNK = 262_144
 #: About the bytes of one event's row (what decides whether the output is written with direct I/O).
 _ROW_BYTES = 150
-_WAIT_CMP = {0: "eq", 1: "ge", 2: "gt", 3: "ne"}
 
 
 def _j(x) -> bytes:
@@ -81,21 +80,33 @@ def _names(keys: np.ndarray, make) -> _rows.Pick:
 _COLUMNS = ("program", "region", "hw", "arg0", "arg1", "arg2", "arg3", "arg4", "arg5")
 
 
+def _arg_parts(kind: EventKind, ev: dict, idx: np.ndarray, hw: _rows.Part) -> list:
+    """The ``"args"`` object of rows of one event kind: each argument the schema names, by name
+    (codes with names written as their names), then the SM."""
+    parts: list = []
+    for i, (name, col) in enumerate(schema.arg_fields(kind)):
+        named = schema.ARG_VALUE_NAMES.get((kind, name))
+        val = _names(ev[col][idx], named) if named else _rows.Ints(ev[col][idx])
+        parts += [(b'"args":{"' if i == 0 else b',"') + name.encode() + b'":', val]
+    return parts + [b',"sm":', hw, b"}},\n"]
+
+
 def _batch_rows(plan: TracePlan, b: Batch, out) -> np.ndarray:
     """Write the rows of a batch's events through ``out``; returns the track ids they use."""
     region_name = plan.region_name
     rp = plan.ranks[b.rank]
     ev = b.cols
-    s_ns, e_ns = b.s_ns, b.e_ns
+    s_ns, e_ns = ev["start_ns"], ev["end_ns"]
     n_all = b.size
     pid = str(b.rank + 1).encode()
     lanes = batch_lanes(b, plan.launches[b.launches[0]].n_programs)
     groups = [plan.launches[li].group for li in b.launches]
     tids = rp.tids(groups[0] if len(set(groups)) == 1 else b.per_row(groups), ev["program"], lanes)
-    flows = batch_flows(plan, b)
+    flows = batch_flows(plan.flows, b)
     flow_out, flow_in = notify_flow_ids(flows, n_all), flows["in_notify_ids"]
     classes = event_class(ev["kind"])
     for cls, idx_all in classes.items():
+        kind = CLASS_KIND[cls]
         for c0 in range(0, idx_all.size, CHUNK):
             idx = idx_all[c0 : c0 + CHUNK]
             n = idx.size
@@ -104,77 +115,80 @@ def _batch_rows(plan: TracePlan, b: Batch, out) -> np.ndarray:
             ts = _rows.Fixed3(s_ns[idx] - plan.base_ns)
             if cls == COUNTER:
                 name = _names((ev["program"][idx].astype(np.int64) << 24) | ev["region"][idx], lambda k: f"p{k >> 24} {region_name(k & 0xFFFFFF)}")
-                out(_rows.rows(n, [b'{"ph":"C","pid":' + pid + b',"ts":', ts, b',"name":', name, b',"args":{"value":',
-                                   _rows.Ints(ev["arg0"][idx]), b"}},\n"]))
+                value = schema.arg_column(kind, "value")
+                out([_rows.rows(n, [b'{"ph":"C","pid":' + pid + b',"ts":', ts, b',"name":', name, b',"args":{"value":',
+                                    _rows.Ints(ev[value][idx]), b"}},\n"])])
                 continue
             tid = _rows.Ints(tids[idx])
             hw = _rows.Ints(ev["hw"][idx])
             if cls == INSTANT:
-                out(_rows.rows(n, [b'{"ph":"i","s":"t","pid":' + pid + b',"tid":', tid, b',"ts":', ts, b',"name":', _names(ev["region"][idx], region_name),
-                                   b',"cat":"mark","args":{"arg0":', _rows.Ints(ev["arg0"][idx]), b',"arg1":',
-                                   _rows.Ints(ev["arg1"][idx]), b',"sm":', hw, b"}},\n"]))
+                out([_rows.rows(n, [b'{"ph":"i","s":"t","pid":' + pid + b',"tid":', tid, b',"ts":', ts, b',"name":',
+                                    _names(ev["region"][idx], region_name), b',"cat":"mark",'] + _arg_parts(kind, ev, idx, hw))])
                 continue
             dur = _rows.Fixed3(e_ns[idx] - s_ns[idx])
             head = [b'{"ph":"X","pid":' + pid + b',"tid":', tid, b',"ts":', ts, b',"dur":', dur]
             if cls == SPAN:
-                out(_rows.rows(n, head + [b',"name":', _names(ev["region"][idx], region_name), b',"cat":"span","args":{"arg0":',
-                                          _rows.Ints(ev["arg0"][idx]), b',"arg1":', _rows.Ints(ev["arg1"][idx]), b',"sm":', hw, b"}},\n"]))
+                out([_rows.rows(n, head + [b',"name":', _names(ev["region"][idx], region_name), b',"cat":"span",']
+                                + _arg_parts(kind, ev, idx, hw))])
             elif cls == WAIT:
-                to = timeout_mask(ev["flags"][idx]).astype(np.int64)
-                peer = ev["arg0"][idx].astype(np.int64)
+                to = is_timeout(ev["flags"][idx]).astype(np.int64)
+                peer = ev[schema.arg_column(kind, "peer")][idx].astype(np.int64)
                 name = _names((peer << 1) | to, lambda k: f"wait r{k >> 1}" + (" TIMEOUT" if k & 1 else ""))
                 cat = _rows.Pick(_rows.table([b'"wait"', b'"wait,timeout"'] if to.any() else [b'"wait"']), to)
                 fl = flow_in[idx]
                 has = np.flatnonzero(fl)
                 flow = _rows.Optional(n, has, [b',"bind_id":', _rows.Ints(fl[has]), b',"flow_in":true'])
-                cmp = _names(ev["arg5"][idx], lambda k: _WAIT_CMP.get(k, str(k)))
-                out(_rows.rows(n, head + [flow, b',"name":', name, b',"cat":', cat, b',"args":{"peer":', _rows.Ints(peer),
-                                          b',"spins":', _rows.Ints(ev["arg1"][idx]), b',"flag":', _rows.Ints(ev["arg2"][idx]),
-                                          b',"value":', _rows.Ints(ev["arg3"][idx]), b',"expected":', _rows.Ints(ev["arg4"][idx]),
-                                          b',"cmp":', cmp, b',"sm":', hw, b"}},\n"]))
+                out([_rows.rows(n, head + [flow, b',"name":', name, b',"cat":', cat, b","] + _arg_parts(kind, ev, idx, hw))])
             elif cls == NOTIFY:
                 fl = flow_out[idx]
                 has = np.flatnonzero(fl)
                 flow = _rows.Optional(n, has, [b',"bind_id":', _rows.Ints(fl[has]), b',"flow_out":true'])
-                out(_rows.rows(n, head + [flow, b',"name":', _names(ev["arg0"][idx], lambda k: f"notify r{k}"), b',"cat":"notify","args":{"peer":',
-                                          _rows.Ints(ev["arg0"][idx]), b',"value":', _rows.Ints(ev["arg1"][idx]), b',"flag":',
-                                          _rows.Ints(ev["arg2"][idx]), b',"seq":', _rows.Ints(ev["arg3"][idx]), b',"sm":', hw, b"}},\n"]))
+                peer = ev[schema.arg_column(kind, "peer")][idx]
+                out([_rows.rows(n, head + [flow, b',"name":', _names(peer, lambda k: f"notify r{k}"), b',"cat":"notify",']
+                                + _arg_parts(kind, ev, idx, hw))])
     return np.unique(tids[ev["kind"] != EventKind.COUNTER])
 
 
-def _task(batch: list[int]):
-    """Worker task: one batch's rows, appended to the output as each block of them is formatted
-    (written while the next is formatted) or returned, when compressing; and the track ids
-    they use."""
-    st = _parallel.STATE
-    plan = st["plan"]
-    b = read_batch(batch, _COLUMNS)
-    if st["compress"]:
-        parts: list[np.ndarray] = []
-        tids = _batch_rows(plan, b, parts.append)
-        return b.rank, tids, b"".join(parts)
-    out = st["out"]
-    tids = _batch_rows(plan, b, lambda rows: out.append_async([rows]))
-    out.flush()
-    return b.rank, tids, None
+class ChromeWriter:
+    """The Chrome JSON format (:class:`ktrace.export.writer.TraceWriter`)."""
+
+    name = "chrome"
+    bytes_per_event = _ROW_BYTES
+
+    def head(self, plan: TracePlan) -> bytes:
+        other = {
+            "ktrace_version": __version__,
+            "base_ns": plan.base_ns,
+            "time_unit": "ts/dur are microseconds since base_ns on the common clock",
+            "clock": plan.model.to_dict(),
+            "world_size": plan.world_size,
+            "partial": plan.partial,
+            "missing_ranks": plan.missing_ranks,
+            "events": plan.n_events,
+            "flows": plan.n_flows,
+        }
+        return b'{"displayTimeUnit":"ns","otherData":' + _j(other) + b',"traceEvents":[\n'
+
+    def batch(self, plan: TracePlan, b: Batch, sink) -> tuple[int, np.ndarray]:
+        return b.rank, _batch_rows(plan, b, sink)
+
+    def tail(self, plan: TracePlan, results: list) -> bytes:
+        tracks: dict[int, set] = {r: set() for r in plan.ranks}
+        for rank, tids in results:
+            tracks[rank].update(tids.tolist())
+        return _trailer(plan, tracks)
 
 
 def write_chrome_json(capture, path: str | os.PathLike, *, model: ClockModel | None = None, compress: bool | None = None,
                       plan: TracePlan | None = None, workers: int | None = None) -> Path:
     """Write a capture as a Chrome JSON trace.
 
-    Batches of launches are formatted in worker processes (see ``ktrace.io.layout`` and
-    ``ktrace.io._parallel``), each appending its rows to the file as one piece; rows of
-    different batches may come in any order (the format does not care), and the result parses
-    to the same events whatever the number of workers. The thread names of the tracks the
-    batches used close the file.
-
     Args:
-        capture: a ``ktrace.io.Capture`` (all ranks to show).
+        capture: a ``ktrace.captures.Capture`` (all ranks to show).
         path: output file; gzip-compressed when it ends in ``.gz`` (or ``compress=True``).
         model: the clock model (default: stored in the capture, else fitted from its samples).
         compress: force gzip on or off.
-        plan: a layout already computed with :func:`ktrace.io.layout.plan_trace`.
+        plan: a plan already made with :func:`ktrace.export.plan.plan_trace`.
         workers: worker processes (default: one per core for large captures; 1: none).
 
     Returns:
@@ -182,53 +196,7 @@ def write_chrome_json(capture, path: str | os.PathLike, *, model: ClockModel | N
     """
     path = Path(path)
     compress = path.name.endswith(".gz") if compress is None else compress
-    t0 = time.perf_counter()
-    plan = plan or plan_trace(capture, model, workers=workers)
-    workers = plan.workers if workers is None else _parallel.resolve_workers(workers, plan.n_events)
-    other = {
-        "ktrace_version": __version__,
-        "base_ns": plan.base_ns,
-        "time_unit": "ts/dur are microseconds since base_ns on the common clock",
-        "clock": plan.model.to_dict(),
-        "world_size": capture.world_size,
-        "partial": plan.partial,
-        "missing_ranks": plan.missing_ranks,
-        "events": plan.n_events,
-        "flows": plan.n_flows,
-    }
-    if plan.partial:
-        log.warning("writing a PARTIAL trace: ranks %s are missing", plan.missing_ranks)
-    tmp = path.with_name(path.name + ".tmp")
-    head = b'{"displayTimeUnit":"ns","otherData":' + _j(other) + b',"traceEvents":[\n'
-    tasks = [bt for bt in plan.batches if any(plan.launches[li].n_events for li in bt)]
-    state = {"capture": capture, "model": plan.model, "refs": [(r, ln) for r, rc in sorted(capture.ranks.items()) for ln in rc.launches],
-             "plan": plan, "compress": compress}
-    tracks: dict[int, set] = {r: set() for r in plan.ranks}
-    run = _parallel.imap(_task, tasks, min(workers, max(1, len(tasks))), state, ordered=False)
-    try:
-        if compress:
-            with gzip.open(tmp, "wb", compresslevel=1) as out:
-                out.write(head)
-                for rank, tids, data in run:
-                    tracks[rank].update(tids.tolist())
-                    out.write(data)
-                out.write(_trailer(plan, tracks))
-        else:
-            out = state["out"] = _parallel.Output(tmp, direct=_parallel.direct_io_wanted(plan.n_events * _ROW_BYTES))
-            out.append([head])
-            try:
-                for rank, tids, _ in run:
-                    tracks[rank].update(tids.tolist())
-            finally:
-                out.close()
-            with open(tmp, "ab") as f:
-                f.write(_trailer(plan, tracks))
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    log.info("wrote %s: %d events in %.2f s", path, plan.n_events, time.perf_counter() - t0)
-    return path
+    return write(capture, path, ChromeWriter(), model=model, plan=plan, workers=workers, compress=compress)
 
 
 def _trailer(plan: TracePlan, tracks: dict[int, set]) -> bytes:

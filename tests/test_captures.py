@@ -1,4 +1,4 @@
-"""Capture files: round trip, merge, and bad-file handling (CONSTRUCTED captures, ktrace.io.synth)."""
+"""Capture files: round trip, merge, and bad-file handling (CONSTRUCTED captures, ktrace.captures.synth)."""
 
 import zipfile
 
@@ -8,9 +8,9 @@ import pytest
 
 from ktrace.decode import decode_buffer, pack_buffer
 from ktrace.schema import packed_counts_bytes
-from ktrace.io import CaptureError, capture_from_bytes, capture_to_bytes, merge_captures, read_capture, write_capture
-from ktrace.io.capture_file import Capture
-from ktrace.io.synth import constructed_capture
+from ktrace.captures import CaptureError, capture_from_bytes, capture_to_bytes, merge_captures, read_capture, write_capture
+from ktrace.captures.file import Capture
+from ktrace.captures.synth import constructed_capture
 
 
 def _split(cap):
@@ -32,11 +32,16 @@ def test_round_trip_and_bytes(tmp_path):
     assert np.array_equal(again.events(), cap.events())
 
 
-def test_merge_fits_the_clock_from_every_ranks_samples(tmp_path):
+def test_merged_ranks_get_the_clock_fitted_from_every_ranks_samples(tmp_path):
+    from ktrace.clock import attach_clock
+
     cap, _ = constructed_capture(world_size=3, seed=2)
     files = [write_capture(tmp_path / f"r{c.ranks.keys().__iter__().__next__()}.ktrace", c) for c in _split(cap)]
     merged = merge_captures(read_capture(f) for f in files)
-    assert merged.clock["method"] == "pingpong+drift" and len(merged.clock["ranks"]) == 3 and not merged.partial
+    assert merged.clock is None and not merged.partial  # merging fits nothing
+    model = attach_clock(merged)
+    assert merged.clock == model.to_dict()
+    assert merged.clock["method"] == "pingpong+drift" and len(merged.clock["ranks"]) == 3
     with pytest.raises(CaptureError, match="more than one"):
         merge_captures([read_capture(files[0]), read_capture(files[0])])
 
@@ -101,7 +106,7 @@ def test_bad_files_give_clear_errors(tmp_path):
     # and nothing is written
     # (the clock model given: fitting one reads a buffer too)
     from ktrace.clock import clock_model_of
-    from ktrace.io import write_chrome_json, write_perfetto
+    from ktrace.export import write_chrome_json, write_perfetto
 
     model = clock_model_of(read_capture(tmp_path / "g.ktrace"))
     g = read_capture(tmp_path / "g.ktrace").ranks[0].launches[0]
@@ -186,7 +191,7 @@ def test_version_1_files_with_dense_buffers_still_read():
 def test_read_buffers_reads_runs_together_and_checks_each(tmp_path):
     """Buffers read for a writer's batch (several launches at once, with gaps of other launches
     between them) are the stored bytes, each CRC-checked; a damaged one is named."""
-    from ktrace.io.capture_file import read_buffers
+    from ktrace.captures.file import read_buffers
 
     cap, _ = constructed_capture(world_size=2, programs=3, iters=2, seed=8)
     for rc in cap.ranks.values():  # six launches per rank

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from .io.capture_file import Capture, CaptureError, capture_from_bytes, capture_to_bytes, merge_captures
+from .file import Capture, CaptureError, capture_from_bytes, capture_to_bytes, merge_captures
 
 log = logging.getLogger("ktrace")
 
@@ -13,8 +13,9 @@ def gather(capture: Capture, *, dst: int = 0, group=None) -> Capture | None:
     """Collect per-rank captures on rank ``dst`` (a collective: every rank of ``group`` calls it).
 
     Each rank sends the bytes of its capture file (``gather_object``); ``dst`` merges them
-    (and fits the clock model from the ranks' calibration samples). A rank whose bytes do not
-    read back is left out with a warning and the result is marked partial.
+    (:func:`ktrace.captures.merge_captures`: the clock model is fitted by the caller,
+    ``ktrace.clock.attach_clock``). A rank whose bytes do not read back is left out with a
+    warning and the result is marked partial.
 
     Args:
         capture: this rank's capture (e.g. ``session.to_capture()``).
@@ -27,7 +28,7 @@ def gather(capture: Capture, *, dst: int = 0, group=None) -> Capture | None:
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
-        raise RuntimeError("ktrace.collect.gather needs torch.distributed to be initialised")
+        raise RuntimeError("ktrace.captures.gather.gather needs torch.distributed to be initialised")
     me = dist.get_rank(group)
     world = dist.get_world_size(group)
     payload = capture_to_bytes(capture)

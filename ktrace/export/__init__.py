@@ -1,28 +1,28 @@
-"""Capture files and trace writers. Needs numpy, orjson and perfetto; never torch or triton."""
+"""Traces of a capture for the Perfetto UI: Perfetto protobuf (``.pftrace``) and Chrome JSON.
 
-from .capture_file import (
-    Capture,
-    CaptureError,
-    Launch,
-    RankCapture,
-    capture_from_bytes,
-    capture_to_bytes,
-    merge_captures,
-    read_capture,
-    write_capture,
-)
+- :mod:`ktrace.export.plan` — one decode of every buffer, the time base, launch groups, and the
+  notify -> wait flows (``ktrace.pairing``).
+- :mod:`ktrace.export.layout` — tracks, lanes, names and flows as pure functions.
+- :mod:`ktrace.export.writer` — the writer protocol and the one driver every format runs on.
+- :mod:`ktrace.export.pool` — the worker processes and the run's shared state.
+- :mod:`ktrace.export.chrome`, :mod:`ktrace.export.perfetto` — the two formats.
+
+Needs numpy, orjson and perfetto; never torch or triton.
+"""
+
+from __future__ import annotations
 
 
 def write_chrome_json(capture, path, **kw):
-    """Chrome JSON trace (see :func:`ktrace.io.chrome.write_chrome_json`)."""
+    """Chrome JSON trace (see :func:`ktrace.export.chrome.write_chrome_json`)."""
     from .chrome import write_chrome_json as _w
 
     return _w(capture, path, **kw)
 
 
 def write_perfetto(capture, path, **kw):
-    """Perfetto protobuf trace (see :func:`ktrace.io.perfetto_trace.write_perfetto`)."""
-    from .perfetto_trace import write_perfetto as _w
+    """Perfetto protobuf trace (see :func:`ktrace.export.perfetto.write_perfetto`)."""
+    from .perfetto import write_perfetto as _w
 
     return _w(capture, path, **kw)
 
@@ -45,6 +45,8 @@ def write_trace(capture, path, fmt: str | None = None, **kw):
     """Write ``capture`` as ``fmt`` (``ktrace``, ``perfetto`` or ``chrome``; default: by suffix)."""
     fmt = fmt or format_of(path)
     if fmt == "ktrace":
+        from ..captures import write_capture
+
         return write_capture(path, capture)
     if fmt == "perfetto":
         return write_perfetto(capture, path, **kw)
@@ -53,7 +55,4 @@ def write_trace(capture, path, fmt: str | None = None, **kw):
     raise ValueError(f"unknown format {fmt!r} (ktrace, perfetto, chrome)")
 
 
-__all__ = [
-    "Capture", "CaptureError", "FORMATS", "Launch", "RankCapture", "capture_from_bytes", "capture_to_bytes", "format_of",
-    "merge_captures", "read_capture", "write_capture", "write_chrome_json", "write_perfetto", "write_trace",
-]
+__all__ = ["FORMATS", "format_of", "write_chrome_json", "write_perfetto", "write_trace"]

@@ -1,0 +1,230 @@
+"""The trace layout both writers share: tracks, lanes, names, flows. Pure, vectorised functions.
+
+Layout: one process per rank; under it a ``kernels`` track (one slice per launch) and one
+track per workgroup (program), in program order. Spans of one program that overlap without
+nesting cannot share a track (a timeline draws nested slices only), so they go to extra lanes
+``p<program> lane<k>`` right below it; nothing is dropped. Launches of one rank that overlap in
+time (several streams) get separate groups of program tracks. Counters are counter tracks per
+(program, counter name). Each notify gets a flow arrow to every wait it released
+(``ktrace.pairing``; the pairs are found by :mod:`ktrace.export.plan`).
+
+Track ids and counter track ids are functions of (launch group, program, lane / counter), so
+no pass needs to know which tracks another pass or worker has seen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..events import Batch
+from ..schema import EventKind
+
+#: Event classes the writers emit (each with its own name, category and arguments).
+SPAN, WAIT, NOTIFY, INSTANT, COUNTER = "span", "wait", "notify", "instant", "counter"
+#: The event kind of each class.
+CLASS_KIND = {SPAN: EventKind.SPAN, WAIT: EventKind.WAIT, NOTIFY: EventKind.NOTIFY, INSTANT: EventKind.INSTANT,
+              COUNTER: EventKind.COUNTER}
+
+
+def lanes_of(program: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Assign each interval a lane so that, per program and lane, intervals nest or are disjoint.
+
+    Fast path (vectorised): per program, check that the intervals form a laminar family
+    (every pair is nested or disjoint; touching ends count as disjoint) with one sort of their
+    boundaries: such programs need only lane 0. Programs that fail go through a greedy pass in Python (first lane where the
+    interval nests), costing per event only where spans really overlap without nesting.
+
+    Args:
+        program: track key per interval (int).
+        start, end: interval bounds (int64, ``end >= start``).
+
+    Returns:
+        uint8 lane per interval (0 for most).
+    """
+    n = program.size
+    lanes = np.zeros(n, np.uint8)
+    if n < 2:
+        return lanes
+    if (end <= start).any():  # zero-length intervals nest anywhere: lane 0, left out of the check
+        pos = np.flatnonzero(end > start)
+        lanes[pos] = lanes_of(program[pos], start[pos], end[pos])
+        return lanes
+    prog = program.astype(np.int64)
+    t0 = int(start.min())
+    span_t = int(end.max()) - t0 + 1
+    pbits = max(1, int(prog.max()).bit_length())
+    tbits = span_t.bit_length()
+    # boundaries 0..n-1 open at start, n..2n-1 close at end; sorted by program and time; at equal
+    # times closes first (touching is disjoint), wider opens first (outer), later-started closes
+    # first (inner); identical intervals open in index order and close in reverse
+    b_type = np.r_[np.ones(n, np.int64), np.zeros(n, np.int64)]
+    b_time = np.r_[start, end] - t0
+    if pbits + tbits + 1 <= 62:
+        primary = (np.r_[prog, prog] << (tbits + 1)) | (b_time << 1) | b_type
+        bo = np.argsort(primary, kind="stable")  # one key: the tie-breaks matter only where it repeats
+        ps = primary[bo]
+        rep = ps[1:] == ps[:-1]
+        if rep.any():  # order each run of equal keys by the tie-breaks (runs keep their places)
+            at = np.flatnonzero(np.r_[rep, False] | np.r_[False, rep])
+            sub = bo[at]
+            k = sub % n
+            close = sub >= n
+            tie = np.where(close, -(start[k] - t0), -(end[k] - t0))
+            tie2 = np.where(close, -k, k)
+            bo[at] = sub[np.lexsort((tie2, tie, ps[at]))]
+    else:
+        idx = np.arange(n, dtype=np.int64)
+        bo = np.lexsort((np.r_[idx, -idx], np.r_[-(end - t0), -(start - t0)], b_type, b_time, np.r_[prog, prog]))
+    bt = b_type[bo]
+    level = np.cumsum(2 * bt - 1) + (1 - bt)  # an open's level is the depth after it, a close's before it
+    # The family is laminar exactly when every interval opens and closes at the same level: an
+    # interval's two levels differ by (intervals that start inside it and end after it) minus
+    # (intervals that started before it and end inside it), so if a later interval crosses one,
+    # an earlier one crosses it too, and an earlier one that, and so on: impossible.
+    lev = np.empty(2 * n, np.int64)
+    lev[bo] = level
+    bad_iv = lev[:n] != lev[n:]
+    if not bad_iv.any():
+        return lanes
+    bad = prog[bad_iv]
+    if int(prog.min()) >= 0 and int(prog.max()) < 4 * n:  # (no sort needed to find them)
+        is_bad = np.zeros(int(prog.max()) + 1, bool)
+        is_bad[bad] = True
+        sel = np.flatnonzero(is_bad[prog])
+    else:
+        sel = np.flatnonzero(np.isin(program, np.unique(bad)))
+    sel = sel[np.lexsort((-end[sel], start[sel], program[sel]))]
+    cur_prog = None
+    stacks: list[list[int]] = []
+    for i, p, s, e in zip(sel.tolist(), program[sel].tolist(), start[sel].tolist(), end[sel].tolist()):
+        if p != cur_prog:
+            cur_prog, stacks = p, []
+        for k, st in enumerate(stacks):
+            while st and st[-1] <= s:
+                st.pop()
+            if not st or st[-1] >= e:
+                st.append(e)
+                lanes[i] = k
+                break
+        else:
+            if len(stacks) >= 255:
+                raise ValueError(f"program {p}: more than 255 spans overlap at once; cannot lay them out")
+            stacks.append([e])
+            lanes[i] = len(stacks) - 1
+    return lanes
+
+
+def event_class(kind: np.ndarray) -> dict[str, np.ndarray]:
+    """Row indices of each class: spans, waits, notifies, instants (incl. zero-length), counters."""
+    return {
+        SPAN: np.flatnonzero(kind == EventKind.SPAN),
+        WAIT: np.flatnonzero(kind == EventKind.WAIT),
+        NOTIFY: np.flatnonzero(kind == EventKind.NOTIFY),
+        INSTANT: np.flatnonzero(kind == EventKind.INSTANT),
+        COUNTER: np.flatnonzero(kind == EventKind.COUNTER),
+    }
+
+
+@dataclass
+class RankPlan:
+    rank: int
+    name: str
+    #: programs per launch group, the radix of track ids
+    max_programs: int = 1
+    #: launch groups the rank's launches use
+    n_groups: int = 1
+
+    #: region ids of the capture's counters (sorted; the same for every rank)
+    counter_regions: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def __post_init__(self):
+        slots = self.n_groups * self.max_programs
+        if (slots << 8) + 2 >= 2**31 or slots * max(1, self.counter_regions.size) >= 2**31:
+            raise ValueError(f"rank {self.rank}: too many programs ({self.max_programs}) x launch groups ({self.n_groups}) "
+                             f"x counters ({self.counter_regions.size}) to number tracks")
+
+    def tids(self, group, program: np.ndarray, lanes) -> np.ndarray:
+        """Track id of each (group, program, lane): ordered by group, program, lane; 1 is ``kernels``.
+
+        Ids stay below 2**31 (Chrome JSON tids are read as uint32; Perfetto uuids use them).
+        ``group`` and ``lanes`` may be scalars or per-row arrays.
+        """
+        slot = np.asarray(group, np.int64) * self.max_programs + program.astype(np.int64)
+        return (slot << 8) + 2 + lanes
+
+    def track(self, tid: int) -> tuple[int, int, int]:
+        """``(group, program, lane)`` of a track id."""
+        rel = tid - 2
+        g, prog = divmod(rel >> 8, self.max_programs)
+        return g, prog, rel & 0xFF
+
+    def counter_code(self, group, program: np.ndarray, region: np.ndarray) -> np.ndarray:
+        """A number below 2**31 per counter track: ``(group * max_programs + program) * R + r``,
+        with ``r`` the region's place among the capture's ``R`` counter regions."""
+        slot = np.asarray(group, np.int64) * self.max_programs + program.astype(np.int64)
+        return slot * self.counter_regions.size + np.searchsorted(self.counter_regions, region)
+
+    def counter_track(self, code: int) -> tuple[int, int, int]:
+        """``(group, program, region)`` of a counter code."""
+        slot, r = divmod(code, self.counter_regions.size)
+        g, prog = divmod(slot, self.max_programs)
+        return g, prog, int(self.counter_regions[r])
+
+
+def track_name(group: int, program: int, lane: int) -> str:
+    return f"p{program}" + (f" lane{lane}" if lane else "") + (f" [stream group {group}]" if group else "")
+
+
+def rank_title(rank: int, device: dict) -> str:
+    dev = device.get("name") or "unknown GPU"
+    where = f" (gpu {device['index']})" if "index" in device else ""
+    return f"rank {rank} · {dev}{where}"
+
+
+def batch_lanes(b: Batch, n_programs: int) -> np.ndarray:
+    """Lane of every event of a batch (spans, waits, notifies of non-zero length; 0 for others).
+
+    Lanes are per (launch, program): launches of one group never overlap in time.
+    """
+    kind, s_ns, e_ns = b.cols["kind"], b.cols["start_ns"], b.cols["end_ns"]
+    span_like = np.flatnonzero(((kind == EventKind.SPAN) | (kind == EventKind.WAIT) | (kind == EventKind.NOTIFY)) & (e_ns > s_ns))
+    lanes = np.zeros(b.size, np.uint8)
+    if span_like.size > 1:
+        key = b.per_row(np.arange(len(b.launches), dtype=np.int64) * n_programs)[span_like] + b.cols["program"][span_like]
+        lanes[span_like] = lanes_of(key, s_ns[span_like], e_ns[span_like])
+    return lanes
+
+
+def batch_flows(flows, b: Batch) -> dict[str, np.ndarray]:
+    """The flows of a batch of the plan's event store (its rows ``[b.first_row, b.first_row +
+    b.size)``), rows counted from the batch's first: ``out_rows``/``out_ids`` (one entry per
+    notify -> wait pair, by row then id), ``in_ids`` (per row: the pair id a wait ends, 0 for
+    none) and ``in_notify_ids`` (per row: the releasing notify's own id).
+
+    Args:
+        flows: the plan's :class:`ktrace.export.plan.Flows`.
+        b: the batch.
+    """
+    n, at = b.size, b.first_row
+    lo, hi = np.searchsorted(flows.wait_row, [at, at + n])
+    in_ids = np.zeros(n, np.int64)
+    in_notify = np.zeros(n, np.int64)
+    rows = flows.wait_row[lo:hi] - at
+    in_ids[rows] = np.arange(lo + 1, hi + 1, dtype=np.int64)  # pair ids: 1, 2, ... in wait order
+    in_notify[rows] = flows.first_id[lo:hi]
+    lo, hi = np.searchsorted(flows.notify_row_sorted, [at, at + n])
+    out_rows = flows.notify_row_sorted[lo:hi] - at
+    out_ids = flows.notify_pair_id[lo:hi]
+    return {"out_rows": out_rows, "out_ids": out_ids, "in_ids": in_ids, "in_notify_ids": in_notify}
+
+
+def notify_flow_ids(flows: dict, n: int) -> np.ndarray:
+    """Per row, the notify's own id (its smallest pair id) where it released a wait; else 0."""
+    out = np.zeros(n, np.int64)
+    r = flows["out_rows"]
+    if r.size:
+        first = np.r_[True, r[1:] != r[:-1]]
+        out[r[first]] = flows["out_ids"][first]
+    return out

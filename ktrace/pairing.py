@@ -1,0 +1,252 @@
+"""Which notify released which wait: the one implementation.
+
+The causality check of the clock (``ktrace.clock.causality``), the arrows of the trace writers
+(``ktrace.export``) and the stall analysis (``ktrace.analysis.stalls``) all pair through
+:func:`pair`, so an arrow in a trace and a line of the stall report never disagree.
+
+The rule, for a wait on rank B for peer A on flag ``f`` (WAIT arguments ``peer=A``, ``flag=f``,
+``expected=v``) and a notify on rank A that wrote ``v`` to flag ``f`` of rank B (NOTIFY
+arguments ``peer=B``, ``value=v``, ``flag=f``):
+
+1. **Exact, by rounds.** Notifies and waits are grouped by (producer, consumer, flag, value).
+   The k-th notify of a group, in the producer's own order (launch, then start time), releases
+   the k-th wait of *each* waiting program of that group, in that program's order (launch,
+   then record order): one notify that sets a flag may release the waits of every program
+   spinning on it. A flag signalled with the same value round after round (reset between
+   rounds or launches) pairs round by round. Waits that timed out take their round but are not
+   paired (they released on nothing).
+2. **Counters and round numbers** (``fallback``). A completed ``ge``/``gt`` wait left unpaired
+   is released by the first notify of the same producer, consumer, flag and launch after which
+   the flag compares as the wait wanted. The flag's value is not recorded, so it is inferred:
+   notifies that all write one value (more than one of them) are read as a counter (adds: the
+   flag is their running sum), others as sets (the flag is the value written).
+
+No time of one rank is ever compared with a time of another: the order keys are each rank's
+own, so raw timer ticks do as well as aligned nanoseconds, and the pairing can judge the clock
+alignment instead of depending on it.
+
+Everything is vectorised (packed composite keys, two sorts and a binary search): millions of
+waits pair in about a second.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from .keys import argsort_stable, dense_codes, group_index, lexorder
+from .schema import Cmp
+
+#: Columns :func:`pair` reads of the notifies: the producer's rank, its launch, its own time
+#: order (``start``: raw ticks or ns, compared within one rank only), and the NOTIFY arguments
+#: ``peer`` (the consumer's rank), ``value`` and ``flag``.
+NOTIFY_COLUMNS = ("rank", "launch", "start", "peer", "value", "flag")
+#: Columns :func:`pair` reads of the waits: the consumer's rank, launch and program, the wait's
+#: place in its program's record order (``order``: its slot), the WAIT arguments ``peer`` (the
+#: producer's rank), ``flag``, ``expected`` and ``cmp``, and whether it timed out.
+WAIT_COLUMNS = ("rank", "launch", "program", "order", "peer", "flag", "expected", "cmp", "timed_out")
+
+_LIMIT = 1 << 62
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """The outcome of :func:`pair`.
+
+    Attributes:
+        notify: per pair, the index of its notify among the notifies given (int64).
+        wait: per pair, the index of its wait among the waits given (int64, ascending: each
+            wait is released by at most one notify).
+        exact: per pair, True when it paired by value and round, False through the counter
+            fallback.
+        unmatched_notifies: notifies that released no wait given.
+        unmatched_waits: completed waits no notify was found for (the producer's rank is
+            missing from the capture, or the flag was set by something untraced).
+    """
+
+    notify: np.ndarray
+    wait: np.ndarray
+    exact: np.ndarray
+    unmatched_notifies: int
+    unmatched_waits: int
+
+    @property
+    def n(self) -> int:
+        return int(self.wait.size)
+
+
+def _empty(n_notifies: int, n_done: int) -> Pairs:
+    z = np.zeros(0, np.int64)
+    return Pairs(z, z, np.zeros(0, bool), int(n_notifies), int(n_done))
+
+
+def _i64(a) -> np.ndarray:
+    return np.asarray(a).astype(np.int64, copy=False)
+
+
+def pair(notifies: Mapping[str, np.ndarray], waits: Mapping[str, np.ndarray], *, fallback: bool = True) -> Pairs:
+    """Find, for each wait, the notify that released it (many waits may share one notify).
+
+    Args:
+        notifies: the :data:`NOTIFY_COLUMNS` of every notify, each an array of one length.
+        waits: the :data:`WAIT_COLUMNS` of every wait (``timed_out`` boolean).
+        fallback: also pair ``ge``/``gt`` waits through the counter rule (rule 2 above).
+
+    Returns:
+        The pairs, ordered by wait.
+    """
+    n_n = int(np.asarray(notifies["rank"]).size)
+    n_w = int(np.asarray(waits["rank"]).size)
+    timed_out = np.asarray(waits["timed_out"], bool) if n_w else np.zeros(0, bool)
+    done = ~timed_out
+    if n_n == 0 or n_w == 0:
+        return _empty(n_n, int(done.sum()))
+    nw_of = _exact(notifies, waits, timed_out)
+    exact = nw_of >= 0
+    if fallback:
+        left = np.flatnonzero(~exact & done & np.isin(_i64(waits["cmp"]), (int(Cmp.GE), int(Cmp.GT))))
+        if left.size:
+            nw_of[left] = _reaching(notifies, waits, left)
+    w = np.flatnonzero(nw_of >= 0)
+    n = nw_of[w]
+    released = np.zeros(n_n, bool)
+    released[n] = True
+    return Pairs(n, w, exact[w], int(n_n - released.sum()), int((done & (nw_of < 0)).sum()))
+
+
+def _exact(notifies: Mapping, waits: Mapping, timed_out: np.ndarray) -> np.ndarray:
+    """Rule 1: per wait the index of its notify, -1 where none (timed-out waits: -1)."""
+    n_n, n_w = int(np.asarray(notifies["rank"]).size), int(np.asarray(waits["rank"]).size)
+    # (producer, consumer, flag, value) packed into one int64 per notify and per wait, each
+    # column offset by its smallest value over both (mixed radix)
+    sides = [(notifies["rank"], waits["peer"]), (notifies["peer"], waits["rank"]), (notifies["flag"], waits["flag"]),
+             (notifies["value"], waits["expected"])]
+    kn, kw = np.zeros(n_n, np.int64), np.zeros(n_w, np.int64)
+    total = 1
+    for a, b in sides:
+        a, b = _i64(a), _i64(b)
+        lo = min(int(a.min()), int(b.min()))
+        size = max(int(a.max()), int(b.max())) - lo + 1
+        total *= size
+        if total >= _LIMIT:  # too wide to pack: dense codes of the key rows instead
+            k, _ = group_index(*(np.concatenate([_i64(x), _i64(y)]) for x, y in sides))
+            kn, kw = k[:n_n], k[n_n:]
+            total = int(k.max()) + 1
+            break
+        kn *= size
+        kn += a - lo
+        kw *= size
+        kw += b - lo
+    if total * (max(n_n, n_w) + 1) >= _LIMIT:  # room for the round number in the key
+        k, _ = dense_codes(np.concatenate([kn, kw]))
+        kn, kw = k[:n_n], k[n_n:]
+    # round of each notify: its occurrence in its group, by (launch, start) on its own rank
+    on = lexorder(kn, _i64(notifies["launch"]), _i64(notifies["start"]))
+    occ_n = np.empty(n_n, np.int64)
+    occ_n[on] = _occurrence(kn[on])
+    # round of each wait: its occurrence among its program's waits of the group, by (launch, order)
+    prog = _i64(waits["program"])
+    ow = lexorder(kw, prog, _i64(waits["launch"]), _i64(waits["order"]))
+    p_lo = int(prog.min())
+    sub = kw[ow] * (int(prog.max()) - p_lo + 1) + (prog[ow] - p_lo)
+    occ_w = np.empty(n_w, np.int64)
+    occ_w[ow] = _occurrence(sub)
+    big = int(max(int(occ_n.max()), int(occ_w.max())) + 1)
+    keyn = kn * big + occ_n
+    keyw = kw * big + occ_w
+    sn = argsort_stable(keyn)
+    ks = keyn[sn]
+    j = np.searchsorted(ks, keyw)
+    jc = np.minimum(j, n_n - 1)
+    ok = (j < n_n) & (ks[jc] == keyw) & ~timed_out
+    return np.where(ok, sn[jc], -1).astype(np.int64)
+
+
+def _reaching(notifies: Mapping, waits: Mapping, left: np.ndarray) -> np.ndarray:
+    """Rule 2 for the waits ``left`` (indices): per wait its notify's index, -1 where none."""
+    n_n = int(np.asarray(notifies["rank"]).size)
+    # groups: (producer, consumer, flag, launch)
+    kn = [_i64(notifies[c]) for c in ("rank", "peer", "flag", "launch")]
+    kw = [_i64(waits[c])[left] for c in ("peer", "rank", "flag", "launch")]
+    inv, allk = group_index(*(np.concatenate([a, b]) for a, b in zip(kn, kw)))
+    gn, gw = inv[:n_n], inv[n_n:]
+    o = lexorder(gn, _i64(notifies["launch"]), _i64(notifies["start"]))
+    gn_o = gn[o]
+    val = _i64(notifies["value"])[o]
+    n_groups = allk.shape[0]
+    counts = np.bincount(gn_o, minlength=n_groups)
+    lo = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    hi = lo + counts
+    big = np.int64(1) << 34
+    half = np.int64(1) << 33
+    nz = counts > 0
+    cs = np.cumsum(val)
+    cs_in = cs - np.repeat(cs[lo[nz]] - val[lo[nz]], counts[nz])  # running sum within each group
+    expected = _i64(waits["expected"])[left]
+    need = expected + (_i64(waits["cmp"])[left] == int(Cmp.GT))  # the value that satisfies ">= need"
+
+    def first_reaching(v: np.ndarray) -> np.ndarray:
+        # per group the running maximum of the flag's value, packed with the group so one
+        # binary search finds the first notify of the wait's group at or above its need
+        v = np.clip(v, -half + 1, half - 1)
+        run = np.maximum.accumulate(gn_o * big + v + half)
+        target = gw * big + np.clip(need, -half + 1, half - 1) + half
+        p = np.searchsorted(run, target, side="left")
+        return np.where((p < hi[gw]) & (counts[gw] > 0), p, -1)
+
+    vmin = np.full(n_groups, np.iinfo(np.int64).max)
+    vmax = np.full(n_groups, np.iinfo(np.int64).min)
+    np.minimum.at(vmin, gn_o, val)
+    np.maximum.at(vmax, gn_o, val)
+    counter = (vmin == vmax) & (counts > 1)
+    p = np.where(counter[gw], first_reaching(cs_in), first_reaching(val))
+    return np.where(p >= 0, o[np.maximum(p, 0)], -1).astype(np.int64)
+
+
+def _occurrence(sorted_keys: np.ndarray) -> np.ndarray:
+    """0, 1, 2, ... within each run of equal values of a sorted array."""
+    n = sorted_keys.size
+    idx = np.arange(n, dtype=np.int64)
+    if n == 0:
+        return idx
+    first = np.ones(n, bool)
+    np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=first[1:])
+    return idx - np.maximum.accumulate(np.where(first, idx, 0))
+
+
+def pair_table(events, *, fallback: bool = True) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """:func:`pair` on the rows of an event table (a structured array or a dict of columns).
+
+    Args:
+        events: columns ``rank``, ``kind``, ``flags``, ``arg0``..``arg5`` and ``start`` or
+            ``start_ns``; ``launch``, ``program``, ``slot`` where present (without them all
+            waits count as one program's, in row order).
+        fallback: see :func:`pair`.
+
+    Returns:
+        ``(notify_rows, wait_rows, unmatched_notifies, unmatched_waits)``: row indices into
+        ``events``, one pair per position, ordered by wait row.
+    """
+    from .schema import EventKind, arg_column, is_timeout
+
+    names = tuple(events.dtype.names or ()) if hasattr(events, "dtype") else tuple(events)
+    kind = np.asarray(events["kind"])
+    ni = np.flatnonzero(kind == EventKind.NOTIFY)
+    wi = np.flatnonzero(kind == EventKind.WAIT)
+
+    def col(name, rows, default=None):
+        if name in names:
+            return np.asarray(events[name])[rows]
+        return np.zeros(rows.size, np.int64) if default is None else default
+
+    s_col = "start_ns" if "start_ns" in names else "start"
+    N, W = EventKind.NOTIFY, EventKind.WAIT
+    notifies = {"rank": col("rank", ni), "launch": col("launch", ni), "start": col(s_col, ni)}
+    notifies.update((a, col(arg_column(N, a), ni)) for a in ("peer", "value", "flag"))
+    waits = {"rank": col("rank", wi), "launch": col("launch", wi), "program": col("program", wi),
+             "order": col("slot", wi, wi.astype(np.int64)), "timed_out": is_timeout(col("flags", wi))}
+    waits.update((a, col(arg_column(W, a), wi)) for a in ("peer", "flag", "expected", "cmp"))
+    p = pair(notifies, waits, fallback=fallback)
+    return ni[p.notify].astype(np.int64), wi[p.wait].astype(np.int64), p.unmatched_notifies, p.unmatched_waits

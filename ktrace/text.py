@@ -1,0 +1,43 @@
+"""Text that several layers write the same way: durations, rank and program lists.
+
+The analyses, the reports (terminal and HTML) and the command line all format through here, so
+a duration reads the same everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def fmt_ns(ns) -> str:
+    """A duration in words: 850 ns, 40.3 µs, 3.10 ms, 2.05 s ("?" for None or NaN)."""
+    if ns is None:
+        return "?"
+    ns = float(ns)
+    if not math.isfinite(ns):
+        return "?"
+    a = abs(ns)
+    if a < 1e3:
+        return f"{ns:.0f} ns"
+    if a < 1e6:
+        return f"{ns / 1e3:.1f} µs"
+    if a < 1e9:
+        return f"{ns / 1e6:.2f} ms"
+    return f"{ns / 1e9:.2f} s"
+
+
+def ranks_text(ranks) -> str:
+    """``[0, 1, 3]`` -> "ranks 0, 1, 3"; one rank -> "rank 2"."""
+    rs = sorted({int(x) for x in ranks})
+    if len(rs) == 1:
+        return f"rank {rs[0]}"
+    return "ranks " + ", ".join(str(x) for x in rs)
+
+
+def programs_text(progs, shown: int = 8) -> str:
+    """``[3]`` -> "program 3"; many -> "programs 1, 2, 5 and 9 more" (the first ``shown``)."""
+    ps = sorted({int(p) for p in progs})
+    if len(ps) == 1:
+        return f"program {ps[0]}"
+    head = ", ".join(str(p) for p in ps[:shown])
+    return f"programs {head}" + (f" and {len(ps) - shown} more" if len(ps) > shown else "")
