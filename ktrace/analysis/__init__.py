@@ -3,7 +3,7 @@ path, hangs and diffs. Each is a plain function from a :class:`Trace` (``prepare
 table (a numpy structured array) with unit-suffixed columns; nothing here plots or prints.
 
 Needs numpy only (and ``ktrace.captures`` / ``ktrace.clock`` to read and align a capture): no torch,
-no triton. ``ktrace report`` and ``ktrace diff`` (:mod:`ktrace.analysis.commands`) print what
+no triton. ``ktrace report`` and ``ktrace diff`` (``ktrace.cli``) print what
 :func:`build_report` finds; ``viewers/report.py`` renders it as one HTML file.
 """
 

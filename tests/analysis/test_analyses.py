@@ -239,7 +239,7 @@ def test_report_json_is_serialisable_and_complete():
 
 
 def test_commands_report_and_diff(tmp_path, capsys):
-    from ktrace.analysis.commands import register
+    from ktrace.cli import _register_analysis as register
     from ktrace.captures.file import write_capture
 
     cap = CASES[4].load()

@@ -1,0 +1,133 @@
+"""The floors of ktrace (``docs/architecture.md``): no import runs up a floor, and none runs in a circle.
+
+Every ``import`` and ``from ... import`` in ``ktrace/`` and ``viewers/`` is read from the source
+(module level and inside functions alike) and resolved to the ktrace or viewers module it names.
+Each module sits on the floor of the longest prefix of its name in :data:`FLOORS`; an import
+may only name a module on its own floor or a lower one, and the graph of all imports has no
+cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Floors, lowest first: each entry is a module or package name (a package covers its modules,
+#: unless one of them is named on its own). Kept in step with docs/architecture.md.
+FLOORS: list[tuple[str, ...]] = [
+    ("ktrace", "ktrace._lazy", "ktrace._memory", "ktrace.schema", "ktrace.text"),  # layouts, names, words
+    ("ktrace.device", "ktrace.keys"),  # device facts; sorting and grouping machinery
+    ("ktrace.regions", "ktrace.decode", "ktrace.pairing"),  # region names, raw buffer -> columns, notify -> wait
+    ("ktrace.language", "ktrace.testing", "ktrace.testing.compile"),  # device probes (triton)
+    ("ktrace.captures",),  # capture files, synthetic captures, gathering ranks
+    ("ktrace.clock",),  # calibration samples -> per-rank maps; the causality check
+    ("ktrace.events",),  # the one decode: a capture's events as aligned columns
+    ("ktrace.shmem",),  # the symmetric heap and its traced device API
+    ("ktrace.clock.calibrate",),  # the ping-pong that measures the clocks (over the heap)
+    ("ktrace.session",),  # the decorator, capture sessions
+    ("ktrace.export", "ktrace.analysis"),  # traces for Perfetto; the analyses and the report
+    ("viewers",),  # the HTML report, serving traces to the Perfetto UI
+    ("ktrace.cli", "ktrace.demo", "ktrace.run", "ktrace.testing.launch"),  # the command line
+]
+
+
+def _floor_of(module: str) -> int | None:
+    best, floor = -1, None
+    for i, names in enumerate(FLOORS):
+        for n in names:
+            if (module == n or module.startswith(n + ".")) and len(n) > best:
+                best, floor = len(n), i
+    return floor
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for top in ("ktrace", "viewers"):
+        for p in sorted((ROOT / top).rglob("*.py")):
+            parts = list(p.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = p
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(module: str, path: Path) -> list[tuple[int, str]]:
+    """``(line, module)`` of every ktrace/viewers module that ``module`` imports, anywhere in it."""
+    is_pkg = path.name == "__init__.py"
+    pkg = module if is_pkg else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            # ``from package import module`` names a module; ``from module import name`` the module
+            names = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in MODULES else mod for a in node.names]
+        for n in names:
+            while n and n not in MODULES:
+                n = n.rpartition(".")[0]
+            if n and n != module:
+                found.append((node.lineno, n))
+    return found
+
+
+GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
+
+
+def test_every_module_has_a_floor():
+    assert [m for m in MODULES if _floor_of(m) is None] == []
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_import_runs_up_a_floor(module):
+    mine = _floor_of(module)
+    up = [f"{MODULES[module].relative_to(ROOT)}:{line} imports {target} (floor {_floor_of(target)} > {mine})"
+          for line, target in GRAPH[module] if _floor_of(target) > mine]
+    assert not up, "\n".join(up)
+
+
+def test_no_import_circle():
+    # a package's __init__ re-exporting its modules is not a circle with them
+    edges = {m: {t for _, t in GRAPH[m] if not (m.startswith(t + ".") and MODULES[t].name == "__init__.py")} for m in MODULES}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for t in sorted(edges[m]):
+            if state.get(t) == 1:
+                return stack[stack.index(t):] + [t]
+            if t not in state:
+                got = visit(t)
+                if got:
+                    return got
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(MODULES):
+        if m not in state:
+            cycle = visit(m)
+            assert cycle is None, " -> ".join(cycle)
+
+
+def test_the_floors_test_can_fail(tmp_path):
+    # the import reader sees a function-level relative import that runs up a floor
+    probe = tmp_path / "probe.py"
+    probe.write_text("import numpy\n\n\ndef f():\n    from ..export import write_trace\n")
+    got = _imports("ktrace.clock.probe", probe)
+    assert got == [(5, "ktrace.export")] and _floor_of("ktrace.export") > _floor_of("ktrace.clock.probe")
