@@ -378,3 +378,65 @@ def test_writers_leave_no_descriptors_open(cap, tmp_path):
         finally:
             del os.environ["KTRACE_DIRECT_IO"]
     assert len(os.listdir(fd_dir)) == before
+
+
+def _every_arg_capture():
+    """One launch on one rank: a span, a mark, a counter, a notify and a wait of every comparison
+    code (and one with no code), each argument a distinct value (CONSTRUCTED)."""
+    from ktrace.captures import Capture, Launch, RankCapture
+    from ktrace.captures.synth import encode_buffer, event_table
+    from ktrace.schema import Cmp, region_id
+
+    rows = [(EventKind.SPAN, "work", (11, 12, 0, 0, 0, 0)), (EventKind.INSTANT, "mark", (21, 22, 0, 0, 0, 0)),
+            (EventKind.COUNTER, "depth", (1 << 40, 0, 0, 0, 0, 0)), (EventKind.NOTIFY, "signal", (1, 7, 4096, 3, 0, 0))]
+    rows += [(EventKind.WAIT, "wait", (1, 30 + c, 64 * c, 5 + c, 6 + c, c)) for c in [0] + [int(x) for x in Cmp]]
+    ev = event_table(len(rows))
+    for i, (kind, name, args) in enumerate(rows):
+        ev[i]["program"], ev[i]["kind"], ev[i]["region"], ev[i]["hw"] = i, kind, region_id(name), 100 + i
+        ev[i]["start"], ev[i]["end"] = 1000 + 100 * i, 1000 + 100 * i + (50 if kind in (EventKind.SPAN, EventKind.WAIT) else 0)
+        for k, a in enumerate(args):
+            ev[i][f"arg{k}"] = a
+    raw = encode_buffer(ev, grid=(len(rows), 1, 1), capacity=4)
+    cap = Capture(world_size=1, ranks={0: RankCapture(rank=0, launches=[Launch(0, "k", (len(rows), 1, 1), 4, raw)])},
+                  regions={region_id(n): n for _, n, _ in rows})
+    return cap, rows
+
+
+@pytest.mark.parametrize("fmt", ["chrome", "perfetto"])
+def test_every_argument_is_written_by_its_schema_name(tmp_path, fmt):
+    """Waits of every comparison code, a notify, a span, a mark and a counter written to each
+    format and read back by argument name: the names and values ``ktrace.schema`` gives (``cmp``
+    by its name: ``ge`` for a >= wait; a code without a name as its number)."""
+    from ktrace import schema
+
+    cap, rows = _every_arg_capture()
+    if fmt == "chrome":
+        doc = json.loads(write_chrome_json(cap, tmp_path / "t.json").read_text())
+        got = {e["args"].get("sm"): e for e in doc["traceEvents"] if e.get("ph") in ("X", "i")}
+        counters = [e["args"] for e in doc["traceEvents"] if e.get("ph") == "C"]
+    else:
+        t = Trace()
+        t.ParseFromString(write_perfetto(cap, tmp_path / "t.pftrace").read_bytes())
+        ann = {}
+        got, counters = {}, []
+        for p in t.packet:
+            for a in p.interned_data.debug_annotation_names:
+                ann[a.iid] = a.name
+            te = p.track_event
+            if te.type == TrackEvent.TYPE_COUNTER:
+                counters.append({"value": te.counter_value})
+            elif te.type in (TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_INSTANT) and te.debug_annotations:
+                args = {ann[a.name_iid]: (a.string_value if a.HasField("string_value") else a.int_value) for a in te.debug_annotations}
+                if "sm" in args:
+                    got[args["sm"]] = {"args": args}
+    assert counters == [{"value": 1 << 40}]
+    for i, (kind, _, values) in enumerate(rows):
+        if kind == EventKind.COUNTER:
+            continue
+        want = {name: values[k] for k, name in enumerate(schema.ARG_NAMES[kind]) if name is not None}
+        if kind == EventKind.WAIT:
+            want["cmp"] = schema.cmp_name(values[5])
+        want["sm"] = 100 + i
+        assert got[100 + i]["args"] == want, (kind, got[100 + i]["args"])
+    cmps = sorted(got[100 + i]["args"]["cmp"] for i, (k, _, _) in enumerate(rows) if k == EventKind.WAIT)
+    assert cmps == sorted(["0", "eq", "ne", "ge", "gt", "le", "lt"])
