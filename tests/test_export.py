@@ -88,11 +88,13 @@ def test_chrome_json_reads_back(cap, tmp_path, suffix):
     assert d["otherData"]["clock"]["method"] == "pingpong+drift" and d["otherData"]["partial"] is False
     names, procs = _slices_json(d)
     assert sorted(procs) == [1, 2, 3] and procs[1].startswith("rank 0 · CONSTRUCTED GPU")
-    ev = [e for e in d["traceEvents"] if e["ph"] != "M"]
+    marks = [e for e in d["traceEvents"] if e.get("name") == "acquired"]
+    ev = [e for e in d["traceEvents"] if e["ph"] != "M" and e.get("name") != "acquired"]
     n_events = sum(rc.launches[0].decode(r).events.size for r, rc in cap.ranks.items())
     kernels = [e for e in ev if e.get("cat") == "kernel"]
     assert len(kernels) == 3 and all(names[(e["pid"], e["tid"])] == "kernels" for e in kernels)
     assert len(ev) - len(kernels) == n_events  # nothing dropped
+    assert len(marks) == d["otherData"]["acquired_marks"]
     assert all(0 < e["pid"] < 2**31 and 0 < e.get("tid", 1) < 2**31 for e in ev)
     # timestamps are rebased µs that keep exact nanoseconds
     al = aligned_events(cap)
@@ -117,17 +119,23 @@ def test_chrome_json_reads_back(cap, tmp_path, suffix):
     waits = [e for e in ev if e.get("cat", "").startswith("wait")]
     notes = [e for e in ev if e.get("cat") == "notify"]
     assert waits and all(e["name"].startswith("wait r") and set(e["args"]) >= {"peer", "spins", "flag", "value", "expected"} for e in waits)
+    # (an arrow ends on a zero-length wait, or on the `acquired` mark at a longer wait's end)
     fo = {e["bind_id"]: e for e in notes if e.get("flow_out")}
-    fi = {e["bind_id"]: e for e in waits if e.get("flow_in")}
+    fi = {e["bind_id"]: e for e in waits + marks if e.get("flow_in")}
     assert len(fo) == d["otherData"]["flows"] == len(fi) == 3 * 3 * 2 and set(fo) == set(fi)
+    ends = {(e["pid"], e["tid"], round((e["ts"] + e["dur"]) * 1000)): e for e in waits}
     for k, n in fo.items():
         w = fi[k]
+        if w["name"] == "acquired":
+            assert w["dur"] == 0 and w["args"]["shift_ns"] >= 0
+            w = ends[(w["pid"], w["tid"], round(w["ts"] * 1000) - w["args"]["shift_ns"])]  # the wait it ends
         assert n["pid"] != w["pid"] and w["args"]["peer"] == n["pid"] - 1 and n["args"]["peer"] == w["pid"] - 1
         assert w["args"]["flag"] == n["args"]["flag"] and w["args"]["expected"] == n["args"]["value"]
+        assert round(fi[k]["ts"] * 1000) >= round(n["ts"] * 1000)  # never backwards
     counters = [e for e in ev if e["ph"] == "C"]
     assert counters and all(e["name"].endswith(" progress") and "value" in e["args"] for e in counters)
-    marks = [e for e in ev if e["ph"] == "i"]
-    assert marks and all(e["s"] == "t" and e["name"] == "mark" for e in marks)
+    instants = [e for e in ev if e["ph"] == "i"]
+    assert instants and all(e["s"] == "t" and e["name"] == "mark" for e in instants)
 
 
 def _perfetto_model(path):
@@ -186,6 +194,8 @@ def test_perfetto_reads_back(cap, tmp_path):
     n_events = sum(rc.launches[0].decode(r).events.size for r, rc in cap.ranks.items())
     counters = [te for _, _, te in events if te.type == TrackEvent.TYPE_COUNTER]
     kernels = [s for s in slices if "kernel" in s["cats"]]
+    marks = [s for s in slices if s["name"] == "acquired"]
+    slices = [s for s in slices if s["name"] != "acquired"]
     assert len(kernels) == 3 and all(tracks[s["track"]].name == "kernels" for s in kernels)
     assert len(slices) - len(kernels) + len(counters) == n_events
     # tracks: programs in order, the crossing spans on a lane of their own
@@ -197,16 +207,20 @@ def test_perfetto_reads_back(cap, tmp_path):
     waits = [s for s in slices if "wait" in s["cats"]]
     assert waits and all(s["name"].startswith("wait r") and {"peer", "spins", "flag", "expected"} <= set(s["args"]) for s in waits)
     assert set(flows_out) == set(flows_in) and len(flows_out) == 18
+    ends = {(s["track"], s["ts"] + s.get("dur", 0)): s for s in waits}
     for f, n in flows_out.items():
         w = flows_in[f]
-        assert "notify" in n["cats"] and "wait" in w["cats"]
+        assert "notify" in n["cats"] and "wait" in w["cats"] and w["ts"] >= n["ts"]  # never backwards
+        if w["name"] == "acquired":
+            assert w in marks
+            w = ends[(w["track"], w["ts"] - w["args"]["shift_ns"])]  # the wait it ends
         assert tracks[n["track"]].parent_uuid != tracks[w["track"]].parent_uuid
         assert w["args"]["flag"] == n["args"]["flag"] and w["args"]["expected"] == n["args"]["value"]
     assert all(tracks[te.track_uuid].HasField("counter") for te in counters)
-    # times are the aligned ones
+    # times are the aligned ones, in ns since the capture's first event (as in Chrome JSON)
     al = aligned_events(cap)
     got = sorted(s["ts"] for s in slices if "kernel" not in s["cats"]) + [ts for ts, _, te in events if te.type == TrackEvent.TYPE_COUNTER]
-    assert sorted(got) == sorted(al["start_ns"].tolist())
+    assert sorted(got) == sorted((al["start_ns"] - al["start_ns"].min()).tolist())
 
 
 def test_timeouts_are_marked(tmp_path):

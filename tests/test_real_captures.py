@@ -80,18 +80,23 @@ def test_real_capture_reads_back_in_both_formats(tmp_path):
     n_counters = int((ev["kind"] == EventKind.COUNTER).sum())
     n_slices = len(ev) - n_counters
     n_kernels = sum(len(rc.launches) for rc in cap.ranks.values())
+    from ktrace.export.plan import plan_trace
+
+    n_marks = plan_trace(cap).flows.n_markers  # where the arrows of waits with a duration end
+    assert n_marks > 0
 
     tracks, kinds, fo, fi, TE = _perfetto(write_perfetto(cap, tmp_path / "t.pftrace"))
     procs = sorted(td.process.pid for td in tracks.values() if td.HasField("process"))
     assert procs == [1, 2, 3, 4]
-    assert kinds[TE.TYPE_SLICE_BEGIN] + kinds[TE.TYPE_INSTANT] == n_slices + n_kernels
+    assert kinds[TE.TYPE_SLICE_BEGIN] + kinds[TE.TYPE_INSTANT] == n_slices + n_kernels + n_marks
     assert kinds[TE.TYPE_SLICE_END] == kinds[TE.TYPE_SLICE_BEGIN]
     assert fo == fi and len(fo) == rep.n_pairs  # one flow arrow per notify -> wait pair
 
     out = write_chrome_json(cap, tmp_path / "t.json.gz")
     with gzip.open(out, "rb") as f:
         d = json.loads(f.read())
-    evs = [e for e in d["traceEvents"] if e["ph"] != "M"]
+    assert d["otherData"]["acquired_marks"] == n_marks
+    evs = [e for e in d["traceEvents"] if e["ph"] != "M" and e.get("name") != "acquired"]
     assert {e["pid"] for e in evs} == {1, 2, 3, 4}
     assert sum(1 for e in evs if e.get("cat") != "kernel") == len(ev)
     assert d["otherData"]["flows"] == rep.n_pairs

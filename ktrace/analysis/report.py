@@ -6,8 +6,9 @@ involved and the time range to look at in Perfetto), a short summary and every a
 data; ``viewers/report.py`` renders the HTML file. Nothing here prints.
 
 Times in findings are relative to the capture's first event (``Report.origin_ns``), which is
-also where the Chrome/Perfetto trace writers put time 0, so a finding's range is the range to
-look at in the trace.
+also time 0 of the Chrome and Perfetto traces ktrace writes (both formats count ns from it; the
+absolute time is in the traces' metadata), so a finding's range is the range to open in the
+trace (:func:`perfetto_link`).
 """
 
 from __future__ import annotations
@@ -83,13 +84,14 @@ class Finding:
     end_ns: int | None = None
     data: dict = field(default_factory=dict)
 
-    def perfetto_url(self, trace_url: str | None = None) -> str:
-        return perfetto_link(self.start_ns, self.end_ns, trace_url)
+    def perfetto_url(self, trace_url: str | None = None, trace_end_ns: int | None = None) -> str:
+        return perfetto_link(self.start_ns, self.end_ns, trace_url, trace_end_ns)
 
-    def to_dict(self, trace_url: str | None = None) -> dict:
+    def to_dict(self, trace_url: str | None = None, trace_end_ns: int | None = None) -> dict:
         return {"kind": self.kind, "severity": self.severity, "cost_ns": self.cost_ns, "text": self.text,
                 "ranks": list(self.ranks), "start_ns": self.start_ns, "end_ns": self.end_ns,
-                "perfetto": self.perfetto_url(trace_url) if self.start_ns is not None else None, "data": _jsonable(self.data)}
+                "perfetto": self.perfetto_url(trace_url, trace_end_ns) if self.start_ns is not None else None,
+                "data": _jsonable(self.data)}
 
 
 @dataclass
@@ -105,19 +107,42 @@ class Report:
     trace: Trace | None = field(default=None, repr=False)
 
 
-def perfetto_link(start_ns: int | None, end_ns: int | None, trace_url: str | None = None) -> str:
-    """A ui.perfetto.dev link that opens ``trace_url`` (when given) showing [start, end] (trace ns).
+#: A finding's range shorter than this is widened to it (around its middle) in a link: the UI
+#: opens only a window of positive length.
+MIN_LINK_NS = 1_000
 
-    Without ``trace_url`` the link opens the UI; load the trace there (``ktrace open``) and the
-    range is in the finding's text.
+
+def link_range(start_ns: int, end_ns: int, trace_end_ns: int | None = None) -> tuple[int, int]:
+    """The window a link opens for a finding's range (ns since the capture's first event, the
+    traces' time 0): the range itself, clamped to the trace ``[0, trace_end_ns]`` (the Perfetto
+    UI ignores a window that reaches outside the trace), widened to :data:`MIN_LINK_NS` when
+    shorter."""
+    lo, hi = int(start_ns), int(end_ns)
+    if hi - lo < MIN_LINK_NS:
+        mid = (lo + hi) // 2
+        lo, hi = mid - MIN_LINK_NS // 2, mid + MIN_LINK_NS // 2
+    end = None if trace_end_ns is None else int(trace_end_ns)
+    if end is not None and hi > end:
+        lo, hi = lo - (hi - end), end
+    if lo < 0:
+        hi, lo = min(hi - lo, end) if end is not None else hi - lo, 0
+    return lo, max(hi, lo + 1)
+
+
+def perfetto_link(start_ns: int | None, end_ns: int | None, trace_url: str | None = None, trace_end_ns: int | None = None) -> str:
+    """A Perfetto UI link that opens ``trace_url`` (when given) showing [start, end].
+
+    The range is in ns since the capture's first event, which is the time base of both trace
+    formats ktrace writes, so the UI's ``visStart``/``visEnd`` take it as it is
+    (:func:`link_range` clamps it to the trace). Without ``trace_url`` the link opens the UI only;
+    ``ktrace open TRACE --finding N`` serves the trace and opens the finding's range.
     """
     args = {}
     if trace_url:
         args["url"] = trace_url
     if start_ns is not None and end_ns is not None:
-        pad = max((end_ns - start_ns) // 10, 1_000)
-        args["visStart"] = str(max(int(start_ns) - pad, 0))
-        args["visEnd"] = str(int(end_ns) + pad)
+        lo, hi = link_range(start_ns, end_ns, trace_end_ns)
+        args["visStart"], args["visEnd"] = str(lo), str(hi)
     return f"{PERFETTO_UI}/#!/" + (("?" + urllib.parse.urlencode(args, safe=":/")) if args else "")
 
 
@@ -504,6 +529,8 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
         "clock": (getattr(trace.clock, "method", None) if trace.clock is not None else "given table"),
         "clock_bound_ns": (float(trace.clock.max_rtt_ns / 2 + trace.clock.max_residual_ns) if trace.clock is not None else None),
         "partial": trace.partial,
+        # the traces' time 0 is origin_ns; they end here (what links are clamped to)
+        "trace_end_ns": int(trace.column("end_ns").max()) - trace.origin_ns if trace.n_events else 0,
     }
     tables = {
         "waits": w, "stalls_by_rank": tot_rank, "stalls_by_peer": tot_peer, "stalls_by_workgroup": tot_wg,
@@ -572,7 +599,8 @@ def report_json(rep: Report) -> dict:
         tables[name] = {"rows_total": int(t.size), "columns": list(t.dtype.names or ()),
                         "rows": _jsonable(table_to_records(t, rep.config.max_rows))}
     return {"format": "ktrace-report", "version": 1, "source": rep.source, "origin_ns": rep.origin_ns,
-            "summary": _jsonable(rep.summary), "findings": [f.to_dict(rep.config.trace_url) for f in rep.findings],
+            "summary": _jsonable(rep.summary),
+            "findings": [f.to_dict(rep.config.trace_url, rep.summary.get("trace_end_ns")) for f in rep.findings],
             "tables": tables}
 
 

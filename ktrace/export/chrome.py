@@ -30,7 +30,8 @@ from ..clock.model import ClockModel
 from ..events import Batch
 from ..schema import EventKind, is_timeout
 from . import _rows
-from .layout import CLASS_KIND, COUNTER, INSTANT, NOTIFY, SPAN, WAIT, batch_flows, batch_lanes, event_class, notify_flow_ids, track_name
+from .layout import (ACQUIRED, CLASS_KIND, COUNTER, INSTANT, NOTIFY, SPAN, WAIT, batch_flows, batch_lanes, event_class, notify_flow_ids,
+                     track_name)
 from .plan import TracePlan
 from .writer import write
 
@@ -103,7 +104,8 @@ def _batch_rows(plan: TracePlan, b: Batch, out) -> np.ndarray:
     groups = [plan.launches[li].group for li in b.launches]
     tids = rp.tids(groups[0] if len(set(groups)) == 1 else b.per_row(groups), ev["program"], lanes)
     flows = batch_flows(plan.flows, b)
-    flow_out, flow_in = notify_flow_ids(flows, n_all), flows["in_notify_ids"]
+    # a wait's arrow ends on the wait itself, or on an ``acquired`` mark (see plan.Flows)
+    flow_out, flow_in = notify_flow_ids(flows, n_all), np.where(flows["marker"], 0, flows["in_notify_ids"])
     classes = event_class(ev["kind"])
     for cls, idx_all in classes.items():
         kind = CLASS_KIND[cls]
@@ -146,6 +148,15 @@ def _batch_rows(plan: TracePlan, b: Batch, out) -> np.ndarray:
                 peer = ev[schema.arg_column(kind, "peer")][idx]
                 out([_rows.rows(n, head + [flow, b',"name":', _names(peer, lambda k: f"notify r{k}"), b',"cat":"notify",']
                                 + _arg_parts(kind, ev, idx, hw))])
+    marks = np.flatnonzero(flows["marker"])
+    for c0 in range(0, marks.size, CHUNK):
+        idx = marks[c0 : c0 + CHUNK]
+        # a zero-length complete event: Perfetto binds a flow's end to a slice, not to an instant
+        out([_rows.rows(idx.size, [b'{"ph":"X","pid":' + pid + b',"tid":', _rows.Ints(tids[idx]), b',"ts":',
+                                   _rows.Fixed3(flows["mark_ns"][idx] - plan.base_ns), b',"dur":0,"name":"' + ACQUIRED.encode() + b'","cat":"wait"',
+                                   b',"bind_id":', _rows.Ints(flows["in_notify_ids"][idx]), b',"flow_in":true,"args":{"peer":',
+                                   _rows.Ints(ev[schema.arg_column(EventKind.WAIT, "peer")][idx]), b',"shift_ns":',
+                                   _rows.Ints(flows["shift_ns"][idx]), b',"sm":', _rows.Ints(ev["hw"][idx]), b"}},\n"])])
     return np.unique(tids[ev["kind"] != EventKind.COUNTER])
 
 
@@ -166,6 +177,7 @@ class ChromeWriter:
             "missing_ranks": plan.missing_ranks,
             "events": plan.n_events,
             "flows": plan.n_flows,
+            "acquired_marks": plan.flows.n_markers,
         }
         return b'{"displayTimeUnit":"ns","otherData":' + _j(other) + b',"traceEvents":[\n'
 

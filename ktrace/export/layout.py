@@ -23,6 +23,8 @@ from ..schema import EventKind
 
 #: Event classes the writers emit (each with its own name, category and arguments).
 SPAN, WAIT, NOTIFY, INSTANT, COUNTER = "span", "wait", "notify", "instant", "counter"
+#: The name of the zero-length mark where a wait's arrow ends (the waiter acquired the signal).
+ACQUIRED = "acquired"
 #: The event kind of each class.
 CLASS_KIND = {SPAN: EventKind.SPAN, WAIT: EventKind.WAIT, NOTIFY: EventKind.NOTIFY, INSTANT: EventKind.INSTANT,
               COUNTER: EventKind.COUNTER}
@@ -199,25 +201,33 @@ def batch_lanes(b: Batch, n_programs: int) -> np.ndarray:
 
 def batch_flows(flows, b: Batch) -> dict[str, np.ndarray]:
     """The flows of a batch of the plan's event store (its rows ``[b.first_row, b.first_row +
-    b.size)``), rows counted from the batch's first: ``out_rows``/``out_ids`` (one entry per
-    notify -> wait pair, by row then id), ``in_ids`` (per row: the pair id a wait ends, 0 for
-    none) and ``in_notify_ids`` (per row: the releasing notify's own id).
+    b.size)``), rows counted from the batch's first.
 
-    Args:
-        flows: the plan's :class:`ktrace.export.plan.Flows`.
-        b: the batch.
+    Returns:
+        ``out_rows``/``out_ids``: one entry per notify -> wait pair whose notify is here, by row
+        then id; ``in_ids``: per row, the pair id a wait ends (0 for none); ``in_notify_ids``: per
+        row, the releasing notify's own id; ``marker``: per row, whether the wait's arrow ends on
+        an ``acquired`` mark (else on the wait itself; see :class:`ktrace.export.plan.Flows`);
+        ``mark_ns``: per row, the mark's time (the wait's end, or its notify's start where the
+        alignment put that later); ``shift_ns``: per row, how far the mark was moved.
     """
     n, at = b.size, b.first_row
     lo, hi = np.searchsorted(flows.wait_row, [at, at + n])
     in_ids = np.zeros(n, np.int64)
     in_notify = np.zeros(n, np.int64)
+    marker = np.zeros(n, bool)
+    shift = np.zeros(n, np.int64)
     rows = flows.wait_row[lo:hi] - at
     in_ids[rows] = np.arange(lo + 1, hi + 1, dtype=np.int64)  # pair ids: 1, 2, ... in wait order
     in_notify[rows] = flows.first_id[lo:hi]
+    marker[rows] = flows.marker[lo:hi]
+    shift[rows] = flows.shift_ns[lo:hi]
+    mark_ns = b.cols["end_ns"] + shift
     lo, hi = np.searchsorted(flows.notify_row_sorted, [at, at + n])
     out_rows = flows.notify_row_sorted[lo:hi] - at
     out_ids = flows.notify_pair_id[lo:hi]
-    return {"out_rows": out_rows, "out_ids": out_ids, "in_ids": in_ids, "in_notify_ids": in_notify}
+    return {"out_rows": out_rows, "out_ids": out_ids, "in_ids": in_ids, "in_notify_ids": in_notify, "marker": marker,
+            "mark_ns": mark_ns, "shift_ns": shift}
 
 
 def notify_flow_ids(flows: dict, n: int) -> np.ndarray:

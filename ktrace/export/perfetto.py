@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
+    BuiltinClock,
+    ClockSnapshot,
     CounterDescriptor,
     DebugAnnotationName,
     EventCategory,
@@ -44,7 +46,7 @@ from ..events import Batch
 from ..schema import EventKind, is_timeout
 from . import _rows
 from . import pool as _pool
-from .layout import CLASS_KIND, COUNTER, INSTANT, NOTIFY, SPAN, WAIT, batch_flows, batch_lanes, event_class, track_name
+from .layout import ACQUIRED, CLASS_KIND, COUNTER, INSTANT, NOTIFY, SPAN, WAIT, batch_flows, batch_lanes, event_class, track_name
 from .plan import TracePlan
 from .writer import write
 
@@ -63,8 +65,10 @@ _CATEGORIES = {"span": 1, "wait": 2, "timeout": 3, "notify": 4, "mark": 5, "kern
 _CLASS_ARGS = {cls: schema.arg_fields(CLASS_KIND[cls]) + (("sm", "hw"),) for cls in (SPAN, INSTANT, WAIT, NOTIFY)}
 #: Arguments written as strings (their codes' names, ``schema.ARG_VALUE_NAMES``), per class.
 _STR_ARGS = {cls: frozenset(n for n, _ in spec if (CLASS_KIND[cls], n) in schema.ARG_VALUE_NAMES) for cls, spec in _CLASS_ARGS.items()}
+#: The arguments of an ``acquired`` mark (where a wait's arrow ends).
+_ACQUIRED_ARGS = ("peer", "shift_ns", "sm")
 #: Every argument name, interned once per sequence (the kernel slices' own last).
-_ARGS = tuple(dict.fromkeys([n for spec in _CLASS_ARGS.values() for n, _ in spec] + ["launch", "events", "dropped"]))
+_ARGS = tuple(dict.fromkeys([n for spec in _CLASS_ARGS.values() for n, _ in spec] + list(_ACQUIRED_ARGS) + ["launch", "events", "dropped"]))
 _ARG_IID = {name: i + 1 for i, name in enumerate(_ARGS)}
 
 
@@ -86,6 +90,18 @@ def _ser(pkt: TracePacket) -> bytes:
 
 def _desc(seq: int = _DESC_SEQ, **kw) -> bytes:
     return _ser(TracePacket(trusted_packet_sequence_id=seq, track_descriptor=TrackDescriptor(**kw)))
+
+
+def _clock_snapshot(plan: TracePlan) -> bytes:
+    """Where the trace's time sits on the host's wall clock: trace time 0 (the capture's first
+    event) is ``plan.base_ns`` of REALTIME, so the absolute time stays recoverable (and the UI
+    can show it). Nothing when the capture has no host anchor (its common clock is a device's)."""
+    if plan.model.anchor != "host":
+        return b""
+    snap = ClockSnapshot(clocks=[ClockSnapshot.Clock(clock_id=BuiltinClock.BUILTIN_CLOCK_BOOTTIME, timestamp=0),
+                                 ClockSnapshot.Clock(clock_id=BuiltinClock.BUILTIN_CLOCK_REALTIME, timestamp=int(plan.base_ns))],
+                         primary_trace_clock=BuiltinClock.BUILTIN_CLOCK_BOOTTIME)
+    return _ser(TracePacket(trusted_packet_sequence_id=_DESC_SEQ, clock_snapshot=snap))
 
 
 def _process_descriptors(plan: TracePlan) -> bytes:
@@ -390,6 +406,7 @@ class _Writer:
                 t[(WAIT, shape, to)] = _Template(typ, cats, arg_names[WAIT], seq=seq, str_args=_STR_ARGS[WAIT])
                 t[(WAIT, shape, to, "flow")] = _Template(typ, cats, arg_names[WAIT], flow="in", seq=seq, str_args=_STR_ARGS[WAIT])
             t[(NOTIFY, shape)] = _Template(typ, ("notify",), arg_names[NOTIFY], seq=seq, str_args=_STR_ARGS[NOTIFY])
+        t["acquired"] = _Template(I, ("wait",), _ACQUIRED_ARGS, flow="in", seq=seq)
         t["end"] = _Template(E, seq=seq, needs_state=False)
         t["counter"] = _Template(C, seq=seq, needs_state=False)
         self.pools = {k: _Pool(v) for k, v in t.items()}
@@ -440,7 +457,8 @@ class _Writer:
         region_name = plan.region_name
         rp = plan.ranks[b.rank]
         ev = b.cols
-        s_ns, e_ns = ev["start_ns"], ev["end_ns"]
+        # the trace's time: ns since the capture's first event (``plan.base_ns``), as in Chrome JSON
+        s_ns, e_ns = ev["start_ns"] - plan.base_ns, ev["end_ns"] - plan.base_ns
         n_all = b.size
         pu = _proc_uuid(b.rank)
         lanes = batch_lanes(b, plan.launches[b.launches[0]].n_programs)
@@ -449,7 +467,9 @@ class _Writer:
         tids = rp.tids(group, ev["program"], lanes)
         uuids = tids | pu
         flows = batch_flows(plan.flows, b)
-        out_rows, out_ids, flow_in = flows["out_rows"], flows["out_ids"], flows["in_ids"]
+        out_rows, out_ids = flows["out_rows"], flows["out_ids"]
+        # a wait's arrow ends on the wait itself, or on an ``acquired`` mark (see plan.Flows)
+        flow_in = np.where(flows["marker"], 0, flows["in_ids"])
         # notifies: how many flows each starts (one per wait it released), and their ids
         n_out = np.bincount(out_rows, minlength=n_all) if out_rows.size else np.zeros(n_all, np.int64)
         out_start = np.cumsum(n_out) - n_out  # index of each row's first id in out_ids
@@ -515,6 +535,12 @@ class _Writer:
                                             cols if part is None else {c: v[part] for c, v in cols.items() if c not in fixed}, fixed))
                 if shape == "begin" and cls != INSTANT:
                     groups_.append(("end", e_ns[rows], uuids[rows], 0, -s_ns[rows], -rows, {}, None))
+        marks = np.flatnonzero(flows["marker"])
+        if marks.size:
+            cols = {"nm": np.full(marks.size, self.names.ids(np.zeros(1, np.int64), lambda k: ACQUIRED)[0]), "fl0": flows["in_ids"][marks],
+                    "v0": ev[schema.arg_column(EventKind.WAIT, "peer")][marks], "v1": flows["shift_ns"][marks], "v2": ev["hw"][marks]}
+            groups_.append(("acquired", flows["mark_ns"][marks] - plan.base_ns, uuids[marks], 1, np.zeros(marks.size, np.int64), marks,
+                            cols, None))
         head = []
         if not self.started:
             head.append(_first_packet(self.seq))
@@ -562,10 +588,10 @@ def _kernels(plan: TracePlan) -> bytes:
         uu = _proc_uuid(lp.rank) | 1
         anns = [{"name_iid": _ARG_IID["launch"], "int_value": lp.index}, {"name_iid": _ARG_IID["events"], "int_value": lp.n_events},
                 {"name_iid": _ARG_IID["dropped"], "int_value": lp.dropped}]
-        out.append(_ser(TracePacket(timestamp=lp.start_ns, trusted_packet_sequence_id=_EVENT_SEQ, sequence_flags=_SEQ_NEEDS,
+        out.append(_ser(TracePacket(timestamp=lp.start_ns - plan.base_ns, trusted_packet_sequence_id=_EVENT_SEQ, sequence_flags=_SEQ_NEEDS,
                                     track_event=TrackEvent(type=TrackEvent.TYPE_SLICE_BEGIN, track_uuid=uu, name=name,
                                                            category_iids=[_CATEGORIES["kernel"]], debug_annotations=anns))))
-        out.append(_ser(TracePacket(timestamp=lp.end_ns, trusted_packet_sequence_id=_EVENT_SEQ,
+        out.append(_ser(TracePacket(timestamp=lp.end_ns - plan.base_ns, trusted_packet_sequence_id=_EVENT_SEQ,
                                     track_event=TrackEvent(type=TrackEvent.TYPE_SLICE_END, track_uuid=uu))))
     return b"".join(out)
 
@@ -614,7 +640,7 @@ class PerfettoWriter:
         self._mine: dict[int, _Writer] = {}  # per process (each worker has its own copy of this object)
 
     def head(self, plan: TracePlan) -> bytes:
-        return _process_descriptors(plan) + _first_packet(_EVENT_SEQ) + _kernels(plan)
+        return _clock_snapshot(plan) + _process_descriptors(plan) + _first_packet(_EVENT_SEQ) + _kernels(plan)
 
     def batch(self, plan: TracePlan, b: Batch, sink) -> int:
         w = self._mine.get(os.getpid())

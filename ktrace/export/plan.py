@@ -95,22 +95,38 @@ class EventStore:
 
 @dataclass
 class Flows:
-    """Every notify -> wait pair of a trace, as store rows.
+    """Every notify -> wait pair of a trace, as store rows, and where each arrow ends.
 
     Pairs are numbered 1, 2, ... in the order of their waits' rows: ``wait_row[i]`` is pair
-    ``i + 1``'s wait (ascending), ``first_id[i]`` the id of its notify's first pair (a notify's
-    own id: what Chrome JSON binds with, since one notify may start several flows).
-    ``notify_row_sorted`` / ``notify_pair_id``: the same pairs by notify row, then id.
+    ``i + 1``'s wait (ascending), ``notify_row[i]`` its notify, ``first_id[i]`` the id of its
+    notify's first pair (a notify's own id: what Chrome JSON binds with, since one notify may
+    start several flows). ``notify_row_sorted`` / ``notify_pair_id``: the same pairs by notify
+    row, then id.
+
+    An arrow ends where the waiter acquired the signal: the end of its wait. A flow whose end
+    lies before its start is dropped by Perfetto, so an arrow never ends on a wait slice that
+    began before the notify: it ends on a zero-length ``acquired`` mark at the wait's end
+    (``marker[i]``), except for a wait of zero length that ended after the notify began, which
+    is that moment itself. Where the alignment puts a wait's end before its notify's start
+    (within the clocks' error bound), the mark sits at the notify's start and ``shift_ns[i]``
+    says by how much it was moved.
     """
 
     wait_row: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    notify_row: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     first_id: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     notify_row_sorted: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     notify_pair_id: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    marker: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    shift_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def n(self) -> int:
         return int(self.wait_row.size)
+
+    @property
+    def n_markers(self) -> int:
+        return int(self.marker.sum())
 
 
 @dataclass
@@ -312,4 +328,9 @@ def _plan_flows(capture, refs: list, batches: list, store: EventStore, pool) -> 
     first_of_run = ids_n[np.flatnonzero(first)][np.cumsum(first) - 1]
     first_id = np.empty(w_row.size, np.int64)
     first_id[on] = first_of_run
-    return Flows(wait_row=w_row, first_id=first_id, notify_row_sorted=ns, notify_pair_id=ids_n)
+    cols = store.cols
+    w_start, w_end, n_start = cols["start_ns"][w_row], cols["end_ns"][w_row], cols["start_ns"][n_row]
+    shift = np.maximum(n_start - w_end, 0)
+    marker = (w_end > w_start) | (shift > 0)
+    return Flows(wait_row=w_row, notify_row=n_row, first_id=first_id, notify_row_sorted=ns, notify_pair_id=ids_n, marker=marker,
+                 shift_ns=shift)
