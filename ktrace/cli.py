@@ -78,17 +78,36 @@ def _cmd_merge(args) -> int:
 def _cmd_open(args) -> int:
     import os
 
-    from viewers import open_trace
+    from viewers.perfetto_open import UiBuildNotFound, finding_windows, open_trace
 
     if not os.path.isfile(args.trace):
         print(f"ktrace: {args.trace}: no such trace file", file=sys.stderr)
         return 2
+    if args.finding is not None and not args.report:
+        print("ktrace: --finding needs --report REPORT.json (ktrace report --json)", file=sys.stderr)
+        return 2
+    window, links = None, {}
     try:
-        got = open_trace(args.trace, port=args.port, browser=not args.no_browser, timeout=args.timeout or None)
+        if args.report:
+            windows = finding_windows(args.trace, args.report, args.finding)
+            if args.finding is not None:
+                window = windows[args.finding]
+            else:
+                links = {f"finding {n}": w for n, w in windows.items()}
+    except (OSError, ValueError) as e:
+        print(f"ktrace: {e}", file=sys.stderr)
+        return 2
+    offline = True if args.offline else (False if args.online else None)
+    try:
+        got = open_trace(args.trace, port=args.port, browser=not args.no_browser, timeout=args.timeout or None,
+                         offline=offline, window=window, links=links)
+    except UiBuildNotFound as e:
+        print(f"ktrace: --offline: {e}", file=sys.stderr)
+        return 2
     except OSError as e:
         print(f"ktrace: cannot serve on 127.0.0.1:{args.port}: {e}", file=sys.stderr)
         return 2
-    return 0 if got else 1
+    return 0 if got or not args.timeout else 1
 
 
 class _Bar:
@@ -208,11 +227,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--format", choices=["ktrace", "perfetto", "chrome"], help="override the format the suffix implies")
     s.add_argument("--world-size", type=int, help="expected number of ranks (default: what the files say)")
     s.set_defaults(func=_cmd_merge)
-    s = sub.add_parser("open", help="serve a trace on 127.0.0.1 and open it in ui.perfetto.dev")
+    s = sub.add_parser("open", help="serve a trace on 127.0.0.1 and open it in the Perfetto UI (until Ctrl-C)",
+                       description="Serve a trace on 127.0.0.1 until Ctrl-C and open it in the Perfetto UI: ui.perfetto.dev, "
+                                   "or, with --offline or when ui.perfetto.dev cannot be reached, a Perfetto UI build served "
+                                   "from this machine (pip install 'ktrace[offline]').")
     s.add_argument("trace", help="a .pftrace or .json[.gz] trace")
     s.add_argument("--port", type=int, default=9001, help="loopback port (default 9001, which ui.perfetto.dev allows)")
     s.add_argument("--no-browser", action="store_true", help="only print the link")
-    s.add_argument("--timeout", type=float, default=600, help="stop after this many seconds without a fetch (0: never)")
+    s.add_argument("--timeout", type=float, default=0, help="stop after this many seconds without a request (default 0: never)")
+    where = s.add_mutually_exclusive_group()
+    where.add_argument("--offline", action="store_true", help="serve the Perfetto UI from this machine too (no internet needed)")
+    where.add_argument("--online", action="store_true", help="use ui.perfetto.dev without checking that it can be reached")
+    s.add_argument("--report", metavar="REPORT.json", help="a report of this trace's capture (ktrace report --json): print a link per finding")
+    s.add_argument("--finding", type=int, metavar="N", help="with --report: open at finding N's time range (numbered as ktrace report prints them)")
     s.set_defaults(func=_cmd_open)
     _register_analysis(sub)  # report, diff
     from .demo import register as _register_demo

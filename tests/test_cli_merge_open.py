@@ -1,18 +1,24 @@
-"""``ktrace merge`` and ``ktrace open`` (the server binds 127.0.0.1 only and stops by itself)."""
+"""``ktrace merge`` and ``ktrace open`` (the server binds 127.0.0.1 only; serves until stopped, or idle)."""
 
+import http.client
+import importlib.util
 import json
+import re
 import threading
+import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
+import ktrace
 from ktrace.cli import main
 from ktrace.captures import read_capture, write_capture
 from ktrace.captures.file import Capture
 from ktrace.captures.synth import constructed_capture
 from viewers import serve_trace
-from viewers.perfetto_open import open_trace
+from viewers.perfetto_open import UI_BUILD_ENV, UiBuild, UiBuildNotFound, find_ui_build, open_trace, trace_window
 
 
 @pytest.fixture()
@@ -64,18 +70,127 @@ def test_server_serves_one_file_on_loopback_with_cors(tmp_path):
         srv.stop()
 
 
-def test_open_stops_after_the_fetch_and_on_timeout(tmp_path):
+def test_open_serves_until_stopped_and_stops_when_idle(tmp_path):
     f = tmp_path / "t.pftrace"
     f.write_bytes(b"\x0a\x00")
-    said = []
+    said, stop, result = [], threading.Event(), []
 
-    def fetch_when_printed(msg):
-        said.append(msg)
-        url = msg.split("url=")[-1] if "url=" in msg else None
-        if url:
-            threading.Thread(target=lambda: urllib.request.urlopen(url, timeout=5).read(), daemon=True).start()
+    def run():
+        result.append(open_trace(f, port=0, browser=False, echo=said.append, stop=stop))
 
-    assert open_trace(f, port=0, browser=False, timeout=10, linger=0.1, echo=fetch_when_printed) is True
+    th = threading.Thread(target=run)
+    th.start()
+    for _ in range(100):
+        if said:
+            break
+        time.sleep(0.05)
+    url = said[0].split("url=")[-1]
+    for _ in range(3):  # reloads and several links: every fetch is answered
+        with urllib.request.urlopen(url, timeout=5) as r:
+            assert r.read() == f.read_bytes()
+    time.sleep(0.3)
+    assert th.is_alive()  # still serving after the fetches
+    stop.set()
+    th.join(5)
+    assert result == [True]
     assert open_trace(f, port=0, browser=False, timeout=0.2, echo=said.append) is False
-    assert "no request" in said[-1]
+    assert "no request for 0.2 s" in said[-1]
     assert main(["open", str(tmp_path / "missing.json"), "--no-browser"]) == 2
+
+
+@pytest.fixture()
+def ui_build(tmp_path):
+    """A stand-in Perfetto UI build: index.html naming its version folder, a bundle, a wasm."""
+    d = tmp_path / "ui"
+    (d / "v9.9-abc").mkdir(parents=True)
+    (d / "index.html").write_text("""<body data-perfetto_version='{"stable":"v9.9-abc"}'>ui</body>""")
+    (d / "v9.9-abc" / "frontend_bundle.js").write_text("//js")
+    (d / "v9.9-abc" / "trace_processor.wasm").write_bytes(b"\0asm")
+    (tmp_path / "secret.txt").write_text("no")
+    return d
+
+
+def test_offline_server_serves_the_ui_build_and_nothing_else(tmp_path, ui_build):
+    f = tmp_path / "t.json"
+    f.write_bytes(b'{"traceEvents":[]}')
+    build = UiBuild.at(ui_build)
+    assert build.version == "v9.9-abc" and build.trace_processor_wasm.is_file()
+    with serve_trace(f, port=0, ui_build=build) as srv:
+        base = f"http://127.0.0.1:{srv.port}"
+        assert srv.ui_url == f"{base}/#!/?url={base}/trace/t.json"
+        assert srv.ui_link(window=(5, 9)).endswith("&visStart=5&visEnd=9")
+        with urllib.request.urlopen(base + "/", timeout=5) as r:
+            assert b"v9.9-abc" in r.read()
+        with urllib.request.urlopen(base + "/v9.9-abc/trace_processor.wasm", timeout=5) as r:
+            assert r.headers["Content-Type"] == "application/wasm"
+        with urllib.request.urlopen(srv.url, timeout=5) as r:
+            assert r.read() == f.read_bytes()
+        for path in ("/../secret.txt", "/v9.9-abc/../../secret.txt", "/%2e%2e/secret.txt", "/trace/secret.txt", "/trace/../t.json"):
+            conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=5)
+            conn.request("GET", path)
+            assert conn.getresponse().status == 404, path
+            conn.close()
+
+
+def test_find_ui_build(monkeypatch, tmp_path, ui_build):
+    monkeypatch.setenv(UI_BUILD_ENV, str(ui_build))
+    assert find_ui_build().source == UI_BUILD_ENV
+    monkeypatch.setenv(UI_BUILD_ENV, str(tmp_path / "nowhere"))
+    with pytest.raises(UiBuildNotFound, match="not a Perfetto UI build"):
+        find_ui_build()
+    monkeypatch.delenv(UI_BUILD_ENV)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(UiBuildNotFound, match=r"ktrace\[offline\]"):
+        find_ui_build()
+
+
+def test_trace_window_follows_the_trace_time_base(tmp_path):
+    rel = tmp_path / "r.json"
+    rel.write_text('{"traceEvents":[{"ph":"M","name":"process_name","pid":1},{"ph":"X","ts":0.5,"dur":1,"pid":1,"tid":1}]}')
+    assert trace_window(rel, 100, 200, 10**18) == (100, 200)
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
+
+    t = Trace()
+    t.packet.add().track_descriptor.uuid = 1  # no timestamp: skipped
+    t.packet.add().timestamp = 10**18 + 7
+    ab = tmp_path / "a.pftrace"
+    ab.write_bytes(t.SerializeToString())
+    assert trace_window(ab, 100, 200, 10**18) == (10**18 + 100, 10**18 + 200)
+    assert trace_window(rel, 300, 300, 10**18) == (0, 800)  # widened to 1 µs, not below 0
+
+
+@pytest.fixture(scope="module")
+def skewed_trace_and_report(tmp_path_factory):
+    d = tmp_path_factory.mktemp("open_finding")
+    cap = str(Path(ktrace.__file__).parent / "data" / "a2a_skewed_4xh200.ktrace")
+    trace, rep = d / "skewed.pftrace", d / "skewed.report.json"
+    assert main(["merge", cap, "-o", str(trace)]) == 0
+    assert main(["report", cap, "--json", str(rep), "-q"]) == 0
+    return trace, rep
+
+
+def test_cli_open_at_a_finding_offline(monkeypatch, capsys, ui_build, skewed_trace_and_report):
+    trace, rep = skewed_trace_and_report
+    report = json.loads(rep.read_text())
+    capsys.readouterr()
+    monkeypatch.setenv(UI_BUILD_ENV, str(ui_build))
+    base = ["open", str(trace), "--port", "0", "--no-browser", "--timeout", "0.2"]
+    assert main([*base, "--offline", "--report", str(rep), "--finding", "1"]) == 1  # nothing fetched it
+    link = capsys.readouterr().out.splitlines()[1].strip()
+    f = report["findings"][0]
+    origin = report["origin_ns"]  # this .pftrace carries absolute times
+    assert link.startswith("http://127.0.0.1:") and "/#!/?url=http://127.0.0.1:" in link
+    assert link.endswith(f"&visStart={origin + f['start_ns']}&visEnd={origin + f['end_ns']}")
+    assert main([*base, "--online", "--report", str(rep)]) == 1  # a link per finding that has a range
+    out = capsys.readouterr().out
+    ranged = [n + 1 for n, f in enumerate(report["findings"]) if f["start_ns"] is not None]
+    assert [int(m) for m in re.findall(r"^  finding (\d+): https://ui\.perfetto\.dev/", out, re.M)] == ranged
+    no_range = next(n + 1 for n, f in enumerate(report["findings"]) if f["start_ns"] is None)
+    for extra, said in ((["--finding", "1"], "needs --report"), (["--report", str(rep), "--finding", "99"], "no finding 99"),
+                        (["--report", str(rep), "--finding", str(no_range)], "has no time range"),
+                        (["--report", str(trace), "--finding", "1"], "")):
+        assert main([*base, *extra]) == 2
+        assert said in capsys.readouterr().err
+    monkeypatch.setenv(UI_BUILD_ENV, str(ui_build.parent / "nowhere"))
+    assert main([*base, "--offline"]) == 2
+    assert "--offline: " in capsys.readouterr().err
