@@ -89,7 +89,7 @@ def _cmd_open(args) -> int:
     window, links = None, {}
     try:
         if args.report:
-            windows = finding_windows(args.trace, args.report, args.finding)
+            windows = finding_windows(args.report, args.finding)
             if args.finding is not None:
                 window = windows[args.finding]
             else:

@@ -205,7 +205,7 @@ def ui_facts(ui, trace: Path, report: dict, report_path: Path, shots: Path | Non
         q = parse_qs(urlsplit(f["perfetto"]).fragment.partition("?")[2])
         if "visStart" in q and "visEnd" in q:
             link_windows[n] = (int(q["visStart"][0]), int(q["visEnd"][0]))
-    open_windows = finding_windows(trace, report_path)
+    open_windows = finding_windows(report_path)
     followed = None
     if link_windows:  # follow one report link in the UI (its visStart/visEnd, served trace)
         n, w = next(iter(link_windows.items()))

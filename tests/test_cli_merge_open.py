@@ -18,7 +18,7 @@ from ktrace.captures import read_capture, write_capture
 from ktrace.captures.file import Capture
 from ktrace.captures.synth import constructed_capture
 from viewers import serve_trace
-from viewers.perfetto_open import UI_BUILD_ENV, UiBuild, UiBuildNotFound, find_ui_build, open_trace, trace_window
+from viewers.perfetto_open import UI_BUILD_ENV, UiBuild, UiBuildNotFound, find_ui_build, finding_windows, open_trace
 
 
 @pytest.fixture()
@@ -144,19 +144,18 @@ def test_find_ui_build(monkeypatch, tmp_path, ui_build):
         find_ui_build()
 
 
-def test_trace_window_follows_the_trace_time_base(tmp_path):
-    rel = tmp_path / "r.json"
-    rel.write_text('{"traceEvents":[{"ph":"M","name":"process_name","pid":1},{"ph":"X","ts":0.5,"dur":1,"pid":1,"tid":1}]}')
-    assert trace_window(rel, 100, 200, 10**18) == (100, 200)
-    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
-
-    t = Trace()
-    t.packet.add().track_descriptor.uuid = 1  # no timestamp: skipped
-    t.packet.add().timestamp = 10**18 + 7
-    ab = tmp_path / "a.pftrace"
-    ab.write_bytes(t.SerializeToString())
-    assert trace_window(ab, 100, 200, 10**18) == (10**18 + 100, 10**18 + 200)
-    assert trace_window(rel, 300, 300, 10**18) == (0, 800)  # widened to 1 µs, not below 0
+def test_finding_windows_are_the_report_ranges_clamped_to_the_trace():
+    rep = {"format": "ktrace-report", "summary": {"trace_end_ns": 10_000},
+           "findings": [{"start_ns": 100, "end_ns": 5_000}, {"start_ns": 300, "end_ns": 300}, {"start_ns": 9_990, "end_ns": 12_000},
+                        {"start_ns": None, "end_ns": None, "kind": "hang", "text": "no range"}, {"start_ns": 2_000, "end_ns": 12_000}]}
+    # clamped to the trace; a range under 1 µs widened to 1 µs, kept inside
+    assert finding_windows(rep)[1] == (100, 5_000) and finding_windows(rep)[2] == (0, 1_000)
+    assert finding_windows(rep)[3] == (9_000, 10_000)  # 9,990 .. 10,000 is 10 ns: widened, within the trace
+    assert finding_windows(rep)[5] == (2_000, 10_000)  # cut at the trace's end
+    with pytest.raises(ValueError, match="no time range"):
+        finding_windows(rep, 4)
+    with pytest.raises(ValueError, match="no finding 9"):
+        finding_windows(rep, 9)
 
 
 @pytest.fixture(scope="module")
@@ -177,10 +176,10 @@ def test_cli_open_at_a_finding_offline(monkeypatch, capsys, ui_build, skewed_tra
     base = ["open", str(trace), "--port", "0", "--no-browser", "--timeout", "0.2"]
     assert main([*base, "--offline", "--report", str(rep), "--finding", "1"]) == 1  # nothing fetched it
     link = capsys.readouterr().out.splitlines()[1].strip()
-    f = report["findings"][0]
-    origin = report["origin_ns"]  # this .pftrace carries absolute times
+    # the same window as the report's own link for that finding (both count ns from the capture's first event)
+    want = re.search(r"[?&](visStart=\d+&visEnd=\d+)$", report["findings"][0]["perfetto"]).group(1)
     assert link.startswith("http://127.0.0.1:") and "/#!/?url=http://127.0.0.1:" in link
-    assert link.endswith(f"&visStart={origin + f['start_ns']}&visEnd={origin + f['end_ns']}")
+    assert link.endswith("&" + want)
     assert main([*base, "--online", "--report", str(rep)]) == 1  # a link per finding that has a range
     out = capsys.readouterr().out
     ranged = [n + 1 for n, f in enumerate(report["findings"]) if f["start_ns"] is not None]

@@ -31,7 +31,8 @@ FLOORS: list[tuple[str, ...]] = [
     ("ktrace.session",),  # the decorator, capture sessions
     ("ktrace.export", "ktrace.analysis"),  # traces for Perfetto; the analyses and the report
     ("viewers",),  # the HTML report, serving traces to the Perfetto UI
-    ("ktrace.cli", "ktrace.demo", "ktrace.run", "ktrace.testing.launch"),  # the command line
+    # the command line; the test harnesses of the real consumers (Perfetto's trace processor and UI)
+    ("ktrace.cli", "ktrace.demo", "ktrace.run", "ktrace.testing.launch", "ktrace.testing.perfetto"),
 ]
 
 

@@ -80,14 +80,49 @@ def test_ui_loads_the_trace_and_shows_it_whole(ui, skewed):
 def test_finding_link_lands_on_its_range(ui, skewed, suffix):
     """``ktrace open --report R --finding N``'s window is what the UI then shows."""
     report = json.loads(skewed["report"].read_text())
-    windows = finding_windows(skewed[suffix], report)
+    windows = finding_windows(report)
     assert windows  # the skewed capture's findings have time ranges
     n = max(windows, key=lambda k: windows[k][0])  # the latest one: furthest from the trace's start
     state = ui.open(skewed[suffix], window=windows[n])
     assert state.visible == windows[n]
-    start, end, origin = finding_range(report, n)
+    start, end = finding_range(report, n)
     assert state.visible[1] - state.visible[0] == end - start
     assert state.bounds[0] <= state.visible[0] < state.visible[1] <= state.bounds[1]
     if suffix == ".json":
         ui.show_sidebar(False)
         ui.screenshot(ARTIFACTS / "skewed_json_finding.png")
+
+
+@pytest.mark.parametrize("suffix", [".pftrace", ".json"])
+def test_every_report_link_lands_on_its_finding(ui, tmp_path, suffix):
+    """Each finding's own link in the report (made with the served trace's URL) opens the real UI
+    at exactly the finding's range, clamped to the trace, with the ranks in rank order. The skip
+    capture: its most findings, and a default rank order (by activity) of 3, 1, 2, 0. Every
+    finding in the .pftrace, the first three in Chrome JSON (each opening reloads the UI: seconds)."""
+    import re
+    import urllib.parse
+
+    from ktrace.analysis import ReportConfig, build_report, report_json
+    from ktrace.analysis.report import link_range
+
+    cap = str(DATA / "a2a_skip_4xh200.ktrace")
+    trace = tmp_path / f"skip{suffix}"
+    assert main(["merge", cap, "-o", str(trace)]) == 0
+    ui.link(trace)  # (served from now on)
+    trace_url = ui.server.trace_url(trace)
+    rep = report_json(build_report(cap, ReportConfig(trace_url=trace_url)))
+    end = rep["summary"]["trace_end_ns"]
+    links = [(f, f["perfetto"]) for f in rep["findings"] if f["start_ns"] is not None]
+    assert len(links) >= 5
+    if suffix == ".json":
+        links = links[:3]
+    for f, link in links:
+        assert link.startswith("https://ui.perfetto.dev/#!/?url=") and "startupCommands=" in link
+        vis = tuple(int(x) for x in re.search(r"visStart=(\d+)&visEnd=(\d+)", link).groups())
+        assert vis == link_range(f["start_ns"], f["end_ns"], end)
+        state = ui.open_link(link.replace("https://ui.perfetto.dev", ui.server.ui_root), trace_url)
+        assert state.visible == vis, (f["text"][:80], urllib.parse.unquote(link)[-200:])
+        assert [t.name.split(" ·")[0] for t in state.tracks] == ["rank 0", "rank 1", "rank 2", "rank 3"]
+    if suffix == ".pftrace":
+        ui.show_sidebar(False)
+        ui.screenshot(ARTIFACTS / "skip_pftrace_first_finding.png")

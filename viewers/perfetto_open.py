@@ -26,7 +26,6 @@ the trace at one finding's time range (``visStart``/``visEnd``, in the trace's o
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import http.server
 import importlib.util
 import json
@@ -266,11 +265,13 @@ class TraceServer:
         return f"http://{HOST}:{self.port}" if self.ui_build else PERFETTO_UI
 
     def ui_link(self, path: str | os.PathLike | None = None, window: tuple[int, int] | None = None) -> str:
-        """The UI link that loads a served trace, optionally showing ``window`` (trace ns)."""
-        args = {"url": self.trace_url(path)}
-        if window is not None:
-            args["visStart"], args["visEnd"] = str(int(window[0])), str(int(window[1]))
-        return f"{self.ui_root}/#!/?" + urllib.parse.urlencode(args, safe=":/")
+        """The UI link that loads a served trace, optionally showing ``window`` (trace ns), with its
+        ranks listed in rank order (``ktrace.export.layout.ui_startup_commands``)."""
+        from ktrace.analysis.report import perfetto_link
+
+        p = self._traces[Path(path).name] if path is not None else self.path
+        lo, hi = window if window is not None else (None, None)
+        return perfetto_link(lo, hi, self.trace_url(path), None, trace_ranks(p), ui=self.ui_root)
 
     @property
     def ui_url(self) -> str:
@@ -326,16 +327,28 @@ def _load_report(report: str | os.PathLike | dict) -> dict:
     return rep
 
 
-def finding_range(report: str | os.PathLike | dict, number: int) -> tuple[int, int, int]:
-    """The time range of finding ``number`` (1-based, as ``ktrace report`` numbers them).
+def trace_ranks(trace: str | os.PathLike, window: int = 1 << 20) -> list[int]:
+    """The ranks a ktrace trace shows, from its process names (``rank N · ...``): in the first
+    ``window`` bytes of a ``.pftrace`` (its process tracks come first) and the last ones of a
+    Chrome JSON trace (its metadata closes it). Empty for a compressed or foreign trace."""
+    p = Path(trace)
+    if p.name.endswith(".gz"):
+        return []
+    with open(p, "rb") as f:
+        head = f.read(window)
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(size - window, 0))
+        tail = f.read(window)
+    return sorted({int(m) for m in re.findall(rb"rank (\d+) \xc2\xb7 ", head + tail)})
+
+
+def finding_range(report: str | os.PathLike | dict, number: int) -> tuple[int, int]:
+    """The time range of finding ``number`` (1-based, as ``ktrace report`` numbers them) in ns
+    since the capture's first event: the time base of both trace formats ktrace writes.
 
     Args:
         report: a report JSON file (``ktrace report --json``) or its parsed content.
         number: the finding's number.
-
-    Returns:
-        ``(start_ns, end_ns, origin_ns)``: the finding's range relative to the capture's first event
-        and that event's absolute time, as the report carries them.
 
     Raises:
         ValueError: not a report, no such finding, or a finding without a time range.
@@ -347,91 +360,27 @@ def finding_range(report: str | os.PathLike | dict, number: int) -> tuple[int, i
     f = findings[number - 1]
     if f.get("start_ns") is None or f.get("end_ns") is None:
         raise ValueError(f"finding {number} has no time range ({f.get('kind')}: {str(f.get('text', ''))[:80]})")
-    return int(f["start_ns"]), int(f["end_ns"]), int(rep.get("origin_ns") or 0)
+    return int(f["start_ns"]), int(f["end_ns"])
 
 
-def _first_timestamp_ns(trace: Path, limit: int = 4 << 20) -> int | None:
-    """The first event timestamp in the first ``limit`` bytes of a trace, in ns (None if none)."""
-    with (gzip.open if trace.name.endswith(".gz") else open)(trace, "rb") as f:
-        head = f.read(limit)
-    if head.lstrip()[:1] in (b"{", b"["):  # Chrome JSON: microseconds
-        m = re.search(rb'"ts"\s*:\s*(-?[0-9.eE+]+)', head)
-        return round(float(m.group(1)) * 1000) if m else None
-    return _first_proto_timestamp(head)
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise IndexError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return value, pos
-
-
-def _first_proto_timestamp(buf: bytes) -> int | None:
-    """TracePacket.timestamp (field 8) of the first timestamped packet of a Trace (field 1)."""
-    pos = 0
-    try:
-        while pos < len(buf):
-            key, pos = _varint(buf, pos)
-            if key & 7 != 2:
-                return None
-            size, pos = _varint(buf, pos)
-            packet, pos = buf[pos:pos + size], pos + size
-            p = 0
-            while p < len(packet):
-                k, p = _varint(packet, p)
-                wire = k & 7
-                if k == (8 << 3):
-                    return _varint(packet, p)[0]
-                if wire == 0:
-                    p = _varint(packet, p)[1]
-                elif wire == 2:
-                    n, p = _varint(packet, p)
-                    p += n
-                elif wire in (1, 5):
-                    p += 8 if wire == 1 else 4
-                else:
-                    break
-    except IndexError:
-        pass
-    return None
-
-
-def trace_window(trace: str | os.PathLike, start_ns: int, end_ns: int, origin_ns: int) -> tuple[int, int]:
-    """A report range (relative to ``origin_ns``) in ``trace``'s own time base, for ``visStart``/``visEnd``.
-
-    A trace may count time from the capture's first event or carry absolute times; which one is
-    read from its first timestamp (absolute when it is at least half of ``origin_ns``). An empty
-    range is widened to 1 µs, since the UI ignores a window that does not have ``start < end``.
-    """
-    first = _first_timestamp_ns(Path(trace))
-    shift = origin_ns if origin_ns and first is not None and first >= origin_ns // 2 else 0
-    if end_ns <= start_ns:
-        start_ns, end_ns = max(start_ns - 500, 0), start_ns + 500
-    return start_ns + shift, end_ns + shift
-
-
-def finding_windows(trace: str | os.PathLike, report: str | os.PathLike | dict, number: int | None = None) -> dict[int, tuple[int, int]]:
-    """Finding number -> its time range in ``trace``'s time base (see :func:`trace_window`).
+def finding_windows(report: str | os.PathLike | dict, number: int | None = None) -> dict[int, tuple[int, int]]:
+    """Finding number -> the window a link opens for it (``visStart``/``visEnd``): its range,
+    clamped to the trace (``ktrace.analysis.report.link_range``, as the report's own links).
 
     Args:
-        trace: the trace the links open.
         report: a report JSON file of the trace's capture, or its parsed content.
         number: only this finding (raises ValueError when it has no range); default: every
             finding that has a range.
     """
+    from ktrace.analysis.report import link_range
+
     rep = _load_report(report)
+    end = (rep.get("summary") or {}).get("trace_end_ns")
     numbers = [number] if number is not None else range(1, len(rep.get("findings") or []) + 1)
     out = {}
     for n in numbers:
         try:
-            out[n] = trace_window(trace, *finding_range(rep, n))
+            out[n] = link_range(*finding_range(rep, n), end)
         except ValueError:
             if number is not None:
                 raise

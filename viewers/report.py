@@ -208,7 +208,7 @@ document.addEventListener('DOMContentLoaded',function(){
 </script>"""
 
 
-def _findings_html(findings, trace_url, trace_end_ns=None) -> str:
+def _findings_html(findings, trace_url, trace_end_ns=None, ranks=None) -> str:
     if not findings:
         return "<p>No findings: no late producers, overloaded workgroups, exposed communication or hangs stood out.</p>"
     items = []
@@ -216,7 +216,7 @@ def _findings_html(findings, trace_url, trace_end_ns=None) -> str:
         rng = ""
         if f.start_ns is not None:
             rng = (f" <span class='range'>[+{_e(fmt_ns(f.start_ns))} .. +{_e(fmt_ns(f.end_ns))}] "
-                   f"<a href='{_e(f.perfetto_url(trace_url, trace_end_ns))}' target='_blank' rel='noopener'>view in Perfetto</a></span>")
+                   f"<a href='{_e(f.perfetto_url(trace_url, trace_end_ns, ranks))}' target='_blank' rel='noopener'>view in Perfetto</a></span>")
         items.append(f"<li><span class='sev {f.severity}'>{_e(f.kind)}</span>{_e(f.text)}{rng}</li>")
     return "<ol class='findings'>" + "".join(items) + "</ol>"
 
@@ -269,7 +269,7 @@ def render_html(rep) -> str:
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>ktrace report: "
         + _e(rep.source) + f"</title><style>{_CSS}</style>{_SCRIPT}</head><body>"
         + f"<h1>ktrace report</h1><div class='sub'>{_e(rep.source)}</div>"
-        + f"<h2>Findings</h2>{_findings_html(rep.findings, trace_url, rep.summary.get('trace_end_ns'))}{perfetto_note}"
+        + f"<h2>Findings</h2>{_findings_html(rep.findings, trace_url, rep.summary.get('trace_end_ns'), rep.summary.get('ranks'))}{perfetto_note}"
         + f"<h2>Summary</h2>{summ}<h2>Plots</h2>{plots}<h2>Tables</h2>{tables}</body></html>"
     )
 

@@ -13,6 +13,7 @@ trace (:func:`perfetto_link`).
 
 from __future__ import annotations
 
+import json
 import math
 import urllib.parse
 from dataclasses import dataclass, field
@@ -84,13 +85,13 @@ class Finding:
     end_ns: int | None = None
     data: dict = field(default_factory=dict)
 
-    def perfetto_url(self, trace_url: str | None = None, trace_end_ns: int | None = None) -> str:
-        return perfetto_link(self.start_ns, self.end_ns, trace_url, trace_end_ns)
+    def perfetto_url(self, trace_url: str | None = None, trace_end_ns: int | None = None, ranks=None) -> str:
+        return perfetto_link(self.start_ns, self.end_ns, trace_url, trace_end_ns, ranks)
 
-    def to_dict(self, trace_url: str | None = None, trace_end_ns: int | None = None) -> dict:
+    def to_dict(self, trace_url: str | None = None, trace_end_ns: int | None = None, ranks=None) -> dict:
         return {"kind": self.kind, "severity": self.severity, "cost_ns": self.cost_ns, "text": self.text,
                 "ranks": list(self.ranks), "start_ns": self.start_ns, "end_ns": self.end_ns,
-                "perfetto": self.perfetto_url(trace_url, trace_end_ns) if self.start_ns is not None else None,
+                "perfetto": self.perfetto_url(trace_url, trace_end_ns, ranks) if self.start_ns is not None else None,
                 "data": _jsonable(self.data)}
 
 
@@ -115,35 +116,44 @@ MIN_LINK_NS = 1_000
 def link_range(start_ns: int, end_ns: int, trace_end_ns: int | None = None) -> tuple[int, int]:
     """The window a link opens for a finding's range (ns since the capture's first event, the
     traces' time 0): the range itself, clamped to the trace ``[0, trace_end_ns]`` (the Perfetto
-    UI ignores a window that reaches outside the trace), widened to :data:`MIN_LINK_NS` when
-    shorter."""
-    lo, hi = int(start_ns), int(end_ns)
+    UI ignores a window that reaches outside the trace); a range shorter than
+    :data:`MIN_LINK_NS` is widened to it around its middle, within the trace."""
+    end = None if trace_end_ns is None else max(int(trace_end_ns), 1)
+    lo, hi = max(int(start_ns), 0), int(end_ns)
+    if end is not None:
+        lo, hi = min(lo, end), min(hi, end)
     if hi - lo < MIN_LINK_NS:
         mid = (lo + hi) // 2
         lo, hi = mid - MIN_LINK_NS // 2, mid + MIN_LINK_NS // 2
-    end = None if trace_end_ns is None else int(trace_end_ns)
-    if end is not None and hi > end:
-        lo, hi = lo - (hi - end), end
-    if lo < 0:
-        hi, lo = min(hi - lo, end) if end is not None else hi - lo, 0
+        if lo < 0:
+            lo, hi = 0, hi - lo
+        if end is not None and hi > end:
+            lo, hi = max(lo - (hi - end), 0), end
     return lo, max(hi, lo + 1)
 
 
-def perfetto_link(start_ns: int | None, end_ns: int | None, trace_url: str | None = None, trace_end_ns: int | None = None) -> str:
+def perfetto_link(start_ns: int | None, end_ns: int | None, trace_url: str | None = None, trace_end_ns: int | None = None,
+                  ranks=None, ui: str = PERFETTO_UI) -> str:
     """A Perfetto UI link that opens ``trace_url`` (when given) showing [start, end].
 
     The range is in ns since the capture's first event, which is the time base of both trace
     formats ktrace writes, so the UI's ``visStart``/``visEnd`` take it as it is
-    (:func:`link_range` clamps it to the trace). Without ``trace_url`` the link opens the UI only;
-    ``ktrace open TRACE --finding N`` serves the trace and opens the finding's range.
+    (:func:`link_range` clamps it to the trace). With ``ranks``, the link also lists them in
+    rank order (``ktrace.export.layout.ui_startup_commands``). Without ``trace_url`` the link
+    opens the UI only; ``ktrace open TRACE --finding N`` serves the trace and opens the
+    finding's range.
     """
+    from ..export.layout import ui_startup_commands
+
     args = {}
     if trace_url:
         args["url"] = trace_url
     if start_ns is not None and end_ns is not None:
         lo, hi = link_range(start_ns, end_ns, trace_end_ns)
         args["visStart"], args["visEnd"] = str(lo), str(hi)
-    return f"{PERFETTO_UI}/#!/" + (("?" + urllib.parse.urlencode(args, safe=":/")) if args else "")
+    if trace_url and ranks:
+        args["startupCommands"] = json.dumps(ui_startup_commands(ranks), separators=(",", ":"), ensure_ascii=False)
+    return f"{ui}/#!/" + (("?" + urllib.parse.urlencode(args, safe=":/")) if args else "")
 
 
 def _jsonable(x):
@@ -600,7 +610,7 @@ def report_json(rep: Report) -> dict:
                         "rows": _jsonable(table_to_records(t, rep.config.max_rows))}
     return {"format": "ktrace-report", "version": 1, "source": rep.source, "origin_ns": rep.origin_ns,
             "summary": _jsonable(rep.summary),
-            "findings": [f.to_dict(rep.config.trace_url, rep.summary.get("trace_end_ns")) for f in rep.findings],
+            "findings": [f.to_dict(rep.config.trace_url, rep.summary.get("trace_end_ns"), rep.summary.get("ranks")) for f in rep.findings],
             "tables": tables}
 
 

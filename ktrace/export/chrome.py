@@ -31,7 +31,7 @@ from ..events import Batch
 from ..schema import EventKind, is_timeout
 from . import _rows
 from .layout import (ACQUIRED, CLASS_KIND, COUNTER, INSTANT, NOTIFY, SPAN, WAIT, batch_flows, batch_lanes, event_class, notify_flow_ids,
-                     track_name)
+                     notify_name, track_name, wait_name)
 from .plan import TracePlan
 from .writer import write
 
@@ -50,23 +50,24 @@ def _j(x) -> bytes:
 def _meta_events(plan: TracePlan, tracks: dict[int, set]) -> list[dict]:
     out = []
     for r, rp in sorted(plan.ranks.items()):
-        pid = r + 1
+        pid = rp.pid
         out.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": rp.name}})
         out.append({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": r}})
-        out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "kernels"}})
-        out.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": 1, "args": {"sort_index": 0}})
-        for tid in sorted(tracks[r]):
-            g, prog, lane = rp.track(tid)
-            out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": track_name(g, prog, lane)}})
-            out.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
+        out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": pid, "args": {"name": "kernels"}})
+        out.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": pid, "args": {"sort_index": 0}})
+        for local in sorted(tracks[r]):
+            g, prog, lane = rp.track(local)
+            tid = int(rp.thread_id(local))
+            out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": track_name(r, g, prog, lane)}})
+            out.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": local}})
     for lp in plan.launches:
         if not lp.n_events:
             continue
         name = lp.kernel + (f" ({lp.dropped} DROPPED)" if lp.dropped else "")
         out.append({
-            "ph": "X", "pid": lp.rank + 1, "tid": 1, "name": name, "cat": "kernel",
+            "ph": "X", "pid": lp.rank + 1, "tid": lp.rank + 1, "name": name, "cat": "kernel",
             "ts": (lp.start_ns - plan.base_ns) / 1000.0, "dur": (lp.end_ns - lp.start_ns) / 1000.0,
-            "args": {"launch": lp.index, "grid": list(lp.grid), "events": lp.n_events, "dropped": lp.dropped},
+            "args": {"rank": lp.rank, "launch": lp.index, "grid": list(lp.grid), "events": lp.n_events, "dropped": lp.dropped},
         })
     return out
 
@@ -81,28 +82,40 @@ def _names(keys: np.ndarray, make) -> _rows.Pick:
 _COLUMNS = ("program", "region", "hw", "arg0", "arg1", "arg2", "arg3", "arg4", "arg5")
 
 
-def _arg_parts(kind: EventKind, ev: dict, idx: np.ndarray, hw: _rows.Part) -> list:
-    """The ``"args"`` object of rows of one event kind: each argument the schema names, by name
-    (codes with names written as their names), then the SM."""
+def _arg_parts(kind: EventKind, ev: dict, idx: np.ndarray) -> list:
+    """The start of the ``"args"`` object of rows of one event kind: each argument the schema
+    names, by name (codes with names written as their names)."""
     parts: list = []
     for i, (name, col) in enumerate(schema.arg_fields(kind)):
         named = schema.ARG_VALUE_NAMES.get((kind, name))
         val = _names(ev[col][idx], named) if named else _rows.Ints(ev[col][idx])
         parts += [(b'"args":{"' if i == 0 else b',"') + name.encode() + b'":', val]
-    return parts + [b',"sm":', hw, b"}},\n"]
+    return parts
+
+
+def _where_parts(rp, ev: dict, launch: np.ndarray, idx: np.ndarray, first: bool = False) -> list:
+    """The arguments that say where an event ran (rank, program, launch, SM or XCC/SE/CU), and
+    the end of the row."""
+    parts = [(b'"args":{' if first else b",") + b'"rank":' + str(rp.rank).encode() + b',"program":', _rows.Ints(ev["program"][idx]),
+             b',"launch":', _rows.Ints(launch[idx])]
+    for name, vals in rp.hw_values(ev["hw"][idx]):
+        parts += [b',"' + name.encode() + b'":', _rows.Ints(vals)]
+    return parts + [b"}},\n"]
 
 
 def _batch_rows(plan: TracePlan, b: Batch, out) -> np.ndarray:
-    """Write the rows of a batch's events through ``out``; returns the track ids they use."""
+    """Write the rows of a batch's events through ``out``; returns the local track ids they use."""
     region_name = plan.region_name
     rp = plan.ranks[b.rank]
     ev = b.cols
     s_ns, e_ns = ev["start_ns"], ev["end_ns"]
     n_all = b.size
-    pid = str(b.rank + 1).encode()
+    pid = str(rp.pid).encode()
     lanes = batch_lanes(b, plan.launches[b.launches[0]].n_programs)
     groups = [plan.launches[li].group for li in b.launches]
-    tids = rp.tids(groups[0] if len(set(groups)) == 1 else b.per_row(groups), ev["program"], lanes)
+    local = rp.tids(groups[0] if len(set(groups)) == 1 else b.per_row(groups), ev["program"], lanes)
+    tids = rp.thread_id(local)
+    launch = b.per_row([plan.launches[li].index for li in b.launches])
     flows = batch_flows(plan.flows, b)
     # a wait's arrow ends on the wait itself, or on an ``acquired`` mark (see plan.Flows)
     flow_out, flow_in = notify_flow_ids(flows, n_all), np.where(flows["marker"], 0, flows["in_notify_ids"])
@@ -116,38 +129,39 @@ def _batch_rows(plan: TracePlan, b: Batch, out) -> np.ndarray:
                 continue
             ts = _rows.Fixed3(s_ns[idx] - plan.base_ns)
             if cls == COUNTER:
-                name = _names((ev["program"][idx].astype(np.int64) << 24) | ev["region"][idx], lambda k: f"p{k >> 24} {region_name(k & 0xFFFFFF)}")
+                name = _names((ev["program"][idx].astype(np.int64) << 24) | ev["region"][idx],
+                              lambda k: f"r{rp.rank} p{k >> 24} {region_name(k & 0xFFFFFF)}")
                 value = schema.arg_column(kind, "value")
                 out([_rows.rows(n, [b'{"ph":"C","pid":' + pid + b',"ts":', ts, b',"name":', name, b',"args":{"value":',
                                     _rows.Ints(ev[value][idx]), b"}},\n"])])
                 continue
             tid = _rows.Ints(tids[idx])
-            hw = _rows.Ints(ev["hw"][idx])
+            where = _where_parts(rp, ev, launch, idx)
             if cls == INSTANT:
                 out([_rows.rows(n, [b'{"ph":"i","s":"t","pid":' + pid + b',"tid":', tid, b',"ts":', ts, b',"name":',
-                                    _names(ev["region"][idx], region_name), b',"cat":"mark",'] + _arg_parts(kind, ev, idx, hw))])
+                                    _names(ev["region"][idx], region_name), b',"cat":"mark",'] + _arg_parts(kind, ev, idx) + where)])
                 continue
             dur = _rows.Fixed3(e_ns[idx] - s_ns[idx])
             head = [b'{"ph":"X","pid":' + pid + b',"tid":', tid, b',"ts":', ts, b',"dur":', dur]
             if cls == SPAN:
                 out([_rows.rows(n, head + [b',"name":', _names(ev["region"][idx], region_name), b',"cat":"span",']
-                                + _arg_parts(kind, ev, idx, hw))])
+                                + _arg_parts(kind, ev, idx) + where)])
             elif cls == WAIT:
                 to = is_timeout(ev["flags"][idx]).astype(np.int64)
                 peer = ev[schema.arg_column(kind, "peer")][idx].astype(np.int64)
-                name = _names((peer << 1) | to, lambda k: f"wait r{k >> 1}" + (" TIMEOUT" if k & 1 else ""))
+                name = _names((peer << 1) | to, lambda k: wait_name(k >> 1, bool(k & 1)))
                 cat = _rows.Pick(_rows.table([b'"wait"', b'"wait,timeout"'] if to.any() else [b'"wait"']), to)
                 fl = flow_in[idx]
                 has = np.flatnonzero(fl)
                 flow = _rows.Optional(n, has, [b',"bind_id":', _rows.Ints(fl[has]), b',"flow_in":true'])
-                out([_rows.rows(n, head + [flow, b',"name":', name, b',"cat":', cat, b","] + _arg_parts(kind, ev, idx, hw))])
+                out([_rows.rows(n, head + [flow, b',"name":', name, b',"cat":', cat, b","] + _arg_parts(kind, ev, idx) + where)])
             elif cls == NOTIFY:
                 fl = flow_out[idx]
                 has = np.flatnonzero(fl)
                 flow = _rows.Optional(n, has, [b',"bind_id":', _rows.Ints(fl[has]), b',"flow_out":true'])
                 peer = ev[schema.arg_column(kind, "peer")][idx]
-                out([_rows.rows(n, head + [flow, b',"name":', _names(peer, lambda k: f"notify r{k}"), b',"cat":"notify",']
-                                + _arg_parts(kind, ev, idx, hw))])
+                out([_rows.rows(n, head + [flow, b',"name":', _names(peer, notify_name), b',"cat":"notify",']
+                                + _arg_parts(kind, ev, idx) + where)])
     marks = np.flatnonzero(flows["marker"])
     for c0 in range(0, marks.size, CHUNK):
         idx = marks[c0 : c0 + CHUNK]
@@ -156,8 +170,8 @@ def _batch_rows(plan: TracePlan, b: Batch, out) -> np.ndarray:
                                    _rows.Fixed3(flows["mark_ns"][idx] - plan.base_ns), b',"dur":0,"name":"' + ACQUIRED.encode() + b'","cat":"wait"',
                                    b',"bind_id":', _rows.Ints(flows["in_notify_ids"][idx]), b',"flow_in":true,"args":{"peer":',
                                    _rows.Ints(ev[schema.arg_column(EventKind.WAIT, "peer")][idx]), b',"shift_ns":',
-                                   _rows.Ints(flows["shift_ns"][idx]), b',"sm":', _rows.Ints(ev["hw"][idx]), b"}},\n"])])
-    return np.unique(tids[ev["kind"] != EventKind.COUNTER])
+                                   _rows.Ints(flows["shift_ns"][idx])] + _where_parts(rp, ev, launch, idx))])
+    return np.unique(local[ev["kind"] != EventKind.COUNTER])
 
 
 class ChromeWriter:

@@ -131,6 +131,15 @@ def event_class(kind: np.ndarray) -> dict[str, np.ndarray]:
 
 @dataclass
 class RankPlan:
+    """How one rank is laid out: its process, and a thread per (launch group, program, lane).
+
+    Local track ids (:meth:`tids`; 1 is ``kernels``) number a rank's tracks in order; the thread
+    ids written to the trace (:meth:`thread_id`) are unique in the whole trace, so that Perfetto
+    keeps every workgroup its own thread of its rank's process, and ascend in program order
+    within a rank, which is the order the Perfetto UI lists a process's threads in (after the
+    main thread: ``kernels``, whose tid is the pid).
+    """
+
     rank: int
     name: str
     #: programs per launch group, the radix of track ids
@@ -140,24 +149,38 @@ class RankPlan:
 
     #: region ids of the capture's counters (sorted; the same for every rank)
     counter_regions: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: thread ids of rank r are ``(r + 1) * tid_stride + local id`` (the same stride for every rank)
+    tid_stride: int = 10_000
+    #: what the ``hw`` column says, as named arguments: ``(name, shift, mask)`` each
+    hw_fields: tuple = (("sm", 0, 0xFFFFFFFF),)
 
     def __post_init__(self):
         slots = self.n_groups * self.max_programs
         if (slots << 8) + 2 >= 2**31 or slots * max(1, self.counter_regions.size) >= 2**31:
             raise ValueError(f"rank {self.rank}: too many programs ({self.max_programs}) x launch groups ({self.n_groups}) "
                              f"x counters ({self.counter_regions.size}) to number tracks")
+        if (self.rank + 2) * self.tid_stride >= 2**31:
+            raise ValueError(f"rank {self.rank}: too many ranks x tracks to give each track a thread id below 2**31")
+
+    @property
+    def pid(self) -> int:
+        """The rank's process id in the trace (rank + 1: Perfetto reserves 0)."""
+        return self.rank + 1
 
     def tids(self, group, program: np.ndarray, lanes) -> np.ndarray:
-        """Track id of each (group, program, lane): ordered by group, program, lane; 1 is ``kernels``.
-
-        Ids stay below 2**31 (Chrome JSON tids are read as uint32; Perfetto uuids use them).
-        ``group`` and ``lanes`` may be scalars or per-row arrays.
-        """
+        """Local track id of each (group, program, lane): ordered by group, program, lane; 1 is
+        ``kernels``. Below 2**31 (Perfetto track uuids use them). ``group`` and ``lanes`` may
+        be scalars or per-row arrays."""
         slot = np.asarray(group, np.int64) * self.max_programs + program.astype(np.int64)
         return (slot << 8) + 2 + lanes
 
+    def thread_id(self, local):
+        """The trace's thread id of a local track id (``kernels``, 1, is the main thread: tid = pid)."""
+        local = np.asarray(local, np.int64)
+        return np.where(local == 1, self.pid, self.pid * self.tid_stride + local)
+
     def track(self, tid: int) -> tuple[int, int, int]:
-        """``(group, program, lane)`` of a track id."""
+        """``(group, program, lane)`` of a local track id."""
         rel = tid - 2
         g, prog = divmod(rel >> 8, self.max_programs)
         return g, prog, rel & 0xFF
@@ -174,9 +197,72 @@ class RankPlan:
         g, prog = divmod(slot, self.max_programs)
         return g, prog, int(self.counter_regions[r])
 
+    def hw_values(self, hw: np.ndarray) -> list[tuple[str, np.ndarray]]:
+        """The ``hw`` column as named arguments (``sm`` on NVIDIA; ``xcc``, ``se``, ``cu`` on AMD)."""
+        hw = np.asarray(hw).astype(np.int64)
+        return [(name, (hw >> shift) & mask) if shift or mask != 0xFFFFFFFF else (name, hw) for name, shift, mask in self.hw_fields]
 
-def track_name(group: int, program: int, lane: int) -> str:
-    return f"p{program}" + (f" lane{lane}" if lane else "") + (f" [stream group {group}]" if group else "")
+
+def tid_stride(max_local: int) -> int:
+    """The power of ten above every local track id (at least 10,000): thread ids then read as
+    ``<pid><local id>`` in decimal."""
+    stride = 10_000
+    while stride <= max_local:
+        stride *= 10
+    return stride
+
+
+#: ``hw`` as the probes record it, by vendor (``schema.RECORD_DTYPE``): the SM on NVIDIA;
+#: ``(xcc << 16) | (se << 5) | (sh << 4) | cu`` on AMD.
+HW_FIELDS = {"nvidia": (("sm", 0, 0xFFFFFFFF),), "amd": (("xcc", 16, 0xFFFF), ("se", 5, 0x7FF), ("cu", 0, 0xF))}
+
+
+def hw_fields(devices) -> tuple:
+    """How the ranks' ``hw`` column is written: by their vendor (the raw ``hw`` when vendors mix)."""
+    vendors = {str((d or {}).get("vendor") or "nvidia") for d in devices}
+    if len(vendors) == 1 and next(iter(vendors)) in HW_FIELDS:
+        return HW_FIELDS[next(iter(vendors))]
+    return (("hw", 0, 0xFFFFFFFF),)
+
+
+def track_name(rank: int, group: int, program: int, lane: int) -> str:
+    """A workgroup's track: ``r<rank> p<program>`` (the rank in it too: a pinned track says
+    where it is), ``lane<k>`` for spans that overlap without nesting, the stream group."""
+    return f"r{rank} p{program}" + (f" lane{lane}" if lane else "") + (f" [stream group {group}]" if group else "")
+
+
+#: Names of waits, timeouts and notifies. The Perfetto UI colours a slice by a hash of its name
+#: without its digits: these read plainly and land on clearly different colours there (waiting
+#: red-orange, timed out dark magenta, releasing dark green).
+WAIT_NAME = "waiting for rank {peer}"
+TIMEOUT_NAME = "timed out waiting for rank {peer}"
+NOTIFY_NAME = "releasing rank {peer}"
+
+
+#: The Perfetto UI workspace ktrace's links open: the ranks in rank order.
+RANKS_WORKSPACE = "ranks in order"
+
+
+def ui_startup_commands(ranks) -> list[dict]:
+    """Perfetto UI startup commands (a link's ``startupCommands``) that open the trace in a
+    workspace listing the ranks in rank order, each with all its tracks.
+
+    The UI lists processes by how much they hold (slice count first; v52's process ordering
+    reads nothing a trace can set), so the default workspace shows the busiest rank first. The
+    commands are the UI's own, from its allow-list for links: make a workspace, copy each
+    rank's process into it in turn, switch to it.
+    """
+    cmds = [{"id": "dev.perfetto.CreateWorkspace", "args": [RANKS_WORKSPACE]}]
+    cmds += [{"id": "dev.perfetto.CopyTracksToWorkspaceByRegex", "args": [f"^rank {int(r)} · ", RANKS_WORKSPACE]} for r in sorted(ranks)]
+    return cmds + [{"id": "dev.perfetto.SwitchWorkspace", "args": [RANKS_WORKSPACE]}]
+
+
+def wait_name(peer: int, timed_out: bool) -> str:
+    return (TIMEOUT_NAME if timed_out else WAIT_NAME).format(peer=peer)
+
+
+def notify_name(peer: int) -> str:
+    return NOTIFY_NAME.format(peer=peer)
 
 
 def rank_title(rank: int, device: dict) -> str:

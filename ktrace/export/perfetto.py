@@ -34,6 +34,7 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
     EventName,
     InternedData,
     ProcessDescriptor,
+    ThreadDescriptor,
     Trace,
     TrackDescriptor,
     TrackEvent,
@@ -46,7 +47,8 @@ from ..events import Batch
 from ..schema import EventKind, is_timeout
 from . import _rows
 from . import pool as _pool
-from .layout import ACQUIRED, CLASS_KIND, COUNTER, INSTANT, NOTIFY, SPAN, WAIT, batch_flows, batch_lanes, event_class, track_name
+from .layout import (ACQUIRED, CLASS_KIND, COUNTER, HW_FIELDS, INSTANT, NOTIFY, SPAN, WAIT, batch_flows, batch_lanes, event_class,
+                     notify_name, track_name, wait_name)
 from .plan import TracePlan
 from .writer import write
 
@@ -61,14 +63,18 @@ _SEQ_CLEARED = TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 _SEQ_NEEDS = TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
 
 _CATEGORIES = {"span": 1, "wait": 2, "timeout": 3, "notify": 4, "mark": 5, "kernel": 6}
-#: Each class's arguments ``(name, column)``: what the schema names, then the SM.
-_CLASS_ARGS = {cls: schema.arg_fields(CLASS_KIND[cls]) + (("sm", "hw"),) for cls in (SPAN, INSTANT, WAIT, NOTIFY)}
+#: The arguments that say where an event ran, after its own (the ``hw`` fields follow: see
+#: ``RankPlan.hw_fields``).
+_WHERE = (("rank", "rank"), ("program", "program"), ("launch", "launch"))
+#: Each class's own arguments ``(name, column)``, as the schema names them.
+_OWN_ARGS = {cls: schema.arg_fields(CLASS_KIND[cls]) for cls in (SPAN, INSTANT, WAIT, NOTIFY)}
 #: Arguments written as strings (their codes' names, ``schema.ARG_VALUE_NAMES``), per class.
-_STR_ARGS = {cls: frozenset(n for n, _ in spec if (CLASS_KIND[cls], n) in schema.ARG_VALUE_NAMES) for cls, spec in _CLASS_ARGS.items()}
-#: The arguments of an ``acquired`` mark (where a wait's arrow ends).
-_ACQUIRED_ARGS = ("peer", "shift_ns", "sm")
+_STR_ARGS = {cls: frozenset(n for n, _ in spec if (CLASS_KIND[cls], n) in schema.ARG_VALUE_NAMES) for cls, spec in _OWN_ARGS.items()}
+#: The own arguments of an ``acquired`` mark (where a wait's arrow ends).
+_ACQUIRED_ARGS = (("peer", schema.arg_column(EventKind.WAIT, "peer")), ("shift_ns", "shift_ns"))
 #: Every argument name, interned once per sequence (the kernel slices' own last).
-_ARGS = tuple(dict.fromkeys([n for spec in _CLASS_ARGS.values() for n, _ in spec] + list(_ACQUIRED_ARGS) + ["launch", "events", "dropped"]))
+_ARGS = tuple(dict.fromkeys([n for spec in _OWN_ARGS.values() for n, _ in spec] + [n for n, _ in _ACQUIRED_ARGS] + [n for n, _ in _WHERE]
+                            + [n for f in HW_FIELDS.values() for n, _, _ in f] + ["hw", "events", "dropped"]))
 _ARG_IID = {name: i + 1 for i, name in enumerate(_ARGS)}
 
 
@@ -105,13 +111,12 @@ def _clock_snapshot(plan: TracePlan) -> bytes:
 
 
 def _process_descriptors(plan: TracePlan) -> bytes:
+    """Each rank's process, and its ``kernels`` track: the process's main thread (tid = pid)."""
     out = []
     for r, rp in sorted(plan.ranks.items()):
         pu = _proc_uuid(r)
-        out.append(_desc(uuid=pu, name=rp.name, process=ProcessDescriptor(pid=r + 1, process_name=rp.name),
-                         child_ordering=TrackDescriptor.EXPLICIT))
-        out.append(_desc(uuid=pu | 1, parent_uuid=pu, name="kernels", sibling_order_rank=1,
-                         sibling_merge_behavior=TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE))
+        out.append(_desc(uuid=pu, process=ProcessDescriptor(pid=rp.pid, process_name=rp.name)))
+        out.append(_desc(uuid=pu | 1, thread=ThreadDescriptor(pid=rp.pid, tid=rp.pid, thread_name="kernels")))
     return b"".join(out)
 
 
@@ -397,7 +402,10 @@ class _Writer:
         #: uuids of the tracks this writer has described
         self.described: set[int] = set()
         B, E, I, C = TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END, TrackEvent.TYPE_INSTANT, TrackEvent.TYPE_COUNTER
-        arg_names = {cls: tuple(a for a, _ in spec) for cls, spec in _CLASS_ARGS.items()}
+        # each class's arguments: its own, then where it ran (rank, program, launch, the hw fields)
+        where = tuple(n for n, _ in _WHERE) + tuple(n for n, _, _ in next(iter(plan.ranks.values())).hw_fields) if plan.ranks else ()
+        arg_names = {cls: tuple(a for a, _ in spec) + where for cls, spec in _OWN_ARGS.items()}
+        self.where = where
         t = {}
         for shape, typ in (("begin", B), ("instant", I)):
             t[(SPAN, shape)] = _Template(typ, ("span",), arg_names[SPAN], seq=seq, str_args=_STR_ARGS[SPAN])
@@ -406,7 +414,7 @@ class _Writer:
                 t[(WAIT, shape, to)] = _Template(typ, cats, arg_names[WAIT], seq=seq, str_args=_STR_ARGS[WAIT])
                 t[(WAIT, shape, to, "flow")] = _Template(typ, cats, arg_names[WAIT], flow="in", seq=seq, str_args=_STR_ARGS[WAIT])
             t[(NOTIFY, shape)] = _Template(typ, ("notify",), arg_names[NOTIFY], seq=seq, str_args=_STR_ARGS[NOTIFY])
-        t["acquired"] = _Template(I, ("wait",), _ACQUIRED_ARGS, flow="in", seq=seq)
+        t["acquired"] = _Template(I, ("wait",), tuple(n for n, _ in _ACQUIRED_ARGS) + where, flow="in", seq=seq)
         t["end"] = _Template(E, seq=seq, needs_state=False)
         t["counter"] = _Template(C, seq=seq, needs_state=False)
         self.pools = {k: _Pool(v) for k, v in t.items()}
@@ -440,13 +448,15 @@ class _Writer:
                 new_tids.append(tid0)
             self.described.add(pu | _COUNTER_BIT | code)
             out.append(_desc(self.seq, uuid=pu | _COUNTER_BIT | code, parent_uuid=pu | tid0,
-                             name=f"p{prog} {self.plan.region_name(region)}", counter=CounterDescriptor()))
+                             name=f"r{rp.rank} p{prog} {self.plan.region_name(region)}", counter=CounterDescriptor()))
         tracks = []
         for tid in sorted(set(new_tids)):
             self.described.add(pu | tid)
             g, prog, lane = rp.track(tid)
-            tracks.append(_desc(self.seq, uuid=pu | tid, parent_uuid=pu, name=track_name(g, prog, lane), sibling_order_rank=tid,
-                                sibling_merge_behavior=TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE))
+            # a thread of the rank's process: the process's summary row shows it, and the UI lists
+            # threads by tid (program order)
+            tracks.append(_desc(self.seq, uuid=pu | tid, thread=ThreadDescriptor(pid=rp.pid, tid=int(rp.thread_id(tid)),
+                                                                                 thread_name=track_name(rp.rank, g, prog, lane))))
         return tracks + out
 
     def batch(self, b: Batch, sink=None) -> list[bytes]:
@@ -474,6 +484,11 @@ class _Writer:
         n_out = np.bincount(out_rows, minlength=n_all) if out_rows.size else np.zeros(n_all, np.int64)
         out_start = np.cumsum(n_out) - n_out  # index of each row's first id in out_ids
         flow_out = n_out
+        # where each event ran, as argument columns (see _WHERE and RankPlan.hw_fields)
+        where = {"rank": np.full(n_all, rp.rank, np.int64), "program": ev["program"],
+                 "launch": b.per_row([plan.launches[li].index for li in b.launches])}
+        where.update(rp.hw_values(ev["hw"]))
+        where_cols = [where[n] for n in self.where]
         # packet groups: (pool key, timestamps, tracks, order type, tie-breaks k1 k2, fill columns)
         groups_: list[tuple] = []
         counter_codes = np.zeros(0, np.int64)
@@ -490,9 +505,9 @@ class _Writer:
                 names = self.names.ids(ev["region"][idx], region_name)
             elif cls == WAIT:
                 to = is_timeout(ev["flags"][idx]).astype(np.int64)
-                names = self.names.ids((ev["arg0"][idx].astype(np.int64) << 1) | to, lambda k: f"wait r{k >> 1}" + (" TIMEOUT" if k & 1 else ""))
+                names = self.names.ids((ev["arg0"][idx].astype(np.int64) << 1) | to, lambda k: wait_name(k >> 1, bool(k & 1)))
             else:
-                names = self.names.ids(ev["arg0"][idx], lambda k: f"notify r{k}")
+                names = self.names.ids(ev["arg0"][idx], notify_name)
             zero = e_ns[idx] == s_ns[idx]
             flows_ = flow_in if cls == WAIT else flow_out if cls == NOTIFY else None
             for shape, part in (("begin", np.flatnonzero(~zero)), ("instant", np.flatnonzero(zero))):
@@ -526,8 +541,9 @@ class _Writer:
                             continue
                         cols = {"nm": names[ppp]}
                         cols.update((f"fl{j}", f) for j, f in enumerate(fl if fl is not None else []))
-                        cols.update((f"v{i}", _arg_values(CLASS_KIND[cls], name, ev[col][rr]))
-                                    for i, (name, col) in enumerate(_CLASS_ARGS[cls]))
+                        own = _OWN_ARGS[cls]
+                        cols.update((f"v{i}", _arg_values(CLASS_KIND[cls], name, ev[col][rr])) for i, (name, col) in enumerate(own))
+                        cols.update((f"v{len(own) + i}", w[rr]) for i, w in enumerate(where_cols))
                         typ = 2 if shape == "begin" else 1
                         for part, fixed in _split_fixed(cols):
                             r_ = rr if part is None else rr[part]
@@ -538,7 +554,8 @@ class _Writer:
         marks = np.flatnonzero(flows["marker"])
         if marks.size:
             cols = {"nm": np.full(marks.size, self.names.ids(np.zeros(1, np.int64), lambda k: ACQUIRED)[0]), "fl0": flows["in_ids"][marks],
-                    "v0": ev[schema.arg_column(EventKind.WAIT, "peer")][marks], "v1": flows["shift_ns"][marks], "v2": ev["hw"][marks]}
+                    "v0": ev[schema.arg_column(EventKind.WAIT, "peer")][marks], "v1": flows["shift_ns"][marks]}
+            cols.update((f"v{2 + i}", w[marks]) for i, w in enumerate(where_cols))
             groups_.append(("acquired", flows["mark_ns"][marks] - plan.base_ns, uuids[marks], 1, np.zeros(marks.size, np.int64), marks,
                             cols, None))
         head = []
@@ -586,7 +603,8 @@ def _kernels(plan: TracePlan) -> bytes:
             continue
         name = lp.kernel + (f" ({lp.dropped} DROPPED)" if lp.dropped else "")
         uu = _proc_uuid(lp.rank) | 1
-        anns = [{"name_iid": _ARG_IID["launch"], "int_value": lp.index}, {"name_iid": _ARG_IID["events"], "int_value": lp.n_events},
+        anns = [{"name_iid": _ARG_IID["rank"], "int_value": lp.rank}, {"name_iid": _ARG_IID["launch"], "int_value": lp.index},
+                {"name_iid": _ARG_IID["events"], "int_value": lp.n_events},
                 {"name_iid": _ARG_IID["dropped"], "int_value": lp.dropped}]
         out.append(_ser(TracePacket(timestamp=lp.start_ns - plan.base_ns, trusted_packet_sequence_id=_EVENT_SEQ, sequence_flags=_SEQ_NEEDS,
                                     track_event=TrackEvent(type=TrackEvent.TYPE_SLICE_BEGIN, track_uuid=uu, name=name,

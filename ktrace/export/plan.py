@@ -28,7 +28,7 @@ from ..clock.model import ClockModel, clock_model_of
 from ..events import Batch, launch_refs, make_batches, read_batch, record_slots
 from ..schema import EventKind, arg_column, is_timeout
 from . import pool as _pool
-from .layout import RankPlan, rank_title
+from .layout import RankPlan, hw_fields, rank_title, tid_stride
 
 #: The columns the writers use, as the store keeps them (the narrowest type that holds each:
 #: a counter's 64-bit value lives in ``arg0``).
@@ -239,8 +239,11 @@ def _plan(capture, model: ClockModel, refs: list, workers: int, batches: list, s
                 group_end.append(lp.end_ns)
         n_groups[r] = max(1, len(group_end))
     counter_regions = np.unique(np.concatenate(counter_regions))
+    max_programs = {r: max([lp.n_programs for lp in launches if lp.rank == r], default=1) for r in capture.ranks}
+    stride = tid_stride(max(((n_groups[r] * max_programs[r]) << 8) + 2 + 255 for r in capture.ranks) if capture.ranks else 0)
+    hw = hw_fields(rc.device for rc in capture.ranks.values())
     ranks = {r: RankPlan(rank=r, name=rank_title(r, rc.device), n_groups=n_groups[r], counter_regions=counter_regions,
-                         max_programs=max([lp.n_programs for lp in launches if lp.rank == r], default=1))
+                         max_programs=max_programs[r], tid_stride=stride, hw_fields=hw)
              for r, rc in sorted(capture.ranks.items())}
     flows = _plan_flows(capture, refs, batches, store, pool)
     return TracePlan(
