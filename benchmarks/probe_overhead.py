@@ -1,11 +1,10 @@
-"""Probe overhead on the design brief's worst case: a 64 Mi-element fp32 copy, 1024 elements per
-program (65,536 programs), one span per program; and a denser case, 4 spans per program.
+"""Probe overhead: the design brief's worst case (a copy) and hand-off-bound kernels.
 
-Every variant is timed side by side in one run: the launches are interleaved round-robin
-(untraced, traced, untraced, traced, ...) and each is timed with CUDA events; medians over
-``--reps`` repetitions after ``--warmup`` ones. Ratios are traced / untraced medians.
+``--suite copy`` (one GPU, the default): a 64 Mi-element fp32 copy, 1024 elements per program
+(65,536 programs), one span per program; and a denser case, 4 spans per program. Launches are
+interleaved round-robin and each is timed with CUDA events; medians over ``--reps`` repetitions
+after ``--warmup`` ones; ratios are traced / untraced medians. Variants:
 
-Variants:
     untraced      KTRACE=0: the kernel with its probes compiled away
     traced        KTRACE=N with a preallocated buffer (the kernel's own cost)
     decorated     through @ktrace.trace inside ktrace.capture(): adds the per-launch buffer
@@ -13,7 +12,32 @@ Variants:
     proton        Triton's Proton instrumentation (enter/exit scope) on the same copy, with
                   its own untraced baseline timed in the same phase, when Proton runs here
 
+Hand-off-bound suites (``benchmarks/handoff_kernels.py``; two ranks, launched with
+``python -m ktrace.testing.launch -n 2 -- python benchmarks/probe_overhead.py --suite ...``):
+
+    handoff   a ping-pong (200 round trips), a tile pipeline (16 x 128 KiB, 64 x 32 KiB,
+              256 x 8 KiB per launch) and a 132-program fan-in (50 rounds), each untraced and
+              with one probe kind switched on at a time ("waits", "notifies", "signals" = both,
+              "spans", "spans x4", "marks", "counters", "all", and "on, no probe": tracing on,
+              no probe executed)
+    diag      the ping-pong with raw operations at the hand-off instead of probes
+              (handoff_kernels.DIAG_NAMES): what a store or a timer read costs there
+    a2a       the MoE all-to-all (GPU MODE shape) with controls: an untraced twin (A/A),
+              traced, traced into one slot per program (probes run, nothing stored), each call
+              split into dispatch and combine; ``--baseline`` adds all_to_all_single
+    cost      cycles per probe in a loop of 1000 (one GPU; rank 0)
+    local     the ping-pong between two programs of one GPU (rank 0; also what ncu profiles)
+
+Suites combine with commas. Variants of a case are timed side by side by
+``instrumented_kernels.harness.time_interleaved`` (rotating order, GPUs lined up before each
+batch, the slowest rank per repetition); a ratio is the median over repetitions of that
+repetition's variant / untraced time, with its 10th-90th percentile spread. Every variant's
+result is checked (received data against the sender's, flag and counter values, no timeout) and
+every traced variant's buffer decoded: all events present, none dropped, none ending before it
+starts.
+
     python benchmarks/probe_overhead.py [--reps 200] [--json out.json]
+    python -m ktrace.testing.launch -n 2 -- python benchmarks/probe_overhead.py --suite handoff,diag,a2a,cost,local --baseline
 """
 
 from __future__ import annotations
@@ -22,6 +46,10 @@ import argparse
 import json
 import statistics
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
 import triton
@@ -202,19 +230,515 @@ def _proton(x, y, grid, block, reps, warmup, config=0) -> dict:
         return {"error": f"{type(e).__name__}: {e}"}
 
 
+# ---------------------------------------------------------------------------------------------
+# Hand-off-bound suite: ping-pong, tile pipeline, fan-in (2 ranks; benchmarks/handoff_kernels.py)
+# ---------------------------------------------------------------------------------------------
+
+#: GPU cycles the stream sleeps before each timed batch (as benchmarks/kernels.py): device time.
+HOLD_CYCLES = 5_000_000
+
+#: Probe variants of each hand-off kernel: name -> compile-time switches. "untraced" is KTRACE=0;
+#: every other variant is a traced launch (KTRACE = its slots) into a preallocated buffer.
+PINGPONG_VARIANTS = {
+    "untraced": {},
+    "on, no probe": {},
+    "waits": {"WAITS": True},
+    "notifies": {"NOTIFIES": True},
+    "signals": {"WAITS": True, "NOTIFIES": True},
+    "spans": {"SPANS": 1},
+    "marks": {"MARKS": True},
+    "counters": {"COUNTERS": True},
+    "all": {"WAITS": True, "NOTIFIES": True, "SPANS": 1, "MARKS": True},
+}
+PIPELINE_VARIANTS = {
+    "untraced": {},
+    "on, no probe": {},
+    "signals": {"WAITS": True, "NOTIFIES": True},
+    "spans": {"SPANS": 1},
+    "spans x4": {"SPANS": 4},
+    "all": {"WAITS": True, "NOTIFIES": True, "SPANS": 1},
+}
+FANIN_VARIANTS = {
+    "untraced": {},
+    "signals": {"WAITS": True, "NOTIFIES": True},
+    "spans": {"SPANS": 1},
+    "all": {"WAITS": True, "NOTIFIES": True, "SPANS": 1},
+}
+#: Ping-pong with raw operations at each hand-off instead of probes (untraced launches).
+DIAG_VARIANTS = {"untraced": {}, **{f"diag {d}": {"DIAG": d} for d in range(1, 7)}}
+
+#: Pipeline shapes: (tiles, KiB per tile); 2 MiB per launch each.
+PIPELINE_SHAPES = [(16, 128), (64, 32), (256, 8)]
+
+
+def _slots_per_round(sw: dict) -> int:
+    """Event slots one round (ping-pong, fan-in) or tile (pipeline) takes in a program, at most
+    (a WAIT or NOTIFY takes two: the event and its DETAIL record)."""
+    return 2 * bool(sw.get("WAITS")) + 2 * bool(sw.get("NOTIFIES")) + sw.get("SPANS", 0) + bool(sw.get("MARKS")) + bool(sw.get("COUNTERS"))
+
+
+def _events_per_round(sw: dict) -> int:
+    """Events one round of one program records (ping-pong, fan-in)."""
+    return bool(sw.get("WAITS")) + bool(sw.get("NOTIFIES")) + sw.get("SPANS", 0) + bool(sw.get("MARKS")) + bool(sw.get("COUNTERS"))
+
+
+class _Epochs:
+    """The launch counter of a case's flags, shared by all its variants (flags are never reset)."""
+
+    def __init__(self):
+        self.epoch = 0
+
+    def next(self) -> int:
+        self.epoch += 1
+        return self.epoch
+
+
+def _decode(buf, n_programs: int, capacity: int):
+    """Decode a preallocated buffer (the header is written here: a direct launch has none)."""
+    import numpy as np
+
+    from ktrace.decode import decode_buffer
+
+    nbytes = schema.buffer_bytes(n_programs, capacity)
+    raw = buf.cpu().numpy().view(np.uint8)[:nbytes].copy()
+    hdr = schema.Header(timer=schema.TimerKind.NV_GLOBALTIMER, tick_hz=10**9, capacity=capacity, n_programs=n_programs, grid=(n_programs, 1, 1))
+    raw[:64] = np.frombuffer(hdr.to_bytes(), np.uint8)
+    return decode_buffer(raw)
+
+
+def _check_records(name: str, buf, n_programs: int, capacity: int, expected: int) -> None:
+    """Every record of a traced launch is there, none dropped, none ends before it starts."""
+    d = _decode(buf, n_programs, capacity)
+    ev = d.events
+    bad = int((ev["end"] < ev["start"]).sum()) if len(ev) else 0
+    if d.written != expected or d.dropped or bad:
+        raise SystemExit(f"{name}: decoded {d.written} events (expected {expected}), {d.dropped} dropped, {bad} ending before their start")
+
+
+def _variant_launchers(kernel, variants: dict, grid, args_fn, slots_fn, n_programs: int, device, num_warps: int, fixed: dict):
+    """name -> (launch(), buffer, slots) for each variant; ``args_fn(epoch)`` gives the runtime args."""
+    import torch
+
+    out = {}
+    ep = fixed.pop("_epochs")
+    for name, sw in variants.items():
+        if not (_slots_per_round(sw) or name == "on, no probe"):  # untraced (diagnostics too)
+            def fn(sw=sw):
+                kernel[grid](*args_fn(ep.next()), **fixed, **sw, num_warps=num_warps)
+            out[name] = (fn, None, 0)
+            continue
+        slots = slots_fn(sw)
+        buf = torch.zeros((schema.buffer_bytes(n_programs, slots) + 7) // 8, dtype=torch.int64, device=device)
+
+        def fn(sw=sw, buf=buf, slots=slots):
+            kernel[grid](*args_fn(ep.next()), **fixed, **sw, num_warps=num_warps, ktrace_buf=buf, KTRACE=slots)
+
+        out[name] = (fn, buf, slots)
+    return out
+
+
+def _time_case(dist, H, case: str, launchers: dict, reps: int, warmup: int, batch: int, handoffs: int, plans=()) -> list[dict]:
+    """Compile every variant on every rank, run each once, then time them interleaved."""
+    import torch
+    import torch.distributed as tdist
+
+    with H.compile_only(*plans):
+        for fn, _, _ in launchers.values():
+            fn()
+    tdist.barrier()
+    t = H.time_interleaved({k: v[0] for k, v in launchers.items()}, reps, warmup, dist=dist, batch=batch, hold_cycles=HOLD_CYCLES)
+    torch.cuda.synchronize()
+    rows = []
+    u = t["untraced"]
+    for name in launchers:
+        tv = t[name]
+        row = {"case": case, "variant": name, "median_us": tv.median_us, "p10_us": tv.p10_us, "p90_us": tv.p90_us, "handoffs": handoffs}
+        if name != "untraced":
+            med, p10, p90 = H.paired_ratio(t, name, "untraced")
+            row.update(ratio=med, ratio_p10=p10, ratio_p90=p90, extra_ns_per_handoff=1000.0 * (tv.median_us - u.median_us) / handoffs)
+        rows.append(row)
+    return rows
+
+
+def _pingpong_case(dist, H, heap, variants: dict, rounds: int, reps: int, warmup: int, case: str) -> list[dict]:
+    import torch
+    import torch.distributed as tdist
+
+    import handoff_kernels as hk
+
+    flag = heap.zeros(1, dtype=torch.int32, name=f"{case}.flag")
+    scratch = torch.zeros(16, dtype=torch.int64, device=dist.device)
+    heap.barrier()
+    ep = _Epochs()
+    peer = dist.rank ^ 1
+    first = int(dist.rank % 2 == 0)
+    launchers = _variant_launchers(
+        hk.pingpong, variants, (1,), lambda e: (flag, scratch, rounds, e, dist.rank, peer, first, heap.bases),
+        lambda sw: max(1, rounds * _slots_per_round(sw)), 1, dist.device, 4, {"_epochs": ep},
+    )
+    rows = _time_case(dist, H, case, launchers, reps, warmup, 1, 2 * rounds, plans=(ep,))
+    torch.cuda.synchronize()
+    heap.check()
+    seen = int(flag.item())
+    tdist.barrier()  # the peer's next launch would move the flag on
+    if seen != ep.epoch * rounds:
+        raise SystemExit(f"{case}: flag holds {seen}, expected {ep.epoch * rounds}")
+    for name, (fn, buf, slots) in launchers.items():
+        if buf is not None:
+            buf.zero_()
+            fn()
+            torch.cuda.synchronize()
+            _check_records(f"{case}/{name}", buf, 1, slots, rounds * _events_per_round(variants[name]))
+    return rows
+
+
+def _pipeline_case(dist, H, heap, variants: dict, tiles: int, tile_kib: int, reps: int, warmup: int, case: str) -> list[dict]:
+    import torch
+
+    import handoff_kernels as hk
+
+    BLOCK = 512
+    tile_elems = tile_kib * 256
+    n = tiles * tile_elems
+    dst = heap.zeros(2 * n, dtype=torch.float32, name=f"{case}.dst")
+    flags = heap.zeros(tiles, dtype=torch.int32, name=f"{case}.flags")
+    heap.barrier()
+    seed = H.fresh_seed(dist)
+    peer = dist.rank ^ 1
+    gen = lambda r: torch.randn(n, generator=torch.Generator(device=dist.device).manual_seed(seed + r), device=dist.device)  # noqa: E731
+    src, want = gen(dist.rank), gen(peer)
+    out = H.poison(torch.empty(n, dtype=torch.float32, device=dist.device))
+    ep = _Epochs()
+    launchers = _variant_launchers(
+        hk.pipeline, variants, (2,), lambda e: (src, dst, out, flags, tiles, tile_elems, e, dist.rank, peer, heap.bases),
+        lambda sw: max(1, tiles * _slots_per_round(sw)), 2, dist.device, 4, {"_epochs": ep, "BLOCK": BLOCK},
+    )
+    rows = _time_case(dist, H, case, launchers, reps, warmup, max(1, 8 * 16 // tiles), tiles, plans=(ep,))
+    for name, (fn, buf, slots) in launchers.items():
+        H.poison(out)
+        if buf is not None:
+            buf.zero_()
+        fn()
+        torch.cuda.synchronize()
+        heap.check()
+        if not torch.equal(out, want):
+            raise SystemExit(f"{case}/{name}: the tiles received differ from the peer's source")
+        if buf is not None:
+            sw = variants[name]  # producer: notify + spans per tile; consumer: wait + spans
+            per_tile = bool(sw.get("WAITS")) + bool(sw.get("NOTIFIES")) + 2 * sw.get("SPANS", 0)
+            _check_records(f"{case}/{name}", buf, 2, slots, tiles * per_tile)
+    return rows
+
+
+def _fanin_case(dist, H, heap, variants: dict, rounds: int, reps: int, warmup: int, case: str) -> list[dict]:
+    import torch
+    import torch.distributed as tdist
+
+    import handoff_kernels as hk
+
+    CHUNK = 256
+    nprog = torch.cuda.get_device_properties(dist.device).multi_processor_count
+    dst = heap.zeros(nprog * CHUNK, dtype=torch.float32, name=f"{case}.dst")
+    counter = heap.zeros(1, dtype=torch.int32, name=f"{case}.counter")
+    heap.barrier()
+    seed = H.fresh_seed(dist)
+    peer = dist.rank ^ 1
+    gen = lambda r: torch.randn(nprog * CHUNK, generator=torch.Generator(device=dist.device).manual_seed(seed + r), device=dist.device)  # noqa: E731
+    src, want = gen(dist.rank), gen(peer)
+    ep = _Epochs()
+    launchers = _variant_launchers(
+        hk.fanin, variants, (nprog,), lambda e: (src, dst, counter, rounds, e, dist.rank, peer, nprog, heap.bases),
+        lambda sw: max(1, rounds * _slots_per_round(sw)), nprog, dist.device, 4, {"_epochs": ep, "CHUNK": CHUNK},
+    )
+    rows = _time_case(dist, H, case, launchers, reps, warmup, 4, rounds, plans=(ep,))
+    torch.cuda.synchronize()
+    heap.check()
+    same, seen = torch.equal(dst, want), int(counter.item())
+    tdist.barrier()  # the peer's next launch would add to the counter
+    if not same:
+        raise SystemExit(f"{case}: the chunks received differ from the peer's source")
+    if seen != nprog * rounds * ep.epoch:
+        raise SystemExit(f"{case}: counter {seen}, expected {nprog * rounds * ep.epoch}")
+    for name, (fn, buf, slots) in launchers.items():
+        if buf is not None:
+            buf.zero_()
+            fn()
+            torch.cuda.synchronize()
+            _check_records(f"{case}/{name}", buf, nprog, slots, nprog * rounds * _events_per_round(variants[name]))
+    return rows
+
+
+def handoff_suite(dist, H, reps: int, warmup: int, which: str = "handoff", quick: bool = False) -> list[dict]:
+    """The hand-off-bound suite (``which="handoff"``) or the ping-pong diagnostics (``"diag"``)."""
+    heap = H.heap(64 << 20)
+    rows: list[dict] = []
+    if which == "diag":
+        return _pingpong_case(dist, H, heap, DIAG_VARIANTS, 200, reps, warmup, "ping-pong, raw ops")
+    rows += _pingpong_case(dist, H, heap, PINGPONG_VARIANTS, 200, reps, warmup, "ping-pong x200")
+    for tiles, kib in PIPELINE_SHAPES[:1] if quick else PIPELINE_SHAPES:
+        rows += _pipeline_case(dist, H, heap, PIPELINE_VARIANTS, tiles, kib, reps, warmup, f"pipeline {tiles} x {kib} KiB")
+    rows += _fanin_case(dist, H, heap, FANIN_VARIANTS, 50, reps, warmup, "fan-in x50")
+    return rows
+
+
+def _a2a_suite(dist, H, reps: int, warmup: int, baseline: bool) -> list[dict]:
+    """The all-to-all (gpumode shape) with controls: an untraced twin (A/A), traced at its default
+    density, traced into one slot per program (every probe runs, every record is counted
+    dropped), each call split into dispatch and combine by CUDA events."""
+    import torch
+    import torch.distributed as tdist
+
+    from instrumented_kernels.all_to_all import baseline as a2a_base
+    from instrumented_kernels.all_to_all.kernel import MoEAllToAll, MoEConfig
+    from instrumented_kernels.all_to_all.reference import check_combine, expert_scales, generate_input
+
+    W, r = dist.world_size, dist.rank
+    sh = {"max_tokens": 256, "hidden": 7168, "num_experts": 256, "topk": 8}
+    cfg = MoEConfig(**sh)
+    plan = MoEAllToAll(H.heap(MoEAllToAll.heap_bytes(cfg, W)), cfg)
+    seed = H.fresh_seed(dist)
+    inp = generate_input(r, W, seed, device=dist.device, **sh)
+    scales_all = expert_scales(seed, cfg.num_experts, cfg.hidden, dist.device)
+    scales = scales_all[r * plan.EL : (r + 1) * plan.EL].contiguous()
+    sd, sc = plan.slots("dispatch"), plan.slots("combine")
+    bufs = {k: (H.trace_buffer(plan.nprog, n_d, dist.device), H.trace_buffer(plan.nprog, n_c, dist.device), n_d, n_c)
+            for k, n_d, n_c in (("traced", sd, sc), ("traced, 1 slot", 1, 1))}
+    outs = {}
+
+    def variant(name):
+        out = outs.setdefault(name, H.poison(torch.empty_like(inp["x"])))
+        kw_d, kw_c = {}, {}
+        if name in bufs:
+            bd, bc, n_d, n_c = bufs[name]
+            kw_d, kw_c = {"ktrace_buf": bd, "ktrace_slots": n_d}, {"ktrace_buf": bc, "ktrace_slots": n_c}
+        return (lambda: plan.dispatch(inp["x"], inp["topk_idx"], inp["topk_w"], inp["m"], **kw_d)), (lambda: plan.combine(scales, out, **kw_c))
+
+    names = ["untraced", "untraced (twin)", "traced", "traced, 1 slot"]
+    fns = {n: variant(n) for n in names}
+    if baseline:
+        fns["baseline"] = (lambda: a2a_base.dispatch_combine(inp, scales, r, W, plan.EL), lambda: None)
+        names.append("baseline")
+    for d, c in fns.values():
+        d()
+        c()
+    torch.cuda.synchronize()
+    plan.heap.check()
+    for n in outs:
+        check_combine(outs[n], inp, scales_all, rank=r)
+    batch = 10
+    token = torch.zeros(1, device=dist.device)
+    samples = {n: ([], []) for n in names}
+
+    def one(n, ev=None):
+        torch.cuda._sleep(HOLD_CYCLES)
+        tdist.all_reduce(token)
+        d, c = fns[n]
+        for _ in range(batch):
+            if ev is not None:
+                ev.append(torch.cuda.Event(enable_timing=True))
+                ev[-1].record()
+            d()
+            if ev is not None:
+                ev.append(torch.cuda.Event(enable_timing=True))
+                ev[-1].record()
+            c()
+        if ev is not None:
+            ev.append(torch.cuda.Event(enable_timing=True))
+            ev[-1].record()
+
+    for w in range(warmup):
+        for i in range(len(names)):
+            one(names[(w + i) % len(names)])
+    torch.cuda.synchronize()
+    tdist.barrier()
+    recs = {n: [] for n in names}
+    for rep in range(reps):
+        for i in range(len(names)):
+            n = names[(rep + i) % len(names)]
+            ev = []
+            one(n, ev)
+            recs[n].append(ev)
+    torch.cuda.synchronize()
+    for n in names:
+        for ev in recs[n]:
+            disp = sum(ev[2 * k].elapsed_time(ev[2 * k + 1]) for k in range(batch)) * 1000 / batch
+            tot = ev[0].elapsed_time(ev[-1]) * 1000 / batch
+            samples[n][0].append(disp)
+            samples[n][1].append(tot)
+    t = torch.tensor([samples[n][0] for n in names] + [samples[n][1] for n in names], dtype=torch.float64, device=dist.device)
+    tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
+    t = t.tolist()
+    k = len(names)
+    rows = []
+    tot_u, disp_u = t[k], t[0]
+    for i, n in enumerate(names):
+        tot, disp = t[k + i], t[i]
+        comb = [a - b for a, b in zip(tot, disp)]
+        comb_u = [a - b for a, b in zip(tot_u, disp_u)]
+        q = lambda xs: H._quantiles(xs)  # noqa: E731
+        row = {"case": "all-to-all gpumode", "variant": n, "median_us": q(tot)[0], "p10_us": q(tot)[1], "p90_us": q(tot)[2],
+               "dispatch_us": q(disp)[0], "combine_us": q(comb)[0]}
+        if i:
+            row["ratio"], row["ratio_p10"], row["ratio_p90"] = q([a / b for a, b in zip(tot, tot_u)])
+            row["dispatch_ratio"] = q([a / b for a, b in zip(disp, disp_u)])[0]
+            row["combine_ratio"] = q([a / b for a, b in zip(comb, comb_u)])[0]
+        rows.append(row)
+    return rows
+
+
+def _local_suite(reps: int, variants: dict, rounds: int = 500) -> list[dict]:
+    """Ping-pong between programs 0 and 1 of one launch on one GPU (no NVLink): a hand-off is an
+    L2 round trip, the probes' share is larger; one process, no peer (also for ``ncu``)."""
+    import torch
+
+    import handoff_kernels as hk
+    from ktrace.shmem.codes import ERROR_BLOCK_BYTES
+
+    dev = torch.device("cuda")
+    err = torch.zeros(ERROR_BLOCK_BYTES // 4 + 64, dtype=torch.int32, device=dev)
+    bases = torch.tensor([err.data_ptr()], dtype=torch.int64, device=dev)
+    flag = torch.zeros(64, dtype=torch.int32, device=dev)[32:]
+    scratch = torch.zeros(16, dtype=torch.int64, device=dev)
+    ep = _Epochs()
+    fns = {}
+    for name, sw in variants.items():
+        slots = max(1, rounds * _slots_per_round(sw))
+        buf = None if not (_slots_per_round(sw) or name == "on, no probe") else torch.zeros((schema.buffer_bytes(2, slots) + 7) // 8, dtype=torch.int64, device=dev)
+        extra = {} if buf is None else {"ktrace_buf": buf, "KTRACE": slots}
+
+        def fn(sw=sw, extra=extra):
+            hk.pingpong[(2,)](flag, scratch, rounds, ep.next(), 0, 0, 0, bases, LOCAL=True, **sw, **extra, num_warps=4)
+
+        fns[name] = fn
+    t = _median_times(fns, reps, 3)
+    torch.cuda.synchronize()
+    if int(err[0].item()):
+        raise SystemExit("local ping-pong: a wait timed out")
+    if int(flag[0].item()) != ep.epoch * rounds:
+        raise SystemExit(f"local ping-pong: flag {int(flag[0].item())}, expected {ep.epoch * rounds}")
+    rows = []
+    u = t["untraced"]["median_us"]
+    for name in variants:
+        m = t[name]["median_us"]
+        rows.append({"case": f"local ping-pong x{rounds}", "variant": name, "median_us": m, "p10_us": t[name]["p10_us"], "p90_us": t[name]["p90_us"],
+                     "handoffs": 2 * rounds, "ratio": m / u, "extra_ns_per_handoff": 1000.0 * (m - u) / (2 * rounds)})
+    return rows
+
+
+def _cost_suite() -> list[dict]:
+    """Cycles and ns per probe in a loop of 1000 (one program of 4 warps, records kept)."""
+    import torch
+
+    import handoff_kernels as hk
+
+    n = 1000
+    dev = torch.device("cuda")
+    out = torch.zeros(4, dtype=torch.int64, device=dev)
+    buf = torch.zeros((schema.buffer_bytes(1, 2 * n) + 7) // 8, dtype=torch.int64, device=dev)
+    rows = []
+    names = {0: "empty loop", 1: "timer read", 2: "mark", 3: "span (begin + end)", 4: "counter", 5: "wait record", 6: "notify record"}
+    for kind, name in names.items():
+        res = []
+        for _ in range(5):
+            hk.probe_cost[(1,)](out, n, KIND=kind, ktrace_buf=buf, KTRACE=2 * n, num_warps=4)
+            torch.cuda.synchronize()
+            res.append((int(out[0]) / n, int(out[1]) / n))
+        res.sort()
+        rows.append({"case": "probe in a loop", "variant": name, "cycles": res[2][0], "ns": res[2][1]})
+    return rows
+
+
+def _print_rows(rows: list[dict]) -> None:
+    print(f"{'case':<26}{'variant':<18}{'µs (p10-p90)':>26}{'ratio (p10-p90)':>26}{'ns/hand-off':>13}")
+    for r in rows:
+        if "cycles" in r:
+            print(f"{r['case']:<26}{r['variant']:<18}{r['cycles']:>14.1f} cycles{r['ns']:>10.1f} ns")
+            continue
+        us = f"{r['median_us']:.2f} ({r['p10_us']:.2f}-{r['p90_us']:.2f})"
+        ratio = f"{r['ratio']:.4f}" + (f" ({r['ratio_p10']:.4f}-{r['ratio_p90']:.4f})" if "ratio_p10" in r else "") if "ratio" in r else "-"
+        extra = f"{r['extra_ns_per_handoff']:+.1f}" if "extra_ns_per_handoff" in r else ""
+        tail = ""
+        if "dispatch_us" in r:
+            tail = f"  dispatch {r['dispatch_us']:.1f} µs combine {r['combine_us']:.1f} µs"
+            if "dispatch_ratio" in r:
+                tail += f" (ratios {r['dispatch_ratio']:.4f} / {r['combine_ratio']:.4f})"
+        print(f"{r['case']:<26}{r['variant']:<18}{us:>26}{ratio:>26}{extra:>13}{tail}")
+    sys.stdout.flush()
+
+
+SUITES = ("copy", "handoff", "diag", "a2a", "local", "cost")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--reps", type=int, default=200)
-    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--suite", default="copy",
+                    help="comma-separated, of: copy: the worst-case copy (one GPU); handoff: ping-pong, pipeline, fan-in "
+                         "(2 ranks, launched with ktrace.testing.launch); diag: the ping-pong with raw operations instead "
+                         "of probes (2 ranks); a2a: the all-to-all with controls (2 ranks); local: ping-pong inside one GPU; "
+                         "cost: cycles per probe in a loop (one GPU)")
+    ap.add_argument("--reps", type=int, default=None, help="timed repetitions (default 200 for copy, 30 otherwise)")
+    ap.add_argument("--warmup", type=int, default=None)
     ap.add_argument("--elems", type=int, default=64 * 2**20)
     ap.add_argument("--block", type=int, default=1024)
+    ap.add_argument("--quick", action="store_true", help="handoff: one pipeline shape only")
+    ap.add_argument("--baseline", action="store_true", help="a2a: also time the all_to_all_single baseline in the rotation")
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--proton-only", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--no-proton", action="store_true", help="skip the Proton reference")
     a = ap.parse_args(argv)
+    suites = a.suite.split(",")
+    bad = [x for x in suites if x not in SUITES]
+    if bad:
+        ap.error(f"unknown suite(s) {bad}; choose from {SUITES}")
     if not torch.cuda.is_available():
         print("probe_overhead: needs a GPU", file=sys.stderr)
         return 2
+    if suites == ["copy"]:
+        a.reps = a.reps or 200
+        a.warmup = 20 if a.warmup is None else a.warmup
+        return _copy_main(a)
+    if "copy" in suites:
+        ap.error("run the copy suite on its own")
+    reps, warmup = a.reps or 30, 5 if a.warmup is None else a.warmup
+    rows: list[dict] = []
+    if set(suites) <= {"local", "cost"}:
+        for x in suites:
+            rows += (_local_suite(reps, PINGPONG_VARIANTS) + _local_suite(reps, DIAG_VARIANTS)) if x == "local" else _cost_suite()
+        print(f"device: {torch.cuda.get_device_name()}, one GPU; medians of {reps} after warm-up")
+        _print_rows(rows)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+        return 0
+    from instrumented_kernels import harness as H
+
+    dist = H.setup()
+    if dist.world_size < 2 or dist.world_size % 2:
+        raise SystemExit(f"--suite {a.suite} needs an even number of ranks (pairs r, r ^ 1), got {dist.world_size}")
+    for x in suites:
+        if x == "a2a":
+            rows += _a2a_suite(dist, H, reps, warmup, a.baseline)
+        elif x in ("handoff", "diag"):
+            rows += handoff_suite(dist, H, reps, warmup, x, a.quick)
+        elif dist.rank == 0:  # one-GPU suites, on rank 0 while the others wait
+            rows += (_local_suite(reps, PINGPONG_VARIANTS) + _local_suite(reps, DIAG_VARIANTS)) if x == "local" else _cost_suite()
+        if dist.rank == 0:
+            print(f"[{x} done]", flush=True)
+    if dist.rank == 0:
+        print(f"device: {H.device_name()} x {dist.world_size} ranks; medians of {reps} interleaved repetitions after "
+              f"{warmup} warm-up; per repetition the slowest rank; ratio = variant / untraced, paired per repetition")
+        _print_rows(rows)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump({"device": H.device_name(), "world_size": dist.world_size, "rows": rows}, f, indent=1)
+    import torch.distributed as tdist
+
+    tdist.barrier()
+    tdist.destroy_process_group()
+    return 0
+
+
+def _copy_main(a) -> int:
     if a.proton_only is not None:
         x = torch.randn(a.elems, device="cuda")
         print(json.dumps(_proton(x, torch.empty_like(x), (a.elems // a.block,), a.block, a.reps, a.warmup, a.proton_only)))

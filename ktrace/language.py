@@ -36,14 +36,25 @@ Timestamps
       operation of the wavefront, so a timestamp follows the completion of earlier loads (and
       the acknowledgement of earlier stores). This costs the latency of whatever is in flight.
 
-Cost (per probe, per program)
-    ``begin``: one timer read (a few tens of cycles), nothing written.
-    ``end`` / ``mark`` / ``counter``: one timer read, a few integer ops, and four 8-byte stores
-    issued by one thread to one 32-byte sector, predicated on the slot being free; on overflow,
-    a 4-byte store of the dropped count instead. One thread writes every word of a record, so
-    its start and end are that thread's own readings.
-    ``init``: one read of the SM id (NVIDIA) or HW_ID/XCC_ID registers (AMD) and the grid size.
-    Events carrying a DETAIL record (waits, notifies) store 64 bytes (eight stores).
+Cost (per probe, per program; cycles measured in a loop on an H200, see docs/probes.md)
+    ``begin``: one timer read (12 cycles), nothing written.
+    ``end`` / ``mark`` / ``counter``: one timer read, a few integer ops and, on NVIDIA, one asm
+    block in which thread 0 stores the 32-byte record as two 16-byte stores when its slot is
+    free, or the 4-byte dropped count when it is not (about 72 cycles in all); on AMD four 8-byte
+    scalar stores. One thread writes every word of a record, so its start and end are that
+    thread's own readings.
+    ``init``: one read of the SM id (NVIDIA) or HW_ID/XCC_ID registers (AMD), the grid size, and
+    (NVIDIA) whether this thread is thread 0, read once so that no record re-reads it.
+    Events carrying a DETAIL record (waits, notifies) store 64 bytes (four 16-byte stores, about
+    92 cycles).
+    The event buffer must be 16-byte aligned (records are 32-byte aligned inside it): every torch
+    allocation and every buffer ``@ktrace.trace`` makes is.
+
+Hand-offs
+    A store issued just before a release (``ks.notify``) is waited for by that release; after
+    the release it is free. The probes in ``ktrace.shmem`` store a NOTIFY record after its
+    release; a WAIT record is stored right after its spin, so a wait followed at once by a notify
+    (a ping-pong, a relay) pays for it: docs/probes.md has the measurements.
 """
 
 
@@ -63,6 +74,7 @@ _NOTIFY: tl.constexpr = tl.constexpr(int(_schema.EventKind.NOTIFY))
 _DETAIL: tl.constexpr = tl.constexpr(int(_schema.EventKind.DETAIL))
 _FLAG_DETAIL: tl.constexpr = tl.constexpr(int(_schema.EventFlag.DETAIL))
 _FLAG_TIMEOUT: tl.constexpr = tl.constexpr(int(_schema.EventFlag.TIMEOUT))
+_TIMEOUT_SHIFT: tl.constexpr = tl.constexpr(_schema.KIND_BITS + int(_schema.EventFlag.TIMEOUT).bit_length() - 1)
 _WORDS: tl.constexpr = tl.constexpr(_schema.RECORD_BYTES // 8)  # int64 words per record
 _HEADER_WORDS: tl.constexpr = tl.constexpr(_schema.HEADER_BYTES // 8)
 
@@ -186,16 +198,18 @@ class Tracer:
     cur: tl.tensor  # int32: next free slot
     nd: tl.tensor  # int32: events dropped so far
     hw: tl.tensor  # int64: placement, pre-shifted into the tag word's high half
+    lead: tl.tensor  # int32: 1 in the thread that stores records (thread 0), else 0 (per thread)
     CAP: tl.constexpr
     ON: tl.constexpr
 
     @triton.constexpr_function
-    def __init__(self, recs, dropped_ptr, cur, nd, hw, CAP):
+    def __init__(self, recs, dropped_ptr, cur, nd, hw, lead, CAP):
         self.recs = recs
         self.dropped_ptr = dropped_ptr
         self.cur = cur
         self.nd = nd
         self.hw = hw
+        self.lead = lead
         self.CAP = tl.constexpr(CAP)
         self.ON = tl.constexpr(True)
 
@@ -267,15 +281,75 @@ def init(ktrace_buf, KTRACE: tl.constexpr):
         recs = ktrace_buf + _HEADER_WORDS + pid * (KTRACE * _WORDS)
         dropped = (ktrace_buf + _HEADER_WORDS + n_prog * (KTRACE * _WORDS)).to(tl.pointer_type(tl.int32)) + pid
         hw = tl.cast(hw_id(), tl.int64) << 32
-        return Tracer(recs, dropped, tl.zeros((), tl.int32), tl.zeros((), tl.int32), hw, KTRACE)
+        return Tracer(recs, dropped, tl.zeros((), tl.int32), tl.zeros((), tl.int32), hw, _leader(), KTRACE)
     else:
         return NoTracer()
 
 
+@core.extern
+def _nvidia(_semantic=None):
+    """Whether the compile target is NVIDIA (a compile-time bool)."""
+    return core.constexpr(_backend(_semantic) == "cuda")
+
+
+# The lead thread (%tid.x == 0, see _leader) stores a record as 16-byte vector stores when its
+# slot is free, or the program's dropped count when it is not. One asm block, with its two
+# predicates made from operands computed once per program: the stores are the whole cost (no
+# per-word predicate, no branch around each store, no thread-id read per record).
+def _st_record_ptx(n_vec):
+    """PTX: if operand ``go`` is set, ``n_vec`` 16-byte stores of word pairs at ``$1``; if ``drop``
+    is set, the 4-byte dropped count. Operands: $1 address, $2.. the words, then go, the dropped
+    counter's address, the count, drop."""
+    go, dptr, nd, drop = (2 + 2 * n_vec + k for k in range(4))
+    stores = "".join(
+        f"\t@%p0 st.global.v2.b64 [$1{f'+{16 * k}' if k else ''}], {{${2 + 2 * k}, ${3 + 2 * k}}};\n" for k in range(n_vec)
+    )
+    return (
+        "{\n\t.reg .pred %p<2>;\n"
+        f"\tsetp.ne.u32 %p0, ${go}, 0;\n\tsetp.ne.u32 %p1, ${drop}, 0;\n"
+        f"{stores}\t@%p1 st.global.b32 [${dptr}], ${nd};\n\tmov.u32 $0, 0;\n}}"
+    )
+
+
+_ST_RECORD_PTX = _st_record_ptx(2)  # one 32-byte record
+_ST_RECORD2_PTX = _st_record_ptx(4)  # an event and its DETAIL record
+
+
+@core.extern
+def _leader(_semantic=None):
+    """1 in the thread that stores records (%tid.x == 0 on NVIDIA), 0 in every other thread.
+
+    Read once per program by :func:`init`; per thread, not uniform: used only as an asm operand.
+    On AMD, 1 (Triton's scalar stores already pick one lane).
+    """
+    if _backend(_semantic) != "cuda":
+        return core.full((), 1, core.int32, _semantic=_semantic)
+    return core.inline_asm_elementwise(
+        "{ .reg .b32 %t; .reg .pred %q; mov.u32 %t, %tid.x; setp.eq.u32 %q, %t, 0; selp.u32 $0, 1, 0, %q; }",
+        "=r", [], dtype=core.int32, is_pure=True, pack=1, _semantic=_semantic,
+    )
+
+
+@core.extern
+def _st_record_nv(ptr, w0, w1, w2, w3, go, dropped_ptr, nd, drop, _semantic=None):
+    return core.inline_asm_elementwise(
+        _ST_RECORD_PTX, "=r,l,l,l,l,l,r,l,r,r,~{memory}", [ptr, w0, w1, w2, w3, go, dropped_ptr, nd, drop],
+        dtype=core.int32, is_pure=False, pack=1, _semantic=_semantic,
+    )
+
+
+@core.extern
+def _st_record2_nv(ptr, w0, w1, w2, w3, w4, w5, w6, w7, go, dropped_ptr, nd, drop, _semantic=None):
+    return core.inline_asm_elementwise(
+        _ST_RECORD2_PTX, "=r,l,l,l,l,l,l,l,l,l,r,l,r,r,~{memory}", [ptr, w0, w1, w2, w3, w4, w5, w6, w7, go, dropped_ptr, nd, drop],
+        dtype=core.int32, is_pure=False, pack=1, _semantic=_semantic,
+    )
+
+
 @triton.jit
 def _store_words(ptr, a, b, c, d, fits):
-    """Store four int64 words with scalar stores: Triton issues a scalar store from one thread,
-    with that thread's registers, so a record's t0 and t1 are both that thread's readings.
+    """Store four int64 words with scalar stores (AMD): Triton issues a scalar store from one
+    thread, with that thread's registers, so a record's t0 and t1 are both that thread's readings.
 
     (A [4] tensor store spreads the words over lanes, and lanes of a warp that diverged, e.g. in a
     spin loop, read the timer at different moments: t1 could then precede t0.)
@@ -287,25 +361,38 @@ def _store_words(ptr, a, b, c, d, fits):
 
 
 @triton.jit
-def _write(kt, t0, t1, TAG: tl.constexpr, args):
+def _write(kt, t0, t1, tag, args):
     """Store one 32-byte record at the cursor (or count it dropped) and advance."""
     fits = kt.cur < kt.CAP
-    _store_words(kt.recs + kt.cur * _WORDS, t0, t1, kt.hw | TAG, args, fits)
     nd = kt.nd + (1 - fits.to(tl.int32))
-    tl.store(kt.dropped_ptr, nd, mask=kt.cur >= kt.CAP)
-    return Tracer(kt.recs, kt.dropped_ptr, kt.cur + 1, nd, kt.hw, kt.CAP)
+    p = kt.recs + kt.cur * _WORDS
+    if _nvidia():
+        f = fits.to(tl.int32)
+        _st_record_nv(p.to(tl.int64, bitcast=True), tl.cast(t0, tl.int64), tl.cast(t1, tl.int64), kt.hw | tag,
+                      tl.cast(args, tl.int64), kt.lead & f, kt.dropped_ptr.to(tl.int64, bitcast=True), nd, kt.lead & (1 - f))
+    else:
+        _store_words(p, t0, t1, kt.hw | tag, args, fits)
+        tl.store(kt.dropped_ptr, nd, mask=kt.cur >= kt.CAP)
+    return Tracer(kt.recs, kt.dropped_ptr, kt.cur + 1, nd, kt.hw, kt.lead, kt.CAP)
 
 
 @triton.jit
-def _write_ext(kt, t0, t1, TAG: tl.constexpr, args, x0, x1, x23):
+def _write_ext(kt, t0, t1, tag, args, x0, x1, x23):
     """Store an event and its DETAIL record (two slots, from one thread) or count it dropped."""
     fits = kt.cur + 1 < kt.CAP
-    p = kt.recs + kt.cur * _WORDS
-    _store_words(p, t0, t1, kt.hw | TAG, args, fits)
-    _store_words(p + _WORDS, x0, x1, kt.hw | _tag(_DETAIL, 0, 0), x23, fits)
     nd = kt.nd + (1 - fits.to(tl.int32))
-    tl.store(kt.dropped_ptr, nd, mask=kt.cur + 1 >= kt.CAP)
-    return Tracer(kt.recs, kt.dropped_ptr, kt.cur + 2, nd, kt.hw, kt.CAP)
+    p = kt.recs + kt.cur * _WORDS
+    dtag = kt.hw | _tag(_DETAIL, 0, 0)
+    if _nvidia():
+        f = fits.to(tl.int32)
+        _st_record2_nv(p.to(tl.int64, bitcast=True), tl.cast(t0, tl.int64), tl.cast(t1, tl.int64), kt.hw | tag,
+                       tl.cast(args, tl.int64), tl.cast(x0, tl.int64), tl.cast(x1, tl.int64), dtag,
+                       tl.cast(x23, tl.int64), kt.lead & f, kt.dropped_ptr.to(tl.int64, bitcast=True), nd, kt.lead & (1 - f))
+    else:
+        _store_words(p, t0, t1, kt.hw | tag, args, fits)
+        _store_words(p + _WORDS, x0, x1, dtag, x23, fits)
+        tl.store(kt.dropped_ptr, nd, mask=kt.cur + 1 >= kt.CAP)
+    return Tracer(kt.recs, kt.dropped_ptr, kt.cur + 2, nd, kt.hw, kt.lead, kt.CAP)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -405,14 +492,17 @@ def record_wait(kt, name: tl.constexpr, t0, t1, peer, spins, flag, value, expect
         flag: the flag's byte offset in the symmetric heap.
         value: the last value read; expected: the value waited for; cmp: the comparison code.
         timed_out: true if the wait gave up at its bound (sets the TIMEOUT flag).
+
+    Cost: a few integer ops and 64 bytes stored by thread 0 (four 16-byte stores on NVIDIA), or
+    the dropped count when fewer than two slots are left (the event is dropped whole). Ordering:
+    every word is thread 0's own, so its ``t1`` is never before its ``t0``.
     """
     if kt.ON:
         args = _pack(peer, spins)
         x23 = _pack(expected, cmp)
-        if timed_out:
-            kt = _write_ext(kt, t0, t1, _tag(_WAIT, region(name), _FLAG_DETAIL | _FLAG_TIMEOUT), args, flag, value, x23)
-        else:
-            kt = _write_ext(kt, t0, t1, _tag(_WAIT, region(name), _FLAG_DETAIL), args, flag, value, x23)
+        # the TIMEOUT flag by arithmetic, not a branch: lanes may disagree on timed_out
+        tag = _tag(_WAIT, region(name), _FLAG_DETAIL) | (tl.cast(timed_out, tl.int64) << _TIMEOUT_SHIFT)
+        kt = _write_ext(kt, t0, t1, tag, args, flag, value, x23)
     return kt
 
 
@@ -424,6 +514,9 @@ def record_notify(kt, name: tl.constexpr, t0, t1, peer, value, flag, seq):
         t0, t1: just before and just after the flag write was issued.
         peer: the rank whose flag was written; value: the value written.
         flag: the flag's byte offset in the symmetric heap; seq: a sequence number for pairing.
+
+    Cost and ordering: as :func:`record_wait`. ``ktrace.shmem.notify`` calls it after the release,
+    so the release never waits for these stores.
     """
     if kt.ON:
         kt = _write_ext(kt, t0, t1, _tag(_NOTIFY, region(name), _FLAG_DETAIL), _pack(peer, value), flag, seq, 0)

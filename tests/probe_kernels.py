@@ -9,6 +9,7 @@ import triton.language as tl
 
 import ktrace
 import ktrace.language as kl
+import ktrace.shmem.language as ks
 
 #: A module-level region name (Triton reads module-level constants only as tl.constexpr).
 OUTER = tl.constexpr("outer")
@@ -82,3 +83,11 @@ def copy_multi_span_kernel(x, y, n, BLOCK: tl.constexpr, SPANS: tl.constexpr, kt
         m = off < n
         tl.store(y + off, tl.load(x + off, mask=m), mask=m)
         kt = kl.end(kt, s)
+
+
+@triton.jit
+def relay_kernel(flag, rank, peer, heap_bases, ktrace_buf=None, KTRACE: tl.constexpr = 0):
+    """A wait followed at once by a notify: what a ping-pong's answering side does per round."""
+    kt = kl.init(ktrace_buf, KTRACE)
+    kt = ks.wait(kt, flag, 1, rank, peer, heap_bases)
+    kt = ks.notify(kt, flag + 1, 1, rank, peer, heap_bases)

@@ -78,24 +78,32 @@ def _lines(asm, pat):
 
 def test_nvidia_region_memory_ops_stay_between_timer_reads():
     """The copy's loads and stores sit between the span's two %globaltimer reads in the PTX
-    (straight-line code: predicated, no branches); after the second read come only the
-    record's four 8-byte stores, all under one predicate (one thread writes the whole record),
-    and the dropped-counter store."""
+    (straight-line code: predicated, no branches); after the second read come only the record's
+    two 16-byte stores under one predicate and the dropped-counter store under another, both
+    made from operands: (slot free / full) and (this is thread 0), the latter read once by
+    ``kl.init`` (one thread writes the whole record)."""
     fn, sig, consts = CASES["copy"]
     asm = compile_asm(fn, sig, {**consts, "KTRACE": 4}, CUDA_SM90)
     assert not re.search(r"\bbra\b", asm)
+    lines = asm.splitlines()
     timers = _lines(asm, r"%globaltimer")
     loads = _lines(asm, r"ld\.global")
     stores = _lines(asm, r"st\.global")
     assert len(timers) == 2, timers
     assert loads and timers[0] < min(loads) and max(loads) < timers[1]
     inside = [i for i in stores if timers[0] < i < timers[1]]
-    after = [asm.splitlines()[i] for i in stores if i > timers[1]]
+    after = [lines[i].strip() for i in stores if i > timers[1]]
     assert len(inside) == len(loads)  # every loaded element is stored inside the span
-    assert len(after) == 5, after
-    preds = {ln.split()[0] for ln in after[:4]}
-    assert all("st.global.b64" in ln for ln in after[:4]) and len(preds) == 1 and preds.pop().startswith("@"), after
-    assert "st.global.b32" in after[4]
+    assert len(after) == 3, after
+    preds = {ln.split()[0] for ln in after[:2]}
+    assert all("st.global.v2.b64" in ln for ln in after[:2]) and len(preds) == 1, after
+    assert "st.global.b32" in after[2] and after[2].split()[0] not in preds, after
+    block = "\n".join(lines[timers[1] : stores[-1] + 1])
+    pred = preds.pop().lstrip("@")
+    assert re.search(rf"setp\.ne\.u32 {re.escape(pred)}, %r\d+, 0;", block), block
+    # the writer thread: %tid.x == 0, read once, before the region
+    tid = _lines(asm, r"mov\.u32 %t, %tid\.x; setp\.eq\.u32 %q, %t, 0;")
+    assert len(tid) == 1 and tid[0] < timers[0]
 
 
 def test_amd_timer_is_fenced():
@@ -122,13 +130,15 @@ def test_llvm_ir_keeps_region_memory_ops_between_timer_reads(target):
     assert len(timers) == 2
     assert all("~{memory}" in ir.splitlines()[t] for t in timers)
     if target.backend == "cuda":  # NVIDIA lowers memory ops to inline PTX; the data is 32-bit
-        mem = _lines(ir, r"(ld|st)\.global\.b32")
-        records = _lines(ir, r"st\.global\.b64")
+        mem = _lines(ir, r"(ld|st)\.global\.b32 ")
+        records = _lines(ir, r"st\.global\.v2\.b64")  # one asm block: the record's two stores
+        n_records = 1
     else:
         lines = ir.splitlines()
         mem = [i for i in _lines(ir, r"(load|store) .*addrspace\(1\)|buffer\.(load|store)") if "i64" not in lines[i]]
         records = _lines(ir, r"store (<1 x )?i64")
-    assert len(mem) >= 2 and len(records) == 4
+        n_records = 4
+    assert len(mem) >= 2 and len(records) == n_records
     data = [m for m in mem if m < min(records)]  # the dropped counter's i32 store comes after
     assert data and all(timers[0] < m < timers[1] for m in data), (timers, data)
     assert all(r > timers[1] for r in records)
@@ -140,10 +150,30 @@ def test_record_store_is_guarded_by_capacity(target):
     fn, sig, consts = CASES["overflow"]
     asm = compile_asm(fn, sig, {**consts, "KTRACE": 4}, target)
     if target.backend == "cuda":
-        recs = [ln for ln in asm.splitlines() if re.search(r"st\.global\.b64", ln)]
+        recs = [ln for ln in asm.splitlines() if re.search(r"st\.global\.(v2\.)?b64", ln)]
         assert recs and all(ln.strip().startswith("@") for ln in recs), recs
     else:
         assert re.search(r"s_and_saveexec|v_cmp", asm)
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_hand_off_release_does_not_wait_for_the_notify_record(traced):
+    """sm_90, a wait then a notify: the NOTIFY record is stored after the release (so the release
+    never waits for it), the WAIT record right after the spin, and the only CTA barrier is the
+    notify's (the wait makes none)."""
+    sig = {"flag": "*i32", "rank": "i32", "peer": "i32", "heap_bases": "*i64", "ktrace_buf": "*i64"}
+    asm = compile_asm(pk.relay_kernel, sig, {"KTRACE": 8 if traced else 0}, CUDA_SM90)
+    assert asm.count("bar.sync") == 1
+    release = _lines(asm, r"atom\.global\.sys\.release\.exch")
+    spin = _lines(asm, r"ld\.acquire\.sys\.global")
+    records = _lines(asm, r"st\.global\.v2\.b64")
+    assert len(release) == 1 and spin
+    if not traced:
+        assert not records
+        return
+    assert len(records) == 8, records  # WAIT + DETAIL, NOTIFY + DETAIL: four 16-byte stores each
+    assert all(max(spin) < r < release[0] for r in records[:4])
+    assert all(r > release[0] for r in records[4:])
 
 
 def test_gate_must_be_a_non_negative_int():

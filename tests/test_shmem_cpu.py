@@ -348,8 +348,10 @@ def test_wait_notify_ptx(traced):
     assert "ld.acquire.sys.global.b32" in ptx  # the spin read
     assert "ld.relaxed.sys.global.b32" in ptx  # the error word
     assert re.search(r"atom\.global\.sys\.release\.exch\.b32", ptx)  # notify
-    assert "bar.sync" in ptx  # notify's CTA barrier before the release
-    assert re.search(r"atom\.global\.gpu\.relaxed\.add", ptx)  # counting a timeout
+    # notify's CTA barrier before the release, and no other: a wait needs none (each thread's own
+    # acquire read orders its later loads; thread 0 alone reports a timeout)
+    assert ptx.count("bar.sync") == 1
+    assert re.search(r"@%p\d+ atom\.relaxed\.gpu\.global\.add\.u32", ptx)  # counting a timeout (thread 0)
     # Bounded by spins only and untraced: no timer read at all. Traced: timer reads and records.
     assert ("%globaltimer" in ptx) == traced
     if traced:

@@ -45,10 +45,15 @@ Cost
       bases are 256-byte aligned (checked by the host) and the shift carries that alignment hint,
       so loads and stores through a translated pointer stay vectorised (128-bit) when the
       original pointer would be.
-    * :func:`notify`: a CTA barrier, one remote atomic; traced: two timer reads and a 64-byte store.
-    * :func:`wait`: one acquire load per spin (plus a timer read per spin when bounded by time and
-      a local read of the error word while not yet satisfied); traced: one 64-byte store at the end.
-      A wait whose flag is already set costs one acquire load.
+    * :func:`notify`: two loads of the base table (before the barrier), a CTA barrier, one remote
+      atomic; traced: a timer read on each side of the release and a 64-byte record store after
+      it (nothing is stored before the release).
+    * :func:`wait`: one acquire load per spin, then a relaxed read of the error word (one after
+      the other: a spin is two load latencies, and every waiting warp reads each word once per
+      spin), plus a timer read per spin when bounded by time or traced. No barrier: on NVIDIA
+      thread 0 alone counts and describes a timeout. Traced: one 64-byte record store at the end
+      (thread 0, four 16-byte stores), before whatever follows; a notify right after the wait
+      waits for it (docs/probes.md). A wait whose flag is already set costs one acquire load.
 
 A spin is executed by every thread; threads of a program may leave the loop one read apart, so a
 wait that is satisfied exactly at its bound may count one spin more or less in some lanes.
@@ -177,6 +182,47 @@ def load_relaxed(ptr, _semantic=None):
     return core.inline_asm_elementwise(asm, cons, [ptr], dtype=ety, is_pure=False, pack=1, _semantic=_semantic)
 
 
+@core.extern
+def _is_nvidia(_semantic=None):
+    """Whether the compile target is NVIDIA (a compile-time bool)."""
+    return core.constexpr(_is_cuda(_semantic))
+
+
+def _report_ptx():
+    # err: the error block (int32 count, then ERROR_SLOTS records of ERROR_WORDS int64 at byte 8)
+    stores = "\n".join(f"\t@%p1 st.global.b64 [%a+{8 + 8 * k}], ${4 + k};" for k in range(_codes.ERROR_WORDS))
+    return (
+        "{\n"
+        "\t.reg .pred %p<2>;\n"
+        "\t.reg .b32 %s;\n"
+        "\t.reg .b64 %a;\n"
+        "\tsetp.ne.u32 %p0, $3, 0;\n"
+        "\tsetp.ne.and.u32 %p0, $2, 0, %p0;\n"
+        "\tmov.u32 %s, 0;\n"
+        "\t@%p0 atom.relaxed.gpu.global.add.u32 %s, [$1], 1;\n"
+        f"\tsetp.lt.and.u32 %p1, %s, {_codes.ERROR_SLOTS}, %p0;\n"
+        f"\tmul.wide.u32 %a, %s, {8 * _codes.ERROR_WORDS};\n"
+        "\tadd.s64 %a, %a, $1;\n"
+        f"{stores}\n"
+        "\tmov.u32 $0, 0;\n"
+        "}"
+    )
+
+
+_REPORT_PTX = _report_ptx()
+
+
+@core.extern
+def _report_timeout_nv(err_addr, failed, lead, pid, off, peer, expected, seen, cmp, waited, spins, _semantic=None):
+    """NVIDIA: if ``failed`` in the ``lead`` thread (thread 0), that thread counts the wait in the
+    error block and fills a record if one of the first ERROR_SLOTS; every other thread does nothing."""
+    return core.inline_asm_elementwise(
+        _REPORT_PTX, "=r,l,r,r,l,l,l,l,l,l,l,l,~{memory}",
+        [err_addr, failed, lead, pid, off, peer, expected, seen, cmp, waited, spins],
+        dtype=core.int32, is_pure=False, pack=1, _semantic=_semantic,
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # addressing
 # ---------------------------------------------------------------------------------------------
@@ -196,8 +242,13 @@ def translate(ptr, from_rank, to_rank, heap_bases):
 
     Cost: two scalar loads from the base table and two integer ops; no memory ordering.
     """
+    return _moved(ptr, tl.load(heap_bases + to_rank) - tl.load(heap_bases + from_rank))
+
+
+@triton.jit
+def _moved(ptr, delta):
+    """``ptr`` moved by ``delta`` bytes, a difference of two heap bases."""
     EB: tl.constexpr = _elem_bytes(ptr.dtype)
-    delta = tl.load(heap_bases + to_rank) - tl.load(heap_bases + from_rank)
     # The host checks every base is HEAP_ALIGN-aligned, so the shift in elements is a multiple
     # of HEAP_ALIGN // EB; saying so keeps the vector width of accesses through the result.
     shift = tl.multiple_of(delta // EB, HEAP_ALIGN // EB)
@@ -366,12 +417,17 @@ def notify(
 
     Ordering: a CTA barrier, then a release atomic at ``scope`` by one thread: every write of
     every thread of the program issued before the call is visible to a peer that observes the
-    flag with acquire (:func:`wait`). Cost: one barrier and one remote atomic; traced, plus two
-    timer reads and one 64-byte record store.
+    flag with acquire (:func:`wait`), trace records included. Cost: two loads of the base table
+    (issued before the barrier), one barrier and one remote atomic; traced, plus a timer read
+    before and after the release and one 64-byte record store after it, which therefore never
+    delays the release.
     """
-    tl.debug_barrier()
     OP: tl.constexpr = _notify_op(op)
-    remote = translate(flag, rank, peer, heap_bases)
+    # Both bases are read before the barrier, so their latency hides behind it and the record
+    # needs no load after the release.
+    my_base = tl.load(heap_bases + rank)
+    remote = _moved(flag, tl.load(heap_bases + peer) - my_base)
+    tl.debug_barrier()
     if kt.ON:
         t0 = kl.now()
         if OP == "set":
@@ -379,7 +435,7 @@ def notify(
         else:
             tl.atomic_add(remote, value, sem="release", scope=_scope(scope))
         t1 = kl.now()
-        off = heap_offset(flag, rank, heap_bases)
+        off = flag.to(tl.int64, bitcast=True) - my_base
         if seq is None:
             s = kt.cur
         else:
@@ -436,17 +492,26 @@ def wait_value(
     SPIN_BOUND: tl.constexpr = max_spins > 0
     NEED_T: tl.constexpr = kt.ON or TIMED
     LIMIT: tl.constexpr = timeout_ns // tick_ns()
+    # This rank's heap base, read once: the error block is at it, and the flag's heap offset (the
+    # WAIT record's) is taken from it before the spin, so nothing is loaded after the flag is seen.
+    my_base = tl.load(heap_bases + rank)
+    err = my_base.to(tl.pointer_type(tl.int32), bitcast=True)
+    off = flag.to(tl.int64, bitcast=True) - my_base
+    lead = kl._leader()  # the thread that reports a timeout (read here, off the path after the spin)
     if NEED_T:
         t0 = kl.now()
     else:
         t0 = 0
-    err = _error_block(rank, heap_bases)
     v = load_acquire(flag, scope)
     spins = tl.full((), 1, tl.int32)
     ok = _satisfied(v, expected, CMP)
     stop = ok
     t1 = t0
     while not stop:
+        # The flag, then the error word, one after the other: a spin is two load latencies. (Both
+        # loads in flight at once halve that, but double the rate at which every waiting warp of
+        # every program reads the one error word and the flags: on 2 x H200 that slowed the
+        # all-to-all's dispatch by 10 % and the 132-program fan-in by 10 %.)
         v = load_acquire(flag, scope)
         spins += 1
         ok = _satisfied(v, expected, CMP)
@@ -459,25 +524,31 @@ def wait_value(
             gave_up = gave_up | (spins >= max_spins)
         stop = ok | gave_up
     failed = ok == 0
-    # Describe the first timed-out waits in the error block. No branch: every thread runs the
-    # (masked) atomic, which keeps the scalar-result broadcast out of divergent control flow.
-    slot = tl.atomic_add(err, 1, mask=failed, sem="relaxed", scope="gpu")
     n0 = tl.num_programs(0)
     n1 = tl.num_programs(1)
     pid = (tl.program_id(2).to(tl.int64) * n1 + tl.program_id(1)) * n0 + tl.program_id(0)
-    off = heap_offset(flag, rank, heap_bases)
-    # Scalar stores: one thread writes the whole record from its own registers, so its fields
-    # are one thread's view even if lanes left the spin loop at different reads.
-    rec = err.to(tl.pointer_type(tl.int64), bitcast=True) + 1 + slot * _ERR_WORDS
-    keep = failed & (slot < _ERR_SLOTS)
-    tl.store(rec, pid, mask=keep)
-    tl.store(rec + 1, off, mask=keep)
-    tl.store(rec + 2, tl.cast(peer, tl.int64), mask=keep)
-    tl.store(rec + 3, tl.cast(expected, tl.int64), mask=keep)
-    tl.store(rec + 4, tl.cast(v, tl.int64), mask=keep)
-    tl.store(rec + 5, tl.cast(CMP, tl.int64), mask=keep)
-    tl.store(rec + 6, tl.cast(t1 - t0, tl.int64), mask=keep)
-    tl.store(rec + 7, tl.cast(spins, tl.int64), mask=keep)
+    if _is_nvidia():
+        # Thread 0 counts and describes a wait that gave up, from its own registers, in one asm
+        # block: no barrier (Triton broadcasts a scalar atomic's result through shared memory
+        # between two barriers) on the path of every wait, which almost never fails.
+        _report_timeout_nv(my_base, failed.to(tl.int32), lead, pid, off, tl.cast(peer, tl.int64), tl.cast(expected, tl.int64),
+                           tl.cast(v, tl.int64), tl.cast(CMP, tl.int64), tl.cast(t1 - t0, tl.int64), tl.cast(spins, tl.int64))
+    else:
+        # No branch: every thread runs the (masked) atomic, which keeps the scalar-result
+        # broadcast out of divergent control flow.
+        slot = tl.atomic_add(err, 1, mask=failed, sem="relaxed", scope="gpu")
+        # Scalar stores: one thread writes the whole record from its own registers, so its fields
+        # are one thread's view even if lanes left the spin loop at different reads.
+        rec = err.to(tl.pointer_type(tl.int64), bitcast=True) + 1 + slot * _ERR_WORDS
+        keep = failed & (slot < _ERR_SLOTS)
+        tl.store(rec, pid, mask=keep)
+        tl.store(rec + 1, off, mask=keep)
+        tl.store(rec + 2, tl.cast(peer, tl.int64), mask=keep)
+        tl.store(rec + 3, tl.cast(expected, tl.int64), mask=keep)
+        tl.store(rec + 4, tl.cast(v, tl.int64), mask=keep)
+        tl.store(rec + 5, tl.cast(CMP, tl.int64), mask=keep)
+        tl.store(rec + 6, tl.cast(t1 - t0, tl.int64), mask=keep)
+        tl.store(rec + 7, tl.cast(spins, tl.int64), mask=keep)
     if kt.ON:
         kt = kl.record_wait(kt, name, t0, t1, peer, spins, off, v, expected, CMP, failed)
     return kt, v, ok
@@ -519,9 +590,12 @@ def wait(
     (``ktrace.shmem.codes.Cmp``); TIMEOUT is flagged when it gave up. On giving up, traced or not,
     the error block of this rank's heap counts it and describes it (first 16 per rank).
 
-    Ordering: every thread's later loads are ordered after the acquire read that saw the flag.
-    Cost: one acquire load when the flag is already set; per extra spin, one acquire load, one
-    relaxed local load and (if time-bounded or traced) one timer read.
+    Ordering: every thread's later loads are ordered after the acquire read that saw the flag
+    (its own: no barrier is needed or made). Cost: one acquire load when the flag is already set;
+    per extra spin, one acquire load, then one relaxed local load and (if time-bounded or traced)
+    one timer read. Traced: thread 0 stores the 64-byte WAIT record right after the spin, from
+    values the spin already holds (its start and last timer reads, spins, the last value); a
+    release that follows at once waits for that store.
     """
     kt, v, ok = wait_value(kt, flag, expected, rank, peer, heap_bases, cmp, timeout_ns, max_spins, scope, name)
     return kt

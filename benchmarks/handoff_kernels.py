@@ -1,0 +1,311 @@
+"""Hand-off-bound kernels for ``benchmarks/probe_overhead.py --suite handoff`` and ``--suite diag``.
+
+Three kernels whose time is hand-offs between programs and ranks, written against the public
+API (``ktrace.language`` / ``ktrace.shmem.language``), each with compile-time switches that turn
+one probe kind on at a time, so a traced variant differs from the untraced one by exactly the
+probes it names:
+
+``pingpong``
+    One program per rank; rank ``first`` sets the peer's flag and waits for its own, the other
+    waits then answers: ``rounds`` round trips per launch, two hand-offs each.
+``pipeline``
+    Two programs per rank: program 0 puts ``tiles`` tiles of ``tile_elems`` fp32 into the peer's
+    heap and notifies after each; program 1 waits for each tile the peer sends here and copies it
+    out. Tiles alternate between two heap buffers by launch parity.
+``fanin``
+    ``nprog`` programs per rank (one per SM); each round every program puts a small chunk into
+    the peer's heap and adds 1 to one counter there, then waits until its own counter holds the
+    peer's ``nprog`` arrivals of that round: ``nprog`` notifies into one flag, ``nprog`` waiters
+    on it, ``rounds`` times per launch.
+
+Probe switches (compile-time): ``WAITS`` (the waits are traced: WAIT records), ``NOTIFIES``
+(NOTIFY records), ``SPANS`` (spans per hand-off: around each round, tile, or put; 4 = the tile
+cut into four spans), ``MARKS`` (an instant per hand-off), ``COUNTERS`` (a counter per hand-off).
+``DIAG`` (ping-pong only, untraced) adds raw operations at the hand-off instead of probes, to
+tell apart what a probe's parts cost (see ``DIAG_NAMES``).
+
+Flags are epoch counters (never reset): launch ``epoch`` (1, 2, ...) of a kernel waits for values
+derived from it, so launches follow each other with no host synchronisation.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+import ktrace.language as kl
+import ktrace.shmem.language as ks
+
+#: DIAG codes of ``pingpong`` (untraced, raw operations between a wait and the next notify).
+DIAG_NAMES = {
+    0: "nothing",
+    1: "8 x st.b64 by thread 0 before the release",
+    2: "8 x st.b64 by thread 0 after the release",
+    3: "8 x st.b64 by the last warp's lane 0 before the release",
+    4: "1 x st.b64 by thread 0 before the release",
+    5: "2 timer reads before the release",
+    6: "4 x st.v2.b64 by thread 0 before the release",
+}
+
+
+@triton.jit
+def _st_b64_by(ptr, value, tid):
+    """One 8-byte store of ``value`` at ``ptr`` by the thread whose %tid.x is ``tid`` (raw PTX)."""
+    tl.inline_asm_elementwise(
+        "{ .reg .pred p; .reg .b32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, $3; @p st.global.b64 [$1], $2; mov.u32 $0, 0; }",
+        "=r,l,l,r,~{memory}",
+        [ptr, value, tid],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
+@triton.jit
+def _st_v2_by(ptr, a, b, tid):
+    """One 16-byte store of ``(a, b)`` at ``ptr`` (16-byte aligned) by the thread ``tid``."""
+    tl.inline_asm_elementwise(
+        "{ .reg .pred p; .reg .b32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, $4; @p st.global.v2.b64 [$1], {$2, $3}; mov.u32 $0, 0; }",
+        "=r,l,l,l,r,~{memory}",
+        [ptr, a, b, tid],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
+@triton.jit
+def _diag(scratch, i, DIAG: tl.constexpr, WHERE: tl.constexpr, NW: tl.constexpr):
+    """The raw operations of DIAG placed at WHERE (0: before the release, 1: after it)."""
+    v = tl.cast(i, tl.int64)
+    if WHERE == 0:
+        if DIAG == 1:
+            for k in tl.static_range(8):
+                tl.store(scratch + k, v + k)
+        if DIAG == 3:
+            for k in tl.static_range(8):
+                _st_b64_by(scratch + k, v + k, (NW - 1) * 32)
+        if DIAG == 4:
+            tl.store(scratch, v)
+        if DIAG == 5:
+            t = kl.now()
+            t2 = kl.now()
+            tl.store(scratch + 9, t2 - t, mask=t2 < t)  # keeps both reads; never stores
+        if DIAG == 6:
+            for k in tl.static_range(4):
+                _st_v2_by(scratch + 2 * k, v + k, v, 0)
+    else:
+        if DIAG == 2:
+            for k in tl.static_range(8):
+                tl.store(scratch + k, v + k)
+
+
+@triton.jit(do_not_specialize=["rounds", "epoch", "rank", "peer", "first"])
+def pingpong(
+    flag,
+    scratch,
+    rounds,
+    epoch,
+    rank,
+    peer,
+    first,
+    heap_bases,
+    WAITS: tl.constexpr = False,
+    NOTIFIES: tl.constexpr = False,
+    SPANS: tl.constexpr = 0,
+    MARKS: tl.constexpr = False,
+    COUNTERS: tl.constexpr = False,
+    DIAG: tl.constexpr = 0,
+    NW: tl.constexpr = 4,
+    LOCAL: tl.constexpr = False,
+    ktrace_buf=None,
+    KTRACE: tl.constexpr = 0,
+):
+    """``rounds`` round trips with ``peer``: ``flag`` (int32, this rank's heap) is the one flag.
+
+    The rank with ``first`` != 0 signals first each round. Values: ``(epoch - 1) * rounds + i + 1``.
+    With ``LOCAL`` the two sides are programs 0 and 1 of one launch on one GPU (``flag[0]`` and
+    ``flag[1]``; ``rank``, ``peer`` and ``first`` are ignored; ``heap_bases[0]`` is the error block).
+    """
+    kt = kl.init(ktrace_buf, KTRACE)
+    quiet = kl.init(ktrace_buf, 0)
+    base = (epoch - 1) * rounds
+    if LOCAL:
+        pid = tl.program_id(0)
+        mine = flag + pid
+        theirs = flag + 1 - pid
+        rank = 0
+        peer = 0
+        first = (pid == 0).to(tl.int32)
+    else:
+        mine = flag
+        theirs = flag
+    for i in range(rounds):
+        v = base + i + 1
+        if SPANS > 0:
+            s = kl.begin(kt, "round", i)
+        if first != 0:
+            if NOTIFIES:
+                kt = ks.notify(kt, theirs, v, rank, peer, heap_bases)
+            else:
+                ks.notify(quiet, theirs, v, rank, peer, heap_bases)
+            _diag(scratch, i, DIAG, 1, NW)
+        if WAITS:
+            kt = ks.wait(kt, mine, v, rank, peer, heap_bases)
+        else:
+            ks.wait(quiet, mine, v, rank, peer, heap_bases)
+        _diag(scratch, i, DIAG, 0, NW)
+        if first == 0:
+            if NOTIFIES:
+                kt = ks.notify(kt, theirs, v, rank, peer, heap_bases)
+            else:
+                ks.notify(quiet, theirs, v, rank, peer, heap_bases)
+            _diag(scratch, i, DIAG, 1, NW)
+        if SPANS > 0:
+            kt = kl.end(kt, s)
+        if MARKS:
+            kt = kl.mark(kt, "round", i)
+        if COUNTERS:
+            kt = kl.counter(kt, "round", i)
+
+
+@triton.jit(do_not_specialize=["tiles", "tile_elems", "epoch", "rank", "peer"])
+def pipeline(
+    src,
+    dst,
+    out,
+    flags,
+    tiles,
+    tile_elems,
+    epoch,
+    rank,
+    peer,
+    heap_bases,
+    BLOCK: tl.constexpr,
+    WAITS: tl.constexpr = False,
+    NOTIFIES: tl.constexpr = False,
+    SPANS: tl.constexpr = 0,
+    ktrace_buf=None,
+    KTRACE: tl.constexpr = 0,
+):
+    """Program 0 sends ``src`` (``tiles * tile_elems`` fp32) tile by tile into the peer's ``dst``
+    (heap, 2 parities); program 1 receives the peer's tiles into ``out``. ``flags[t]`` (heap
+    int32, one per tile) is set to ``epoch`` when tile ``t`` has landed. ``tile_elems`` must be a
+    multiple of ``max(SPANS, 1) * BLOCK``."""
+    kt = kl.init(ktrace_buf, KTRACE)
+    quiet = kl.init(ktrace_buf, 0)
+    pid = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    NS: tl.constexpr = SPANS if SPANS > 0 else 1
+    part = tile_elems // NS
+    buf = dst + (epoch % 2).to(tl.int64) * tiles * tile_elems
+    if pid == 0:
+        for t in range(tiles):
+            for j in tl.static_range(NS):
+                if SPANS > 0:
+                    s = kl.begin(kt, "put", t, j)
+                for c in range(0, part, BLOCK):
+                    o = t.to(tl.int64) * tile_elems + j * part + c + offs
+                    ks.store(buf + o, tl.load(src + o), rank, peer, heap_bases)
+                if SPANS > 0:
+                    kt = kl.end(kt, s)
+            if NOTIFIES:
+                kt = ks.notify(kt, flags + t, epoch, rank, peer, heap_bases)
+            else:
+                ks.notify(quiet, flags + t, epoch, rank, peer, heap_bases)
+    else:
+        for t in range(tiles):
+            if WAITS:
+                kt = ks.wait(kt, flags + t, epoch, rank, peer, heap_bases)
+            else:
+                ks.wait(quiet, flags + t, epoch, rank, peer, heap_bases)
+            for j in tl.static_range(NS):
+                if SPANS > 0:
+                    s = kl.begin(kt, "take", t, j)
+                for c in range(0, part, BLOCK):
+                    o = t.to(tl.int64) * tile_elems + j * part + c + offs
+                    tl.store(out + o, tl.load(buf + o))
+                if SPANS > 0:
+                    kt = kl.end(kt, s)
+
+
+@triton.jit(do_not_specialize=["rounds", "epoch", "rank", "peer", "nprog"])
+def fanin(
+    src,
+    dst,
+    counter,
+    rounds,
+    epoch,
+    rank,
+    peer,
+    nprog,
+    heap_bases,
+    CHUNK: tl.constexpr,
+    WAITS: tl.constexpr = False,
+    NOTIFIES: tl.constexpr = False,
+    SPANS: tl.constexpr = 0,
+    ktrace_buf=None,
+    KTRACE: tl.constexpr = 0,
+):
+    """Every round, program ``p`` puts ``src[p]`` (CHUNK fp32) into the peer's ``dst[p]`` (heap)
+    and adds 1 to the peer's ``counter`` (heap int32), then waits until its own ``counter``
+    reaches ``nprog * ((epoch - 1) * rounds + r + 1)``. Needs all ``nprog`` programs resident."""
+    kt = kl.init(ktrace_buf, KTRACE)
+    quiet = kl.init(ktrace_buf, 0)
+    pid = tl.program_id(0)
+    o = pid.to(tl.int64) * CHUNK + tl.arange(0, CHUNK)
+    base = (epoch - 1) * rounds
+    for r in range(rounds):
+        if SPANS > 0:
+            s = kl.begin(kt, "put", r)
+        ks.put(src + o, dst + o, rank, peer, heap_bases)
+        if SPANS > 0:
+            kt = kl.end(kt, s)
+        if NOTIFIES:
+            kt = ks.notify(kt, counter, 1, rank, peer, heap_bases, op="add")
+        else:
+            ks.notify(quiet, counter, 1, rank, peer, heap_bases, op="add")
+        want = nprog * (base + r + 1)
+        if WAITS:
+            kt = ks.wait(kt, counter, want, rank, peer, heap_bases)
+        else:
+            ks.wait(quiet, counter, want, rank, peer, heap_bases)
+
+
+@triton.jit
+def _clock():
+    return tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,~{memory}", [], dtype=tl.int64, is_pure=False, pack=1)
+
+
+@triton.jit
+def probe_cost(out, n, KIND: tl.constexpr, ktrace_buf=None, KTRACE: tl.constexpr = 0):
+    """Cycles per iteration of a loop of ``n`` probes of one kind (one program; no hand-off).
+
+    KIND: 0 nothing, 1 ``kl.now``, 2 ``kl.mark``, 3 ``kl.begin`` + ``kl.end``, 4 ``kl.counter``,
+    5 ``kl.record_wait``, 6 ``kl.record_notify``. ``out[0]`` = cycles (SM clock), ``out[1]`` = ns.
+    """
+    kt = kl.init(ktrace_buf, KTRACE)
+    acc = tl.zeros((), tl.int64)
+    c0 = _clock()
+    t0 = kl.now()
+    for i in range(n):
+        if KIND == 1:
+            acc += kl.now()
+        if KIND == 2:
+            kt = kl.mark(kt, "m", i)
+        if KIND == 3:
+            s = kl.begin(kt, "s", i)
+            kt = kl.end(kt, s)
+        if KIND == 4:
+            kt = kl.counter(kt, "c", i)
+        if KIND == 5:
+            t = kl.timestamp(kt)
+            kt = kl.record_wait(kt, "w", t, t, 1, i, 64, i, i, 3, False)
+        if KIND == 6:
+            t = kl.timestamp(kt)
+            kt = kl.record_notify(kt, "n", t, t, 1, i, 64, i)
+    t1 = kl.now()
+    c1 = _clock()
+    tl.store(out, c1 - c0)
+    tl.store(out + 1, t1 - t0)
+    tl.store(out + 2, acc)
