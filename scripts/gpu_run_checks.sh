@@ -4,9 +4,9 @@
 #     OUT=out bash scripts/gpu_run_checks.sh                  # every part
 #     PARTS="run tier" OUT=out bash scripts/gpu_run_checks.sh  # some parts
 # Parts (each meant to fit one 10-minute call; not yet timed on the GPUs):
-#   run   `ktrace run --list`; `ktrace run` of every kernel folder at 2 ranks (each folder's
-#         README command); a skipped notify reported as a hang; a hung run stopped by --timeout
-#         with the ranks named
+#   run   `ktrace run --list`; `ktrace run` of every kernel folder at 2 ranks (default shapes;
+#         all_reduce two-shot, gemm_all_scatter fused_ws), each run.json checked; a skipped
+#         notify reported as a hang; a hung run stopped by --timeout with the ranks named
 #   tier  the multi-GPU test tier through the launcher (torchrun underneath): tests/multigpu,
 #         tests/kernels
 #   cli   tests/multigpu/test_run_cli.py (ktrace run on every kernel, checked against run.json)
