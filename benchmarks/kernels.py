@@ -21,7 +21,6 @@ median of the per-repetition ratios, with their 10th-90th percentile spread.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import sys
@@ -30,24 +29,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from instrumented_kernels import KERNELS  # noqa: E402
+from instrumented_kernels import KERNELS, folder_modules  # noqa: E402
 from instrumented_kernels import harness as H  # noqa: E402
 
 log = logging.getLogger("ktrace")
 
 
 def discover(world_size: int, only: list[str] | None = None) -> list[H.BenchCase]:
-    """Every case of every kernel folder with a ``bench.py`` (in ``KERNELS`` order)."""
+    """Every case of every kernel folder with a ``bench.py`` (in ``KERNELS`` order; see
+    ``instrumented_kernels.folder_modules``, which ``ktrace run`` uses for the folders' ``run.py``)."""
     out = []
-    for name in KERNELS:
-        if only and name not in only:
-            continue
-        try:
-            mod = importlib.import_module(f"instrumented_kernels.{name}.bench")
-        except ModuleNotFoundError as e:
-            if e.name in (f"instrumented_kernels.{name}", f"instrumented_kernels.{name}.bench"):
-                continue
-            raise
+    for name, mod in folder_modules("bench", only):
         cases = mod.cases(world_size)
         for c in cases:
             if not isinstance(c, H.BenchCase):

@@ -9,11 +9,17 @@ Device side (``@triton.jit``)
     Hopper: one bulk copy per tile and stage instead of per-thread loads; out-of-range rows,
     columns and K read as zeros). :func:`tile_acc` picks one of the two at compile time.
     :func:`store_tile` / :func:`load_tile` move a tile between registers and a row-major matrix.
+    :func:`announce_ready` / :func:`await_ready`: the start-of-epoch handshake of the kernels
+    that write into their peers' buffers (a rank waits until every peer's kernel of this epoch
+    has started, so that no peer still reads the previous epoch's data).
 
 Host side
     :class:`GemmConfig` (frozen, validated) holds the tile shape and the launch options;
     :func:`pick_config` chooses one for a problem size; :func:`matmul` is the plain persistent GEMM
     (the same device code, no communication), used to compare our GEMM with ``torch.matmul`` alone.
+    :func:`gemm_dtype` and :func:`seeded_randn` make the GEMM folders' inputs (``reference.py``):
+    the element type by name, and a matrix drawn on the device from a seed.
+    :class:`GemmRunDriver` is what the GEMM folders' ``run.py`` drivers share (``ktrace run``).
 
 Loads are unmasked along M and N: out-of-range rows and columns are wrapped (``% M``) onto
 valid ones, and only the stores are masked, so the K loop carries no predicates. Along K the
@@ -30,8 +36,11 @@ import triton.language as tl
 
 import ktrace
 import ktrace.language as kl
+import ktrace.shmem.language as ks
 
 GEMM_TILE: tl.constexpr = tl.constexpr("gemm_tile")
+READY: tl.constexpr = tl.constexpr("ready")
+READY_WAIT: tl.constexpr = tl.constexpr("ready_wait")
 
 
 @triton.jit
@@ -166,6 +175,30 @@ def load_tile(c_ptr, rm, rn, mask, stride_cm, stride_cn):
 # ---------------------------------------------------------------------------------------------
 # host side
 # ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def announce_ready(kt, ready, epoch, rank, world, heap_bases):
+    """Tell every peer this rank's kernel of ``epoch`` started (sets ``ready[rank]`` on each peer).
+
+    Call from one program. Cost: ``world - 1`` remote release atomics (each after a CTA barrier).
+    """
+    for j in range(1, world):
+        peer = (rank + j) % world
+        kt = ks.notify(kt, ready + rank, epoch, rank, peer, heap_bases, name=READY)
+    return kt
+
+
+@triton.jit
+def await_ready(kt, ready, epoch, rank, world, heap_bases, TIMEOUT_NS: tl.constexpr):
+    """Wait until every peer announced ``epoch`` (before writing into peers' buffers).
+
+    Cost: one acquire load per peer once the peers have started.
+    """
+    for j in range(1, world):
+        peer = (rank + j) % world
+        kt = ks.wait(kt, ready + peer, epoch, rank, peer, heap_bases, timeout_ns=TIMEOUT_NS, name=READY_WAIT)
+    return kt
 
 
 @dataclass(frozen=True)
@@ -338,3 +371,73 @@ def matmul(a, b, out=None, config: GemmConfig | None = None, programs: int | Non
         EVEN_K=k % cfg.block_k == 0, TMA=cfg.tma, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **trace_kwargs,
     )
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# inputs of the GEMM folders
+# ---------------------------------------------------------------------------------------------
+
+
+def gemm_dtype(dtype):
+    """The torch element type of a GEMM input given by name or as a dtype (bfloat16 or float16).
+
+    Raises:
+        ValueError: any other type.
+    """
+    import torch
+
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype, None)
+    if dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"dtype must be bfloat16 or float16, got {dtype!r}")
+    return dtype
+
+
+def seeded_randn(shape, seed: int, dtype, device, scale: float = 1.0):
+    """A standard-normal matrix drawn on ``device`` from ``seed`` (in float32), times ``scale``,
+    cast to ``dtype``: every rank can redraw any rank's input without communicating."""
+    import torch
+
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    x = torch.randn(shape, generator=g, device=device, dtype=torch.float32)
+    if scale != 1.0:
+        x.mul_(scale)
+    return x.to(dtype)
+
+
+class GemmRunDriver:
+    """A GEMM folder's ``ktrace run`` driver (see :mod:`instrumented_kernels.runspec`): this rank's
+    ``A`` and ``B`` from the folder's ``reference.generate_input``, a step that calls the plan, and
+    a check of the step's output against the folder's ``reference.reference``.
+
+    Args:
+        dist: this rank's ``harness.Dist``.
+        params: the run's parameters (``M``, ``N``, ``K`` are passed to the reference).
+        seed: the inputs' seed (the same on every rank).
+        heap: the symmetric heap the plan lives on.
+        plan: called as ``plan(A, B)``; returns this rank's output.
+        reference: the folder's ``reference`` module (``generate_input``, ``reference``, ``check``).
+        barrier_before_check: meet at a heap barrier before checking (an output the peers write
+            into is complete only once every peer's step has ended).
+    """
+
+    def __init__(self, dist, params: dict, seed: int, heap, plan, reference, barrier_before_check: bool = False):
+        self.dist, self.seed, self.heap, self.plan, self.reference = dist, seed, heap, plan, reference
+        self.shape = {k: params[k] for k in ("M", "N", "K")}
+        self.barrier_before_check = barrier_before_check
+        inp = reference.generate_input(dist.rank, dist.world_size, seed, **self.shape, device=dist.device)
+        self.A, self.B = inp["A"], inp["B"]
+        self.out = None
+
+    def step(self) -> None:
+        """One call of the plan."""
+        self.out = self.plan(self.A, self.B)
+
+    def check(self) -> float:
+        """The last output against the reference; raises ``harness.MismatchError`` naming the rank."""
+        d = self.dist
+        if self.barrier_before_check:
+            self.heap.barrier()
+        ref = self.reference.reference(d.rank, d.world_size, self.seed, **self.shape, device=d.device)
+        return self.reference.check(self.out, ref, rank=d.rank)

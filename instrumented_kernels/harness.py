@@ -67,6 +67,10 @@ Device API (``@triton.jit``)
 
 Kernels take the knob as trailing runtime parameters ``fault_delay_ns, fault_skip`` and the
 constexpr ``FAULTS``, before ``ktrace_buf=None, KTRACE: tl.constexpr = 0``.
+
+What ``ktrace run`` runs of a folder (its ``run.py``: ``Param``, ``RunSpec``, the ``Driver``
+protocol) is typed in :mod:`instrumented_kernels.runspec`, kept apart from this module so that
+listing and checking a run imports neither torch nor triton.
 """
 
 from __future__ import annotations

@@ -1,37 +1,41 @@
-"""``ktrace run KERNEL --nproc N``: one instrumented kernel, traced on N GPUs of this node, analysed.
+"""``ktrace run KERNEL --nproc N``: one instrumented kernel, traced on N GPUs, analysed.
 
 The whole path in one command::
 
     ktrace run all_to_all --nproc 4                      # the skewed MoE all-to-all
     ktrace run gemm_all_scatter --nproc 4 -s schedule=fused_ws -s M=4096
     ktrace run all_to_all --nproc 4 --skip 3:256         # rank 3 skips a notify: a hang report
+    ktrace run all_to_all --nproc 8 --nnodes 2 --rdzv-backend c10d --rdzv-endpoint head:29500   # on each node
 
 What it does:
 
 1. checks the request before any GPU work (known kernel and parameters, sizes that split over
-   N ranks, at least N GPUs visible) and refuses with exit status 2 and one line otherwise;
-2. starts N worker processes the way ``torchrun`` does (``ktrace.testing.launch``: a free
-   rendezvous port, rank-prefixed output, each rank's log in ``OUT/logs``, NVLink multicast off);
-3. in each worker: builds the kernel's plan on a symmetric heap, runs it once untraced and once
-   traced to compile both variants (a rank still compiling while the others wait would put
-   milliseconds of launch skew into the capture), then records ``--steps`` steps under
-   ``ktrace.capture(heap=heap)`` (clock calibration before and after), checks the last output
-   against the kernel's reference, and gathers every rank's capture to rank 0, which writes
-   ``OUT/<kernel>.ktrace`` and ``OUT/run.json``;
-4. back in this process (no GPU needed): aligns and merges, writes the Perfetto trace and the
-   HTML/JSON report (:func:`ktrace.demo.analyse`), prints the report and the ``ktrace open``
-   command to run next.
+   the ranks, at least N GPUs visible) and refuses with exit status 2 and one line otherwise;
+2. starts N ranks on this node through torchrun (``ktrace.testing.launch``: ``--standalone``
+   on one node, torchrun's own rendezvous options on several; every rank timed out, the failing
+   rank named with the tail of its log in ``OUT/logs``, NVLink multicast off);
+3. in each rank: builds the kernel's driver (its plan on a symmetric heap, its inputs), runs it
+   once untraced and once traced to compile both variants (a rank still compiling while the
+   others wait would put milliseconds of launch skew into the capture), then records
+   ``--steps`` steps under ``ktrace.capture(heap=heap)`` (clock calibration before and after),
+   checks the last output against the kernel's reference, and gathers every rank's capture to
+   rank 0, which writes ``OUT/<kernel>.ktrace`` and ``OUT/run.json``;
+4. back in this process, on the node of rank 0 (no GPU needed): aligns and merges, writes the
+   Perfetto trace and the HTML/JSON report (:func:`ktrace.demo.analyse`), prints the report and
+   the ``ktrace open`` command to run next.
 
-Each kernel's parameters are listed by ``ktrace run --list``; they are the keyword arguments of
-the kernel folder's ``reference.generate_input`` and plan (see ``instrumented_kernels/*/README.md``).
+ktrace knows no kernel: each folder of ``instrumented_kernels/`` that has a ``run.py`` offers a
+run spec and a driver there (:mod:`instrumented_kernels.runspec`), found the way
+``benchmarks/kernels.py`` finds the folders' ``bench.py`` (``instrumented_kernels.folder_modules``).
+``ktrace run --list`` shows each kernel's parameters (see ``instrumented_kernels/*/README.md``).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
-import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -39,118 +43,25 @@ from pathlib import Path
 
 log = logging.getLogger("ktrace")
 
-#: Environment of every worker (NVLink multicast stays off), unless the caller set these.
-SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 
+@functools.lru_cache(maxsize=None)
+def kernels() -> dict:
+    """Every kernel ``ktrace run`` can run: folder name -> its ``run.py``'s ``SPEC`` (a
+    ``instrumented_kernels.runspec.RunSpec``), in the order of ``instrumented_kernels.KERNELS``.
 
-@dataclass(frozen=True)
-class Param:
-    """One shape parameter of a kernel: name, type, default, help, and allowed values."""
-
-    name: str
-    type: type
-    default: object
-    help: str
-    choices: tuple = ()
-
-    def parse(self, text: str):
-        """The value of ``text`` for this parameter; ValueError with a clear message if bad."""
-        try:
-            v = self.type(text)
-        except ValueError:
-            raise ValueError(f"{self.name}={text!r}: expected {self.type.__name__}") from None
-        if self.choices and v not in self.choices:
-            raise ValueError(f"{self.name}={text!r}: one of {', '.join(map(str, self.choices))}")
-        if self.type in (int, float) and v < 0:
-            raise ValueError(f"{self.name}={text!r}: must not be negative")
-        return v
-
-
-@dataclass(frozen=True)
-class KernelSpec:
-    """What ``ktrace run`` knows about one kernel folder of ``instrumented_kernels/``.
-
-    Attributes:
-        name: the folder's name.
-        summary: one line for ``--list``.
-        params: its shape parameters with their defaults.
-        split: parameters that must be multiples of the number of ranks.
+    Raises:
+        TypeError: a folder's ``run.py`` has no ``SPEC``, or one named after another folder.
     """
+    from instrumented_kernels import folder_modules
+    from instrumented_kernels.runspec import RunSpec
 
-    name: str
-    summary: str
-    params: tuple[Param, ...]
-    split: tuple[str, ...] = ()
-
-    def param(self, name: str) -> Param:
-        for p in self.params:
-            if p.name == name:
-                return p
-        raise ValueError(f"{self.name} has no parameter {name!r}; it has: {', '.join(p.name for p in self.params)}")
-
-    def defaults(self) -> dict:
-        return {p.name: p.default for p in self.params}
-
-
-_BF16 = ("bfloat16", "float16")
-KERNELS: dict[str, KernelSpec] = {
-    s.name: s
-    for s in (
-        KernelSpec(
-            "all_to_all",
-            "MoE all-to-all: dispatch tokens to their experts' ranks, combine them back (default: skewed routing)",
-            (
-                Param("max_tokens", int, 64, "tokens per rank (M)"),
-                Param("hidden", int, 1024, "token width (D)"),
-                Param("num_experts", int, 32, "experts in all (E; a multiple of the ranks)"),
-                Param("topk", int, 6, "experts per token"),
-                Param("skew", float, 0.6, "rank r holds round(M (1 - skew)^r) tokens (0: all M)"),
-            ),
-            split=("num_experts",),
-        ),
-        KernelSpec(
-            "all_reduce",
-            "all-reduce (sum) on the symmetric heap, one-shot or two-shot",
-            (
-                Param("n", int, 1 << 20, "elements per rank"),
-                Param("method", str, "one_shot_push", "schedule", ("one_shot_push", "one_shot", "two_shot")),
-                Param("dtype", str, "bfloat16", "element type", ("bfloat16", "float16", "float32")),
-            ),
-        ),
-        KernelSpec(
-            "gemm_all_scatter",
-            "C = all_gather_columns(A @ B_r), in one of the four schedules of the Iris taxonomy",
-            (
-                Param("M", int, 2048, "rows of A and C"),
-                Param("N", int, 2048, "columns of C (a multiple of the ranks)"),
-                Param("K", int, 2048, "depth"),
-                Param("schedule", str, "fused_sequential", "schedule",
-                      ("bulk", "producer_consumer", "fused_sequential", "fused_ws")),
-            ),
-            split=("N",),
-        ),
-        KernelSpec(
-            "ag_gemm",
-            "all-gather of A's row shards fused with the GEMM (workgroup-specialised)",
-            (
-                Param("M", int, 2048, "rows of the gathered A (a multiple of the ranks)"),
-                Param("N", int, 2048, "columns in all (a multiple of the ranks; each rank has N / ranks)"),
-                Param("K", int, 2048, "depth"),
-            ),
-            split=("M", "N"),
-        ),
-        KernelSpec(
-            "gemm_rs",
-            "GEMM of K shards fused with the reduce-scatter of its rows",
-            (
-                Param("M", int, 2048, "rows (a multiple of the ranks)"),
-                Param("N", int, 2048, "columns"),
-                Param("K", int, 2048, "depth in all (a multiple of the ranks)"),
-            ),
-            split=("M", "K"),
-        ),
-    )
-}
+    out = {}
+    for name, mod in folder_modules("run"):
+        spec = getattr(mod, "SPEC", None)
+        if not isinstance(spec, RunSpec) or spec.name != name:
+            raise TypeError(f"{mod.__name__}.SPEC must be a RunSpec named {name!r}, got {spec!r}")
+        out[name] = spec
+    return out
 
 
 @dataclass(frozen=True)
@@ -158,8 +69,8 @@ class RunConfig:
     """One ``ktrace run`` (validated on construction, before any GPU work).
 
     Args:
-        kernel: a key of :data:`KERNELS`.
-        nproc: ranks, one GPU each.
+        kernel: a kernel ``ktrace run`` found (a key of :func:`kernels`).
+        nproc: ranks on each node, one GPU each.
         shape: parameter overrides (name -> value); the rest take the kernel's defaults.
         out: output folder.
         steps: traced steps recorded (after the untraced and traced warm-up).
@@ -170,6 +81,7 @@ class RunConfig:
             notify is skipped).
         check: compare the last step's output with the kernel's reference (off under faults
             that skip a notify, whose output is wrong by design).
+        nnodes: nodes, each running ``nproc`` ranks (the world is ``nproc * nnodes`` ranks).
     """
 
     kernel: str
@@ -183,46 +95,43 @@ class RunConfig:
     skip_notify: int = -1
     timeout_ms: float | None = None
     check: bool = True
+    nnodes: int = 1
 
     def __post_init__(self):
-        if self.kernel not in KERNELS:
-            raise ValueError(f"unknown kernel {self.kernel!r}; choose one of: {', '.join(KERNELS)}")
-        spec = KERNELS[self.kernel]
-        if isinstance(self.nproc, bool) or not isinstance(self.nproc, int) or self.nproc < 1:
-            raise ValueError(f"--nproc must be a positive int, got {self.nproc!r}")
+        specs = kernels()
+        if self.kernel not in specs:
+            raise ValueError(f"unknown kernel {self.kernel!r}; choose one of: {', '.join(specs)}")
+        for name in ("nproc", "nnodes"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"--{name} must be a positive int, got {v!r}")
         if not isinstance(self.steps, int) or not 1 <= self.steps <= 100:
             raise ValueError(f"--steps must be in 1..100, got {self.steps!r}")
-        full = spec.defaults()
-        for k, v in self.shape.items():
-            p = spec.param(k)
-            if not isinstance(v, p.type) or isinstance(v, bool):
-                raise ValueError(f"{k}={v!r}: expected {p.type.__name__}")
-            full[k] = v
-        for k in spec.split:
-            if full[k] % self.nproc:
-                raise ValueError(f"{self.kernel}: {k}={full[k]} does not split over {self.nproc} ranks (use a multiple of {self.nproc})")
-        for k, v in full.items():
-            if spec.param(k).type is int and v < 1:
-                raise ValueError(f"{k} must be >= 1, got {v}")
-        if self.kernel == "all_to_all":
-            if not 0.0 <= full["skew"] < 1.0:
-                raise ValueError(f"skew must be in [0, 1), got {full['skew']}")
-            if full["topk"] > min(32, full["num_experts"]) or full["max_tokens"] > 2048:
-                raise ValueError("all_to_all needs topk <= min(32, num_experts) and max_tokens <= 2048")
+        specs[self.kernel].resolve(self.shape, self.world_size)
         if (self.delay_rank >= 0) != (self.delay_ns > 0):
             raise ValueError("a delay needs a rank and a positive time (--delay RANK:MICROSECONDS)")
         if (self.skip_rank >= 0) != (self.skip_notify >= 0):
             raise ValueError("a skipped notify needs a rank and a notify index (--skip RANK:INDEX)")
         for r in (self.delay_rank, self.skip_rank):
-            if r >= self.nproc:
-                raise ValueError(f"fault rank {r} is not among the {self.nproc} ranks")
+            if r >= self.world_size:
+                raise ValueError(f"fault rank {r} is not among the {self.world_size} ranks")
         if self.timeout_ms is not None and not 0 < self.timeout_ms <= 60_000:
             raise ValueError(f"--timeout-ms must be in (0, 60000], got {self.timeout_ms}")
 
     @property
+    def world_size(self) -> int:
+        """Ranks in all: ``nproc`` on each of ``nnodes`` nodes."""
+        return self.nproc * self.nnodes
+
+    @property
+    def spec(self):
+        """The kernel's ``RunSpec``."""
+        return kernels()[self.kernel]
+
+    @property
     def params(self) -> dict:
         """Every parameter of the kernel: defaults with this run's overrides."""
-        return {**KERNELS[self.kernel].defaults(), **self.shape}
+        return {**self.spec.defaults(), **self.shape}
 
     @property
     def wait_timeout_ns(self) -> int | None:
@@ -287,161 +196,6 @@ def refusal(nproc: int, gpus: tuple[int, str] | None = None) -> str | None:
 # ---------------------------------------------------------------------------------------------
 
 
-class _Driver:
-    """One kernel's plan, inputs, step and check on this rank (built collectively)."""
-
-    heap = None
-    plan = None
-
-    def step(self) -> None:
-        raise NotImplementedError
-
-    def check(self) -> float:
-        """Relative error of the last step's output against the reference (raises if too big)."""
-        raise NotImplementedError
-
-
-class _AllToAll(_Driver):
-    def __init__(self, dist, cfg: RunConfig, fault, seed: int):
-        import torch
-
-        from instrumented_kernels import harness as H
-        from instrumented_kernels.all_to_all.kernel import MoEAllToAll, MoEConfig
-        from instrumented_kernels.all_to_all.reference import expert_scales, generate_input
-
-        p = cfg.params
-        extra = {"timeout_ns": cfg.wait_timeout_ns} if cfg.wait_timeout_ns else {}
-        mc = MoEConfig(max_tokens=p["max_tokens"], hidden=p["hidden"], num_experts=p["num_experts"], topk=p["topk"], **extra)
-        self.plan = MoEAllToAll(H.heap(MoEAllToAll.heap_bytes(mc, dist.world_size)), mc)
-        self.heap, self.fault, self.rank = self.plan.heap, fault, dist.rank
-        self.inp = generate_input(dist.rank, dist.world_size, seed, p["max_tokens"], p["hidden"], p["num_experts"], p["topk"],
-                                  skew=p["skew"], device=dist.device)
-        self.scales_all = expert_scales(seed, p["num_experts"], p["hidden"], dist.device)
-        EL = self.plan.EL
-        self.scales = self.scales_all[dist.rank * EL : (dist.rank + 1) * EL].contiguous()
-        self.out = H.poison(torch.empty_like(self.inp["x"]))
-
-    def step(self):
-        i = self.inp
-        self.plan.dispatch(i["x"], i["topk_idx"], i["topk_w"], i["m"], fault=self.fault)
-        self.plan.combine(self.scales, self.out, fault=self.fault)
-
-    def check(self):
-        from instrumented_kernels.all_to_all.reference import check_combine
-
-        return check_combine(self.out, self.inp, self.scales_all, rank=self.rank)
-
-
-class _AllReduce(_Driver):
-    def __init__(self, dist, cfg: RunConfig, fault, seed: int):
-        import torch
-
-        from instrumented_kernels import harness as H
-        from instrumented_kernels.all_reduce.kernel import AllReduce, AllReduceConfig
-        from instrumented_kernels.all_reduce.reference import generate_input
-
-        p = cfg.params
-        extra = {"timeout_ns": cfg.wait_timeout_ns} if cfg.wait_timeout_ns else {}
-        ac = AllReduceConfig(n=p["n"], dtype=p["dtype"], method=p["method"], **extra)
-        self.plan = AllReduce(H.heap(AllReduce.heap_bytes(ac, dist.world_size)), ac)
-        self.heap, self.fault, self.dist, self.seed, self.p = self.plan.heap, fault, dist, seed, p
-        self.x = generate_input(dist.rank, dist.world_size, seed, p["n"], p["dtype"], dist.device)
-        self.out = H.poison(torch.empty_like(self.x))
-
-    def step(self):
-        self.plan(self.x, self.out, fault=self.fault)
-
-    def check(self):
-        from instrumented_kernels.all_reduce.reference import check
-
-        return check(self.out, self.dist.world_size, self.seed, self.p["n"], self.p["dtype"], rank=self.dist.rank)
-
-
-class _GemmAllScatter(_Driver):
-    def __init__(self, dist, cfg: RunConfig, fault, seed: int):
-        import torch
-
-        from instrumented_kernels import harness as H
-        from instrumented_kernels.gemm_all_scatter.kernel import AllScatterConfig, GemmAllScatter
-        from instrumented_kernels.gemm_all_scatter.reference import generate_input
-
-        p = cfg.params
-        extra = {"timeout_ns": cfg.wait_timeout_ns} if cfg.wait_timeout_ns else {}
-        heap = H.heap(p["M"] * p["N"] * 2 + (1 << 20))
-        self.plan = GemmAllScatter(heap, p["M"], p["N"], p["K"], torch.bfloat16,
-                                   AllScatterConfig(schedule=p["schedule"], fault=fault, **extra))
-        self.heap, self.dist, self.seed, self.p = heap, dist, seed, p
-        inp = generate_input(dist.rank, dist.world_size, seed, M=p["M"], K=p["K"], N=p["N"], device=dist.device)
-        self.A, self.B = inp["A"], inp["B"]
-
-    def step(self):
-        self.plan(self.A, self.B)
-
-    def check(self):
-        from instrumented_kernels.gemm_all_scatter.reference import check, reference
-
-        p, d = self.p, self.dist
-        self.heap.barrier()  # every peer's columns have landed
-        return check(self.plan.C, reference(d.rank, d.world_size, self.seed, M=p["M"], K=p["K"], N=p["N"], device=d.device), rank=d.rank)
-
-
-class _AGGemm(_Driver):
-    def __init__(self, dist, cfg: RunConfig, fault, seed: int):
-        import torch
-
-        from instrumented_kernels import harness as H
-        from instrumented_kernels.ag_gemm.kernel import AGGemmConfig, AllGatherGemm
-        from instrumented_kernels.ag_gemm.reference import generate_input
-
-        p = cfg.params
-        extra = {"timeout_ns": cfg.wait_timeout_ns} if cfg.wait_timeout_ns else {}
-        heap = H.heap(p["M"] * p["K"] * 2 + (1 << 20))
-        self.plan = AllGatherGemm(heap, p["M"], p["N"] // dist.world_size, p["K"], torch.bfloat16, AGGemmConfig(fault=fault, **extra))
-        self.heap, self.dist, self.seed, self.p = heap, dist, seed, p
-        inp = generate_input(dist.rank, dist.world_size, seed, K=p["K"], M=p["M"], N=p["N"], device=dist.device)
-        self.A, self.B = inp["A"], inp["B"]
-
-    def step(self):
-        self.C = self.plan(self.A, self.B)
-
-    def check(self):
-        from instrumented_kernels.ag_gemm.reference import check, reference
-
-        p, d = self.p, self.dist
-        return check(self.C, reference(d.rank, d.world_size, self.seed, K=p["K"], M=p["M"], N=p["N"], device=d.device), rank=d.rank)
-
-
-class _GemmRS(_Driver):
-    def __init__(self, dist, cfg: RunConfig, fault, seed: int):
-        import torch
-
-        from instrumented_kernels import harness as H
-        from instrumented_kernels.gemm_rs.kernel import GemmReduceScatter, GemmRSConfig
-        from instrumented_kernels.gemm_rs.reference import generate_input
-
-        p = cfg.params
-        extra = {"timeout_ns": cfg.wait_timeout_ns} if cfg.wait_timeout_ns else {}
-        heap = H.heap(p["M"] * p["N"] * 2 + (1 << 20))
-        self.plan = GemmReduceScatter(heap, p["M"], p["N"], p["K"] // dist.world_size, torch.bfloat16,
-                                      GemmRSConfig(fault=fault, **extra))
-        self.heap, self.dist, self.seed, self.p = heap, dist, seed, p
-        inp = generate_input(dist.rank, dist.world_size, seed, N=p["N"], M=p["M"], K=p["K"], device=dist.device)
-        self.A, self.B = inp["A"], inp["B"]
-
-    def step(self):
-        self.out = self.plan(self.A, self.B)
-
-    def check(self):
-        from instrumented_kernels.gemm_rs.reference import check, reference
-
-        p, d = self.p, self.dist
-        return check(self.out, reference(d.rank, d.world_size, self.seed, N=p["N"], M=p["M"], K=p["K"], device=d.device), rank=d.rank)
-
-
-_DRIVERS = {"all_to_all": _AllToAll, "all_reduce": _AllReduce, "gemm_all_scatter": _GemmAllScatter, "ag_gemm": _AGGemm,
-            "gemm_rs": _GemmRS}
-
-
 def _aligned_start(heap) -> None:
     """Wait for every rank's earlier work, then release the ranks together (a device-side
     collective last, so that their next launches start within microseconds of each other)."""
@@ -466,18 +220,19 @@ def _after_step(drv, faulty: bool) -> list[str]:
 
 
 def worker(cfg: RunConfig) -> int:
-    """The per-rank body of ``ktrace run`` (started by :func:`launch_run`); returns an exit status."""
+    """The per-rank body of ``ktrace run`` (started through torchrun by :func:`launch_run`);
+    returns an exit status."""
     import torch
 
     import ktrace
     from instrumented_kernels import harness as H
 
     dist = H.setup()
-    if dist.world_size != cfg.nproc:
-        raise RuntimeError(f"launched with {dist.world_size} ranks for --nproc {cfg.nproc}")
+    if dist.world_size != cfg.world_size:
+        raise RuntimeError(f"launched with {dist.world_size} ranks for --nproc {cfg.nproc} x --nnodes {cfg.nnodes}")
     fault = H.Fault(delay_rank=cfg.delay_rank, delay_ns=cfg.delay_ns, skip_rank=cfg.skip_rank, skip_notify=cfg.skip_notify)
     seed = H.fresh_seed(dist)
-    drv = _DRIVERS[cfg.kernel](dist, cfg, fault, seed)
+    drv = cfg.spec.build(dist, cfg.params, fault, seed, cfg.wait_timeout_ns)
     skips = cfg.skip_rank >= 0
     t0 = time.perf_counter()
     _aligned_start(drv.heap)
@@ -519,18 +274,41 @@ def worker(cfg: RunConfig) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def launch_run(cfg: RunConfig, timeout_s: float = 900.0) -> tuple[bool, str]:
-    """Start ``cfg.nproc`` workers and wait for them; returns (every rank ok, the launcher's summary)."""
-    from .testing.launch import LaunchConfig, launch, summarize
+@dataclass(frozen=True)
+class Launched:
+    """How the ranks of this node ended.
 
-    for k, v in SAFE_ENV.items():
-        os.environ.setdefault(k, v)  # inherited by the workers (the launcher sets them too)
+    Attributes:
+        ok: every rank of this node passed (and torchrun did not fail).
+        summary: the launcher's summary (one line per rank, the tail of a failed rank's log).
+        ranks: the global ranks that ran on this node.
+    """
+
+    ok: bool
+    summary: str
+    ranks: tuple[int, ...] = ()
+
+
+def launch_run(cfg: RunConfig, timeout_s: float = 900.0, rendezvous=None) -> Launched:
+    """Start this node's ``cfg.nproc`` ranks through torchrun and wait for them.
+
+    Args:
+        cfg: the run.
+        timeout_s: each rank's time limit (the launch gets its start-up allowance on top).
+        rendezvous: a ``ktrace.testing.launch.Rendezvous`` for several nodes (default: this one).
+    """
+    from .testing.launch import LaunchConfig, Rendezvous, launch, summarize
+
+    rdzv = rendezvous if rendezvous is not None else Rendezvous(nnodes=cfg.nnodes)
+    if rdzv.nnodes != cfg.nnodes:
+        raise ValueError(f"the run has --nnodes {cfg.nnodes} and the rendezvous {rdzv.nnodes}")
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     lc = LaunchConfig(command=(sys.executable, "-m", "ktrace.run", "--worker", cfg.to_json()), nprocs=cfg.nproc,
-                      timeout_s=timeout_s, grace_s=30.0, log_dir=str(out / "logs"))
+                      timeout_s=timeout_s, log_dir=str(out / "logs"), rendezvous=rdzv)
     results = launch(lc)
-    return all(r.status == "ok" for r in results), summarize(results, lc)
+    return Launched(all(r.status == "ok" for r in results), summarize(results, lc),
+                    tuple(r.rank for r in results if r.rank >= 0))
 
 
 class RunError(RuntimeError):
@@ -538,8 +316,11 @@ class RunError(RuntimeError):
     (the launcher's summary, naming the rank, with the tail of its output)."""
 
 
-def record(cfg: RunConfig, timeout_s: float = 900.0) -> Path:
-    """Record ``cfg`` on this node's GPUs (the workers of :func:`worker`); returns the merged capture.
+def record(cfg: RunConfig, timeout_s: float = 900.0, rendezvous=None) -> Path | None:
+    """Record ``cfg`` on this node's GPUs (the ranks of :func:`worker`).
+
+    Returns:
+        The merged capture, or None on a node that does not hold rank 0 (which writes it).
 
     Raises:
         RunError: fewer GPUs than ``cfg.nproc`` (nothing started), or a rank failed.
@@ -547,10 +328,10 @@ def record(cfg: RunConfig, timeout_s: float = 900.0) -> Path:
     why = refusal(cfg.nproc)
     if why:
         raise RunError(why)
-    ok, summary = launch_run(cfg, timeout_s=timeout_s)
-    if not ok:
-        raise RunError(f"{summary}\nktrace run: a rank failed (each rank's log is in {Path(cfg.out) / 'logs'})")
-    return cfg.capture_path
+    got = launch_run(cfg, timeout_s=timeout_s, rendezvous=rendezvous)
+    if not got.ok:
+        raise RunError(f"{got.summary}\nktrace run: a rank failed (each rank's log is in {Path(cfg.out) / 'logs'})")
+    return cfg.capture_path if 0 in got.ranks else None
 
 
 def _parse_rank_value(text: str, what: str, scale: float = 1.0) -> tuple[int, int]:
@@ -563,9 +344,10 @@ def _parse_rank_value(text: str, what: str, scale: float = 1.0) -> tuple[int, in
 
 def config_from_args(args) -> RunConfig:
     """A :class:`RunConfig` from parsed ``ktrace run`` arguments (ValueError when bad)."""
-    if args.kernel not in KERNELS:
-        raise ValueError(f"unknown kernel {args.kernel!r}; choose one of: {', '.join(KERNELS)} (ktrace run --list)")
-    spec = KERNELS[args.kernel]
+    specs = kernels()
+    if args.kernel not in specs:
+        raise ValueError(f"unknown kernel {args.kernel!r}; choose one of: {', '.join(specs)} (ktrace run --list)")
+    spec = specs[args.kernel]
     shape = {}
     for item in args.set or []:
         if "=" not in item:
@@ -576,21 +358,17 @@ def config_from_args(args) -> RunConfig:
     sr, sn = _parse_rank_value(args.skip, "--skip") if args.skip else (-1, -1)
     return RunConfig(kernel=args.kernel, nproc=args.nproc, shape=shape, out=args.out or f"ktrace-run-{args.kernel}",
                      steps=args.steps, delay_rank=dr, delay_ns=dn, skip_rank=sr, skip_notify=sn, timeout_ms=args.timeout_ms,
-                     check=not args.no_check)
+                     check=not args.no_check, nnodes=args.nnodes)
 
 
 def list_kernels() -> str:
     """The text of ``ktrace run --list``."""
-    lines = []
-    for s in KERNELS.values():
-        lines.append(f"{s.name}: {s.summary}")
-        for p in s.params:
-            ch = f" (one of {', '.join(p.choices)})" if p.choices else ""
-            lines.append(f"    -s {p.name}={p.default}  {p.help}{ch}")
-    return "\n".join(lines)
+    return "\n".join(spec.listing() for spec in kernels().values())
 
 
 def _cmd_run(args) -> int:
+    from .testing.launch import rendezvous_from_args
+
     if args.list:
         print(list_kernels())
         return 0
@@ -599,6 +377,7 @@ def _cmd_run(args) -> int:
         return 2
     try:
         cfg = config_from_args(args)
+        rdzv = rendezvous_from_args(args)
     except ValueError as e:
         print(f"ktrace run: {e}", file=sys.stderr)
         return 2
@@ -606,16 +385,24 @@ def _cmd_run(args) -> int:
     if why:
         print(why, file=sys.stderr)
         return 2
-    print(f"ktrace run: {cfg.kernel} on {cfg.nproc} GPU(s), {', '.join(f'{k}={v}' for k, v in cfg.params.items())}; "
+    where = f"{cfg.nproc} GPU(s)" if cfg.nnodes == 1 else f"{cfg.nproc} GPU(s) on each of {cfg.nnodes} nodes"
+    print(f"ktrace run: {cfg.kernel} on {where}, {', '.join(f'{k}={v}' for k, v in cfg.params.items())}; "
           f"{cfg.steps} traced step(s); output in {cfg.out}/", flush=True)
     try:
-        record(cfg, timeout_s=args.timeout)
+        path = record(cfg, timeout_s=args.timeout, rendezvous=rdzv)
     except RunError as e:
         print(e, file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"ktrace run: interrupted; every rank was stopped (logs in {Path(cfg.out) / 'logs'})", file=sys.stderr)
+        return 130
+    if path is None:
+        print(f"ktrace run: this node's ranks finished; the node of rank 0 wrote the capture and the report "
+              f"({cfg.capture_path} there)")
+        return 0
     from .analysis import AnalysisError, render_text
-    from .demo import DemoError, analyse, next_steps
     from .captures import CaptureError
+    from .demo import DemoError, analyse, next_steps
 
     try:
         o = analyse(cfg.capture_path, cfg.out)
@@ -630,14 +417,21 @@ def _cmd_run(args) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``run`` to the ``ktrace`` command's subparsers."""
+    from .testing.launch import _add_rendezvous_args
+
+    try:
+        names = f"one of: {', '.join(kernels())}"
+    except Exception as e:  # noqa: BLE001 - a broken kernel folder must not break every subcommand
+        names = f"a kernel folder (they cannot be listed now: {type(e).__name__})"
     s = subparsers.add_parser(
-        "run", help="trace one instrumented kernel on N GPUs of this node and report on it (one command)",
-        description="Launch an instrumented kernel on N GPUs (one process per GPU, like torchrun), record it traced "
-                    "with the ranks' clocks calibrated, merge, write the Perfetto trace and the HTML report, print the "
-                    "findings and the command to open the trace. Refuses (exit 2) without enough GPUs.",
-        epilog="Kernels and their parameters: ktrace run --list. Without a GPU: ktrace demo.")
-    s.add_argument("kernel", nargs="?", help=f"one of: {', '.join(KERNELS)}")
-    s.add_argument("--nproc", "-n", type=int, default=1, help="ranks, one GPU each (default 1)")
+        "run", help="trace one instrumented kernel on N GPUs per node and report on it (one command)",
+        description="Launch an instrumented kernel on N GPUs through torchrun (one process per GPU), record it "
+                    "traced with the ranks' clocks calibrated, merge, write the Perfetto trace and the HTML report, "
+                    "print the findings and the command to open the trace. Refuses (exit 2) without enough GPUs.",
+        epilog="Kernels and their parameters: ktrace run --list. Without a GPU: ktrace demo. "
+               "On several nodes: docs/scale.md.")
+    s.add_argument("kernel", nargs="?", help=names)
+    s.add_argument("--nproc", "-n", type=int, default=1, help="ranks on this node, one GPU each (default 1)")
     s.add_argument("-s", "--set", action="append", metavar="NAME=VALUE", help="a shape parameter (repeatable; see --list)")
     s.add_argument("--out", metavar="DIR", help="output folder (default ./ktrace-run-KERNEL)")
     s.add_argument("--steps", type=int, default=2, help="traced steps recorded after the warm-up (default 2)")
@@ -645,10 +439,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--skip", metavar="RANK:INDEX", help="fault: RANK skips notify INDEX (numbering in the kernel's README): a hang")
     s.add_argument("--timeout-ms", type=float, help="bound of every wait in the kernel (default: the kernel's; 200 ms with --skip)")
     s.add_argument("--no-check", action="store_true", help="do not compare the output with the kernel's reference")
-    s.add_argument("--timeout", type=float, default=900.0, help="seconds before every rank is stopped (default 900)")
+    s.add_argument("--timeout", type=float, default=900.0, help="seconds before a rank is stopped (default 900)")
     s.add_argument("--max-findings", type=int, default=10, help="findings printed (default 10)")
     s.add_argument("--list", action="store_true", help="list the kernels and their parameters")
+    _add_rendezvous_args(s)
     s.set_defaults(func=_cmd_run)
+
+
+def _worker_main(config_json: str) -> int:
+    """One rank, under torch's ``@record``: an exception is written to the error file torchrun
+    gives the rank, which both torchrun and the launcher's summary report."""
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    return record(worker)(RunConfig.from_json(config_json))
 
 
 def _main(argv: list[str]) -> int:
@@ -659,7 +462,7 @@ def _main(argv: list[str]) -> int:
         if len(argv) != 2:
             print("usage: python -m ktrace.run --worker CONFIG_JSON (started by `ktrace run`)", file=sys.stderr)
             return 2
-        return worker(RunConfig.from_json(argv[1]))
+        return _worker_main(argv[1])
     p = argparse.ArgumentParser(prog="python -m ktrace.run")
     register(p.add_subparsers(dest="cmd"))
     args = p.parse_args(["run", *argv])

@@ -363,6 +363,8 @@ def capture(**kwargs) -> Session:
 
 
 def _dist_rank_world() -> tuple[int, int]:
+    """This process's ``(rank, world_size)``: the process group's when one is initialised, else
+    what torchrun or ``srun`` put in the environment (:func:`ktrace.dist_env.rank_env`), else (0, 1)."""
     try:
         import torch.distributed as dist
 
@@ -370,7 +372,10 @@ def _dist_rank_world() -> tuple[int, int]:
             return dist.get_rank(), dist.get_world_size()
     except ImportError:
         pass
-    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    from .dist_env import rank_env
+
+    re = rank_env()
+    return (re.rank, re.world_size) if re is not None else (0, 1)
 
 
 # ---------------------------------------------------------------------------------------------

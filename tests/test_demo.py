@@ -1,6 +1,6 @@
 """The bundled real captures, ``ktrace demo`` and the CPU side of ``ktrace run``: its checks
-before any GPU work, its refusal without enough GPUs (exit 2, one line), its launcher, and the
-analysis it does once the ranks have written their capture."""
+before any GPU work, its refusal without enough GPUs (exit 2, one line), its launch through
+torchrun, and the analysis it does once the ranks have written their capture."""
 
 from __future__ import annotations
 
@@ -158,7 +158,7 @@ def test_run_list_names_every_kernel_folder(capsys):
     import instrumented_kernels
 
     folders = {p.name for p in Path(instrumented_kernels.__path__[0]).iterdir() if (p / "kernel.py").is_file()}
-    assert folders == set(run.KERNELS)
+    assert folders == set(run.kernels()) == {p.parent.name for p in Path(instrumented_kernels.__path__[0]).glob("*/run.py")}
     for k in folders:
         assert text.count(f"{k}: ") == 1
 
@@ -168,10 +168,10 @@ def test_run_analyses_what_the_ranks_wrote(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(run, "visible_gpus", lambda: (4, "NVIDIA H200"))
     seen = {}
 
-    def fake_launch(cfg, timeout_s):
+    def fake_launch(cfg, timeout_s, rendezvous=None):
         seen["cfg"] = cfg
         shutil.copy(demo.BUNDLED_CAPTURE, cfg.capture_path)
-        return True, "ALL RANKS PASSED"
+        return run.Launched(True, "ALL RANKS PASSED", (0, 1, 2, 3))
 
     monkeypatch.setattr(run, "launch_run", fake_launch)
     out = tmp_path / "r"
@@ -186,18 +186,51 @@ def test_run_analyses_what_the_ranks_wrote(monkeypatch, tmp_path, capsys):
 
 def test_run_reports_a_failed_rank(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(run, "visible_gpus", lambda: (2, "GPU"))
-    monkeypatch.setattr(run, "launch_run", lambda cfg, timeout_s: (False, "rank 1: FAILED with exit status 1"))
+    monkeypatch.setattr(run, "launch_run", lambda cfg, timeout_s, rendezvous=None: run.Launched(
+        False, "rank 1: FAILED with exit status 1", (0, 1)))
     assert _call(["run", "all_reduce", "--nproc", "2", "--out", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "rank 1: FAILED" in err and "logs" in err
 
 
 def test_run_launches_one_worker_per_rank(tmp_path):
-    """The real launcher: two workers start with the config, and each fails clearly on a CPU."""
+    """The real launch, through torchrun: two workers start with the config, meet (gloo), and fail
+    clearly on a CPU; the summary names the failing rank with the error its ``@record`` wrote."""
     _cpu_only()
-    ok, summary = run.launch_run(run.RunConfig(kernel="all_reduce", nproc=2, out=str(tmp_path)), timeout_s=120)
-    assert not ok
-    assert "rank 0: FAILED" in summary and "rank 1: FAILED" in summary
-    assert "instrumented kernels need a GPU per rank" in summary
-    assert (tmp_path / "logs" / "rank1.log").is_file()
+    got = run.launch_run(run.RunConfig(kernel="all_reduce", nproc=2, out=str(tmp_path)), timeout_s=120)
+    assert not got.ok and got.ranks == (0, 1)
+    assert "through torchrun" in got.summary and "FAILED: rank" in got.summary
+    assert "RuntimeError: instrumented kernels need a GPU per rank" in got.summary, got.summary
+    assert (tmp_path / "logs" / "torchrun.log").is_file()
     assert np.all([(tmp_path / "logs" / f"rank{r}.log").stat().st_size > 0 for r in range(2)])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["all_to_all", "--nnodes", "2"], "--nnodes 2 needs a rendezvous every node can reach"),
+    (["all_to_all", "--nnodes", "2", "--rdzv-endpoint", "h:29500", "--node-rank", "2"], "--node-rank 2 is not among the 2 node(s)"),
+    (["all_to_all", "--nnodes", "3", "--rdzv-endpoint", "h:29500"], "num_experts=32 does not split over 3 ranks"),
+    (["all_to_all", "--nnodes", "0"], "--nnodes must be a positive int"),
+    (["all_to_all", "--nproc", "2", "--nnodes", "2", "--master-addr", "h", "--skip", "4:1"], "fault rank 4 is not among the 4 ranks"),
+])
+def test_run_checks_its_nodes_before_any_gpu_work(monkeypatch, capsys, argv, message):
+    monkeypatch.setattr(run, "visible_gpus", lambda: pytest.fail("GPUs looked up before the request was checked"))
+    assert _call(["run", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_run_on_a_node_without_rank_0_leaves_the_report_to_that_node(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(run, "visible_gpus", lambda: (2, "GPU"))
+    seen = {}
+
+    def fake_launch(cfg, timeout_s, rendezvous=None):
+        seen["rdzv"] = rendezvous
+        return run.Launched(True, "ALL RANKS PASSED", (2, 3))
+
+    monkeypatch.setattr(run, "launch_run", fake_launch)
+    argv = ["run", "all_reduce", "--nproc", "2", "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "head:29500",
+            "--out", str(tmp_path)]
+    assert _call(argv) == 0
+    out = capsys.readouterr().out
+    assert "on 2 GPU(s) on each of 2 nodes" in out and "the node of rank 0 wrote the capture" in out
+    assert seen["rdzv"].torchrun_args() == ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "head:29500"]

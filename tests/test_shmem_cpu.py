@@ -1,5 +1,5 @@
 """CPU tier for the symmetric heap: the symmetric rule, the heap's bookkeeping over gloo, the
-device API compiled for sm_90 and gfx942, the clock-calibration kernels, and the launcher."""
+device API compiled for sm_90 and gfx942, and the clock-calibration kernels (the launcher: test_launch.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 
 import pytest
 import torch
@@ -419,60 +418,3 @@ def test_calibration_config_validation():
         CalibrationConfig(rounds=0)
     with pytest.raises(ValueError):
         CalibrationConfig(timeout_ns=0)
-
-
-# ---------------------------------------------------------------------------------------------
-# the launcher
-# ---------------------------------------------------------------------------------------------
-
-
-def _launch(args, script, timeout=120):
-    cmd = [sys.executable, "-m", "ktrace.testing.launch", *args, "--", "python", "-c", textwrap.dedent(script)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-
-
-def test_launcher_sets_env_and_passes():
-    r = _launch(
-        ["-n", "3"],
-        """
-        import os
-        print("env", os.environ["RANK"], os.environ["WORLD_SIZE"], os.environ["LOCAL_RANK"],
-              os.environ["MASTER_PORT"], os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"], os.environ["NCCL_NVLS_ENABLE"])
-        """,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
-    lines = [ln for ln in r.stdout.splitlines() if " env " in ln]
-    fields = sorted(ln.split() for ln in lines)  # "[rank", "r]", "env", RANK, WORLD, LOCAL, PORT, ...
-    assert [f[1] for f in fields] == ["0]", "1]", "2]"]
-    assert [f[3] for f in fields] == ["0", "1", "2"] and [f[5] for f in fields] == ["0", "1", "2"]
-    assert all(f[4] == "3" and f[7:] == ["1", "0"] for f in fields)
-    assert len({f[6] for f in fields}) == 1
-    assert "ALL RANKS PASSED" in r.stdout
-
-
-def test_launcher_names_failing_rank_and_stops_the_others():
-    r = _launch(
-        ["-n", "2", "--grace", "1"],
-        """
-        import os, sys, time
-        if os.environ["RANK"] == "1":
-            print("rank one gives up"); sys.exit(3)
-        time.sleep(60)
-        """,
-    )
-    assert r.returncode == 1
-    assert "rank 1: FAILED with exit status 3" in r.stdout
-    assert "rank 0: stopped after another rank failed" in r.stdout
-    assert "rank one gives up" in r.stdout.split("--- rank 1")[1]
-
-
-def test_launcher_times_out_hung_ranks(tmp_path):
-    r = _launch(["-n", "2", "--timeout", "2", "--log-dir", str(tmp_path)], "import time; print('hanging'); time.sleep(60)")
-    assert r.returncode == 1
-    assert "rank 0: TIMED OUT" in r.stdout and "rank 1: TIMED OUT" in r.stdout
-    assert (tmp_path / "rank1.log").read_text().strip() == "hanging"
-
-
-def test_launcher_rejects_missing_command():
-    r = subprocess.run([sys.executable, "-m", "ktrace.testing.launch", "-n", "2"], capture_output=True, text=True)
-    assert r.returncode == 2 and "no command" in r.stderr

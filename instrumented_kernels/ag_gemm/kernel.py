@@ -37,6 +37,8 @@ from instrumented_kernels import harness
 from instrumented_kernels.common_gemm import (
     GEMM_TILE,
     GemmConfig,
+    announce_ready,
+    await_ready,
     num_sms,
     pick_config,
     store_tile,
@@ -44,7 +46,6 @@ from instrumented_kernels.common_gemm import (
     tile_dot,
     tile_offsets,
 )
-from instrumented_kernels.gemm_all_scatter.kernel import announce_ready, await_ready
 
 PUSH: tl.constexpr = tl.constexpr("push")
 CHUNK_READY: tl.constexpr = tl.constexpr("chunk_ready")

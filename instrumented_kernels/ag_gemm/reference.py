@@ -11,7 +11,7 @@ import math
 import pathlib
 
 from instrumented_kernels import harness
-from instrumented_kernels.gemm_all_scatter.reference import _dtype, _randn
+from instrumented_kernels.common_gemm import gemm_dtype, seeded_randn
 
 SHAPES = json.loads((pathlib.Path(__file__).with_name("shapes.json")).read_text())
 
@@ -34,11 +34,11 @@ def generate_input(rank: int, world_size: int, seed: int, K: int, M=None, M_per_
     if not 0 <= rank < world_size or K <= 0:
         raise ValueError(f"bad rank {rank} / world {world_size} / K {K}")
     m, n_loc = _sizes(world_size, M, M_per_rank, N, N_per_rank)
-    dt = _dtype(dtype)
+    dt = gemm_dtype(dtype)
     device = device or torch.device("cuda", torch.cuda.current_device())
     m_loc = m // world_size
-    a = _randn((m, K), seed, dt, device)[rank * m_loc : (rank + 1) * m_loc].contiguous()
-    b = _randn((K, n_loc), seed + 1 + rank, dt, device, scale=1.0 / math.sqrt(K))
+    a = seeded_randn((m, K), seed, dt, device)[rank * m_loc : (rank + 1) * m_loc].contiguous()
+    b = seeded_randn((K, n_loc), seed + 1 + rank, dt, device, scale=1.0 / math.sqrt(K))
     return {"A": a, "B": b}
 
 
@@ -48,10 +48,10 @@ def reference(rank: int, world_size: int, seed: int, K: int, M=None, M_per_rank=
     import torch
 
     m, n_loc = _sizes(world_size, M, M_per_rank, N, N_per_rank)
-    dt = _dtype(dtype)
+    dt = gemm_dtype(dtype)
     device = device or torch.device("cuda", torch.cuda.current_device())
-    a = _randn((m, K), seed, dt, device).float()
-    return a @ _randn((K, n_loc), seed + 1 + rank, dt, device, scale=1.0 / math.sqrt(K)).float()
+    a = seeded_randn((m, K), seed, dt, device).float()
+    return a @ seeded_randn((K, n_loc), seed + 1 + rank, dt, device, scale=1.0 / math.sqrt(K)).float()
 
 
 def torch_baseline(A_loc, B, A_full, out, group=None):

@@ -53,6 +53,8 @@ from instrumented_kernels import harness
 from instrumented_kernels.common_gemm import (
     GEMM_TILE,
     GemmConfig,
+    announce_ready,
+    await_ready,
     load_tile,
     num_sms,
     pick_config,
@@ -67,8 +69,6 @@ log = logging.getLogger("ktrace")
 SCHEDULES = ("bulk", "producer_consumer", "fused_sequential", "fused_ws")
 
 SCATTER: tl.constexpr = tl.constexpr("scatter")
-READY: tl.constexpr = tl.constexpr("ready")
-READY_WAIT: tl.constexpr = tl.constexpr("ready_wait")
 TILE_READY: tl.constexpr = tl.constexpr("tile_ready")
 TILE_WAIT: tl.constexpr = tl.constexpr("tile_wait")
 TILE_SENT: tl.constexpr = tl.constexpr("tile_sent")
@@ -78,30 +78,6 @@ ARRIVE_WAIT: tl.constexpr = tl.constexpr("arrive_wait")
 # ---------------------------------------------------------------------------------------------
 # device building blocks
 # ---------------------------------------------------------------------------------------------
-
-
-@triton.jit
-def announce_ready(kt, ready, epoch, rank, world, heap_bases):
-    """Tell every peer this rank's kernel of ``epoch`` started (sets ``ready[rank]`` on each peer).
-
-    Call from one program. Cost: ``world - 1`` remote release atomics (each after a CTA barrier).
-    """
-    for j in range(1, world):
-        peer = (rank + j) % world
-        kt = ks.notify(kt, ready + rank, epoch, rank, peer, heap_bases, name=READY)
-    return kt
-
-
-@triton.jit
-def await_ready(kt, ready, epoch, rank, world, heap_bases, TIMEOUT_NS: tl.constexpr):
-    """Wait until every peer announced ``epoch`` (before writing into peers' buffers).
-
-    Cost: one acquire load per peer once the peers have started.
-    """
-    for j in range(1, world):
-        peer = (rank + j) % world
-        kt = ks.wait(kt, ready + peer, epoch, rank, peer, heap_bases, timeout_ns=TIMEOUT_NS, name=READY_WAIT)
-    return kt
 
 
 @triton.jit

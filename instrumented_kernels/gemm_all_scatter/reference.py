@@ -13,30 +13,10 @@ import math
 import pathlib
 
 from instrumented_kernels import harness
+from instrumented_kernels.common_gemm import gemm_dtype, seeded_randn
 
 #: Shapes for the tests and the benchmark (``shapes.json`` next to this file).
 SHAPES = json.loads((pathlib.Path(__file__).with_name("shapes.json")).read_text())
-
-
-def _dtype(dtype):
-    import torch
-
-    if isinstance(dtype, str):
-        dtype = getattr(torch, dtype, None)
-    if dtype not in (torch.bfloat16, torch.float16):
-        raise ValueError(f"dtype must be bfloat16 or float16, got {dtype!r}")
-    return dtype
-
-
-def _randn(shape, seed: int, dtype, device, scale: float = 1.0):
-    import torch
-
-    g = torch.Generator(device=device)
-    g.manual_seed(seed)
-    x = torch.randn(shape, generator=g, device=device, dtype=torch.float32)
-    if scale != 1.0:
-        x.mul_(scale)
-    return x.to(dtype)
 
 
 def global_n(world_size: int, N: int | None = None, N_per_rank: int | None = None) -> int:
@@ -59,10 +39,10 @@ def generate_input(rank: int, world_size: int, seed: int, M: int, K: int, N: int
     if min(M, K) <= 0:
         raise ValueError(f"M and K must be positive, got {M}, {K}")
     n = global_n(world_size, N, N_per_rank)
-    dt = _dtype(dtype)
+    dt = gemm_dtype(dtype)
     device = device or torch.device("cuda", torch.cuda.current_device())
-    a = _randn((M, K), seed, dt, device)
-    b = _randn((K, n // world_size), seed + 1 + rank, dt, device, scale=1.0 / math.sqrt(K))
+    a = seeded_randn((M, K), seed, dt, device)
+    b = seeded_randn((K, n // world_size), seed + 1 + rank, dt, device, scale=1.0 / math.sqrt(K))
     return {"A": a, "B": b}
 
 
@@ -72,10 +52,10 @@ def reference(rank: int, world_size: int, seed: int, M: int, K: int, N: int | No
     import torch
 
     n = global_n(world_size, N, N_per_rank)
-    dt = _dtype(dtype)
+    dt = gemm_dtype(dtype)
     device = device or torch.device("cuda", torch.cuda.current_device())
-    a = _randn((M, K), seed, dt, device).float()
-    cols = [a @ _randn((K, n // world_size), seed + 1 + s, dt, device, scale=1.0 / math.sqrt(K)).float() for s in range(world_size)]
+    a = seeded_randn((M, K), seed, dt, device).float()
+    cols = [a @ seeded_randn((K, n // world_size), seed + 1 + s, dt, device, scale=1.0 / math.sqrt(K)).float() for s in range(world_size)]
     return torch.cat(cols, dim=1)
 
 

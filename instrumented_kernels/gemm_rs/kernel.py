@@ -36,6 +36,8 @@ from instrumented_kernels import harness
 from instrumented_kernels.common_gemm import (
     GEMM_TILE,
     GemmConfig,
+    announce_ready,
+    await_ready,
     load_tile,
     num_sms,
     pick_config,
@@ -44,7 +46,6 @@ from instrumented_kernels.common_gemm import (
     tile_dot,
     tile_offsets,
 )
-from instrumented_kernels.gemm_all_scatter.kernel import announce_ready, await_ready
 
 REDUCE: tl.constexpr = tl.constexpr("reduce")
 PARTIAL_SENT: tl.constexpr = tl.constexpr("partial_sent")

@@ -11,7 +11,7 @@ import math
 import pathlib
 
 from instrumented_kernels import harness
-from instrumented_kernels.gemm_all_scatter.reference import _dtype, _randn
+from instrumented_kernels.common_gemm import gemm_dtype, seeded_randn
 
 SHAPES = json.loads((pathlib.Path(__file__).with_name("shapes.json")).read_text())
 
@@ -34,11 +34,11 @@ def generate_input(rank: int, world_size: int, seed: int, N: int, M=None, M_per_
     if not 0 <= rank < world_size or N <= 0:
         raise ValueError(f"bad rank {rank} / world {world_size} / N {N}")
     m, k = _sizes(world_size, M, M_per_rank, K, K_per_rank)
-    dt = _dtype(dtype)
+    dt = gemm_dtype(dtype)
     device = device or torch.device("cuda", torch.cuda.current_device())
     kl = k // world_size
-    a = _randn((m, k), seed, dt, device)[:, rank * kl : (rank + 1) * kl].contiguous()
-    b = _randn((k, N), seed + 1, dt, device, scale=1.0 / math.sqrt(k))[rank * kl : (rank + 1) * kl].contiguous()
+    a = seeded_randn((m, k), seed, dt, device)[:, rank * kl : (rank + 1) * kl].contiguous()
+    b = seeded_randn((k, N), seed + 1, dt, device, scale=1.0 / math.sqrt(k))[rank * kl : (rank + 1) * kl].contiguous()
     return {"A": a, "B": b}
 
 
@@ -48,11 +48,11 @@ def reference(rank: int, world_size: int, seed: int, N: int, M=None, M_per_rank=
     import torch
 
     m, k = _sizes(world_size, M, M_per_rank, K, K_per_rank)
-    dt = _dtype(dtype)
+    dt = gemm_dtype(dtype)
     device = device or torch.device("cuda", torch.cuda.current_device())
     m_loc = m // world_size
-    a = _randn((m, k), seed, dt, device)[rank * m_loc : (rank + 1) * m_loc].float()
-    return a @ _randn((k, N), seed + 1, dt, device, scale=1.0 / math.sqrt(k)).float()
+    a = seeded_randn((m, k), seed, dt, device)[rank * m_loc : (rank + 1) * m_loc].float()
+    return a @ seeded_randn((k, N), seed + 1, dt, device, scale=1.0 / math.sqrt(k)).float()
 
 
 def torch_baseline(A, B, partial, out, group=None):

@@ -1,7 +1,7 @@
 """Host side of the symmetric heap: one block of symmetric memory per process group, sliced into
 tensors with torch-like constructors, plus the device table of heap bases.
 
-Usage (under ``torchrun``, ``python -m ktrace.testing.launch`` or ``torch.multiprocessing``)::
+Usage (under ``torchrun``, ``srun``, ``python -m ktrace.testing.launch`` or ``torch.multiprocessing``)::
 
     import ktrace.shmem as shmem
 
@@ -23,27 +23,19 @@ from __future__ import annotations
 import logging
 import math
 import operator
-import os
 import warnings
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
+from ..dist_env import apply_safe_env, device_index, export_torch_env, rank_env
 from . import codes
 from .symmetric import RESERVED_BYTES, AllocationLog, SymmetricRuleError, verify
 
 log = logging.getLogger("ktrace")
 
 _CHECK_MODES = ("alloc", "barrier", "off")
-#: Environment every process using the heap must have: NVLink multicast (NVLS) stays off.
-SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
-
-
-def apply_safe_env() -> None:
-    """Set :data:`SAFE_ENV` in this process unless the user already chose values."""
-    for k, v in SAFE_ENV.items():
-        os.environ.setdefault(k, v)
 
 
 @dataclass(frozen=True)
@@ -119,11 +111,13 @@ def _fmt_ns(ns: float) -> str:
 
 
 def init_distributed(backend: str | None = None, timeout_s: float = 600.0):
-    """Initialise ``torch.distributed`` from the environment if it is not already.
+    """Initialise ``torch.distributed`` from the launcher's environment if it is not already.
 
-    Reads ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT`` (set by
-    ``torchrun`` and ``ktrace.testing.launch``), selects the GPU ``LOCAL_RANK`` and applies
-    :data:`SAFE_ENV`. Backend: NCCL when a GPU is present, else gloo.
+    Reads torchrun's ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``
+    or, for a task started by Slurm's ``srun``, ``SLURM_PROCID``, ``SLURM_NTASKS``,
+    ``SLURM_LOCALID`` and the node list (:func:`ktrace.dist_env.rank_env` says how), selects this
+    rank's GPU and applies ``ktrace.dist_env.SAFE_ENV`` (NVLink multicast off). Backend: NCCL
+    when a GPU is present, else gloo.
 
     Returns:
         ``(rank, world_size)``.
@@ -136,19 +130,20 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0):
     apply_safe_env()
     if dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
-    missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+    re = rank_env()
+    missing = ["RANK", "WORLD_SIZE"] if re is None else [k for k, v in (("MASTER_ADDR", re.master_addr),
+                                                                       ("MASTER_PORT", re.master_port)) if v is None]
     if missing:
         raise RuntimeError(
-            f"torch.distributed is not initialised and {missing} are not set: launch with torchrun, "
-            "python -m ktrace.testing.launch, or call init_process_group yourself"
+            f"torch.distributed is not initialised and {missing} are not set: launch with torchrun or srun "
+            "(see docs/scale.md), or call init_process_group yourself"
         )
-    local = int(os.environ.get("LOCAL_RANK", os.environ["RANK"]))
+    export_torch_env(re)  # env:// reads them; a Slurm task then looks like a torchrun worker
     if backend is None:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     kwargs = {}
     if torch.cuda.is_available():
-        if local >= torch.cuda.device_count():
-            raise RuntimeError(f"LOCAL_RANK {local} but only {torch.cuda.device_count()} GPUs are visible")
+        local = device_index(re, torch.cuda.device_count())
         torch.cuda.set_device(local)
         if backend == "nccl":
             kwargs["device_id"] = torch.device("cuda", local)

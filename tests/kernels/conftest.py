@@ -1,7 +1,6 @@
 """Fixtures of the kernel tests: the process group (multi-GPU tier) and event counting."""
 
 import contextlib
-import os
 
 import numpy as np
 import pytest
@@ -13,8 +12,10 @@ def dist():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a GPU per rank")
-    if "WORLD_SIZE" not in os.environ:
-        pytest.skip("run under python -m ktrace.testing.launch -n N")
+    from ktrace.dist_env import rank_env
+
+    if rank_env() is None:
+        pytest.skip("run under python -m ktrace.testing.launch -n N (or torchrun / srun)")
     from instrumented_kernels import harness as H
 
     return H.setup()

@@ -1,20 +1,25 @@
-"""Fixtures of the multi-GPU tier: one process per rank, started by ``ktrace.testing.launch``.
+"""Fixtures of the multi-GPU tier: one pytest per rank, started through torchrun by
+``ktrace.testing.launch`` (which times every rank out and names the one that failed)::
 
-    python -m ktrace.testing.launch -n 4 -- pytest -m multigpu tests/multigpu -q
+    python -m ktrace.testing.launch -n 2 -- python -m pytest -m multigpu tests/multigpu tests/kernels -q
+
+Plain ``torchrun --nproc-per-node 2 -m pytest ...`` or ``srun -n 2 python -m pytest ...`` start
+the same ranks (without the time limit and the per-rank verdict).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 
 import pytest
 
 
 @pytest.fixture(scope="session")
 def dist_env():
-    if "RANK" not in os.environ or "MASTER_PORT" not in os.environ:
-        pytest.skip("multi-GPU tests run under: python -m ktrace.testing.launch -n N -- pytest -m multigpu ...")
+    from ktrace.dist_env import rank_env
+
+    if rank_env() is None:
+        pytest.skip("multi-GPU tests run under: python -m ktrace.testing.launch -n N -- python -m pytest -m multigpu ...")
     import torch
 
     if not torch.cuda.is_available():

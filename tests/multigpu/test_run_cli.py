@@ -1,6 +1,6 @@
 """GPU tiers of the newcomer's path: ``ktrace run`` on every instrumented kernel, and the
-numbered examples on real GPUs. These start their own ranks (one process per GPU), so run them
-directly, not under ``ktrace.testing.launch``::
+numbered examples on real GPUs. These start their own ranks (one process per GPU, through
+torchrun), so run them directly, not under ``ktrace.testing.launch``::
 
     python -m pytest -m "gpu or multigpu" tests/multigpu/test_run_cli.py -q
 
@@ -22,8 +22,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _gpus() -> int:
-    if "RANK" in os.environ:
-        pytest.skip("these tests start their own ranks: run them without ktrace.testing.launch")
+    from ktrace.dist_env import rank_env
+
+    if rank_env() is not None:
+        pytest.skip("these tests start their own ranks (through torchrun): run them without ktrace.testing.launch")
     torch = pytest.importorskip("torch")
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
