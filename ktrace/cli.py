@@ -5,12 +5,18 @@
 and without importing torch or triton. Progress goes to stderr (a bar when stderr is a
 terminal), results to stdout; ``--json -`` writes a report's JSON to stdout instead of its
 summary.
+
+Bad input (a missing, foreign, truncated or damaged capture, parts of different runs, an output
+that would overwrite an input) gets one line on stderr naming the file and what is wrong, and
+exit status 2; nothing is written then. Output into a pipe closed early (``ktrace report X |
+head -1``) ends quietly with status 141, as a process stopped by SIGPIPE would.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -19,6 +25,42 @@ import orjson
 
 from . import __version__
 
+#: Exit status of bad input (one line on stderr says what is wrong).
+EXIT_BAD_INPUT = 2
+#: Exit status when stdout was closed early (128 + SIGPIPE, what a shell shows for such a process).
+EXIT_CLOSED_PIPE = 141
+
+
+def _fail(prog: str, e: BaseException | str, path: str | os.PathLike | None = None) -> int:
+    """Print one line ``prog: [path: ]message`` on stderr and return :data:`EXIT_BAD_INPUT`; the
+    path is added when the message does not name it already."""
+    text = " ".join(str(e).split()) or type(e).__name__
+    if path is not None and str(path) not in text:
+        text = f"{path}: {text}"
+    print(f"{prog}: {text}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether two paths name one file (an existing one, through links too, or one path)."""
+    try:
+        if os.path.exists(a) and os.path.exists(b):
+            return os.path.samefile(a, b)
+    except OSError:
+        pass
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _refuse_overwrite(prog: str, inputs, outputs) -> int | None:
+    """:data:`EXIT_BAD_INPUT` (with its line) when an output would overwrite an input, else None."""
+    for out in outputs:
+        if out is None or out == "-":
+            continue
+        for src in inputs:
+            if src is not None and _same_file(src, out):
+                return _fail(prog, f"the output {out} is the input {src}: refusing to write over it (choose another output)")
+    return None
+
 
 def _cmd_info(args) -> int:
     import numpy as np
@@ -26,25 +68,31 @@ def _cmd_info(args) -> int:
     from .captures import CaptureError, read_capture
     from .schema import EventKind
 
+    path = args.capture
     try:
-        cap = read_capture(args.capture)
-    except CaptureError as e:
-        print(f"ktrace: {e}", file=sys.stderr)
-        return 2
-    print(f"{args.capture}: world size {cap.world_size}, ranks {sorted(cap.ranks)}{' (PARTIAL)' if cap.partial else ''}")
-    for r, rc in sorted(cap.ranks.items()):
-        dev = rc.device.get("name", "?")
-        print(f"  rank {r} on {dev} ({rc.device.get('arch', '?')}): {len(rc.launches)} launches")
-        for ln in rc.launches:
-            try:
-                d = ln.decode(r)
-            except CaptureError as e:
-                print(f"    launch {ln.index} {ln.kernel}: UNREADABLE: {e}")
-                continue
-            kinds = np.bincount(d.events["kind"], minlength=16)
-            parts = ", ".join(f"{kinds[k]} {EventKind(k).name.lower()}" for k in EventKind if k and kinds[k])
-            drop = f", {d.dropped} DROPPED (raise events_per_program above {ln.capacity})" if d.dropped else ""
-            print(f"    launch {ln.index} {ln.kernel} grid {tuple(ln.grid)}: {d.written} events ({parts or 'none'}){drop}")
+        cap = read_capture(path)
+        run = f", run {cap.run_id}" if cap.run_id else ", no run id (written by an older ktrace)"
+        part = f" (PARTIAL: ranks {cap.missing_ranks} missing)" if cap.partial else ""
+        lines = [f"{path}: world size {cap.world_size}, ranks {sorted(cap.ranks)}{part}{run}"]
+        lines += [f"  note: {n}" for n in cap.notes]
+        for r, rc in sorted(cap.ranks.items()):
+            dev = rc.device.get("name", "?")
+            lines.append(f"  rank {r} on {dev} ({rc.device.get('arch', '?')}): {len(rc.launches)} launches")
+            lines += [f"    note: {n}" for n in rc.notes]
+            if rc.timeouts and rc.timeouts.get("count"):
+                lines.append(f"    {rc.timeouts['count']} wait(s) TIMED OUT during the capture:")
+                lines += [f"      program {w.get('program')} waited on flag {w.get('flag')} from peer {w.get('peer')} for "
+                          f"{w.get('waited_ns', 0) / 1e6:.3f} ms (last saw {w.get('seen')}, waited for {w.get('cmp')} "
+                          f"{w.get('expected')})" for w in rc.timeouts.get("waits", [])]
+            for ln in rc.launches:
+                d = ln.decode(r, cache=False)
+                kinds = np.bincount(d.events["kind"], minlength=16)
+                parts = ", ".join(f"{kinds[k]} {EventKind(k).name.lower()}" for k in EventKind if k and kinds[k])
+                drop = f", {d.dropped} DROPPED (raise events_per_program above {ln.capacity})" if d.dropped else ""
+                lines.append(f"    launch {ln.index} {ln.kernel} grid {tuple(ln.grid)}: {d.written} events ({parts or 'none'}){drop}")
+    except (CaptureError, ValueError, OSError) as e:
+        return _fail("ktrace info", e, path)
+    print("\n".join(lines))
     return 0
 
 
@@ -53,21 +101,25 @@ def _cmd_merge(args) -> int:
     from .clock import attach_clock
     from .export import format_of, write_trace
 
+    refused = _refuse_overwrite("ktrace merge", args.captures, [args.output])
+    if refused is not None:
+        return refused
     try:
         fmt = args.format or format_of(args.output)
     except ValueError as e:
-        print(f"ktrace: {e}", file=sys.stderr)
-        return 2
+        return _fail("ktrace merge", e)
     try:
-        cap = merge_captures((read_capture(p) for p in args.captures), world_size=args.world_size)
+        cap = merge_captures([read_capture(p) for p in args.captures], world_size=args.world_size,
+                             allow_mixed_runs=args.allow_mixed_runs)
         try:
             attach_clock(cap)
+        except CaptureError:
+            raise  # (a damaged buffer, read for its timer rate: the message says which)
         except ValueError as e:
             raise CaptureError(f"clock calibration samples: {e}") from None
         out = write_trace(cap, args.output, fmt)
     except (CaptureError, ValueError, OSError) as e:
-        print(f"ktrace: {e}", file=sys.stderr)
-        return 2
+        return _fail("ktrace merge", e)
     n = sum(len(rc.launches) for rc in cap.ranks.values())
     part = f" PARTIAL: ranks {cap.missing_ranks} missing" if cap.partial else ""
     clock = (cap.clock or {}).get("method", "none")
@@ -140,13 +192,25 @@ def _cmd_report(args) -> int:
     from .analysis import AnalysisError, LoadConfig, ReportConfig, build_report, render_text, report_json
     from .captures import CaptureError
 
+    path = args.capture
+    if path is None:
+        from .demo import DemoError, bundled_capture
+
+        try:
+            path = str(bundled_capture())
+        except DemoError as e:
+            return _fail("ktrace report", e)
+        print(f"ktrace report: no capture given: analysing the bundled example ({path}; `ktrace demo` also writes "
+              "its trace)", file=sys.stderr)
+    refused = _refuse_overwrite("ktrace report", [path], [args.html, args.json])
+    if refused is not None:
+        return refused
     try:
         cfg = ReportConfig(load=LoadConfig(work_region=args.work_region), trace_url=args.trace_url,
                            min_late_ns=args.min_late_us * 1e3)
-        rep = build_report(args.capture, cfg, progress=_Bar(not args.quiet))
+        rep = build_report(path, cfg, progress=_Bar(not args.quiet))
     except (CaptureError, AnalysisError, ValueError) as e:
-        print(f"ktrace report: {e}", file=sys.stderr)
-        return 2
+        return _fail("ktrace report", e, path)
     if args.json:
         _write_json(args.json, report_json(rep))
     if args.json != "-":
@@ -154,22 +218,30 @@ def _cmd_report(args) -> int:
     if args.html:
         from viewers.report import write_html
 
-        path = write_html(rep, args.html)
-        print(f"HTML report: {path}", file=sys.stderr if args.json == "-" else sys.stdout)
+        out = write_html(rep, args.html)
+        print(f"HTML report: {out}", file=sys.stderr if args.json == "-" else sys.stdout)
     if args.json and args.json != "-":
         print(f"JSON report: {args.json}")
     return 1 if any(f.kind == "hang" and f.severity == "error" for f in rep.findings) and args.fail_on_hang else 0
 
 
 def _cmd_diff(args) -> int:
-    from .analysis import AnalysisError, build_diff, diff_json, render_diff_text
+    from .analysis import AnalysisError, build_diff, diff_json, prepare, render_diff_text
     from .captures import CaptureError
 
+    refused = _refuse_overwrite("ktrace diff", [args.a, args.b], [args.html, args.json])
+    if refused is not None:
+        return refused
+    traces = []
+    for path in (args.a, args.b):  # one at a time: a damaged capture is named
+        try:
+            traces.append(prepare(path))
+        except (CaptureError, AnalysisError, ValueError) as e:
+            return _fail("ktrace diff", e, path)
     try:
-        d = build_diff(args.a, args.b, progress=_Bar(not args.quiet), top=args.top)
+        d = build_diff(*traces, progress=_Bar(not args.quiet), top=args.top)
     except (CaptureError, AnalysisError, ValueError) as e:
-        print(f"ktrace diff: {e}", file=sys.stderr)
-        return 2
+        return _fail("ktrace diff", e)
     if args.json:
         _write_json(args.json, diff_json(d))
     if args.json != "-":
@@ -186,8 +258,12 @@ def _register_analysis(subparsers: argparse._SubParsersAction) -> None:
     """Add ``report`` and ``diff`` to the ``ktrace`` command's subparsers."""
     s = subparsers.add_parser(
         "report", help="find spin-lock stalls and their cause, uneven workgroup load, exposed communication and hangs",
-        description="Analyse a capture: findings first, in plain words (most costly first), then the headline numbers.")
-    s.add_argument("capture", help="a .ktrace capture file")
+        description="Analyse a capture: findings first, in plain words (most costly first), then the headline numbers. "
+                    "With no capture, the bundled example (the skewed MoE all-to-all recorded on 4 H200s) is analysed. "
+                    "Exit status: 0, 1 with --fail-on-hang when a hang is found, 2 for a capture that cannot be read "
+                    "(one line on stderr says why).")
+    s.add_argument("capture", nargs="?", default=None,
+                   help="a .ktrace capture file (merged over ranks; default: the bundled example capture)")
     s.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report (plots, ranked findings)")
     s.add_argument("--json", metavar="FILE", help="also write the report as JSON ('-': to stdout, instead of the summary)")
     s.add_argument("--trace-url", metavar="URL", help="where this capture's trace is served, for the Perfetto links")
@@ -200,7 +276,8 @@ def _register_analysis(subparsers: argparse._SubParsersAction) -> None:
     s.set_defaults(func=_cmd_report)
 
     d = subparsers.add_parser("diff", help="compare two captures of the same kernel: biggest movers first",
-                              description="Per region, rank and workgroup: time per launch in A and B, biggest change first.")
+                              description="Per region, rank and workgroup: time per launch in A and B, biggest change "
+                                          "first. Exit status 2 when either capture cannot be read (one line says which).")
     d.add_argument("a", help="the capture before (A)")
     d.add_argument("b", help="the capture after (B)")
     d.add_argument("--html", metavar="FILE", help="also write a self-contained HTML diff")
@@ -214,18 +291,29 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ktrace",
         description="Intra-kernel tracing for multi-GPU Triton kernels: inspect, merge, view and analyse captures.",
+        epilog="Exit status 2: bad input (one line on stderr names the file and what is wrong; nothing is written). "
+               "Output into a pipe closed early ends quietly with status 141.",
     )
     p.add_argument("--version", action="version", version=f"ktrace {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="log more")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
-    s = sub.add_parser("info", help="summarise a capture file: ranks, launches, events, drops")
+    s = sub.add_parser("info", help="summarise a capture file: run, ranks, launches, events per kind, drops, timed-out waits",
+                       description="Summarise a capture: its run id, ranks (and which are missing), each launch's events "
+                                   "per kind and drops, waits that timed out and notes on how it was made. Every buffer "
+                                   "is read and checked: a damaged one is exit status 2, with one line saying where.")
     s.add_argument("capture", help="a .ktrace capture file")
     s.set_defaults(func=_cmd_info)
-    s = sub.add_parser("merge", help="merge per-rank captures into one capture or trace (format by suffix)")
+    s = sub.add_parser("merge", help="merge per-rank captures of one run into one capture or trace (format by suffix)",
+                       description="Merge per-rank captures of one run into one capture or trace, with the clock model "
+                                   "fitted from every rank's calibration samples (all ranks on one clock). Parts of "
+                                   "different runs are refused (unless --allow-mixed-runs); missing ranks make the "
+                                   "result PARTIAL, and it says which. The output may not be one of the inputs.")
     s.add_argument("captures", nargs="+", help="per-rank .ktrace files")
     s.add_argument("-o", "--output", required=True, help="out.ktrace | out.pftrace | out.json | out.json.gz")
     s.add_argument("--format", choices=["ktrace", "perfetto", "chrome"], help="override the format the suffix implies")
     s.add_argument("--world-size", type=int, help="expected number of ranks (default: what the files say)")
+    s.add_argument("--allow-mixed-runs", action="store_true",
+                   help="merge parts of different runs anyway (their notify/wait pairs then mean nothing)")
     s.set_defaults(func=_cmd_merge)
     s = sub.add_parser("open", help="serve a trace on 127.0.0.1 and open it in the Perfetto UI (until Ctrl-C)",
                        description="Serve a trace on 127.0.0.1 until Ctrl-C and open it in the Perfetto UI: ui.perfetto.dev, "
@@ -261,7 +349,17 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
-    return int(args.func(args) or 0)
+    try:
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()
+    except BrokenPipeError:  # stdout closed early (`ktrace report X | head -1`): end quietly
+        if argv is None:  # the process's own stdout: nothing more may reach it, at exit either
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            except (OSError, ValueError):
+                pass
+        return EXIT_CLOSED_PIPE
+    return status
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ Buffers stay on the device until the session ends; then each arena is copied to 
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import functools
 import inspect
 import logging
@@ -39,6 +40,8 @@ import numpy as np
 from . import regions, schema
 from .device import device_info
 from .captures.file import Capture, Launch, RankCapture, write_capture
+from .captures.gather import PEER_TIMEOUT_S, register_process
+from .captures.identity import run_id as _run_id
 
 log = logging.getLogger("ktrace")
 
@@ -47,6 +50,9 @@ DEFAULT_EVENTS_PER_PROGRAM = 16
 #: Launch buffers are carved from zeroed arenas of this size (one memset per arena, not per launch).
 ARENA_BYTES = 64 << 20
 _ALIGN_WORDS = 32  # 256-byte alignment of each launch buffer inside an arena
+
+#: Which calibration a phase is, in the capture's notes.
+_PHASE_WORDS = {"before": "opening", "after": "closing"}
 
 _state = threading.local()
 _env_session: "Session | None" = None
@@ -141,6 +147,17 @@ class Session:
             when it closes, and stores the samples in the capture so the collector can put all
             ranks on one clock. Opening and closing are then collective over the heap's ranks.
         calibration: a ``ktrace.clock.calibrate.CalibrationConfig`` (rounds, reference rank).
+        peer_timeout_s: how long opening, closing (with a heap) and :meth:`gather` wait for the
+            other ranks to arrive before going on without them (``ktrace.captures.gather.arrive``).
+        run_id: the run this capture belongs to (default: ``ktrace.captures.identity.run_id()``,
+            the same on every rank).
+
+    Leaving the ``with`` block never raises anything but the code's own error. Waits that timed
+    out while it was open are kept in the capture (:attr:`RankCapture.timeouts`) and still
+    reported by ``heap.check()`` afterwards; the closing calibration runs anyway, and when it
+    cannot (a rank is missing, or it fails) the capture's notes say so and which alignment was
+    kept. A rank whose code raised inside the block tells the others, which then skip the
+    closing calibration at once instead of waiting for it.
     """
 
     events_per_program: int | None = None
@@ -152,7 +169,12 @@ class Session:
     arena_bytes: int = ARENA_BYTES
     heap: Any = None
     calibration: Any = None
+    peer_timeout_s: float = PEER_TIMEOUT_S
+    run_id: str | None = None
     _calib: dict = field(default_factory=dict, repr=False)
+    _notes: list = field(default_factory=list, repr=False)
+    _timeouts: dict | None = field(default=None, repr=False)
+    _timeouts_base: tuple = field(default=(0, 0), repr=False)
     _arenas: dict[int, list] = field(default_factory=dict, repr=False)
     started_ns: int = 0
     closed: bool = False
@@ -161,6 +183,8 @@ class Session:
     def __post_init__(self):
         if self.events_per_program is not None and self.events_per_program <= 0:
             raise ValueError(f"events_per_program must be positive, got {self.events_per_program}")
+        if not self.peer_timeout_s > 0:
+            raise ValueError(f"peer_timeout_s must be positive, got {self.peer_timeout_s}")
         if self.rank is None or self.world_size is None:
             r, w = _dist_rank_world()
             self.rank = r if self.rank is None else self.rank
@@ -171,11 +195,17 @@ class Session:
     # context manager -------------------------------------------------------------------------
     def _open(self):
         self.started_ns = time.time_ns()
+        if self.run_id is None:
+            self.run_id = _run_id()
+        register_process(self.heap.group if self.heap is not None else None)
         return self
 
     def __enter__(self) -> "Session":
         self._open()
-        self._calibrate("before")
+        if self.heap is not None:
+            count, described = self.heap.timeouts()  # (earlier ones: not this capture's)
+            self._timeouts_base = (count, len(described))
+            self._calibrate("before")
         _stack().append(self)
         return self
 
@@ -183,21 +213,87 @@ class Session:
         st = _stack()
         if st and st[-1] is self:
             st.pop()
-        if exc_type is None:
+        if exc_type is not None:
+            self._leave()
+            return False
+        if self.heap is not None:
+            try:
+                self._sync()  # the code's own kernels: a fault of theirs surfaces here, as its error
+            except BaseException:
+                self._leave()
+                raise
+            self._record_timeouts()
             self._calibrate("after")
         self.close()
         return False
 
-    def _calibrate(self, phase: str) -> None:
-        """Clock calibration against the reference rank (collective), when a heap was given."""
-        if self.heap is None:
-            return
+    def _sync(self) -> None:
         import torch
 
-        from .clock.calibrate import calibrate
+        if self.heap.device.type == "cuda":
+            torch.cuda.synchronize(self.heap.device)
 
-        torch.cuda.synchronize(self.heap.device)
-        self._calib[phase] = calibrate(self.heap, phase, self.calibration)
+    def _leave(self) -> None:
+        """On the way out with the code's error: tell the other ranks (they skip the closing
+        calibration rather than wait for this rank) and keep what was recorded, raising nothing."""
+        if self.heap is not None:
+            self._calibrate("after", leaving=True)
+        try:
+            self.close()
+        except Exception as e:  # (the device may be in the state that caused the error)
+            log.error("[rank %s] ktrace: the capture's buffers could not be copied after the error: %s", self.rank, e)
+
+    def _note(self, text: str) -> None:
+        text = " ".join(str(text).split())
+        self._notes.append(text)
+        log.error("[rank %s] ktrace: %s", self.rank, text)
+
+    def _record_timeouts(self) -> None:
+        """Keep the waits that timed out while the capture was open (the heap keeps them too)."""
+        try:
+            count, described = self.heap.timeouts()
+        except Exception as e:
+            self._note(f"the heap's timed-out waits could not be read: {e}")
+            return
+        base_count, base_described = self._timeouts_base
+        if count >= base_count:  # (else the code cleared them inside the block: all are new)
+            count, described = count - base_count, described[base_described:]
+        self._timeouts = {
+            "count": int(count),
+            "waits": [{k: v for k, v in dataclasses.asdict(t).items() if k != "rank"} for t in described],
+        }
+        if count:
+            log.warning("[rank %s] ktrace: %d wait(s) timed out during the capture; kept in it and for heap.check()",
+                        self.rank, count)
+
+    def _calibrate(self, phase: str, *, leaving: bool = False) -> None:
+        """Clock calibration against the reference rank (collective), when a heap was given. The
+        ranks meet first, within ``peer_timeout_s``; a calibration that cannot run or fails is
+        noted in the capture, with the alignment kept, and never raises."""
+        if self.heap is None:
+            return
+        from .captures.gather import arrive
+
+        arrival = arrive(f"capture.{phase}", group=self.heap.group, timeout_s=self.peer_timeout_s, leaving=leaving)
+        if leaving:
+            return
+        if not arrival.complete:
+            self._note(f"{_PHASE_WORDS[phase]} clock calibration not run: {arrival.describe()}; {self._kept_alignment(phase)}")
+            return
+        try:
+            from .clock.calibrate import calibrate
+
+            self._sync()
+            self._calib[phase] = calibrate(self.heap, phase, self.calibration)
+        except Exception as e:
+            self._note(f"{_PHASE_WORDS[phase]} clock calibration did not complete ({e}); {self._kept_alignment(phase)}")
+
+    def _kept_alignment(self, phase: str) -> str:
+        if phase == "before":
+            return "alignment: the closing calibration's alone (offset only, no drift), if it runs"
+        if "before" in self._calib:
+            return "alignment kept: the opening calibration's (offset only, no drift)"
+        return "no calibration kept: this rank stays on its own clock (not aligned)"
 
     # recording -------------------------------------------------------------------------------
     def _new_launch(self, kernel: "TracedKernel", grid: tuple[int, int, int], capacity: int, device: int):
@@ -300,12 +396,14 @@ class Session:
         """This rank's capture (``ktrace.captures.Capture``)."""
         self.close()
         devices = sorted({pl.device for pl in self.launches})
-        if not devices and self.heap is not None:
+        if not devices and self.heap is not None and self.heap.device.type == "cuda":
             devices = [self.heap.device.index]
         rc = RankCapture(
             rank=int(self.rank),
             device=device_info(devices[0]) if devices else {},
             clock_samples=self._clock_samples(),
+            notes=list(self._notes),
+            timeouts=self._timeouts,
             launches=[
                 Launch(
                     index=pl.index,
@@ -320,7 +418,10 @@ class Session:
                 for pl in self.launches
             ],
         )
-        return Capture(world_size=int(self.world_size), ranks={int(self.rank): rc}, regions=self.region_names())
+        if self.run_id is None:
+            self.run_id = _run_id()
+        return Capture(world_size=int(self.world_size), ranks={int(self.rank): rc}, regions=self.region_names(),
+                       run_id=self.run_id)
 
     def _clock_samples(self) -> dict | None:
         if not self._calib:
@@ -334,13 +435,18 @@ class Session:
     def gather(self, dst: int = 0) -> Capture | None:
         """Collect every rank's capture on rank ``dst`` (collective), with the clock model fitted.
 
+        The ranks meet first, within ``peer_timeout_s``: when one is missing (dead, or late),
+        the others go on without it and ``dst`` gets a capture marked partial whose notes name
+        the missing ranks (``ktrace.captures.gather.gather``).
+
         Returns:
-            The merged, aligned capture on ``dst``; None on the other ranks.
+            The merged, aligned capture on ``dst``; None on the other ranks (and on every rank
+            when ``dst`` itself is missing: save each rank's own capture then).
         """
         from .captures.gather import gather
         from .clock.model import attach_clock
 
-        merged = gather(self.to_capture(), dst=dst)
+        merged = gather(self.to_capture(), dst=dst, timeout_s=self.peer_timeout_s)
         if merged is not None:
             try:
                 attach_clock(merged)

@@ -19,16 +19,24 @@ Each rank may write its own file and ``ktrace merge`` (or :func:`merge_captures`
 or the ranks gather to one through ``torch.distributed`` and one file is written.
 
 Reading a truncated, corrupt, foreign or newer-version file raises :class:`CaptureError` with a
-clear message. Buffers stored uncompressed are read from the file on first use of
-:attr:`Launch.raw` (positional reads of the file opened by :func:`read_capture`, so forked
-workers can read them too), and CRC-checked then: a damaged buffer raises
-:class:`CaptureError` where it is first read, not in :func:`read_capture`. A merge with ranks missing warns and marks the result partial.
+one-line message naming the file and what is wrong, whatever the damage: a byte flipped in the
+zip directory, in a member's header or in its (stored, deflated, LZMA or bzip2) data. Every
+buffer is checked against the CRC-32 the metadata records before it is decoded, so damage is
+reported, never decoded into other events. Buffers stored uncompressed are read from the file
+on first use of :attr:`Launch.raw` (positional reads of the file opened by
+:func:`read_capture`, so forked workers can read them too), and CRC-checked then: a damaged
+buffer raises :class:`CaptureError` where it is first read, not in :func:`read_capture`.
+
+Every capture names its run (``run_id``, the same on every rank of a run: see
+``ktrace.captures.identity``); :func:`merge_captures` refuses parts of different runs unless
+told otherwise, and a merge with ranks missing warns and marks the result partial.
 """
 
 from __future__ import annotations
 
 import io
 import logging
+import lzma
 import math
 import os
 import struct
@@ -57,6 +65,31 @@ _META = "ktrace.json"
 
 class CaptureError(ValueError):
     """A capture file cannot be read or merged."""
+
+
+#: What reading a damaged zip archive can raise besides :class:`zipfile.BadZipFile`: a flipped
+#: byte in the zip directory or a member's header reaches parsing code that raises almost any
+#: of these (an unsupported "version" or compression method, an "encrypted" flag, a bad field
+#: size), and each decompressor has its own error (bzip2's is an OSError).
+_ZIP_DAMAGE = (zipfile.BadZipFile, zlib.error, lzma.LZMAError, EOFError, RuntimeError, OSError, ValueError, struct.error,
+               IndexError, OverflowError)
+
+
+def _damage_text(e: BaseException) -> str:
+    """What a damaged archive's exception says, as a short phrase on one line."""
+    if isinstance(e, lzma.LZMAError):
+        text = f"LZMA: {e}"
+    elif isinstance(e, zlib.error):
+        text = f"deflate: {e}"
+    elif isinstance(e, EOFError):
+        text = "its compressed data ends early"
+    elif isinstance(e, NotImplementedError):
+        text = f"unsupported zip entry: {e}"
+    elif isinstance(e, zipfile.BadZipFile):
+        text = str(e) or "bad zip data"
+    else:
+        text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    return " ".join(text.split())
 
 
 @dataclass
@@ -273,6 +306,14 @@ class RankCapture:
     launches: list[Launch] = field(default_factory=list)
     #: Clock calibration samples against the reference rank (see ktrace.clock), or None.
     clock_samples: dict | None = None
+    #: What went wrong around the traced work on this rank, in words (e.g. a clock calibration
+    #: that could not run, and the alignment kept instead).
+    notes: list[str] = field(default_factory=list)
+    #: Waits that gave up at their bound while the capture was open, as the heap's error block
+    #: recorded them: ``{"count": n, "waits": [{"program", "flag", "flag_offset", "peer",
+    #: "expected", "seen", "cmp", "waited_ns", "spins"}, ...]}`` (at most the first few are
+    #: described); None when the capture had no heap.
+    timeouts: dict | None = None
 
 
 @dataclass
@@ -288,13 +329,26 @@ class Capture:
     created_ns: int = field(default_factory=time.time_ns)
     ktrace_version: str = __version__
     meta: dict = field(default_factory=dict)
+    #: The run this capture belongs to, the same on every rank of it (``ktrace.captures.identity``);
+    #: None in files written before ktrace recorded it. Merging refuses parts of different runs.
+    run_id: str | None = None
+    #: What went wrong while the capture was made or merged, in words (e.g. ranks that did not
+    #: arrive to be gathered, and why).
+    notes: list[str] = field(default_factory=list)
+    #: Where it was read from (a path, or the name given to :func:`capture_from_bytes`), for
+    #: messages; not stored.
+    source: str = field(default="", repr=False, compare=False)
 
     @property
     def missing_ranks(self) -> list[int]:
         return [r for r in range(self.world_size) if r not in self.ranks]
 
     def events(self) -> np.ndarray:
-        """Every event of every rank and launch, one table (``schema.EVENT_DTYPE``), raw ticks."""
+        """Every event of every rank and launch, one table (``schema.EVENT_DTYPE``), raw ticks.
+
+        Raises:
+            CaptureError: a buffer is damaged (the message names the rank and the launch).
+        """
         parts = [ln.decode(r).events for r, rc in sorted(self.ranks.items()) for ln in rc.launches]
         if not parts:
             return np.zeros(0, schema.EVENT_DTYPE)
@@ -380,8 +434,8 @@ def capture_from_bytes(data: bytes, *, name: str = "<bytes>") -> Capture:
         raise CaptureError(f"{name}: not a ktrace capture file (it is not a zip archive)")
     try:
         zf = zipfile.ZipFile(io.BytesIO(data))
-    except zipfile.BadZipFile:
-        raise CaptureError(f"{name}: truncated or corrupt capture file (its zip directory is unreadable)") from None
+    except _ZIP_DAMAGE as e:
+        raise CaptureError(f"{name}: truncated or corrupt capture file (its zip directory is unreadable: {_damage_text(e)})") from None
     return _read_zip(zf, name)
 
 
@@ -404,11 +458,14 @@ def _write_zip(target, cap: Capture, compress: bool | str) -> None:
         "regions": {str(k): v for k, v in sorted(cap.regions.items())},
         "clock": cap.clock,
         "meta": cap.meta,
+        "run_id": cap.run_id,
+        "notes": list(cap.notes),
         "ranks": [],
     }
     with zipfile.ZipFile(target, "w", compression=comp, compresslevel=level) as zf:
         for r, rc in sorted(cap.ranks.items()):
-            entry = {"rank": r, "device": rc.device, "clock_samples": rc.clock_samples, "launches": []}
+            entry = {"rank": r, "device": rc.device, "clock_samples": rc.clock_samples, "notes": list(rc.notes),
+                     "timeouts": rc.timeouts, "launches": []}
             for ln in rc.launches:
                 raw, layout, records = _stored(ln)
                 lm = _launch_meta(r, ln, raw, layout, records)
@@ -427,34 +484,49 @@ def read_capture(path: str | os.PathLike) -> Capture:
     """Read a capture file written by :func:`write_capture`.
 
     Raises:
-        CaptureError: missing, truncated, corrupt, foreign or newer-version file.
+        CaptureError: missing, unreadable, truncated, corrupt, foreign or newer-version file;
+            the message is one line naming the file and what is wrong.
     """
     path = Path(path)
     if not path.exists():
         raise CaptureError(f"{path}: no such capture file")
     try:
-        zf = zipfile.ZipFile(path)
-    except zipfile.BadZipFile:
         with open(path, "rb") as f:
             head = f.read(4)
+        zf = zipfile.ZipFile(path)
+    except (IsADirectoryError, PermissionError, FileNotFoundError) as e:
+        raise CaptureError(f"{path}: cannot read: {e.strerror or e}") from None
+    except _ZIP_DAMAGE as e:
         if head[:2] == b"PK":
-            raise CaptureError(f"{path}: truncated or corrupt capture file (its zip directory is unreadable)") from None
+            raise CaptureError(f"{path}: truncated or corrupt capture file (its zip directory is unreadable: "
+                               f"{_damage_text(e)})") from None
         raise CaptureError(f"{path}: not a ktrace capture file (it is not a zip archive)") from None
-    except OSError as e:
-        raise CaptureError(f"{path}: cannot read: {e}") from None
     return _read_zip(zf, str(path), source=path)
+
+
+def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo | str, path: str, what: str) -> bytes:
+    """The bytes of one member, checked by the zip module against the CRC-32 its directory
+    records; any damage is a :class:`CaptureError` naming ``what``."""
+    try:
+        return zf.read(info)
+    except _ZIP_DAMAGE as e:
+        raise CaptureError(f"{path}: {what} is damaged ({_damage_text(e)})") from None
 
 
 def _read_zip(zf: zipfile.ZipFile, path: str, source: Path | None = None) -> Capture:
     """Read a capture from an open zip. With ``source`` (the zip's file), buffers stored
     uncompressed are read from it on first use (see :class:`_LazyBuffer`); others here."""
-    src = None
+    src = _FileSource(source) if source is not None else None  # (closed once no buffer needs it)
     with zf:
         try:
-            meta = orjson.loads(zf.read(_META))
+            zf.getinfo(_META)
         except KeyError:
+            if any(n.endswith(".bin") and n.startswith("r") for n in zf.namelist()):  # ours, its directory damaged
+                raise CaptureError(f"{path}: corrupt capture file (its zip directory lists no {_META})") from None
             raise CaptureError(f"{path}: not a ktrace capture file (no {_META} inside)") from None
-        except (zipfile.BadZipFile, zlib.error, orjson.JSONDecodeError, EOFError) as e:
+        try:
+            meta = orjson.loads(_read_member(zf, _META, path, f"capture metadata ({_META})"))
+        except orjson.JSONDecodeError as e:
             raise CaptureError(f"{path}: corrupt capture metadata: {e}") from None
         if not isinstance(meta, dict) or meta.get("format") != CAPTURE_FORMAT:
             raise CaptureError(f"{path}: not a ktrace capture file (format is {meta.get('format') if isinstance(meta, dict) else type(meta).__name__!r})")
@@ -470,44 +542,16 @@ def _read_zip(zf: zipfile.ZipFile, path: str, source: Path | None = None) -> Cap
             ranks: dict[int, RankCapture] = {}
             for entry in meta["ranks"]:
                 r = int(entry["rank"])
-                rc = RankCapture(rank=r, device=entry.get("device") or {}, clock_samples=entry.get("clock_samples"))
+                rc = RankCapture(rank=r, device=entry.get("device") or {}, clock_samples=entry.get("clock_samples"),
+                                 notes=_str_list(entry.get("notes")), timeouts=entry.get("timeouts"))
+                if rc.timeouts is not None and not isinstance(rc.timeouts, dict):
+                    raise TypeError(f"rank {r}: timeouts is a {type(rc.timeouts).__name__}")
                 for lm in entry["launches"]:
-                    try:
-                        info = zf.getinfo(lm["file"])
-                        if source is not None and info.compress_type == zipfile.ZIP_STORED:
-                            if info.file_size != lm["bytes"]:
-                                raise CaptureError(f"{path}: rank {r} launch {lm['index']}: buffer is damaged (size or CRC-32 mismatch)")
-                            layout, n_rec = lm.get("layout", "dense"), int(lm.get("records", 0))
-                            if layout == "packed":
-                                if lm["bytes"] != schema.packed_bytes(math.prod(lm["grid"]), n_rec):
-                                    raise CaptureError(f"{path}: rank {r} launch {lm['index']}: corrupt capture metadata "
-                                                       f"(layout {layout!r} with {n_rec} records in {lm['bytes']} bytes)")
-                            elif layout != "dense":
-                                raise CaptureError(f"{path}: rank {r} launch {lm['index']}: corrupt capture metadata (layout {layout!r})")
-                            src = src or _FileSource(source)
-                            data = _LazyBuffer(src, info.header_offset, int(lm["bytes"]), int(lm["crc32"]), str(path), r, int(lm["index"]),
-                                               layout, n_rec)
-                        else:
-                            data = zf.read(info)
-                    except KeyError:
-                        raise CaptureError(f"{path}: rank {r} launch {lm['index']}: buffer {lm['file']} is missing") from None
-                    except (zipfile.BadZipFile, zlib.error, EOFError) as e:
-                        raise CaptureError(f"{path}: rank {r} launch {lm['index']}: buffer unreadable: {e}") from None
-                    if not isinstance(data, _LazyBuffer) and (len(data) != lm["bytes"] or zlib.crc32(data) != lm["crc32"]):
-                        raise CaptureError(f"{path}: rank {r} launch {lm['index']}: buffer is damaged (size or CRC-32 mismatch)")
-                    rc.launches.append(
-                        Launch(
-                            index=int(lm["index"]),
-                            kernel=str(lm["kernel"]),
-                            grid=tuple(int(g) for g in lm["grid"]),  # type: ignore[arg-type]
-                            capacity=int(lm["capacity"]),
-                            raw=data if isinstance(data, _LazyBuffer) else np.frombuffer(data, np.uint8),  # type: ignore[arg-type]
-                            host_ns=int(lm.get("host_ns", 0)),
-                            stream=int(lm.get("stream", 0)),
-                            meta=lm.get("meta") or {},
-                        )
-                    )
+                    rc.launches.append(_read_launch(zf, path, src, r, lm))
                 ranks[r] = rc
+            run_id = meta.get("run_id")
+            if run_id is not None and not isinstance(run_id, str):
+                raise TypeError(f"run_id is a {type(run_id).__name__}")
             cap = Capture(
                 world_size=int(meta["world_size"]),
                 ranks=ranks,
@@ -517,37 +561,97 @@ def _read_zip(zf: zipfile.ZipFile, path: str, source: Path | None = None) -> Cap
                 created_ns=int(meta.get("created_ns", 0)),
                 ktrace_version=str(meta.get("ktrace_version", "?")),
                 meta=meta.get("meta") or {},
+                run_id=run_id or None,
+                notes=_str_list(meta.get("notes")),
+                source=path,
             )
         except CaptureError:
             raise
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise CaptureError(f"{path}: corrupt capture metadata ({type(e).__name__}: {e})") from None
     if cap.missing_ranks:
         cap.partial = True
     return cap
 
 
-def merge_captures(caps: Iterable[Capture], *, world_size: int | None = None) -> Capture:
+def _str_list(v) -> list[str]:
+    if v is None:
+        return []
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise TypeError(f"notes must be a list of strings, not {v!r:.60}")
+    return list(v)
+
+
+def _read_launch(zf: zipfile.ZipFile, path: str, src: "_FileSource | None", r: int, lm: dict) -> Launch:
+    """One launch entry of the metadata and its buffer: read and CRC-checked here when it is
+    compressed; an uncompressed one is located here and read (and checked) on first use."""
+    where = f"{path}: rank {r} launch {lm['index']}"
+    try:
+        info = zf.getinfo(lm["file"])
+    except KeyError:
+        raise CaptureError(f"{where}: buffer {lm['file']} is missing") from None
+    if src is not None and info.compress_type == zipfile.ZIP_STORED:
+        if info.file_size != lm["bytes"] or info.compress_size != info.file_size:
+            raise CaptureError(f"{where}: buffer is damaged (size or CRC-32 mismatch)")
+        layout, n_rec = lm.get("layout", "dense"), int(lm.get("records", 0))
+        if layout == "packed":
+            if lm["bytes"] != schema.packed_bytes(math.prod(lm["grid"]), n_rec):
+                raise CaptureError(f"{where}: corrupt capture metadata (layout {layout!r} with {n_rec} records in {lm['bytes']} bytes)")
+        elif layout != "dense":
+            raise CaptureError(f"{where}: corrupt capture metadata (layout {layout!r})")
+        data = _LazyBuffer(src, info.header_offset, int(lm["bytes"]), int(lm["crc32"]), str(path), r,
+                           int(lm["index"]), layout, n_rec)
+        raw = data
+    else:
+        data = _read_member(zf, info, path, f"rank {r} launch {lm['index']}: buffer {lm['file']}")
+        # the zip module checked the member against its directory's CRC-32; the metadata's is
+        # checked too (the directory itself may be what was damaged)
+        if len(data) != lm["bytes"] or zlib.crc32(data) != lm["crc32"]:
+            raise CaptureError(f"{where}: buffer is damaged (size or CRC-32 mismatch)")
+        raw = np.frombuffer(data, np.uint8)
+    return Launch(
+        index=int(lm["index"]),
+        kernel=str(lm["kernel"]),
+        grid=tuple(int(g) for g in lm["grid"]),  # type: ignore[arg-type]
+        capacity=int(lm["capacity"]),
+        raw=raw,  # type: ignore[arg-type]
+        host_ns=int(lm.get("host_ns", 0)),
+        stream=int(lm.get("stream", 0)),
+        meta=lm.get("meta") or {},
+    )
+
+
+def merge_captures(caps: Iterable[Capture], *, world_size: int | None = None, allow_mixed_runs: bool = False) -> Capture:
     """Combine per-rank captures into one, as they are: the clock is not fitted here.
 
     Each rank's file holds only its own calibration samples, so the merged capture's clock model
     is fitted from all of them by ``ktrace.clock.attach_clock`` (what ``ktrace merge`` and
     ``Session.gather`` do). A model stored in an input that covers every merged rank is kept.
 
+    The parts must come from one run (their ``run_id``): events of two runs on one timeline
+    would pair one run's waits with the other's notifies and report hangs that never happened.
+    Parts written before ktrace recorded run ids merge as before, with a warning.
+
     Args:
         caps: the captures (typically one file per rank).
         world_size: the expected number of ranks (default: the largest the inputs declare).
+        allow_mixed_runs: merge parts of different runs anyway (the result's ``run_id`` joins
+            theirs with ``+``, and its notes say so).
 
     Raises:
-        CaptureError: nothing to merge, a rank present twice or outside the world size.
+        CaptureError: nothing to merge, parts of different runs, a rank present twice or outside
+            the world size.
     """
     caps = list(caps)
     if not caps:
         raise CaptureError("nothing to merge")
+    names = [c.source or f"capture {i + 1} (ranks {sorted(c.ranks)})" for i, c in enumerate(caps)]
+    run_id, run_notes = _merged_run_id(caps, names, allow_mixed_runs)
     ws = world_size or max(c.world_size for c in caps)
     ranks: dict[int, RankCapture] = {}
     regions: dict[int, str] = {}
     meta: dict = {}
+    notes: list[str] = []
     for c in caps:
         for r, rc in c.ranks.items():
             if r in ranks:
@@ -557,8 +661,9 @@ def merge_captures(caps: Iterable[Capture], *, world_size: int | None = None) ->
             ranks[r] = rc
         regions.update(c.regions)
         meta.update(c.meta)
+        notes += [n for n in c.notes if n not in notes]
     out = Capture(world_size=ws, ranks=dict(sorted(ranks.items())), regions=regions, meta=meta,
-                  created_ns=min(c.created_ns for c in caps))
+                  created_ns=min(c.created_ns for c in caps), run_id=run_id, notes=notes + run_notes)
     for c in caps:
         if c.clock and {int(x["rank"]) for x in c.clock.get("ranks", [])} >= set(ranks):
             out.clock = c.clock
@@ -567,3 +672,23 @@ def merge_captures(caps: Iterable[Capture], *, world_size: int | None = None) ->
         log.warning("capture is partial: ranks %s of %d are missing", out.missing_ranks, ws)
         out.partial = True
     return out
+
+
+def _merged_run_id(caps: list[Capture], names: list[str], allow_mixed: bool) -> tuple[str | None, list[str]]:
+    """The run id of merged parts, and notes about it; refuses parts of different runs."""
+    known = [(c.run_id, n) for c, n in zip(caps, names) if c.run_id]
+    ids = list(dict.fromkeys(rid for rid, _ in known))
+    unknown = [n for c, n in zip(caps, names) if not c.run_id]
+    if unknown and len(caps) > 1:
+        log.warning("%s %s no run id (written by an older ktrace): merged without checking that %s from the same run",
+                    ", ".join(unknown), "has" if len(unknown) == 1 else "have", "it is" if len(unknown) == 1 else "they are")
+    if len(ids) <= 1:
+        return (ids[0] if ids else None), []
+    a_id, a_name = known[0]
+    b_id, b_name = next((rid, n) for rid, n in known if rid != a_id)
+    if not allow_mixed:
+        raise CaptureError(f"{a_name} (run {a_id}) and {b_name} (run {b_id}) are parts of different runs: not merged "
+                           "(--allow-mixed-runs, or allow_mixed_runs=True, merges them anyway)")
+    note = f"parts of {len(ids)} different runs merged on request: {', '.join(ids)}; notify/wait pairs across them mean nothing"
+    log.warning("%s", note)
+    return "+".join(ids), [note]

@@ -124,7 +124,9 @@ def ping_pong(heap, phase: str = "before", config: CalibrationConfig | None = No
     """Measure the reference rank against every other rank of ``heap``'s group. Collective.
 
     Peers are measured one at a time (the others wait at the heap's barrier), so each exchange
-    has the link to itself.
+    has the link to itself. Waits of earlier kernels that timed out stay reported by
+    ``heap.timeouts()`` and ``heap.check()`` (they are held on the host first,
+    ``heap.hold_timeouts``); only the calibration's own timeouts decide whether it completed.
 
     Args:
         heap: a :class:`ktrace.shmem.SymmetricHeap` (a small flag tensor is allocated on it).
@@ -148,6 +150,10 @@ def ping_pong(heap, phase: str = "before", config: CalibrationConfig | None = No
         raise ValueError(f"ref_rank {cfg.ref_rank} is not a rank of a group of {heap.world_size}")
     if heap.device.type != "cuda":
         raise RuntimeError("clock calibration runs on GPUs (the heap has no device memory)")
+    torch.cuda.synchronize(heap.device)
+    held = heap.hold_timeouts()  # earlier kernels' timeouts: kept for heap.check(), not ours
+    if held:
+        log.warning("[rank %d] clock calibration (%s): %d earlier timed-out wait(s) kept for heap.check()", heap.rank, phase, held)
     flags = heap.zeros(2, dtype=torch.int32, name="ktrace.clock.flags")
     out = torch.zeros(cfg.rounds * 2, dtype=torch.int64, device=heap.device)
     mine: dict[int, tuple[list, list]] = {}  # partner -> (first, second) timestamps of each round
@@ -164,10 +170,9 @@ def ping_pong(heap, phase: str = "before", config: CalibrationConfig | None = No
                 IS_REF=heap.rank == cfg.ref_rank, TIMEOUT_NS=cfg.timeout_ns, num_warps=1,
             )
         heap.barrier()
-        count, described = heap.timeouts()
+        count, described = heap.take_timeouts()
         reports = heap.all_gather_object((count, [str(t) for t in described]))
         if any(c for c, _ in reports):
-            heap.clear_timeouts()
             msg = "; ".join(s for _, ss in reports for s in ss)
             raise WaitTimeoutError(f"clock calibration of peer {peer} against rank {cfg.ref_rank} did not complete: {msg}", described, count)
         if active:

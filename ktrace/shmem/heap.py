@@ -110,6 +110,55 @@ def _fmt_ns(ns: float) -> str:
     return f"{ns:.0f} ns"
 
 
+def parse_error_block(raw: np.ndarray, rank: int, tick_hz: int, describe_offset=str) -> tuple[int, list[WaitTimeout]]:
+    """Read a rank's error block (``codes``): ``(count, described)`` of the waits that gave up.
+
+    Args:
+        raw: the block's bytes (uint8, ``codes.ERROR_BLOCK_BYTES`` of them).
+        rank: the rank it belongs to.
+        tick_hz: the device timer's rate (for ``waited_ns``).
+        describe_offset: names a flag's heap offset (``SymmetricHeap.describe_offset``).
+    """
+    raw = np.ascontiguousarray(raw, dtype=np.uint8)
+    count = max(int(raw[:4].view(np.int32)[0]), 0)
+    n = min(count, codes.ERROR_SLOTS)
+    recs = raw[8 : 8 + n * codes.ERROR_RECORD_DTYPE.itemsize].view(codes.ERROR_RECORD_DTYPE)
+    out = []
+    for r in recs:
+        try:
+            cmp = codes.Cmp(int(r["cmp"])).name.lower()
+        except ValueError:
+            cmp = f"cmp#{int(r['cmp'])}"
+        cmp = {"eq": "==", "ne": "!=", "ge": ">=", "gt": ">", "le": "<=", "lt": "<"}.get(cmp, cmp)
+        out.append(
+            WaitTimeout(
+                rank=rank,
+                program=int(r["program"]),
+                flag_offset=int(r["flag"]),
+                flag=describe_offset(int(r["flag"])),
+                peer=int(r["peer"]),
+                expected=int(r["expected"]),
+                seen=int(r["seen"]),
+                cmp=cmp,
+                waited_ns=int(r["waited"]) * 1e9 / tick_hz,
+                spins=int(r["spins"]),
+            )
+        )
+    return count, out
+
+
+def timeout_error(rank: int, count: int, described: list[WaitTimeout]) -> WaitTimeoutError:
+    """The :class:`WaitTimeoutError` for ``count`` timed-out waits of ``rank`` (each described
+    one logged, with the rank prefix)."""
+    lines = [str(t) for t in described]
+    more = count - len(described)
+    if more > 0:
+        lines.append(f"... and {more} more timed-out waits on rank {rank}")
+    for line in lines:
+        log.error("[rank %d] ktrace wait timeout: %s", rank, line)
+    return WaitTimeoutError(f"{count} wait(s) timed out on rank {rank}:\n  " + "\n  ".join(lines), described, count)
+
+
 def init_distributed(backend: str | None = None, timeout_s: float = 600.0):
     """Initialise ``torch.distributed`` from the launcher's environment if it is not already.
 
@@ -221,6 +270,8 @@ class SymmetricHeap:
         self._log = AllocationLog(config.size_bytes, config.alignment)
         self._broken: str | None = None
         self._handle = None
+        # timed-out waits moved off the device's error block by hold_timeouts (count, described)
+        self._held: tuple[int, list[WaitTimeout]] = (0, [])
         if backing == "symmetric":
             self.buffer, self.base_ptrs = self._symmetric_block(config.size_bytes)
         else:
@@ -401,65 +452,77 @@ class SymmetricHeap:
         return self._log.describe_offset(offset)
 
     # timed-out waits --------------------------------------------------------------------------
-    def timeouts(self) -> tuple[int, list[WaitTimeout]]:
-        """Read this rank's error block: ``(count, described)`` of waits that gave up."""
+    #
+    # Device code records a wait that gave up in this rank's error block (``codes``). ktrace's own
+    # kernels (the clock calibration) wait on flags too and must tell their timeouts apart from
+    # the user's: they first move what the block holds to the host (hold_timeouts), then read
+    # and clear their own (take_timeouts). timeouts() and check() report both the held ones and
+    # what the block holds now, so nothing a user's kernel recorded is lost on the way.
+
+    def _read_error_block(self) -> tuple[int, list[WaitTimeout]]:
         import torch
 
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         raw = self.buffer[: codes.ERROR_BLOCK_BYTES].cpu().numpy()
-        count = int(raw[:4].view(np.int32)[0])
-        n = min(count, codes.ERROR_SLOTS)
-        recs = raw[8 : 8 + n * codes.ERROR_RECORD_DTYPE.itemsize].view(codes.ERROR_RECORD_DTYPE)
-        out = []
-        for r in recs:
-            try:
-                cmp = codes.Cmp(int(r["cmp"])).name.lower()
-            except ValueError:
-                cmp = f"cmp#{int(r['cmp'])}"
-            cmp = {"eq": "==", "ne": "!=", "ge": ">=", "gt": ">", "le": "<=", "lt": "<"}.get(cmp, cmp)
-            out.append(
-                WaitTimeout(
-                    rank=self.rank,
-                    program=int(r["program"]),
-                    flag_offset=int(r["flag"]),
-                    flag=self.describe_offset(int(r["flag"])),
-                    peer=int(r["peer"]),
-                    expected=int(r["expected"]),
-                    seen=int(r["seen"]),
-                    cmp=cmp,
-                    waited_ns=int(r["waited"]) * 1e9 / self._tick_hz,
-                    spins=int(r["spins"]),
-                )
-            )
-        return count, out
+        return parse_error_block(raw, self.rank, self._tick_hz, self.describe_offset)
 
-    def clear_timeouts(self) -> None:
-        """Zero this rank's error block (after the device finished with it)."""
+    def _zero_error_block(self) -> None:
         import torch
 
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.buffer[: codes.ERROR_BLOCK_BYTES].zero_()
 
+    def timeouts(self) -> tuple[int, list[WaitTimeout]]:
+        """This rank's waits that gave up since the last clear: ``(count, described)``, the ones
+        :meth:`hold_timeouts` kept first, then those the error block holds now (waits past the
+        block's first ``codes.ERROR_SLOTS`` are counted, not described)."""
+        count, described = self._read_error_block()
+        held_count, held = self._held
+        return held_count + count, held + described
+
+    def hold_timeouts(self) -> int:
+        """Move the timed-out waits the error block holds to the host, where :meth:`timeouts` and
+        :meth:`check` still report them, and zero the block (after the device finished with it):
+        for ktrace's own kernels, which then read their own timeouts with :meth:`take_timeouts`.
+
+        Returns:
+            How many were moved.
+        """
+        count, described = self._read_error_block()
+        if count:
+            held_count, held = self._held
+            self._held = (held_count + count, held + described)
+            self._zero_error_block()
+        return count
+
+    def take_timeouts(self) -> tuple[int, list[WaitTimeout]]:
+        """Read and zero the error block, without keeping what it held: ``(count, described)``
+        of the waits that gave up since the last :meth:`hold_timeouts` (or clear)."""
+        count, described = self._read_error_block()
+        if count:
+            self._zero_error_block()
+        return count, described
+
+    def clear_timeouts(self) -> None:
+        """Forget every timed-out wait: zero the error block (after the device finished with it)
+        and drop the held ones."""
+        self._zero_error_block()
+        self._held = (0, [])
+
     def check(self, clear: bool = True) -> None:
         """Raise :class:`WaitTimeoutError` if a wait on this rank timed out; logs each one.
 
         Args:
-            clear: zero the error block before raising, so the heap can be reused.
+            clear: forget them before raising (:meth:`clear_timeouts`), so the heap can be reused.
         """
         count, described = self.timeouts()
         if count == 0:
             return
         if clear:
             self.clear_timeouts()
-        lines = [str(t) for t in described]
-        more = count - len(described)
-        if more > 0:
-            lines.append(f"... and {more} more timed-out waits on rank {self.rank}")
-        for line in lines:
-            log.error("[rank %d] ktrace wait timeout: %s", self.rank, line)
-        raise WaitTimeoutError(f"{count} wait(s) timed out on rank {self.rank}:\n  " + "\n  ".join(lines), described, count)
+        raise timeout_error(self.rank, count, described)
 
     def close(self) -> None:
         """Drop this rank's references to the memory (tensors sliced from it keep it alive)."""
