@@ -179,7 +179,7 @@ def test_cli_open_at_a_finding_offline(monkeypatch, capsys, ui_build, skewed_tra
     # the same window as the report's own link for that finding (both count ns from the capture's first event)
     want = re.search(r"[?&](visStart=\d+&visEnd=\d+)$", report["findings"][0]["perfetto"]).group(1)
     assert link.startswith("http://127.0.0.1:") and "/#!/?url=http://127.0.0.1:" in link
-    assert link.endswith("&" + want)
+    assert "&" + want + "&startupCommands=" in link  # (and the ranks listed in order)
     assert main([*base, "--online", "--report", str(rep)]) == 1  # a link per finding that has a range
     out = capsys.readouterr().out
     ranged = [n + 1 for n, f in enumerate(report["findings"]) if f["start_ns"] is not None]

@@ -105,9 +105,13 @@ def test_chrome_json_reads_back(cap, tmp_path, suffix):
     # spans: names and args; lanes: the crossing load/store spans sit on different tracks
     spans = [e for e in ev if e.get("cat") == "span"]
     assert {e["name"] for e in spans} == {"step", "compute", "load", "store"}
-    assert all(set(e["args"]) == {"arg0", "arg1", "sm"} for e in spans)
+    assert all(set(e["args"]) == {"arg0", "arg1", "rank", "program", "launch", "sm"} for e in spans)
+    assert all(e["args"]["rank"] == e["pid"] - 1 for e in ev if e.get("cat") != "kernel" and e["ph"] != "C")
     ls = {e["name"]: e for e in spans if e["name"] in ("load", "store") and e["pid"] == 1}
-    assert names[(1, ls["load"]["tid"])] == "p0" and names[(1, ls["store"]["tid"])] == "p0 lane1"
+    assert names[(1, ls["load"]["tid"])] == "r0 p0" and names[(1, ls["store"]["tid"])] == "r0 p0 lane1"
+    assert ls["store"]["tid"] > ls["load"]["tid"]  # (threads are listed by tid: the lane right after its program)
+    # tids are unique in the trace (Perfetto keeps a thread per tid): each names one track
+    assert len({tid for (_, tid) in names}) == len(names)
     # per track, X events nest or are disjoint
     by_track = defaultdict(list)
     for e in ev:
@@ -118,7 +122,8 @@ def test_chrome_json_reads_back(cap, tmp_path, suffix):
     # waits are distinct, with their arguments; every notify's flow ends at a wait on another rank
     waits = [e for e in ev if e.get("cat", "").startswith("wait")]
     notes = [e for e in ev if e.get("cat") == "notify"]
-    assert waits and all(e["name"].startswith("wait r") and set(e["args"]) >= {"peer", "spins", "flag", "value", "expected"} for e in waits)
+    assert waits and all(e["name"].startswith("waiting for rank ") and set(e["args"]) >= {"peer", "spins", "flag", "value", "expected"}
+                         for e in waits)
     # (an arrow ends on a zero-length wait, or on the `acquired` mark at a longer wait's end)
     fo = {e["bind_id"]: e for e in notes if e.get("flow_out")}
     fi = {e["bind_id"]: e for e in waits + marks if e.get("flow_in")}
@@ -164,9 +169,11 @@ def test_perfetto_reads_back(cap, tmp_path):
     t, tracks, names, cats, ann, events = _perfetto_model(out)
     procs = {u: td for u, td in tracks.items() if td.HasField("process")}
     assert sorted(td.process.pid for td in procs.values()) == [1, 2, 3]
-    for u, td in tracks.items():
-        if not td.HasField("process"):
-            assert td.parent_uuid in tracks  # every track hangs under its rank's process
+    for u, td in tracks.items():  # every track is a thread of its rank's process, or a counter under such a thread
+        if td.HasField("thread"):
+            assert td.thread.pid in {p.process.pid for p in procs.values()}
+        elif not td.HasField("process"):
+            assert td.HasField("counter") and tracks[td.parent_uuid].HasField("thread")
     # replay begin/end per track in (timestamp, file order): every end closes an open slice
     events.sort(key=lambda x: (x[0], x[1]))
     stacks = defaultdict(list)
@@ -196,16 +203,19 @@ def test_perfetto_reads_back(cap, tmp_path):
     kernels = [s for s in slices if "kernel" in s["cats"]]
     marks = [s for s in slices if s["name"] == "acquired"]
     slices = [s for s in slices if s["name"] != "acquired"]
-    assert len(kernels) == 3 and all(tracks[s["track"]].name == "kernels" for s in kernels)
+    th = {u: td.thread for u, td in tracks.items() if td.HasField("thread")}
+    assert len(kernels) == 3 and all(th[s["track"]].thread_name == "kernels" and th[s["track"]].tid == th[s["track"]].pid for s in kernels)
     assert len(slices) - len(kernels) + len(counters) == n_events
-    # tracks: programs in order, the crossing spans on a lane of their own
+    # tracks: threads of the rank's process, programs in tid order, the crossing spans on a lane of their own
     load = next(s for s in slices if s["name"] == "load")
-    store = next(s for s in slices if s["name"] == "store" and tracks[s["track"]].parent_uuid == tracks[load["track"]].parent_uuid)
-    assert tracks[load["track"]].name == "p0" and tracks[store["track"]].name == "p0 lane1"
-    assert tracks[store["track"]].sibling_order_rank > tracks[load["track"]].sibling_order_rank
+    store = next(s for s in slices if s["name"] == "store" and th[s["track"]].pid == th[load["track"]].pid)
+    assert th[load["track"]].thread_name == "r0 p0" and th[store["track"]].thread_name == "r0 p0 lane1"
+    assert th[store["track"]].tid > th[load["track"]].tid
+    assert len({t.tid for t in th.values()}) == len(th)  # (a tid per thread in the whole trace)
     # waits distinct, args present, flows pair notify -> wait across ranks
     waits = [s for s in slices if "wait" in s["cats"]]
-    assert waits and all(s["name"].startswith("wait r") and {"peer", "spins", "flag", "expected"} <= set(s["args"]) for s in waits)
+    assert waits and all(s["name"].startswith("waiting for rank ") and {"peer", "spins", "flag", "expected"} <= set(s["args"])
+                         for s in waits)
     assert set(flows_out) == set(flows_in) and len(flows_out) == 18
     ends = {(s["track"], s["ts"] + s.get("dur", 0)): s for s in waits}
     for f, n in flows_out.items():
@@ -214,7 +224,7 @@ def test_perfetto_reads_back(cap, tmp_path):
         if w["name"] == "acquired":
             assert w in marks
             w = ends[(w["track"], w["ts"] - w["args"]["shift_ns"])]  # the wait it ends
-        assert tracks[n["track"]].parent_uuid != tracks[w["track"]].parent_uuid
+        assert th[n["track"]].pid != th[w["track"]].pid
         assert w["args"]["flag"] == n["args"]["flag"] and w["args"]["expected"] == n["args"]["value"]
     assert all(tracks[te.track_uuid].HasField("counter") for te in counters)
     # times are the aligned ones, in ns since the capture's first event (as in Chrome JSON)
@@ -235,10 +245,10 @@ def test_timeouts_are_marked(tmp_path):
     ln._decoded.clear()
     d = _json(write_chrome_json(c, tmp_path / "t.json"))
     to = [e for e in d["traceEvents"] if e.get("cat") == "wait,timeout"]
-    assert len(to) == 1 and to[0]["name"].endswith("TIMEOUT") and "bind_id" not in to[0]
+    assert len(to) == 1 and to[0]["name"].startswith("timed out waiting for rank ") and "bind_id" not in to[0]
     t, tracks, names, cats, ann, events = _perfetto_model(write_perfetto(c, tmp_path / "t.pftrace"))
     marked = [te for _, _, te in events if te.type == TrackEvent.TYPE_SLICE_BEGIN and "timeout" in [cats[x] for x in te.category_iids]]
-    assert len(marked) == 1 and names[marked[0].name_iid].endswith("TIMEOUT")
+    assert len(marked) == 1 and names[marked[0].name_iid].startswith("timed out waiting for rank ")
 
 
 def test_partial_capture_is_marked(tmp_path, caplog):
@@ -450,7 +460,7 @@ def test_every_argument_is_written_by_its_schema_name(tmp_path, fmt):
         want = {name: values[k] for k, name in enumerate(schema.ARG_NAMES[kind]) if name is not None}
         if kind == EventKind.WAIT:
             want["cmp"] = schema.cmp_name(values[5])
-        want["sm"] = 100 + i
+        want.update(sm=100 + i, rank=0, program=i, launch=0)
         assert got[100 + i]["args"] == want, (kind, got[100 + i]["args"])
     cmps = sorted(got[100 + i]["args"]["cmp"] for i, (k, _, _) in enumerate(rows) if k == EventKind.WAIT)
     assert cmps == sorted(["0", "eq", "ne", "ge", "gt", "le", "lt"])

@@ -267,11 +267,16 @@ class TraceServer:
     def ui_link(self, path: str | os.PathLike | None = None, window: tuple[int, int] | None = None) -> str:
         """The UI link that loads a served trace, optionally showing ``window`` (trace ns), with its
         ranks listed in rank order (``ktrace.export.layout.ui_startup_commands``)."""
-        from ktrace.analysis.report import perfetto_link
+        from ktrace.export.layout import ui_startup_commands
 
         p = self._traces[Path(path).name] if path is not None else self.path
-        lo, hi = window if window is not None else (None, None)
-        return perfetto_link(lo, hi, self.trace_url(path), None, trace_ranks(p), ui=self.ui_root)
+        args = {"url": self.trace_url(path)}
+        if window is not None:
+            args["visStart"], args["visEnd"] = str(int(window[0])), str(int(window[1]))
+        ranks = trace_ranks(p)
+        if ranks:
+            args["startupCommands"] = json.dumps(ui_startup_commands(ranks), separators=(",", ":"), ensure_ascii=False)
+        return f"{self.ui_root}/#!/?" + urllib.parse.urlencode(args, safe=":/")
 
     @property
     def ui_url(self) -> str:
