@@ -99,6 +99,7 @@ def _cmd_info(args) -> int:
 def _cmd_merge(args) -> int:
     from .captures import CaptureError, merge_captures, read_capture
     from .clock import attach_clock
+    from .text import ranges_text
     from .export import format_of, write_trace
 
     refused = _refuse_overwrite("ktrace merge", args.captures, [args.output])
@@ -117,14 +118,51 @@ def _cmd_merge(args) -> int:
             raise  # (a damaged buffer, read for its timer rate: the message says which)
         except ValueError as e:
             raise CaptureError(f"clock calibration samples: {e}") from None
-        out = write_trace(cap, args.output, fmt)
+        cap, out = _write_selected(cap, args, fmt)
     except (CaptureError, ValueError, OSError) as e:
         return _fail("ktrace merge", e)
     n = sum(len(rc.launches) for rc in cap.ranks.values())
     part = f" PARTIAL: ranks {cap.missing_ranks} missing" if cap.partial else ""
     clock = (cap.clock or {}).get("method", "none")
-    print(f"{out}: {fmt}, ranks {sorted(cap.ranks)} of {cap.world_size}, {n} launches, clock {clock}{part}")
+    if str(out).endswith(".index.json"):
+        from .export.split import read_index
+
+        _, parts = read_index(out)
+        print(f"{out}: {fmt} trace in {len(parts)} parts (open the index with ktrace open), ranks {ranges_text(cap.ranks)} of "
+              f"{cap.world_size}, {n} launches, clock {clock}{part}")
+        return 0
+    print(f"{out}: {fmt}, ranks {ranges_text(cap.ranks)} of {cap.world_size}, {n} launches, clock {clock}{part}")
     return 0
+
+
+def _write_selected(cap, args, fmt: str):
+    """Write ``cap`` (or the selection ``--ranks``/``--launches``/``--window`` of it) as ``fmt``, in
+    parts with an index when asked (``--split``) or when one trace would be too large for the
+    Perfetto UI; returns what was written from and the path written (a trace, or the index)."""
+    from .export import write_trace
+    from .export.split import DEFAULT_PART_BYTES, estimate_bytes, parse_ints, parse_window, select, write_split
+
+    ranks, launches, window = parse_ints(args.ranks), parse_ints(args.launches), parse_window(args.window)
+    if ranks is not None or launches is not None or window is not None:
+        if fmt == "ktrace":
+            raise ValueError("--ranks/--launches/--window select what a trace shows: write a .pftrace or .json")
+        cap = select(cap, ranks=ranks, launches=launches, window=window)
+    budget = int(args.part_mb * (1 << 20)) if args.part_mb else DEFAULT_PART_BYTES.get(fmt)
+    if fmt != "ktrace" and (args.split or estimate_bytes(cap, fmt) > budget):
+        if not args.split:
+            print(f"ktrace merge: the trace would be about {estimate_bytes(cap, fmt) / 1e6:.0f} MB, more than a part "
+                  f"({budget / 1e6:.0f} MB, what the Perfetto UI opens comfortably unless --part-mb says otherwise): "
+                  f"writing it in parts with an index", file=sys.stderr)
+        return cap, write_split(cap, args.output, fmt, part_bytes=budget)
+    return cap, write_trace(cap, args.output, fmt)
+
+
+def _finding_ranks(report, number) -> list[int]:
+    """The ranks a report's finding involves (for the part of a split trace that shows them)."""
+    if not report or number is None:
+        return []
+    doc = orjson.loads(Path(report).read_bytes())
+    return [int(r) for r in (doc.get("findings") or [])[number - 1].get("ranks") or []]
 
 
 def _cmd_open(args) -> int:
@@ -139,6 +177,7 @@ def _cmd_open(args) -> int:
         print("ktrace: --finding needs --report REPORT.json (ktrace report --json)", file=sys.stderr)
         return 2
     window, links = None, {}
+    trace = args.trace
     try:
         if args.report:
             windows = finding_windows(args.report, args.finding)
@@ -146,12 +185,24 @@ def _cmd_open(args) -> int:
                 window = windows[args.finding]
             else:
                 links = {f"finding {n}": w for n, w in windows.items()}
+        if trace.endswith(".index.json"):  # a split trace: the part that holds the finding (else the first)
+            from .export.split import part_for, read_index
+
+            _, parts = read_index(trace)
+            if not parts:
+                raise ValueError(f"{trace}: the index names no part")
+            part = parts[0] if window is None else part_for(parts, *window, _finding_ranks(args.report, args.finding))
+            others = ", ".join(Path(p.file).name for p in parts if p is not part)
+            print(f"{Path(trace).name}: {len(parts)} parts; opening {Path(part.file).name} (ranks {part.ranks[0]}..{part.ranks[-1]}, "
+                  f"launches {part.launches[0]}..{part.launches[-1]})" + (f"; the others: {others}" if others else ""))
+            trace = part.file
+            links = {k: w for k, w in links.items() if part.start_ns <= w[0] and w[1] <= part.end_ns}
     except (OSError, ValueError) as e:
         print(f"ktrace: {e}", file=sys.stderr)
         return 2
     offline = True if args.offline else (False if args.online else None)
     try:
-        got = open_trace(args.trace, port=args.port, browser=not args.no_browser, timeout=args.timeout or None,
+        got = open_trace(trace, port=args.port, browser=not args.no_browser, timeout=args.timeout or None,
                          offline=offline, window=window, links=links)
     except UiBuildNotFound as e:
         print(f"ktrace: --offline: {e}", file=sys.stderr)
@@ -314,12 +365,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--world-size", type=int, help="expected number of ranks (default: what the files say)")
     s.add_argument("--allow-mixed-runs", action="store_true",
                    help="merge parts of different runs anyway (their notify/wait pairs then mean nothing)")
+    s.add_argument("--ranks", metavar="LIST", help="a trace of these ranks only (e.g. 0-7,12)")
+    s.add_argument("--launches", metavar="LIST", help="a trace of these launch indices only, on every rank (e.g. 10-19)")
+    s.add_argument("--window", metavar="START:END", help="a trace of the launches that overlap this window (µs since the capture's first event)")
+    s.add_argument("--split", action="store_true",
+                   help="write the trace in parts with an index (automatic when one trace would exceed the part size)")
+    s.add_argument("--part-mb", type=float, metavar="MB",
+                   help="largest part of a split trace (default 512 for .pftrace, 256 for .json: what the Perfetto UI opens)")
     s.set_defaults(func=_cmd_merge)
     s = sub.add_parser("open", help="serve a trace on 127.0.0.1 and open it in the Perfetto UI (until Ctrl-C)",
                        description="Serve a trace on 127.0.0.1 until Ctrl-C and open it in the Perfetto UI: ui.perfetto.dev, "
                                    "or, with --offline or when ui.perfetto.dev cannot be reached, a Perfetto UI build served "
                                    "from this machine (pip install 'ktrace[offline]').")
-    s.add_argument("trace", help="a .pftrace or .json[.gz] trace")
+    s.add_argument("trace", help="a .pftrace or .json[.gz] trace, or the index of a split trace (.index.json)")
     s.add_argument("--port", type=int, default=9001, help="loopback port (default 9001, which ui.perfetto.dev allows)")
     s.add_argument("--no-browser", action="store_true", help="only print the link")
     s.add_argument("--timeout", type=float, default=0, help="stop after this many seconds without a request (default 0: never)")

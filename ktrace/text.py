@@ -41,3 +41,16 @@ def programs_text(progs, shown: int = 8) -> str:
         return f"program {ps[0]}"
     head = ", ".join(str(p) for p in ps[:shown])
     return f"programs {head}" + (f" and {len(ps) - shown} more" if len(ps) > shown else "")
+
+
+def ranges_text(values) -> str:
+    """``[0, 1, 2, 3, 7, 9, 10]`` -> "0-3, 7, 9-10" (sorted, duplicates dropped)."""
+    vs = sorted({int(v) for v in values})
+    out, i = [], 0
+    while i < len(vs):
+        j = i
+        while j + 1 < len(vs) and vs[j + 1] == vs[j] + 1:
+            j += 1
+        out.append(f"{vs[i]}-{vs[j]}" if j > i else str(vs[i]))
+        i = j + 1
+    return ", ".join(out)

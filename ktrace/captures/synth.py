@@ -212,3 +212,30 @@ def _host_anchor(rng, dev, t0: int, host_offset_ns: int, n: int = 50) -> dict:
     after = 1500 + rng.exponential(2000, n).astype(np.int64)
     return {"host_before_ns": (tau - before + host_offset_ns).tolist(), "dev_ticks": dev(tau).tolist(),
             "host_after_ns": (tau + after + host_offset_ns).tolist()}
+
+
+def replicated(capture, n_launches: int, gap_ns: int = 10_000):
+    """A CONSTRUCTED capture of ``n_launches`` launches per rank: each rank's first launch,
+    repeated with its times shifted by one launch period (its span plus ``gap_ns``) each time.
+
+    The repeated launches' notify -> wait pairs stay within a copy (they pair by rounds, and
+    every copy holds one round of each), so the copies' flows never cross.
+    """
+    from ..decode import decode_buffer
+    from .file import Capture, Launch, RankCapture
+
+    ranks = {}
+    for r, rc in capture.ranks.items():
+        ln0 = rc.launches[0]
+        ev = decode_buffer(ln0.raw).events
+        period = int(ev["end"].max() - ev["start"].min()) + int(gap_ns)
+        launches = []
+        for k in range(int(n_launches)):
+            e = ev.copy()
+            e["start"] += k * period
+            e["end"] += k * period
+            launches.append(Launch(index=k, kernel=ln0.kernel, grid=ln0.grid, capacity=ln0.capacity,
+                                   raw=encode_buffer(e, grid=ln0.grid, capacity=ln0.capacity), host_ns=ln0.host_ns))
+        ranks[r] = RankCapture(rank=r, device=rc.device, launches=launches, clock_samples=rc.clock_samples)
+    return Capture(world_size=capture.world_size, ranks=ranks, regions=dict(capture.regions), clock=capture.clock,
+                   meta={**capture.meta, "constructed": True})

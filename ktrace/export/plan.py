@@ -183,7 +183,7 @@ def _survey(state: dict, task: tuple[int, list[int]]) -> tuple:
     return info, counter_regions
 
 
-def plan_trace(capture, model: ClockModel | None = None, *, workers: int | None = None) -> TracePlan:
+def plan_trace(capture, model: ClockModel | None = None, *, workers: int | None = None, base_ns: int | None = None) -> TracePlan:
     """The light pass over a capture: decoded events, time base, launch groups, flows, batches.
 
     Args:
@@ -191,6 +191,8 @@ def plan_trace(capture, model: ClockModel | None = None, *, workers: int | None 
         model: the clock model (default: stored in the capture, else fitted from its samples).
         workers: processes to spread launches over (default: one per core for large captures;
             1 runs everything here). The plan is the same for any number.
+        base_ns: the trace's time 0 on the common clock (default: the capture's first event).
+            The parts of a split trace share the whole capture's (``ktrace.export.split``).
 
     Raises:
         CaptureError: a buffer is damaged (the message names the rank and the launch).
@@ -206,10 +208,10 @@ def plan_trace(capture, model: ClockModel | None = None, *, workers: int | None 
     pairs = {c: _pool.shared_zeros(int(store.at[-1]), np.int64) for c in ("wait_row", "notify_row")}
     state = {"refs": refs, "model": model, "store": store, "pairs": pairs, "launch_index": np.array([ln.index for _, ln in refs], np.int64)}
     with _pool.Pool(min(workers, max(1, len(batches))), state) as pool:
-        return _plan(capture, model, refs, workers, batches, store, pool)
+        return _plan(capture, model, refs, workers, batches, store, pool, base_ns)
 
 
-def _plan(capture, model: ClockModel, refs: list, workers: int, batches: list, store: EventStore, pool) -> TracePlan:
+def _plan(capture, model: ClockModel, refs: list, workers: int, batches: list, store: EventStore, pool, base_ns: int | None) -> TracePlan:
     """:func:`plan_trace` with its pool of workers."""
     launches: list[LaunchPlan] = [None] * len(refs)  # type: ignore[list-item]
     counter_regions = [np.zeros(0, np.int64)]
@@ -223,7 +225,7 @@ def _plan(capture, model: ClockModel, refs: list, workers: int, batches: list, s
         store.offsets[k] = np.r_[0, np.cumsum([launches[li].n_events for li in batch])].astype(np.int64)
     n_events = sum(lp.n_events for lp in launches)
     starts = [lp.start_ns for lp in launches if lp.n_events]
-    base = min(starts) if starts else 0
+    base = int(base_ns) if base_ns is not None else (min(starts) if starts else 0)
     # launch groups: launches of one rank that overlap in time get separate track groups
     n_groups = {}
     for r in capture.ranks:
@@ -248,7 +250,9 @@ def _plan(capture, model: ClockModel, refs: list, workers: int, batches: list, s
     flows = _plan_flows(capture, refs, batches, store, pool)
     return TracePlan(
         model=model, launches=launches, ranks=ranks, base_ns=base, n_events=n_events, flows=flows, store=store,
-        partial=bool(capture.partial or capture.missing_ranks), missing_ranks=list(capture.missing_ranks),
+        # (a selection of ranks, ktrace.export.split, is not partial for the ranks it leaves out)
+        partial=bool(capture.partial or (capture.missing_ranks and "selection" not in capture.meta)),
+        missing_ranks=[] if "selection" in capture.meta else list(capture.missing_ranks),
         regions=dict(capture.regions), world_size=int(capture.world_size), workers=workers, batches=batches,
     )
 

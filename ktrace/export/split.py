@@ -1,0 +1,293 @@
+"""Traces that stay openable: a selection of a capture, or a trace split into parts with an index.
+
+The Perfetto UI holds a trace in its WebAssembly heap (a few GB at most) and fails near 1 GB of
+Chrome JSON; 10 M events are already 0.7–0.9 GB of protobuf. So a capture too large for one
+trace is written as parts (:func:`write_split`): runs of launches — the same launch indices
+of every rank, since the ranks of a step run its launches together and its notify -> wait
+pairs stay within them — each part under a size budget, and, where one run of launches is
+still too large, groups of ranks of it. An index file names each part's file, ranks, launches,
+time range and events. Every part counts time from the *whole* capture's first event, so a
+report's finding ranges (which do too) hold in every part; :func:`part_for` finds the part of a
+finding, which ``ktrace open INDEX --report R --finding N`` opens.
+
+:func:`select` keeps part of a capture for one trace: some ranks, some launches, or the
+launches that overlap a time window.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from ..captures.file import Capture, RankCapture
+from ..clock.model import clock_model_of
+from ..events import iter_batches, launch_refs, record_slots
+
+log = logging.getLogger("ktrace")
+
+INDEX_FORMAT = "ktrace-trace-index"
+#: Bytes of trace per event, about, by format (what sizes the parts; .pftrace measured ~80–100).
+BYTES_PER_EVENT = {"perfetto": 110, "chrome": 260}
+#: The default budget of one part: what the Perfetto UI opens comfortably.
+DEFAULT_PART_BYTES = {"perfetto": 512 << 20, "chrome": 256 << 20}
+
+
+def parse_ints(text: str | None) -> list[int] | None:
+    """``"0-3,7"`` -> ``[0, 1, 2, 3, 7]`` (None for None). ValueError on anything else."""
+    if text is None:
+        return None
+    out: list[int] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        try:
+            a, b = int(lo), int(hi) if sep else int(lo)
+        except ValueError:
+            raise ValueError(f"{text!r}: give numbers and ranges, like 0-3,7") from None
+        if b < a or a < 0:
+            raise ValueError(f"{text!r}: {part} is not a range of non-negative numbers")
+        out.extend(range(a, b + 1))
+    if not out:
+        raise ValueError(f"{text!r} names nothing")
+    return sorted(set(out))
+
+
+def parse_window(text: str | None) -> tuple[int, int] | None:
+    """``"START:END"`` in µs since the capture's first event -> ns. ValueError when malformed."""
+    if text is None:
+        return None
+    try:
+        a, b = (float(x) for x in str(text).split(":"))
+    except ValueError:
+        raise ValueError(f"--window wants START:END in µs since the capture's first event, got {text!r}") from None
+    if not b > a:
+        raise ValueError(f"--window {text!r}: the end must come after the start")
+    return int(a * 1000), int(b * 1000)
+
+
+def launch_times(capture, model=None) -> tuple[dict[tuple[int, int], tuple[int, int]], int]:
+    """Each launch's first start and last end on the common clock, and the capture's first
+    event (one read of the times of every event; nothing else is decoded)."""
+    model = model or clock_model_of(capture)
+    out: dict[tuple[int, int], tuple[int, int]] = {}
+    for refs, b in iter_batches(capture, model, ("start_ns", "end_ns")):
+        for k, li in enumerate(b.launches):
+            a, e = int(b.offsets[k]), int(b.offsets[k + 1])
+            if e > a:
+                out[(b.rank, refs[li][1].index)] = (int(b.cols["start_ns"][a:e].min()), int(b.cols["end_ns"][a:e].max()))
+    base = min((t0 for t0, _ in out.values()), default=0)
+    return out, base
+
+
+def select(capture: Capture, *, ranks=None, launches=None, window: tuple[int, int] | None = None, base_ns: int | None = None) -> Capture:
+    """The part of a capture a trace is written for.
+
+    Args:
+        capture: the capture.
+        ranks: the ranks to keep (default all).
+        launches: the launch indices to keep, on every kept rank (default all).
+        window: keep only the launches that overlap ``(start, end)`` ns since the capture's
+            first event (whole launches are kept).
+        base_ns: the capture's first event on the common clock, if known (else read).
+
+    Raises:
+        ValueError: the selection keeps nothing (the message says what the capture has).
+    """
+    keep_r = sorted(capture.ranks) if ranks is None else [r for r in sorted(set(ranks)) if r in capture.ranks]
+    if not keep_r:
+        raise ValueError(f"no rank selected: the capture has ranks {sorted(capture.ranks)}")
+    want_l = None if launches is None else set(int(x) for x in launches)
+    times, base = (launch_times(capture) if window is not None else ({}, 0))
+    if window is not None and base_ns is not None:
+        base = int(base_ns)
+    sel: dict[int, RankCapture] = {}
+    for r in keep_r:
+        rc = capture.ranks[r]
+        lns = [ln for ln in rc.launches if want_l is None or ln.index in want_l]
+        if window is not None:
+            lo, hi = base + window[0], base + window[1]
+            lns = [ln for ln in lns if (r, ln.index) in times and times[(r, ln.index)][1] >= lo and times[(r, ln.index)][0] <= hi]
+        if lns:
+            sel[r] = RankCapture(rank=r, device=rc.device, launches=lns, clock_samples=rc.clock_samples, notes=list(rc.notes),
+                                 timeouts=rc.timeouts)
+    if not sel:
+        n_l = sorted({ln.index for rc in capture.ranks.values() for ln in rc.launches})
+        raise ValueError(f"the selection keeps no launch (the capture has ranks {sorted(capture.ranks)}, launches "
+                         f"{n_l[0]}..{n_l[-1]} per rank)" if n_l else "the capture has no launch")
+    model = clock_model_of(capture)
+    what = {"ranks": sorted(sel), "launches": None if launches is None else sorted(want_l), "window_ns": list(window) if window else None}
+    return Capture(world_size=capture.world_size, ranks=sel, regions=dict(capture.regions), clock=model.to_dict(), partial=capture.partial,
+                   created_ns=capture.created_ns, meta={**capture.meta, "selection": what}, run_id=capture.run_id,
+                   notes=list(capture.notes))
+
+
+@dataclass
+class Part:
+    """One part of a split trace (see :func:`write_split`)."""
+
+    file: str
+    ranks: list[int]
+    launches: list[int]
+    start_ns: int = 0
+    end_ns: int = 0
+    events: int = 0
+    flows: int = 0
+    bytes: int = 0
+    #: whether other parts hold the same launches on other ranks (notify -> wait arrows between
+    #: the two are not drawn)
+    rank_split: bool = False
+
+    def holds(self, start_ns: int, end_ns: int, ranks=()) -> bool:
+        return self.start_ns <= start_ns and end_ns <= self.end_ns and set(ranks) <= set(self.ranks)
+
+
+def plan_parts(capture: Capture, budget_events: int) -> list[tuple[list[int], list[int]]]:
+    """``(ranks, launch indices)`` of each part: runs of launch indices (every rank's launches of
+    those indices) of at most ``budget_events`` event slots; a launch index whose launches hold
+    more is split into groups of ranks."""
+    slots: dict[int, dict[int, int]] = {}
+    for r, ln in launch_refs(capture):
+        slots.setdefault(ln.index, {})[r] = slots.setdefault(ln.index, {}).get(r, 0) + record_slots(ln)
+    parts: list[tuple[list[int], list[int]]] = []
+    cur: list[int] = []
+    cur_n = 0
+    for li in sorted(slots):
+        n = sum(slots[li].values())
+        if n > budget_events:  # this launch index alone is too large: ranks in groups
+            if cur:
+                parts.append((sorted(capture.ranks), cur))
+                cur, cur_n = [], 0
+            group: list[int] = []
+            g_n = 0
+            for r in sorted(slots[li]):
+                if group and g_n + slots[li][r] > budget_events:
+                    parts.append((group, [li]))
+                    group, g_n = [], 0
+                group.append(r)
+                g_n += slots[li][r]
+            parts.append((group, [li]))
+            continue
+        if cur and cur_n + n > budget_events:
+            parts.append((sorted(capture.ranks), cur))
+            cur, cur_n = [], 0
+        cur.append(li)
+        cur_n += n
+    if cur:
+        parts.append((sorted(capture.ranks), cur))
+    return parts
+
+
+def _part_name(path: Path, k: int, n: int) -> Path:
+    name = path.name
+    for suffix in (".json.gz", ".pftrace", ".perfetto-trace", ".json", ".pb"):
+        if name.endswith(suffix):
+            return path.with_name(f"{name[: -len(suffix)]}.part{k + 1:0{max(3, len(str(n)))}d}{suffix}")
+    return path.with_name(f"{name}.part{k + 1:03d}")
+
+
+def index_path(path: str | os.PathLike) -> Path:
+    """Where the index of a split trace written to ``path`` goes: ``<name>.index.json``."""
+    p = Path(path)
+    name = p.name
+    for suffix in (".json.gz", ".pftrace", ".perfetto-trace", ".json", ".pb"):
+        if name.endswith(suffix):
+            return p.with_name(name[: -len(suffix)] + ".index.json")
+    return p.with_name(name + ".index.json")
+
+
+def write_split(capture: Capture, path: str | os.PathLike, fmt: str, *, part_bytes: int | None = None, workers: int | None = None) -> Path:
+    """Write ``capture`` as parts of at most about ``part_bytes`` each, and their index.
+
+    Args:
+        capture: the capture.
+        path: the trace's name: parts are ``<name>.part001<suffix>``, ..., the index
+            ``<name>.index.json``.
+        fmt: ``perfetto`` or ``chrome``.
+        part_bytes: the budget of one part (default :data:`DEFAULT_PART_BYTES`).
+        workers: worker processes per part.
+
+    Returns:
+        The index's path.
+    """
+    from . import write_chrome_json, write_perfetto
+    from .plan import plan_trace
+
+    if fmt not in BYTES_PER_EVENT:
+        raise ValueError(f"a trace is split into perfetto or chrome parts, not {fmt!r}")
+    budget = max(1, int(part_bytes or DEFAULT_PART_BYTES[fmt]) // BYTES_PER_EVENT[fmt])
+    path = Path(path)
+    model = clock_model_of(capture)
+    _, base = launch_times(capture, model)
+    groups = plan_parts(capture, budget)
+    write = write_perfetto if fmt == "perfetto" else write_chrome_json
+    parts: list[Part] = []
+    for k, (ranks, launches) in enumerate(groups):
+        sub = select(capture, ranks=ranks, launches=launches)
+        plan = plan_trace(sub, model, workers=workers, base_ns=base)
+        f = _part_name(path, k, len(groups))
+        write(sub, f, plan=plan, workers=workers)
+        starts = [lp.start_ns for lp in plan.launches if lp.n_events]
+        ends = [lp.end_ns for lp in plan.launches if lp.n_events]
+        parts.append(Part(file=f.name, ranks=sorted(sub.ranks), launches=sorted(launches),
+                          start_ns=(min(starts) - base) if starts else 0, end_ns=(max(ends) - base) if ends else 0,
+                          events=plan.n_events, flows=plan.n_flows, bytes=f.stat().st_size,
+                          rank_split=sorted(ranks) != sorted(capture.ranks)))
+        log.info("wrote part %d of %d: %s (%d events, %.1f MB)", k + 1, len(groups), f, plan.n_events, parts[-1].bytes / 1e6)
+    idx = index_path(path)
+    doc = {"format": INDEX_FORMAT, "version": 1, "trace_format": fmt, "time_base": "ns since the capture's first event",
+           "base_ns": base, "world_size": capture.world_size, "run_id": capture.run_id, "part_bytes": int(part_bytes or DEFAULT_PART_BYTES[fmt]),
+           "parts": [p.__dict__ for p in parts]}
+    tmp = idx.with_name(idx.name + ".tmp")
+    tmp.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    os.replace(tmp, idx)
+    return idx
+
+
+def estimate_bytes(capture: Capture, fmt: str) -> int:
+    """About how large ``capture``'s trace in ``fmt`` would be (from its buffers' record slots)."""
+    return sum(record_slots(ln) for _, ln in launch_refs(capture)) * BYTES_PER_EVENT.get(fmt, 0)
+
+
+def read_index(path: str | os.PathLike) -> tuple[dict, list[Part]]:
+    """A split trace's index and its parts (files relative to the index's folder resolved)."""
+    p = Path(path)
+    try:
+        doc = orjson.loads(p.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as e:
+        raise ValueError(f"{p}: not a readable trace index ({e})") from None
+    if not isinstance(doc, dict) or doc.get("format") != INDEX_FORMAT:
+        raise ValueError(f"{p}: not a ktrace trace index (ktrace merge ... --split writes one)")
+    fields = {f for f in Part.__dataclass_fields__}
+    parts = [Part(**{k: v for k, v in x.items() if k in fields}) for x in doc.get("parts") or []]
+    for part in parts:
+        part.file = str(p.parent / part.file)
+    return doc, parts
+
+
+def part_for(parts: list[Part], start_ns: int, end_ns: int, ranks=()) -> Part:
+    """The part that holds a time range (and ranks); else the part that overlaps it most.
+
+    Raises:
+        ValueError: no part overlaps the range.
+    """
+    for part in parts:
+        if part.holds(start_ns, end_ns, ranks):
+            return part
+
+    def overlap(part: Part) -> int:
+        return max(0, min(end_ns, part.end_ns) - max(start_ns, part.start_ns)) + (1 if set(ranks) & set(part.ranks) else 0)
+
+    best = max(parts, key=overlap, default=None)
+    if best is None or overlap(best) == 0:
+        raise ValueError(f"no part of the trace holds {start_ns}..{end_ns} ns")
+    return best
+
+
+__all__ = ["DEFAULT_PART_BYTES", "Part", "estimate_bytes", "index_path", "parse_ints", "parse_window", "part_for", "plan_parts",
+           "read_index", "select", "write_split"]
