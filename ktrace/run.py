@@ -207,16 +207,17 @@ def _aligned_start(heap) -> None:
     torch.cuda.synchronize()
 
 
-def _after_step(drv, faulty: bool) -> list[str]:
-    """Collect (and clear) this rank's timed-out waits; re-arm a plan a skipped notify left uneven."""
-    count, described = drv.heap.timeouts()
-    got = [str(t) for t in described] + ([f"... and {count - len(described)} more"] if count > len(described) else [])
-    if count:
-        drv.heap.clear_timeouts()  # before the closing calibration, which waits on flags too
+def _timeouts_text(heap) -> list[str]:
+    """This rank's timed-out waits, described (the heap keeps them until cleared)."""
+    count, described = heap.timeouts()
+    return [str(t) for t in described] + ([f"... and {count - len(described)} more"] if count > len(described) else [])
+
+
+def _after_step(drv, faulty: bool) -> None:
+    """Wait for every rank; re-arm a plan a skipped notify left uneven."""
     drv.heap.barrier()
     if faulty and hasattr(drv.plan, "reset"):
         drv.plan.reset()
-    return got
 
 
 def worker(cfg: RunConfig) -> int:
@@ -242,13 +243,15 @@ def worker(cfg: RunConfig) -> int:
     with ktrace.capture():  # compile the traced variant (KTRACE > 0 is another compilation)
         drv.step()
     _after_step(drv, skips)
+    drv.heap.clear_timeouts()  # (the warm-up's, under a skipped notify: not the recorded steps')
     log.info("[rank %d] ktrace run: warm-up (compilation) took %.1f s", dist.rank, time.perf_counter() - t0)
-    timeouts: list[str] = []
-    with ktrace.capture(heap=drv.heap) as cap:
+    with ktrace.capture(heap=drv.heap) as cap:  # (a kernel's timeouts stay in the heap and the capture)
         for _ in range(cfg.steps):
             _aligned_start(drv.heap)
             drv.step()
-            timeouts += _after_step(drv, skips)
+            _after_step(drv, skips)
+    timeouts = _timeouts_text(drv.heap)
+    drv.heap.clear_timeouts()
     err = None
     if cfg.check and not skips:
         torch.cuda.synchronize()
