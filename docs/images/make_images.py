@@ -1,28 +1,25 @@
-"""Remake the README's pictures from the bundled capture (no GPU needed; needs headless Chromium).
+"""Remake the README's pictures from the bundled capture, as the real tools show them (no GPU).
 
-    python docs/images/make_images.py            # writes docs/images/trace.png and report.png
+    python docs/images/make_images.py      # writes docs/images/trace.png and report.png
 
+``trace.png``: the skewed all-to-all's merged ``.pftrace`` in the Perfetto UI itself (the UI
+build that ``pip install 'ktrace[offline]'`` brings, in headless Chromium, through
+``ktrace.testing.perfetto``), opened the way ``ktrace open`` links open it (ranks in rank order),
+at the dispatch launches: rank 3 expanded, the notify with the most arrows pinned and selected,
+so its arrows run to the ``acquired`` marks where rank 3's waits ended.
 ``report.png``: the HTML report of ``ktrace demo``, rendered by headless Chromium.
-``trace.png``: one dispatch launch of the merged trace, drawn from the aligned events the
-Perfetto trace is written from (every rank on one clock): one row per workgroup for the first
-programs of each rank, spans coloured by region, waits in red.
+Needs Node and Chromium (see ``.ci/run``).
 """
 
 from __future__ import annotations
 
-import html
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 HERE = Path(__file__).resolve().parent
-COLORS = {"route": "#4e79a7", "send": "#59a14f", "expert": "#f28e2b", "reduce": "#b07aa1", "wait": "#e15759",
-          "notify": "#333333"}
-WIDTH, ROW, LEFT = 1200, 14, 120
 
 
 def _chromium() -> str:
@@ -33,54 +30,38 @@ def _chromium() -> str:
 
 
 def _shot(url: str, png: Path, size: str) -> None:
-    subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--window-size={size}",
-                    f"--screenshot={png}", url], check=True, capture_output=True, timeout=120)
+    subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                    "--disable-background-networking", "--hide-scrollbars", f"--window-size={size}", f"--screenshot={png}", url],
+                   check=True, capture_output=True, timeout=120)
 
 
-def trace_svg(capture: Path, launch: int, programs: int = 10) -> str:
-    """An SVG timeline of one launch: ``programs`` rows per rank, spans by region, waits red."""
-    from ktrace.analysis import prepare
-    from ktrace.schema import EventKind
+def trace_png(trace: Path, png: Path) -> str:
+    """Screenshot the trace in the real Perfetto UI; returns what the picture shows, in words."""
+    from ktrace.testing.perfetto import PerfettoUI
 
-    t = prepare(str(capture))
-    e = t.events[(t.events["launch"] == launch) & (t.events["program"] < programs)]
-    e = e[np.isin(e["kind"], [int(EventKind.SPAN), int(EventKind.WAIT), int(EventKind.NOTIFY)])]
-    t0, t1 = int(e["start_ns"].min()), int(e["end_ns"].max())
-    scale = (WIDTH - LEFT - 10) / max(t1 - t0, 1)
-    ranks = sorted(set(e["rank"].tolist()))
-    kernel = t.kernels.get((ranks[0], launch), "?")
-    y, rows, parts = 40, {}, []
-    for r in ranks:
-        parts.append(f"<text x='4' y='{y + 11}' font-weight='bold'>rank {r}</text>")
-        y += ROW + 2
-        for p in range(programs):
-            rows[(r, p)] = y
-            parts.append(f"<text x='14' y='{y + 10}' fill='#555'>program {p}</text>")
-            y += ROW
-        y += 6
-    for ev in np.sort(e, order=["kind", "start_ns"]):
-        key = (int(ev["rank"]), int(ev["program"]))
-        name = t.regions.get(int(ev["region"]), "?")
-        kind = int(ev["kind"])
-        color = COLORS["wait"] if kind == EventKind.WAIT else COLORS.get(name, "#9c9c9c")
-        x = LEFT + (int(ev["start_ns"]) - t0) * scale
-        w = max((int(ev["end_ns"]) - int(ev["start_ns"])) * scale, 1.0)
-        h = ROW - 3 if kind != EventKind.NOTIFY else 4
-        parts.append(f"<rect x='{x:.1f}' y='{rows[key] + 1}' width='{w:.1f}' height='{h}' fill='{color}'>"
-                     f"<title>{html.escape(name)}</title></rect>")
-    ticks = []
-    span_us = (t1 - t0) / 1e3
-    step = max(1, round(span_us / 10))
-    for k in range(0, int(span_us) + 1, step):
-        x = LEFT + k * 1e3 * scale
-        ticks.append(f"<line x1='{x:.1f}' y1='28' x2='{x:.1f}' y2='{y}' stroke='#ddd'/><text x='{x + 2:.1f}' y='26' fill='#555'>{k} µs</text>")
-    legend = "".join(f"<rect x='{LEFT + 90 * i}' y='{y + 8}' width='12' height='10' fill='{c}'/>"
-                     f"<text x='{LEFT + 90 * i + 16}' y='{y + 17}'>{n}</text>" for i, (n, c) in enumerate(COLORS.items()))
-    title = (f"{kernel} (launch {launch}) on {len(ranks)} ranks, one clock: first {programs} workgroups per rank "
-             f"(ktrace demo's bundled capture)")
-    return (f"<svg xmlns='http://www.w3.org/2000/svg' width='{WIDTH}' height='{y + 30}' font-family='sans-serif' font-size='10'>"
-            f"<rect width='100%' height='100%' fill='white'/><text x='4' y='12' font-size='12'>{html.escape(title)}</text>"
-            + "".join(ticks) + "".join(parts) + legend + "</svg>")
+    with PerfettoUI(width=1600, height=1000) as ui:
+        ui.open(trace)
+        # the dispatch launches of every rank, and the notify that released the most waits
+        k0, k1 = ui.sql("select min(ts) t0, max(ts + dur) t1 from slice where category = 'kernel' and name = 'moe_dispatch'")[0].values()
+        fan = ui.sql("""select s.id, t.name thread, p.name process, count(*) n from slice s join flow f on f.slice_out = s.id
+                        join thread_track tt on s.track_id = tt.id join thread t using (utid) join process p using (upid)
+                        join slice a on a.id = f.slice_in join thread_track ta on a.track_id = ta.id join thread u on u.utid = ta.utid
+                        where s.ts < (select max(ts + dur) from slice where name = 'moe_dispatch') and u.upid != t.upid
+                        group by s.id order by n desc limit 1""")[0]
+        to_rank = ui.sql(f"""select distinct p.name from flow f join slice a on a.id = f.slice_in join thread_track tt
+                             on a.track_id = tt.id join thread t using (utid) join process p using (upid)
+                             where f.slice_out = {fan['id']}""")
+        state = ui.open(trace, window=(k0, k1))
+        by_name = {t.name.split(" ·")[0]: t for t in state.tracks}
+        src = by_name[fan["process"].split(" ·")[0]]
+        dst = by_name[to_rank[0]["name"].split(" ·")[0]]
+        ui.pin([src.name, next(c.name for c in src.children if c.name.startswith(fan["thread"] + " "))])
+        ui.expand([dst.name])
+        ui.show_sidebar(False)
+        state = ui.select_slice(fan["id"])
+        ui.screenshot(png)
+        return (f"{fan['process'].split(' ·')[0]} {fan['thread']}'s notify selected: {len(state.flows)} arrows to the "
+                f"`acquired` marks of {to_rank[0]['name'].split(' ·')[0]}'s waits; window {k0}..{k1} ns")
 
 
 def main() -> int:
@@ -92,10 +73,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         o = analyse(Path(BUNDLED_CAPTURE.name), tmp)
         _shot(o.html.as_uri(), HERE / "report.png", "1100,880")
-        svg = Path(tmp) / "trace.svg"
-        svg.write_text(trace_svg(BUNDLED_CAPTURE, launch=2), encoding="utf-8")
-        height = int(svg.read_text().split("height='", 1)[1].split("'", 1)[0])
-        _shot(svg.as_uri(), HERE / "trace.png", f"{WIDTH},{height}")
+        print(trace_png(o.trace, HERE / "trace.png"))
     for p in ("trace.png", "report.png"):
         print(f"{HERE / p}: {(HERE / p).stat().st_size:,} bytes")
     return 0
