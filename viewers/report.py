@@ -126,7 +126,13 @@ def _savings_plot(rep) -> str:
     ax.set_yticks(y, labels)
     ax.set_xlabel("time a fix would save per launch (µs), from replaying the capture without the cause")
     ax.set_title("What each root cause costs")
-    top = max(float(vals.max()), 1e-3)
+    if float(vals.max()) <= 0:  # nothing would be shorter: say so instead of a scale of zeros
+        top = 1.0
+        ax.set_xticks([])
+        ax.text(0.5, 0.5, "no cause would shorten the launches", transform=ax.transAxes, ha="center", va="center",
+                color="#445")
+    else:
+        top = float(vals.max())
     ax.set_xlim(0, top * 1.25)
     for yy, v in zip(y, vals):
         ax.text(v + top * 0.01, yy, fmt_ns(v * 1e3), va="center", fontsize=8)
@@ -226,8 +232,10 @@ def _launch_plots(rep) -> tuple[str, str]:
                 ax.axvspan(max(a, 0), min(b, _us(span)), color="#f1c40f", alpha=0.25, lw=0)
     axes[0, 0].set_title(f"Launch {ln} ({wg['role'][0] if wg.size else ''}): workgroups running and waiting, per rank"
                          + (" (shaded: the first finding's range)" if f0 is not None else ""))
-    axes[0, 0].legend(loc="upper right", fontsize=8, frameon=False, ncol=2)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
     axes[-1, 0].set_xlabel(f"time since the launch's first event (µs); the launch starts at +{fmt_ns(t0 - rep.origin_ns)}")
+    # below the axes: a legend inside would cover the counts
+    axes[-1, 0].legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.55), fontsize=8, frameon=False, ncol=2)
     axes[-1, 0].set_xlim(0, _us(span))
     counts_svg = _svg(fig, "launch")
     lanes_svg = ""
