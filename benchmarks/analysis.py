@@ -3,7 +3,7 @@
 The capture is CONSTRUCTED: the all-to-all-like kernel of ``ktrace.analysis.scenario`` (one rank's
 notifies late, a few overloaded workgroups) replicated as many launches as it takes to reach the
 event count; or, with ``--capture FILE``, a real capture's aligned events replicated the same
-way. Two timings are printed: the whole report from the aligned event table (``build_report``:
+way (each copy keeps the capture's launches apart: a dispatch and a combine stay two launches). Two timings are printed: the whole report from the aligned event table (``build_report``:
 every analysis and the findings), and, with ``--from-capture``, the same starting from a
 ``Capture`` of encoded event buffers (decoding and clock alignment included).
 
@@ -51,7 +51,7 @@ def _table(args) -> tuple[np.ndarray, dict, str]:
                         work={(0, 1): 3, (2, 3): 2})
         base, regions, what = S.build(sc), S.REGIONS, f"CONSTRUCTED scenario {args.world} ranks x {args.programs} programs x {args.iters} tiles"
     copies = max(1, int(round(args.events / max(base.size, 1))))
-    return S.replicate(base, copies), regions, f"{what}, {copies} launches"
+    return S.replicate(base, copies), regions, f"{what}, {copies} copies of its launches"
 
 
 def _rss_mib() -> float:
@@ -70,6 +70,8 @@ keep_freed_memory()  # as the `ktrace` command does
 t1 = time.perf_counter()
 r0 = resource.getrusage(resource.RUSAGE_SELF)
 rep = build_report(prepare(sys.argv[1]), ReportConfig())
+from ktrace.analysis import render_text
+render_text(rep)  # what the command prints
 t2 = time.perf_counter()
 r1 = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({{"analysis_s": t2 - t1, "import_s": t1 - t0, "user_s": r1.ru_utime - r0.ru_utime,
@@ -88,12 +90,16 @@ def _fresh_processes(box: list, regions: dict, repeat: int) -> None:
         path = os.path.join(d, "bench.ktrace")
         write_capture(path, S.to_capture(table, regions=regions))
         n, mb = table.size, os.path.getsize(path) / 2**20
+        from ktrace.captures.file import read_capture
+
+        raw = sum(ln.nbytes for rc in read_capture(path).ranks.values() for ln in rc.launches) / 2**20
         del table
         import gc
 
         gc.collect()
         print(f"this process now holds {_rss_mib():.0f} MiB")
-        print(f"capture file: {mb:.0f} MiB; load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(f"capture file: {mb:.0f} MiB, its event buffers (raw, as the GPUs wrote them, packed) {raw:.0f} MiB; "
+              f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         runs = []
         for _ in range(repeat):
             t0 = time.perf_counter()
@@ -104,7 +110,8 @@ def _fresh_processes(box: list, regions: dict, repeat: int) -> None:
             runs.append(r)
             print(f"  fresh process: analysis {r['analysis_s']:.2f} s (prepare(path) + build_report; whole process "
                   f"{r['process_s']:.2f} s), user {r['user_s']:.2f} s, sys {r['sys_s']:.2f} s, "
-                  f"{r['minflt']:,} minor faults, peak RSS {r['peak_mib'] / 1024:.2f} GiB; {r['findings']} findings")
+                  f"{r['minflt']:,} minor faults, peak RSS {r['peak_mib'] / 1024:.2f} GiB ({r['peak_mib'] / raw:.1f}x the raw "
+                  f"buffers); {r['findings']} findings")
         a = [r["analysis_s"] for r in runs]
         print(f"report of a {n:,}-event capture file in a fresh process: median {np.median(a):.2f} s, max {max(a):.2f} s "
               f"[{', '.join(f'{t:.2f}' for t in a)}]; load average after: "

@@ -321,7 +321,7 @@ def _register_analysis(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--work-region", metavar="NAME", help="region whose spans count as work items (default: the most frequent)")
     s.add_argument("--min-late-us", type=float, default=1.0, metavar="US",
                    help="name a producer a straggler only when it is at least this late (default 1 µs)")
-    s.add_argument("--max-findings", type=int, default=20, help="findings printed (default 20)")
+    s.add_argument("--max-findings", type=int, default=10, help="findings printed (default 10; --json and --html hold them all)")
     s.add_argument("--fail-on-hang", action="store_true", help="exit 1 when the capture shows a hang")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=_cmd_report)

@@ -421,7 +421,18 @@ class Session:
         if self.run_id is None:
             self.run_id = _run_id()
         return Capture(world_size=int(self.world_size), ranks={int(self.rank): rc}, regions=self.region_names(),
-                       run_id=self.run_id)
+                       run_id=self.run_id, meta=self._meta())
+
+    def _meta(self) -> dict:
+        """What reports need beyond the events: where in the kernels' sources each region is
+        recorded (``regions.source_table``) and, with a heap, its allocations (flags are then
+        named by allocation and index instead of heap offset)."""
+        meta: dict = {"sources": regions.source_table([k.jit_fn for k in self.kernels.values()])}
+        if self.heap is not None:
+            from .shmem.symmetric import allocations_meta
+
+            meta["heap"] = {"allocations": allocations_meta(self.heap.allocations)}
+        return meta
 
     def _clock_samples(self) -> dict | None:
         if not self._calib:

@@ -122,7 +122,7 @@ def test_files_without_a_run_id_merge_as_before_with_a_warning(tmp_path, capsys,
     files = [str(write_capture(tmp_path / f"old{r}.ktrace", Capture(world_size=2, ranks={r: rc}, regions=cap.regions)))
              for r, rc in cap.ranks.items()]
     assert main(["merge", *files, "-o", str(tmp_path / "m.json")]) == 0
-    assert "ranks [0, 1] of 2" in capsys.readouterr().out
+    assert "ranks 0-1 of 2" in capsys.readouterr().out
     assert "no run id (written by an older ktrace)" in caplog.text
 
 

@@ -1,5 +1,5 @@
 """Analyses of a capture: spin-lock stalls and their cause, workgroup load, overlap, critical
-path, hangs and diffs. Each is a plain function from a :class:`Trace` (``prepare(capture)``) to a
+path, hangs, diffs, and the causal model that names root causes and what each would save. Each is a plain function from a :class:`Trace` (``prepare(capture)``) to a
 table (a numpy structured array) with unit-suffixed columns; nothing here plots or prints.
 
 Needs numpy only (and ``ktrace.captures`` / ``ktrace.clock`` to read and align a capture): no torch,
@@ -7,9 +7,11 @@ no triton. ``ktrace report`` and ``ktrace diff`` (``ktrace.cli``) print what
 :func:`build_report` finds; ``viewers/report.py`` renders it as one HTML file.
 """
 
+from .causes import CauseConfig, causes_table, replay, replay_model, root_causes, wait_cause_totals, wait_causes
 from .compare import diff, diff_ranks, diff_regions, diff_workgroups
 from .hangs import missing_notifies, silent_programs, timeouts, wait_for_cycles
 from .load import LoadConfig, imbalance, per_sm, workgroups
+from .names import OUTSIDE, flag_names, region_source
 from .timeline import RegionClasses, critical_path, critical_path_summary, launch_timing, overlap
 from .report import (
     DiffReport,
@@ -28,7 +30,9 @@ from .stalls import kernel_time, notify_lateness, release_pairs, stall_totals, s
 from .trace import AnalysisError, Trace, prepare
 
 __all__ = [
-    "AnalysisError", "DiffReport", "Finding", "LoadConfig", "RegionClasses", "Report", "ReportConfig", "Trace",
+    "AnalysisError", "CauseConfig", "DiffReport", "Finding", "LoadConfig", "OUTSIDE", "RegionClasses", "Report",
+    "ReportConfig", "Trace", "causes_table", "flag_names", "region_source", "replay", "replay_model", "root_causes",
+    "wait_cause_totals", "wait_causes",
     "build_diff", "build_report", "critical_path", "critical_path_summary", "diff", "diff_json", "diff_ranks",
     "diff_regions", "diff_workgroups", "imbalance", "kernel_time", "launch_timing", "missing_notifies",
     "notify_lateness", "overlap", "per_sm", "perfetto_link", "prepare", "release_pairs", "render_diff_text",

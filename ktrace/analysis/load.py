@@ -124,6 +124,29 @@ def _region_time(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return m, rids
 
 
+def _kernel_codes(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Per workgroup, a code into the sorted kernel names (object array) of the capture: one name
+    lookup per (rank, launch), not per workgroup (cached)."""
+    def build():
+        k = trace.wg_keys
+        if k.shape[0] == 0:
+            return np.zeros(0, np.int64), np.zeros(0, object)
+        inv, pairs = group_index(k[:, 0], k[:, 1])
+        names = [trace.kernel_name(r, l) if trace.kernels else "?" for r, l in pairs.tolist()]
+        uniq = sorted(set(names))
+        code_of = {n: i for i, n in enumerate(uniq)}
+        pair_code = np.array([code_of[n] for n in names], np.int64)
+        return pair_code[inv], np.array(uniq, dtype=object)
+
+    return trace.cached(("kernel_codes",), build)
+
+
+def kernel_names(trace: Trace) -> np.ndarray:
+    """Per workgroup, the name of its kernel (object array; ``?`` when the capture does not say)."""
+    codes, names = _kernel_codes(trace)
+    return names[codes] if names.size else np.zeros(0, object)
+
+
 def workgroups(trace: Trace, config: LoadConfig = LoadConfig()) -> np.ndarray:
     """Per workgroup: lifetime, busy and wait time, work items, role, and whether it is an outlier.
 
@@ -166,7 +189,7 @@ def workgroups(trace: Trace, config: LoadConfig = LoadConfig()) -> np.ndarray:
         out["work_items"] = np.bincount(trace.wg[leaf], minlength=W)
     m, rids = region_time(trace)
     # role: kernel + dominant span region by time
-    kern = np.array([trace.kernel_name(r, l) for r, l in k[:, :2].tolist()], dtype=object) if trace.kernels else np.full(W, "?", object)
+    kern = kernel_names(trace)
     # role: the leaf span region (not a wait) with the most time
     is_wait_col = np.isin(rids, dense_codes(trace.at(EventKind.WAIT, "region"))[1])
     is_wait_col &= ~np.isin(rids, dense_codes(trace.column("region")[spans])[1])
@@ -178,11 +201,12 @@ def workgroups(trace: Trace, config: LoadConfig = LoadConfig()) -> np.ndarray:
         dom_name = np.full(W, "(no spans)", object)
     if config.roles == "region":
         role = np.array([f"{a}:{b}" for a, b in zip(kern.tolist(), dom_name.tolist())], dtype=object)
+        rkeys, rinv = np.unique(role, return_inverse=True)
+        rinv = rinv.reshape(-1)
     else:
-        role = kern.astype(object)
+        rinv, rkeys = _kernel_codes(trace)
+        role = rkeys[rinv] if rkeys.size else np.full(W, "?", object)
     out["role"] = role  # the workgroups it is compared with
-    rkeys, rinv = np.unique(role, return_inverse=True)
-    rinv = rinv.reshape(-1)
     G = rkeys.size
     for col, flag, z in (("work_ns", "overloaded", "busy_z"), ("wait_ns", "wait_outlier", "wait_z")):
         x = out[col].astype(np.float64)

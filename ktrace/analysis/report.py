@@ -13,17 +13,20 @@ trace (:func:`perfetto_link`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import causes, hangs, load, stalls
 from . import compare as _diff
-from . import hangs, load, stalls
 from . import timeline as overlap
 from ..text import fmt_ns, programs_text, ranks_text
+from .names import OUTSIDE, flag_name, region_label
 from .trace import Progress, Trace, prepare, table_to_records
 
 PERFETTO_UI = "https://ui.perfetto.dev"
@@ -37,8 +40,9 @@ class ReportConfig:
     Attributes:
         load: workgroup-load settings (work region, outlier thresholds).
         classes: how regions are classified as communication or compute.
-        min_late_ns: a producer is named a straggler when its median lateness is at least
-            this and beyond the other producers' by at least this.
+        causes: what counts as a root cause and how causes are priced (``CauseConfig``).
+        min_late_ns: a notify held at least this long beyond the other ranks' is late (it
+            overrides ``causes.min_late_ns``).
         max_rows: rows of each table kept in the JSON/HTML output (the biggest first).
         trace_url: where the trace of this capture is served, for Perfetto links (optional).
         workers: threads that compute independent analyses at once (1: one after another;
@@ -47,6 +51,7 @@ class ReportConfig:
 
     load: load.LoadConfig = field(default_factory=load.LoadConfig)
     classes: overlap.RegionClasses = field(default_factory=overlap.RegionClasses)
+    causes: causes.CauseConfig = field(default_factory=causes.CauseConfig)
     min_late_ns: float = 1_000.0
     max_rows: int = 200
     trace_url: str | None = None
@@ -66,10 +71,13 @@ class Finding:
     """One thing the report wants the reader to know.
 
     Attributes:
-        kind: ``hang``, ``straggler``, ``load``, ``imbalance``, ``overlap``, ``skew``,
-            ``critical_path``, ``capture``.
-        severity: ``error`` (a hang), ``warning`` (costs time) or ``info``.
-        cost_ns: the waiting or time it accounts for (how findings are ranked).
+        kind: a root cause (``hang``, ``late_launch``, ``late_notifies``, ``uneven_work``,
+            ``uneven_ranks``, ``slow_link``: ``ktrace.analysis.causes``), or ``critical_path``,
+            ``overlap``, ``capture`` (information).
+        severity: ``error`` (a hang), ``warning`` (a cause that would save at least
+            ``CauseConfig.min_share`` of the capture's kernel time) or ``info``.
+        cost_ns: for a cause, the time a replay of the capture without it saves (launch
+            durations summed; how findings are ranked); else what it accounts for.
         text: the finding in plain words.
         ranks: the ranks involved.
         start_ns, end_ns: the time range to look at, relative to ``Report.origin_ns``.
@@ -95,6 +103,34 @@ class Finding:
                 "data": _jsonable(self.data)}
 
 
+class Tables(Mapping):
+    """A report's tables by name: those the findings needed are computed, the others on first
+    use (``report_json``, the HTML report and the tests ask for them all; the terminal report
+    does not wait for tables it does not show)."""
+
+    def __init__(self, computed: dict, makers: dict):
+        self._done = dict(computed)
+        self._makers = {k: v for k, v in makers.items() if k not in self._done}
+        self._order = list(computed) + [k for k in makers if k not in computed]
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._done:
+            if name not in self._makers:
+                raise KeyError(name)
+            self._done[name] = self._makers.pop(name)()
+        return self._done[name]
+
+    def __iter__(self):
+        return iter(self._order)
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def computed(self) -> list[str]:
+        """Names of the tables computed so far."""
+        return [k for k in self._order if k in self._done]
+
+
 @dataclass
 class Report:
     """Findings, summary and tables of one capture (see :func:`build_report`)."""
@@ -103,7 +139,7 @@ class Report:
     origin_ns: int
     summary: dict
     findings: list[Finding]
-    tables: dict[str, np.ndarray]
+    tables: Mapping
     config: ReportConfig
     trace: Trace | None = field(default=None, repr=False)
 
@@ -179,35 +215,190 @@ def _rel(trace: Trace, t) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def _hang_findings(trace: Trace, to: np.ndarray, missing: np.ndarray, cycles: list[list[int]]) -> list[Finding]:
-    out: list[Finding] = []
-    if to.size == 0:
-        return out
-    for m in missing:
-        sel = to[(to["rank"] == m["consumer"]) & (to["peer"] == m["producer"]) & (to["flag"] == m["flag"]) &
-                 (to["expected"] == m["expected"]) & (to["launch"] == m["launch"]) & (to["status"] == "never signalled")]
-        first = sel[np.argmin(sel["since_ns"])]
-        sent = (f"its last notify on that flag wrote {m['last_value_sent']}" if m["last_value_sent"] >= 0
-                else "it sent no notify on that flag")
-        stuck = (f"; rank {m['producer']} was itself stuck waiting" if m["producer_stuck"]
-                 else f"; rank {m['producer']} was not waiting on anything (its last event ended at "
-                      f"+{fmt_ns(_rel(trace, m['producer_last_event_ns']))})" if m["producer_last_event_ns"] >= 0 else "")
-        text = (f"HANG: rank {m['consumer']} {programs_text(m['programs'])} (SM {first['sm']}, launch {m['launch']}) waited on "
-                f"flag +{m['flag']:#x} for value {m['cmp']} {m['expected']} from rank {m['producer']} since "
-                f"+{fmt_ns(_rel(trace, m['since_ns']))} and gave up after {fmt_ns(first['waited_ns'])}: "
-                f"rank {m['producer']} never sent it ({sent}){stuck}.")
-        out.append(Finding("hang", "error", float(sel["waited_ns"].sum()), text, (int(m["consumer"]), int(m["producer"])),
-                           _rel(trace, m["since_ns"]), _rel(trace, sel["gave_up_ns"].max()),
-                           {"producer": m["producer"], "consumer": m["consumer"], "flag": m["flag"], "expected": m["expected"],
-                            "programs": list(m["programs"]), "launch": m["launch"], "waited_ns": first["waited_ns"],
-                            "sm": first["sm"]}))
-    cut = to[to["status"] != "never signalled"]
-    if cut.size:
-        text = (f"{cut.size} more waits on {ranks_text(cut['rank'])} gave up with them (their notify "
-                f"{'came later' if (cut['status'] == 'signalled late').all() else 'came, or came later'}): cut short by the "
-                f"first timeout on their rank, not missing signals themselves.")
-        out.append(Finding("hang", "warning", float(cut["waited_ns"].sum()), text, tuple(sorted(set(cut["rank"].tolist()))),
-                           _rel(trace, cut["since_ns"].min()), _rel(trace, cut["gave_up_ns"].max()), {"n": int(cut.size)}))
+def _share_text(saving: float, total: float) -> str:
+    return f"{100 * saving / total:.0f}% of its kernel time" if total > 0 else "of its kernel time"
+
+
+def _launches_text(n: int, of: int) -> str:
+    return f"in {n:,} of {of:,} launch{'es' if of != 1 else ''}"
+
+
+def _saving_text(c: causes.Cause, what: str, total: float, n_launches_all: int) -> str:
+    """"<what>, the capture would be X (Y% of its kernel time) shorter per launch" and its consequences."""
+    n = max(int(c.launches.size), 1)
+    per = c.saving_ns / n
+    if c.saving_ns <= 0:
+        text = f"{what}, the capture would not be shorter: other work ends at the same time."
+    else:
+        text = (f"{what}, the capture would be {fmt_ns(per)} shorter per launch ({fmt_ns(c.saving_ns)} in all, "
+                f"{_share_text(c.saving_ns, total)})")
+        text += "." if c.saving_launches >= n else f"; shorter in {c.saving_launches:,} of those launches."
+    if c.waiting_removed_ns > 0 and c.waits_affected:
+        text += (f" With it go {fmt_ns(c.waiting_removed_ns)} of waiting by {c.waits_affected:,} waits on "
+                 f"{ranks_text(c.waiting_ranks)}.")
+    if c.sampled and c.sampled < c.launches.size:
+        text += f" (Priced by replaying {c.sampled} of its {c.launches.size:,} launches.)"
+    if not c.converged:
+        text += " (The replay did not settle: an estimate.)"
+    return text
+
+
+def _severity(c: causes.Cause, total: float, cfg: ReportConfig) -> str:
+    if c.kind == "hang":
+        return "error"
+    return "warning" if total > 0 and c.saving_ns >= cfg.causes.min_share * total and c.saving_ns > 0 else "info"
+
+
+def _cause_data(c: causes.Cause, total: float, n_launches_all: int) -> dict:
+    d = {k: v for k, v in c.detail.items() if k != "rows"}
+    d.update(kind=c.kind, rank=c.rank, ranks=list(c.ranks), saving_ns=c.saving_ns,
+             saving_per_launch_ns=c.saving_ns / max(c.launches.size, 1),
+             share=c.saving_ns / total if total > 0 else None, n_launches=int(c.launches.size),
+             launches_total=n_launches_all, saving_launches=c.saving_launches, sampled_launches=c.sampled,
+             waiting_removed_ns=c.waiting_removed_ns, waits_affected=c.waits_affected, excess_ns=c.excess_ns)
+    return d
+
+
+def _cause_findings(trace: Trace, found: list, cfg: ReportConfig, wg: np.ndarray, to: np.ndarray) -> list[Finding]:
+    lids, spans = causes.launch_makespans(trace)
+    total = float(spans.sum())
+    L = int(lids.size)
+    out = []
+    for c in found:
+        if c.launches.size == 0:
+            continue
+        d = c.detail
+        n = int(c.launches.size)
+        first_l = int(c.launches.min())
+        start = end = None
+        if c.kind == "hang":
+            rid = d.get("region_id", -1)
+            where = f" in {region_label(trace, rid)}" if rid is not None and rid >= 0 else ""
+            cmp = d.get("cmp", ">=")
+            sent = (f"its last notify on that flag wrote {d['last_value_sent']}" if d["last_value_sent"] >= 0
+                    else "it sent no notify on that flag")
+            if d["producer_stuck"]:
+                state = f"; rank {d['producer']} was itself stuck waiting"
+            elif d["producer_last_event_ns"] >= 0:
+                state = (f"; rank {d['producer']} was not waiting on anything (its last event ended at "
+                         f"+{fmt_ns(_rel(trace, d['producer_last_event_ns']))})")
+            else:
+                state = ""
+            text = (f"HANG: rank {d['consumer']} {_progs(d['programs'])}"
+                    + (f" (SM {d['sm']})" if d.get("sm", -1) >= 0 else "")
+                    + f" waited on flag {flag_name(trace, d['flag'])}{where} for value {cmp} {d['expected']} from rank "
+                    f"{d['producer']} and gave up after {fmt_ns(d['waited_ns'])}: rank {d['producer']} never sent it "
+                    f"({sent}){state}; {_launches_text(n, L)}.")
+            if d.get("cut_short"):
+                text += (f" Its cascade: {d['cut_short']} more wait{'s' if d['cut_short'] != 1 else ''} on "
+                         f"{ranks_text(d['cut_ranks'])} gave up with it (cut short by the first timeout on their rank, "
+                         f"not missing signals themselves).")
+            text += " " + _saving_text(c, "Sent on time", total, L)
+            start = _rel(trace, d["since_ns"])
+            end = _rel(trace, d["gave_up_ns"]) if d.get("gave_up_ns", -1) >= 0 else None
+        elif c.kind == "late_launch":
+            first = f"rank {d['first_rank']}" if d.get("first_rank", -1) >= 0 else "the first rank"
+            rng = (f"; {fmt_ns(d['min_ns'])} to {fmt_ns(d['max_ns'])}" if d["max_ns"] - d["min_ns"] > 0.05 * d["magnitude_ns"]
+                   else "")
+            text = (f"rank {c.rank} launched late: it started {fmt_ns(d['magnitude_ns'])} after {first} "
+                    f"(median {_launches_text(n, L)}{rng}) while its GPU was idle; its peers waited for it. "
+                    + _saving_text(c, "Started on time", total, L))
+            lt = causes_launch_extent(trace, first_l, c.rank)
+            start, end = lt
+        elif c.kind == "late_notifies":
+            rid = d["region_id"]
+            base = (f", beyond the {fmt_ns(d['baseline_ns'])} the other ranks take" if np.isfinite(d.get("baseline_ns", np.nan))
+                    else "")
+            rounds = causes._ranges(d["rounds"])
+            text = (f"rank {c.rank} notified late: it held {d['n_late']:,} of its {d['n_notifies']:,} notifies "
+                    f"{region_label(trace, rid)} back {fmt_ns(d['magnitude_ns'])} each (median; up to "
+                    f"{fmt_ns(d['max_ns'])}) after it was ready (time outside any region{base}): {_progs(d['programs'])}, "
+                    f"round{'s' if len(d['rounds']) != 1 else ''} {rounds} of each program's notifies, "
+                    f"{_launches_text(n, L)}. " + _saving_text(c, "Notified on time", total, L))
+            rows = d.get("rows")
+            if rows is not None and rows.size:
+                hx = causes._holds(trace)
+                pos = np.searchsorted(hx["row"], rows)
+                pos = pos[hx["launch"][pos] == first_l] if (hx["launch"][pos] == first_l).any() else pos
+                worst = pos[np.argmax(hx["held_excess_ns"][pos])]
+                s_n = int(hx["start_ns"][worst])
+                start, end = _rel(trace, s_n - int(hx["held_ns"][worst])), _rel(trace, s_n)
+        elif c.kind == "uneven_work":
+            progs = "; ".join(f"rank {r} {_progs(p, 4)}" for r, p in d["programs"].items())
+            nwg = sum(len(p) for p in d["programs"].values())
+            items, med_items = d["items"], d["median_items"]
+            why = (f"{items:.1f} work items vs {med_items:.0f}: uneven work distribution" if items > 1.05 * med_items
+                   else f"as many work items ({med_items:.0f}) as the others: its work went slower" if nwg == 1
+                   else f"as many work items ({med_items:.0f}) as the others: their work went slower")
+            reg = d.get("region") or ""
+            rid = _region_id_of(trace, reg)
+            where = (f"; most of the extra in {region_label(trace, rid)}" if reg and reg != OUTSIDE and rid is not None
+                     else f"; most of the extra {OUTSIDE}" if reg == OUTSIDE else "")
+            if np.isfinite(d.get("region_excess_ns", np.nan)) and where:
+                where += f" (+{fmt_ns(d['region_excess_ns'])})"
+            who = progs if nwg <= 8 else f"{nwg:,} workgroups ({progs})"
+            text = (f"uneven work ({d['role']}): {who} worked {fmt_ns(d['work_ns'])} vs the median workgroup's "
+                    f"{fmt_ns(d['median_work_ns'])} ({d['work_ns'] / max(d['median_work_ns'], 1):.2f}x), {why}{where}; "
+                    f"{_launches_text(n, L)}. " + _saving_text(c, "At the median work", total, L))
+            sel = wg[wg["overloaded"] & (wg["launch"] == first_l) & np.isin(wg["rank"], list(c.ranks))]
+            if sel.size:
+                start, end = _rel(trace, sel["start_ns"].min()), _rel(trace, sel["end_ns"].max())
+        elif c.kind == "uneven_ranks":
+            rw, ri = d["rank_work_ns"], d["rank_items"]
+            heavy = d["heavy"]
+            parts = ", ".join(f"rank {r} {fmt_ns(rw[r])} ({ri[r]:.0f} item{'s' if ri[r] != 1 else ''})" for r in sorted(rw))
+            reg = d.get("region") or ""
+            rid = _region_id_of(trace, reg)
+            where = f"; most of the difference in {region_label(trace, rid)}" if reg and rid is not None else ""
+            text = (f"uneven work across ranks ({d['role']}): the median workgroup of {ranks_text(heavy)} worked "
+                    f"{d['ratio']:.1f}x as long as rank {d['light_rank']}'s: {parts}{where}; {_launches_text(n, L)}. "
+                    + _saving_text(c, "Spread evenly over the ranks", total, L))
+        elif c.kind == "slow_link":
+            text = (f"slow link: signals from rank {c.rank} to rank {d['consumer']} took {fmt_ns(d['magnitude_ns'])} "
+                    f"(median over {d['n_waits']:,} waits) vs {fmt_ns(d['calibrated_ns'])} one way measured by the "
+                    f"capture's clock calibration; {_launches_text(n, L)}. " + _saving_text(c, "At the calibrated latency",
+                                                                                         total, L))
+        else:
+            continue
+        out.append(Finding(c.kind, _severity(c, total, cfg), float(c.saving_ns), text, tuple(int(x) for x in c.ranks),
+                           start, end, _cause_data(c, total, L)))
+    return out
+
+
+def _progs(progs, limit: int = 8) -> str:
+    """``[5]`` -> "program 5"; ``[2, 3, 4, 5]`` -> "programs 2-5"; many -> the first runs and a count."""
+    ps = sorted({int(p) for p in progs})
+    if len(ps) == 1:
+        return f"program {ps[0]}"
+    runs = causes._ranges(ps).split(", ")
+    if len(runs) <= limit:
+        return f"programs {', '.join(runs)}"
+    shown = runs[:limit]
+    n_shown = sum(int(r.split("-")[1]) - int(r.split("-")[0]) + 1 if "-" in r else 1 for r in shown)
+    return f"programs {', '.join(shown)} and {len(ps) - n_shown} more"
+
+
+def _region_id_of(trace: Trace, name: str):
+    if not name:
+        return None
+    for rid, n in trace.regions.items():
+        if n == name:
+            return int(rid)
+    return None
+
+
+def causes_launch_extent(trace: Trace, launch: int, rank: int) -> tuple[int | None, int | None]:
+    """From the first rank's start of ``launch`` to ``rank``'s start (relative to the origin)."""
+    kt = stalls.kernel_time(trace)
+    sel = kt[kt["launch"] == launch]
+    if sel.size == 0:
+        return None, None
+    mine = sel[sel["rank"] == rank]
+    return _rel(trace, sel["start_ns"].min()), (_rel(trace, mine["start_ns"][0]) if mine.size else None)
+
+
+def _deadlock_findings(cycles: list[list[int]]) -> list[Finding]:
+    out = []
     for c in cycles:
         if len(c) > 1:
             chain = " -> ".join(f"rank {r}" for r in c + [c[0]])
@@ -216,214 +407,60 @@ def _hang_findings(trace: Trace, to: np.ndarray, missing: np.ndarray, cycles: li
     return out
 
 
-def _straggler_findings(trace: Trace, by_rank: np.ndarray, by_wg: np.ndarray, nl: np.ndarray, cfg: ReportConfig,
-                        total_wait: float) -> list[Finding]:
-    """Producers whose notifies came late and cost the others waiting.
-
-    A producer is named when its notifies cost more than an equal share of the waiting they
-    released (``cost_ns``) and it was late by at least ``cfg.min_late_ns`` in either sense of
-    ``stalls.stragglers``: it held its notifies back after being ready (``held_excess_ns``,
-    the producer-side lateness, reported as "notified X late"), or its waiters had been
-    spinning when its notifies began (``late_median_ns`` beyond the other producers', e.g.
-    slow work before the notify, reported with what it ran before notifying).
-    """
-    out: list[Finding] = []
-    if by_rank.size == 0:
-        return out
-    n = by_rank.size
-    for row in by_rank:
-        share = row["cost_ns"] / max(float(by_rank["cost_ns"].sum()), 1.0)
-        excess = row["excess_late_ns"] if np.isfinite(row["excess_late_ns"]) else row["late_median_ns"]
-        held = float(row["held_excess_ns"]) if np.isfinite(row["held_excess_ns"]) else 0.0
-        held_late = held >= cfg.min_late_ns
-        wait_late = row["late_median_ns"] >= cfg.min_late_ns and excess >= cfg.min_late_ns
-        if not ((held_late or wait_late) and (n == 1 or share > 1.0 / n)):
-            continue
-        r = int(row["rank"])
-        mine = nl[nl["rank"] == r]
-        ranks_w = ranks_text(row["waiter_ranks"])
-        cost_text = (f"{row['n_waits']} waits by {row['waiter_workgroups']} workgroups on {ranks_w} waited "
-                     f"{fmt_ns(row['cost_ns'])} in total for it ({100 * row['cost_ns'] / max(total_wait, 1):.0f}% of all waiting).")
-        if held_late:
-            hx = np.where(np.isfinite(mine["held_excess_ns"]), mine["held_excess_ns"], -np.inf)
-            worst = mine[np.argmax(hx)]
-            text = (f"rank {r} is the top straggler: it notified {fmt_ns(held)} late (producer lateness: per notify, the "
-                    f"time from being ready, when its previous event on that program ended, to the notify's start, "
-                    f"beyond the other ranks' {fmt_ns(row['held_median_ns'] - held)}; median over its {row['n_notifies']} "
-                    f"notifies; {fmt_ns(row['held_excess_total_ns'])} held back in all); worst: program {worst['program']} "
-                    f"seq {worst['seq']} (flag +{worst['flag']:#x}) {fmt_ns(worst['held_excess_ns'])} late. " + cost_text)
-        else:
-            worst = mine[np.argmax(mine["late_ns"])]
-            text = (f"rank {r} notified {fmt_ns(row['late_median_ns'])} after its waiters arrived (median over its "
-                    f"{row['n_notifies']} notifies; {fmt_ns(excess)} later than the other ranks'), though it notified as soon "
-                    f"as it was ready: its work before notifying was slow; worst: program {worst['program']} seq "
-                    f"{worst['seq']} (flag +{worst['flag']:#x}) {fmt_ns(worst['late_ns'])} late. " + cost_text)
-        if row["before_region"]:
-            text += f" Before notifying it ran '{row['before_region']}' ({fmt_ns(row['before_ns'])} on average"
-            if np.isfinite(row["before_others_ns"]):
-                text += f" vs {fmt_ns(row['before_others_ns'])} on other ranks"
-            text += ")."
-        out.append(Finding("straggler", "warning", float(row["cost_ns"]), text, (r,) + tuple(int(x) for x in row["waiter_ranks"]),
-                           _rel(trace, row["worst_start_ns"]), _rel(trace, row["worst_end_ns"]),
-                           {"rank": r, "producer_late_ns": held if held_late else float(excess),
-                            "held_excess_ns": row["held_excess_ns"], "held_median_ns": row["held_median_ns"],
-                            "held_excess_total_ns": row["held_excess_total_ns"],
-                            "late_median_ns": row["late_median_ns"], "excess_late_ns": excess,
-                            "cost_ns": row["cost_ns"], "n_waits": row["n_waits"], "waiter_ranks": list(row["waiter_ranks"]),
-                            "before_region": row["before_region"], "before_ns": row["before_ns"],
-                            "before_others_ns": row["before_others_ns"]}))
-    # the single workgroup whose late notifies cost most, if it stands out among its rank's
-    if by_wg.size and out:
-        top = by_wg[0]
-        if top["late_median_ns"] >= cfg.min_late_ns or (np.isfinite(top["held_excess_ns"]) and top["held_excess_ns"] >= cfg.min_late_ns):
-            out.append(Finding(
-                "straggler", "info", float(top["cost_ns"]),
-                f"the costliest producer workgroup: rank {top['rank']} program {top['program']} (launch {top['launch']}): "
-                f"its {top['n_notifies']} notifies kept {top['n_waits']} waits on {ranks_text(top['waiter_ranks'])} "
-                f"waiting {fmt_ns(top['cost_ns'])}.",
-                (int(top["rank"]),), _rel(trace, top["worst_start_ns"]), _rel(trace, top["worst_end_ns"]),
-                {"rank": top["rank"], "program": top["program"], "cost_ns": top["cost_ns"]}))
-    return out
-
-
-def _load_findings(trace: Trace, wg: np.ndarray, imb: np.ndarray) -> list[Finding]:
-    out: list[Finding] = []
-    o = wg[wg["outlier"]]
-    if o.size:
-        label = np.array([f"{a}\x00{b}\x00{c}" for a, b, c in zip(o["cause"].tolist(), o["top_region"].tolist(), o["role"].tolist())], dtype=object)
-        ulab, linv = np.unique(label, return_inverse=True)
-        linv = linv.reshape(-1)
-        role_codes, role_inv = np.unique(wg["role"], return_inverse=True)
-        role_inv = role_inv.reshape(-1)
-        for gi, lab in enumerate(ulab.tolist()):  # one per (cause, region, role): a handful
-            cause, region, role = lab.split("\x00")
-            sel = o[linv == gi]
-            role_wg = wg[role_inv == int(np.searchsorted(role_codes, role))]
-            med_busy = float(np.median(role_wg["work_ns"]))
-            med_wait = float(np.median(role_wg["wait_ns"]))
-            med_items = float(np.median(role_wg["work_items"]))
-            by_rank: dict = {}
-            for r, p in zip(sel["rank"].tolist(), sel["program"].tolist()):
-                by_rank.setdefault(r, []).append(p)
-            where = "; ".join(f"rank {r} {programs_text(ps)}" for r, ps in sorted(by_rank.items()))
-            n = sel.size
-            role_name = role.split(":", 1)[-1]
-            extra = float(np.nanmean(sel["top_region_excess_ns"])) if np.isfinite(sel["top_region_excess_ns"]).any() else np.nan
-            if cause == "work":
-                items = float(np.mean(sel["work_items"]))
-                items_text = (f"{items:.1f} work items vs {med_items:.0f}: uneven work distribution" if items > med_items * 1.05
-                              else f"the same number of work items ({med_items:.0f}) as the others: its work went slower")
-                text = (f"{n} overloaded workgroup{'s' if n > 1 else ''} ({role_name}): {where}; busy "
-                        f"{fmt_ns(float(np.mean(sel['work_ns'])))} on average vs a median of {fmt_ns(med_busy)} "
-                        f"({float(np.mean(sel['work_ns'])) / max(med_busy, 1):.1f}x), {items_text}")
-                cost = float((sel["work_ns"] - med_busy).clip(0).sum())
-                sev = "warning"
-            else:
-                text = (f"{n} workgroup{'s' if n > 1 else ''} slowed by waiting, not by work ({role_name}): {where}; waited "
-                        f"{fmt_ns(float(np.mean(sel['wait_ns'])))} on average vs a median of {fmt_ns(med_wait)}")
-                cost = float((sel["wait_ns"] - med_wait).clip(0).sum())
-                sev = "info"
-            if region:
-                text += f"; most extra time in '{region}' (+{fmt_ns(extra)})"
-            out.append(Finding("load", sev, cost, text + ".", tuple(sorted(by_rank)), _rel(trace, sel["start_ns"].min()),
-                               _rel(trace, sel["end_ns"].max()),
-                               {"cause": cause, "region": region,
-                                "workgroups": [[int(r), int(p)] for r, p in zip(sel["rank"], sel["program"])]}))
-    per = imb[(imb["rank"] >= 0) & (imb["n_workgroups"] >= 2) & (imb["max_over_mean"] >= 1.3) & (imb["tail_ns"] > 0)]
-    per = per[np.argsort(-per["tail_ns"], kind="stable")]
-    if per.size > 3:
-        out.append(Finding("imbalance", "info", 0.0,
-                           f"{per.size} (rank, launch) pairs have busy time max/mean >= 1.3; the 3 with the longest tails follow.",
-                           tuple(sorted(set(per["rank"].tolist())))))
-    for row in per[:3]:
-        if True:
-            text = (f"rank {row['rank']} launch {row['launch']}: busy time max/mean {row['max_over_mean']:.2f} "
-                    f"(CV {row['cv']:.2f}); the last workgroup (program {row['tail_program']}) finished "
-                    f"{fmt_ns(row['tail_ns'])} after the median one, from {row['cause']}.")
-            out.append(Finding("imbalance", "info", float(row["tail_ns"]), text, (int(row["rank"]),),
-                               _rel(trace, row["finish_median_ns"]), _rel(trace, row["finish_last_ns"]),
-                               {k: row[k] for k in ("max_over_mean", "cv", "tail_ns", "cause")}))
-    return out
-
-
-def _overlap_findings(trace: Trace, ov: np.ndarray) -> list[Finding]:
-    out: list[Finding] = []
+def _overlap_findings(trace: Trace, ov: np.ndarray, sampled: int, n_launches: int) -> list[Finding]:
+    """One line: how much communication was exposed (no compute running on the rank to hide it),
+    measured on ``sampled`` of the ``n_launches`` launches."""
     if ov.size == 0:
-        return out
+        return []
     keys, inv = np.unique(ov["rank"], return_inverse=True)
-    for i, r in enumerate(keys.tolist()):
-        sel = ov[inv.reshape(-1) == i]
-        comm, exp, kern = float(sel["comm_ns"].sum()), float(sel["exposed_ns"].sum()), float(sel["kernel_ns"].sum())
-        if comm <= 0 or kern <= 0:
-            continue
-        if exp / kern >= 0.1:
-            out.append(Finding("overlap", "info", exp,
-                               f"rank {r}: {fmt_ns(exp)} of its {fmt_ns(comm)} of communication ({100 * exp / comm:.0f}%) was "
-                               f"exposed (no compute running on the rank): {100 * exp / kern:.0f}% of its kernel time.",
-                               (r,), data={"comm_ns": comm, "exposed_ns": exp, "kernel_ns": kern}))
-    return out
-
-
-def _skew_findings(trace: Trace, lt: np.ndarray) -> list[Finding]:
-    out: list[Finding] = []
-    if lt.size == 0:
-        return out
-    li, inv = np.unique(lt["launch"], return_inverse=True)
     inv = inv.reshape(-1)
-    dur = np.zeros(li.size)
-    for i in range(li.size):  # per launch: a handful of ranks each
-        dur[i] = np.median(lt["dur_ns"][inv == i])
-    sig = (lt["start_skew_ns"] > np.maximum(0.05 * dur[inv], 5_000))
+    comm = np.bincount(inv, weights=ov["comm_ns"].astype(float), minlength=keys.size)
+    exp = np.bincount(inv, weights=ov["exposed_ns"].astype(float), minlength=keys.size)
+    kern = np.bincount(inv, weights=ov["kernel_ns"].astype(float), minlength=keys.size)
+    sig = (comm > 0) & (kern > 0) & (exp >= 0.1 * np.maximum(kern, 1))
     if not sig.any():
-        return out
-    worst = lt[sig][np.argmax(lt["start_skew_ns"][sig])]
-    sel = lt[lt["launch"] == worst["launch"]]
-    first = sel[np.argmin(sel["start_ns"])]
-    n_l = int(np.unique(lt["launch"][sig]).size)
-    text = (f"launch {worst['launch']}: rank {worst['rank']} started {fmt_ns(worst['start_skew_ns'])} after rank {first['rank']} "
-            f"({100 * worst['start_skew_ns'] / max(dur[inv][lt['launch'] == worst['launch']][0], 1):.0f}% of the kernel); "
-            f"the last rank finished {fmt_ns(float(sel['end_skew_ns'].max()))} after the first.")
-    if n_l > 1:
-        text += f" {n_l} of {li.size} launches had a start skew above 5% of their duration."
-    out.append(Finding("skew", "info", float(worst["start_skew_ns"]), text, (int(worst["rank"]), int(first["rank"])),
-                       _rel(trace, first["start_ns"]), _rel(trace, worst["start_ns"]),
-                       {"start_skew_ns": worst["start_skew_ns"], "end_skew_ns": sel["end_skew_ns"].max(), "launches": n_l}))
-    return out
+        return []
+    parts = ", ".join(f"rank {r} {fmt_ns(e)} ({100 * e / k:.0f}% of its kernel time)" for r, e, k, s_ in
+                      zip(keys.tolist(), exp.tolist(), kern.tolist(), sig.tolist()) if s_)
+    on = f" (measured on {sampled:,} of {n_launches:,} launches)" if sampled < n_launches else ""
+    return [Finding("overlap", "info", float(exp[sig].sum()),
+                    f"communication exposed (no compute running on the rank to hide it): {parts}{on}.",
+                    tuple(int(r) for r in keys[sig]), data={"exposed_ns": exp[sig].tolist(), "ranks": keys[sig].tolist()})]
 
 
 def _path_findings(trace: Trace, path: np.ndarray) -> list[Finding]:
-    """One finding for all launches: who holds the critical path, and the longest path's route."""
-    out: list[Finding] = []
+    """One finding for all launches: who holds the critical path, and in what (time outside any
+    region named as such)."""
+    if path.size == 0:
+        return []
     sig = path[path["kind"] == "signal"]
-    if sig.size == 0:
-        return out
     launches = np.unique(path["launch"])
-    crossing = np.unique(sig["launch"])
+    crossing = np.unique(sig["launch"]) if sig.size else np.zeros(0, np.int64)
     tot = float(path["dur_ns"].sum())
-    ranks: dict[int, float] = {}
-    for r in np.unique(path["rank"]).tolist():
-        ranks[r] = float(path["dur_ns"][path["rank"] == r].sum())
-    top_r = max(ranks, key=ranks.get)
+    rk, rinv = np.unique(path["rank"], return_inverse=True)
+    per_rank = np.bincount(rinv.reshape(-1), weights=path["dur_ns"].astype(float), minlength=rk.size)
+    top_r = int(rk[np.argmax(per_rank)])
     runs = path[(path["kind"] == "run") & (path["rank"] == top_r)]
     reg = ""
     if runs.size:
-        u, inv = np.unique(runs["region"].astype(str), return_inverse=True)
-        reg = str(u[np.argmax(np.bincount(inv.reshape(-1), weights=runs["dur_ns"].astype(float)))])
-    # the launch with the most hops, as an example route
-    li, cnt = np.unique(sig["launch"], return_counts=True)
-    ex = int(li[np.argmax(cnt)])
-    p = path[path["launch"] == ex]
-    route = " -> ".join(f"r{r}p{q}" for r, q, k in zip(p["rank"].tolist(), p["program"].tolist(), p["kind"].tolist()) if k == "run")
-    text = (f"the critical path crosses ranks in {crossing.size} of {launches.size} launch{'es' if launches.size > 1 else ''}; "
-            f"rank {top_r} holds {100 * ranks[top_r] / max(tot, 1):.0f}% of critical-path time"
-            + (f", mostly in '{reg}'" if reg else "") + f". Launch {ex}: {route}.")
-    out.append(Finding("critical_path", "info", 0.0, text, tuple(sorted(ranks)), _rel(trace, p["start_ns"].min()),
-                       _rel(trace, p["end_ns"].max()),
-                       {"launches_crossing": int(crossing.size), "share": {int(k): v / max(tot, 1) for k, v in ranks.items()}}))
-    return out
+        names = np.where(runs["region"].astype(str) == "", OUTSIDE, runs["region"].astype(str))
+        u, inv = np.unique(names, return_inverse=True)
+        by = np.bincount(inv.reshape(-1), weights=runs["dur_ns"].astype(float))
+        reg = str(u[np.argmax(by)])
+        reg_share = float(by.max()) / max(float(runs["dur_ns"].sum()), 1)
+    text = (f"critical path: it crosses ranks in {crossing.size:,} of {launches.size:,} launch"
+            f"{'es' if launches.size != 1 else ''}; rank {top_r} holds {100 * per_rank.max() / max(tot, 1):.0f}% of its time")
+    if reg:
+        text += (f", {100 * reg_share:.0f}% of that {OUTSIDE}" if reg == OUTSIDE
+                 else f", {100 * reg_share:.0f}% of that in '{reg}'")
+    text += "."
+    return [Finding("critical_path", "info", 0.0, text, tuple(int(r) for r in rk),
+                    data={"launches_crossing": int(crossing.size), "share": {int(k): v / max(tot, 1) for k, v in
+                                                                             zip(rk.tolist(), per_rank.tolist())},
+                          "top_rank": top_r, "top_region": reg})]
 
 
-def _capture_findings(trace: Trace, silent: np.ndarray) -> list[Finding]:
+def _capture_findings(trace: Trace, silent: np.ndarray, hang_launches: set) -> list[Finding]:
     out: list[Finding] = []
     if trace.partial:
         missing = sorted(set(range(trace.world_size)) - set(np.unique(trace.wg_keys[:, 0]).tolist()))
@@ -434,12 +471,20 @@ def _capture_findings(trace: Trace, silent: np.ndarray) -> list[Finding]:
     if model is not None and not getattr(model, "aligned", True):
         out.append(Finding("capture", "warning", 0.0,
                            "some ranks have no clock calibration: their events are on their own device clock and cross-rank "
-                           "timings (lateness, skew, critical path) involving them are not meaningful."))
+                           "timings (lateness, skew, critical path, savings) involving them are not meaningful."))
     if silent.size:
-        for row in silent:
-            out.append(Finding("capture", "warning", 0.0,
-                               f"rank {row['rank']} launch {row['launch']}: {row['n_silent']} of {row['n_programs']} programs "
-                               f"recorded nothing (never started, never finished, or not traced).", (int(row["rank"]),)))
+        # programs of the grid that recorded nothing: persistent kernels leave programs without
+        # work; only in a launch that hung do they say something (they may never have finished)
+        in_hang = np.isin(silent["launch"], list(hang_launches)) if hang_launches else np.zeros(silent.size, bool)
+        parts = ", ".join(f"rank {r} {s} of {n}" for r, s, n in zip(silent["rank"][:6].tolist(),
+                                                                     silent["n_silent"][:6].tolist(),
+                                                                     silent["n_programs"][:6].tolist()))
+        more = f" and {silent.size - 6} more" if silent.size > 6 else ""
+        text = (f"programs that recorded nothing (no work, never started, or never finished): {parts}{more} "
+                f"({silent.size} (rank, launch) pairs"
+                + (f"; {int(in_hang.sum())} of them in launches that hung" if in_hang.any() else "") + ").")
+        out.append(Finding("capture", "info", 0.0, text, tuple(sorted(set(silent["rank"].tolist()))),
+                           data={"n": int(silent.size), "in_hang": int(in_hang.sum())}))
     return out
 
 
@@ -449,7 +494,12 @@ def _capture_findings(trace: Trace, silent: np.ndarray) -> list[Finding]:
 
 
 def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Progress | None = None) -> Report:
-    """Run every analysis on a capture and gather its findings.
+    """Run every analysis on a capture, find the root causes and what each would save.
+
+    Findings are the root causes (``ktrace.analysis.causes``): hangs first, then the others by
+    the time a replay without them saves; each cause's consequences (waits it held up, waits
+    cut short by a timeout, workgroups that only waited) are folded into its finding. Then
+    information: the critical path, exposed communication, the capture's own limits.
 
     Args:
         source: anything :func:`ktrace.analysis.prepare` takes (a capture, a path, a table).
@@ -459,7 +509,7 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
     Raises:
         AnalysisError: the capture cannot be analysed.
     """
-    steps = ["align", "waits", "stragglers", "load", "overlap", "critical path", "hangs", "findings"]
+    steps = ["align", "waits", "stragglers", "load", "overlap", "critical path", "hangs", "causes", "findings"]
     done = [0]
 
     def step(name):
@@ -471,39 +521,36 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
     trace = prepare(source)
     step("waits")
     w = stalls.waits(trace)
+    ccfg = dataclasses.replace(config.causes, min_late_ns=config.min_late_ns)
+    sample = causes.sample_launches(trace, ccfg.max_replay_launches)
 
     def stall_part():
-        tot = [stalls.stall_totals(trace, by, w) for by in ("rank", "peer", "workgroup")]
-        nl = stalls.notify_lateness(trace, w)
-        return (*tot, stalls.straggler_table(trace, "rank", w), nl)
+        # the producer-side holds (late notifies) and the span before each notify, shared with
+        # the load side (computed once: the other thread waits for them)
+        stalls._holds(trace)
+        return (stalls.stall_totals(trace, "rank", w), overlap.overlap(trace, config.classes, launches=sample))
 
     def load_part():
-        # shared with the other thread's notify lateness (computed once: the other waits)
-        stalls.preceding_notify_spans(trace)
         wg = load.workgroups(trace, config.load)
         path = overlap.critical_path(trace)
-        res = (wg, load.imbalance(trace, wg), load.per_sm(trace, wg), overlap.overlap(trace, config.classes), path,
-               overlap.critical_path_summary(path))
-        return res + (stalls.straggler_table(trace, "workgroup", w),)
+        return wg, path
 
-    # the stall tables and the load/overlap tables do not depend on each other: with two
-    # workers they are computed at once (numpy releases the GIL in its loops)
+    # the two halves do not depend on each other: with two workers they run at once (numpy
+    # releases the GIL in its loops)
     if config.workers > 1:
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=2) as pool:
             f_stall = pool.submit(stall_part)
             step("stragglers")
-            load_res = load_part()
+            wg, path = load_part()
             step("load")
-            stall_res = f_stall.result()
+            tot_rank, ov_sample = f_stall.result()
     else:
-        stall_res = stall_part()
+        tot_rank, ov_sample = stall_part()
         step("stragglers")
-        load_res = load_part()
+        wg, path = load_part()
         step("load")
-    tot_rank, tot_peer, tot_wg, by_rank, nl = stall_res
-    wg, imb, sm, ov, path, path_sum, by_wg = load_res
     step("overlap")
     lt = overlap.launch_timing(trace)
     step("critical path")
@@ -512,27 +559,42 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
     missing = hangs.missing_notifies(trace, to)
     cycles = hangs.wait_for_cycles(missing)
     silent = hangs.silent_programs(trace)
+    step("causes")
+    found = causes.root_causes(trace, ccfg, workgroups=wg, timeouts=to, missing=missing,
+                               min_excess=config.load.min_excess)
+    cause_table = causes.causes_table(trace, found)
+    wc_totals = causes.wait_cause_totals(trace, sample)
     step("findings")
     total_wait = float(w["wait_ns"].sum())
-    findings = (_hang_findings(trace, to, missing, cycles) + _straggler_findings(trace, by_rank, by_wg, nl, config, total_wait)
-                + _load_findings(trace, wg, imb) + _overlap_findings(trace, ov) + _skew_findings(trace, lt)
-                + _path_findings(trace, path) + _capture_findings(trace, silent))
-    findings.sort(key=lambda f: (_SEVERITY[f.severity], -f.cost_ns))
+    hang_launches = set(missing["launch"].tolist()) if missing.size else set()
+    n_launches = int(causes.launch_makespans(trace)[0].size)
+    findings = (_deadlock_findings(cycles) + _cause_findings(trace, found, config, wg, to)
+                + _path_findings(trace, path) + _overlap_findings(trace, ov_sample, sample.size, n_launches)
+                + _capture_findings(trace, silent, hang_launches))
+    findings.sort(key=lambda f: (_SEVERITY[f.severity], f.kind not in causes.KINDS, -f.cost_ns,
+                                 -float(f.data.get("excess_ns", 0.0) or 0.0) if f.kind in causes.KINDS else 0.0))
     kt = stalls.kernel_time(trace)
     paired = w["notify_row"] >= 0
+    kernel_total = causes.kernel_time_total(trace)
+    worst = [f for f in findings if f.severity in ("error", "warning") and f.kind != "capture"]
+    top_info = next((f for f in findings if f.kind in causes.KINDS), None)
+    allw = wc_totals[wc_totals["rank"] == -1]
     summary = {
         "source": trace.source,
         "world_size": trace.world_size,
         "ranks": sorted(set(trace.wg_keys[:, 0].tolist())),
-        "launches": int(np.unique(trace.wg_keys[:, 1]).size) if trace.n_workgroups else 0,
+        "launches": n_launches,
         "kernels": sorted(set(trace.kernels.values())),
         "events": trace.n_events,
         "workgroups": trace.n_workgroups,
         "kernel_ns": float(kt["kernel_ns"].sum()),
+        "kernel_time_ns": kernel_total,
         "waits": int(w.size),
         "wait_ns": total_wait,
         "producer_late_ns": float(np.nansum(w["producer_late_ns"])),
         "signal_latency_ns": float(np.nansum(w["signal_latency_ns"])),
+        "link_ns": float(allw["link_ns"][0]) if allw.size else 0.0,
+        "unexplained_ns": float(allw["unexplained_ns"][0]) if allw.size else 0.0,
         "waits_released": int(paired.sum()),
         "waits_unreleased": int((~paired & ~w["timed_out"]).sum()),
         "timeouts": int(w["timed_out"].sum()),
@@ -541,62 +603,85 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
         "partial": trace.partial,
         # the traces' time 0 is origin_ns; they end here (what links are clamped to)
         "trace_end_ns": int(trace.column("end_ns").max()) - trace.origin_ns if trace.n_events else 0,
+        "sampled_launches": [int(sample.size), n_launches],
+        "healthy": not worst,
+        "verdict": _verdict(worst, top_info, kernel_total, config),
     }
-    tables = {
-        "waits": w, "stalls_by_rank": tot_rank, "stalls_by_peer": tot_peer, "stalls_by_workgroup": tot_wg,
-        "stragglers": by_rank, "straggler_workgroups": by_wg, "notify_lateness": nl,
-        "workgroups": wg, "imbalance": imb, "per_sm": sm, "overlap": ov, "launch_timing": lt,
-        "critical_path": path, "critical_path_summary": path_sum, "timeouts": to, "missing_notifies": missing,
-        "silent_programs": silent,
-    }
+    tables = Tables(
+        {"causes": cause_table, "wait_causes_by_rank": wc_totals, "waits": w, "stalls_by_rank": tot_rank,
+         "workgroups": wg, "launch_timing": lt, "critical_path": path, "timeouts": to, "missing_notifies": missing,
+         "silent_programs": silent},
+        {"stalls_by_peer": lambda: stalls.stall_totals(trace, "peer", w),
+         "stalls_by_workgroup": lambda: stalls.stall_totals(trace, "workgroup", w),
+         "stragglers": lambda: stalls.straggler_table(trace, "rank", w),
+         "straggler_workgroups": lambda: stalls.straggler_table(trace, "workgroup", w),
+         "notify_lateness": lambda: stalls.notify_lateness(trace, w),
+         "imbalance": lambda: load.imbalance(trace, wg), "per_sm": lambda: load.per_sm(trace, wg),
+         "overlap": (lambda: ov_sample) if sample.size == n_launches else (lambda: overlap.overlap(trace, config.classes)),
+         "critical_path_summary": lambda: overlap.critical_path_summary(path)})
     if progress:
         progress("done", len(steps), len(steps))
     return Report(source=trace.source, origin_ns=trace.origin_ns, summary=summary, findings=findings, tables=tables,
                   config=config, trace=trace)
 
 
-def render_text(rep: Report, *, max_findings: int = 20) -> str:
-    """The terminal summary: findings first, in plain words, then the headline numbers."""
+def _verdict(worst: list, top_info, total: float, cfg: ReportConfig) -> str:
+    """The report's first line: what is wrong, or plainly that nothing is."""
+    if worst:
+        f = worst[0]
+        if f.severity == "error":
+            return f"{len(worst)} problem{'s' if len(worst) != 1 else ''}, the first a hang (below)."
+        return (f"{len(worst)} cause{'s' if len(worst) != 1 else ''} worth fixing; the first would save "
+                f"{fmt_ns(f.cost_ns)} ({_share_text(f.cost_ns, total)}).")
+    limit = f"{100 * cfg.causes.min_share:.0f}%"
+    if top_info is None:
+        return f"Nothing is wrong: no hang, and no root cause (late launch, late notify, uneven work, slow link) found."
+    return (f"Nothing is wrong: no hang, and no root cause would shorten the capture by {limit} or more of its kernel "
+            f"time (the largest would save {fmt_ns(top_info.cost_ns)}, {_share_text(top_info.cost_ns, total)}).")
+
+
+def render_text(rep: Report, *, max_findings: int = 10) -> str:
+    """The terminal summary: the verdict, the findings (at most ``max_findings``) in plain words,
+    then the headline numbers."""
     s = rep.summary
-    lines = [f"ktrace report: {s['source']}", ""]
+    lines = [f"ktrace report: {s['source']}", "", s.get("verdict", "")]
     if rep.findings:
-        lines.append("Findings (most costly first):")
+        lines.append("")
+        lines.append("Findings (hangs first, then by the time they would save):")
         for i, f in enumerate(rep.findings[:max_findings], 1):
             tag = {"error": "!!", "warning": " !", "info": "  "}[f.severity]
-            where = f" [+{fmt_ns(f.start_ns)} .. +{fmt_ns(f.end_ns)}]" if f.start_ns is not None else ""
+            where = f" [+{fmt_ns(f.start_ns)} .. +{fmt_ns(f.end_ns)}]" if f.start_ns is not None and f.end_ns is not None else ""
             lines.append(f"{tag} {i}. {f.text}{where}")
         if len(rep.findings) > max_findings:
             lines.append(f"   ... and {len(rep.findings) - max_findings} more (see --json / --html)")
-    else:
-        lines.append("No findings: no late producers, overloaded workgroups, exposed communication or hangs stood out.")
     lines += [
         "",
-        f"Capture: {s['world_size']} ranks ({', '.join(map(str, s['ranks']))}), {s['launches']} launches of "
-        f"{', '.join(s['kernels']) or '?'}, {s['events']:,} events, {s['workgroups']:,} workgroups"
+        f"Capture: {s['world_size']} ranks ({', '.join(map(str, s['ranks']))}), {s['launches']:,} launches of "
+        f"{', '.join(s['kernels']) or '?'}, {s['events']:,} events, {s['workgroups']:,} workgroups; kernel time "
+        f"{fmt_ns(s.get('kernel_time_ns'))} (launch durations summed)"
         + (" (PARTIAL)" if s["partial"] else ""),
         f"Clock: {s['clock']}" + (f", ranks aligned within ~{fmt_ns(s['clock_bound_ns'])}" if s.get("clock_bound_ns") else ""),
         f"Waits: {s['waits']:,} waited {fmt_ns(s['wait_ns'])} in total: producer late {fmt_ns(s['producer_late_ns'])}, "
-        f"signal latency {fmt_ns(s['signal_latency_ns'])}; {s['waits_unreleased']} completed waits without a captured "
-        f"notify; {s['timeouts']} timed out.",
+        f"signal latency {fmt_ns(s['signal_latency_ns'])} (of which {fmt_ns(s.get('unexplained_ns'))} beyond the "
+        f"calibrated link latency or with no captured notify: unexplained); {s['waits_unreleased']} completed waits "
+        f"without a captured notify; {s['timeouts']} timed out.",
     ]
+    wc = rep.tables.get("wait_causes_by_rank")
+    if wc is not None and wc.size:
+        allw = wc[wc["rank"] == -1]
+        if allw.size and allw["producer_late_ns"][0] > 0:
+            a = allw[0]
+            lines.append(
+                f"Producers were late: not started {fmt_ns(a['late_not_started_ns'])}, waiting themselves "
+                f"{fmt_ns(a['late_waiting_ns'])}, working in a region {fmt_ns(a['late_in_region_ns'])}, outside any "
+                f"region {fmt_ns(a['late_outside_ns'])}, never signalled (waits that gave up) "
+                f"{fmt_ns(a['late_missing_ns'])}" + (f" (on {s['sampled_launches'][0]:,} of {s['sampled_launches'][1]:,} "
+                                                     f"launches)." if s['sampled_launches'][0] < s['sampled_launches'][1] else "."))
     tr = rep.tables["stalls_by_rank"]
     if tr.size:
         lines.append("Waiting per rank: " + ", ".join(
             f"r{r['rank']} {fmt_ns(r['wait_ns'])} ({100 * r['wait_frac']:.0f}% of program time)" if np.isfinite(r["wait_frac"])
             else f"r{r['rank']} {fmt_ns(r['wait_ns'])}" for r in np.sort(tr, order="rank")))
-    ov = rep.tables["overlap"]
-    if ov.size:
-        parts = []
-        for r in np.unique(ov["rank"]).tolist():
-            sel = ov[ov["rank"] == r]
-            c = float(sel["comm_ns"].sum())
-            parts.append(f"r{r} {100 * float(sel['hidden_ns'].sum()) / c:.0f}% hidden" if c else f"r{r} no comm")
-        lines.append("Communication under compute: " + ", ".join(parts))
-    imb = rep.tables["imbalance"]
-    allr = imb[imb["rank"] < 0]
-    if allr.size:
-        lines.append("Workgroup busy time max/mean: " + ", ".join(
-            f"launch {r['launch']} {r['max_over_mean']:.2f} (CV {r['cv']:.2f}, tail {fmt_ns(r['tail_ns'])})" for r in allr[:4]))
     lines.append("Times are relative to the capture's first event (time 0 of its Perfetto trace).")
     return "\n".join(lines)
 

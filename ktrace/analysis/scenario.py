@@ -168,16 +168,18 @@ def build(sc: Scenario) -> np.ndarray:
 
 
 def replicate(table: np.ndarray, copies: int) -> np.ndarray:
-    """``copies`` launches of a constructed table, one after another (for benchmarks).
+    """``copies`` of a table's launches, one copy after another (for benchmarks).
 
-    Launch k is the table with ``launch = k`` and its times moved past launch k-1's end.
+    Copy k is the table with its launches renumbered ``k * n + launch`` (``n`` launches per copy:
+    a capture of several kernels keeps them apart) and its times moved past copy k-1's end.
     """
     if copies < 1:
         raise ValueError(f"copies must be >= 1, got {copies}")
     span = int(table["end_ns"].max() - table["start_ns"].min()) + 10_000
+    n_l = int(table["launch"].max()) + 1 if table.size else 1
     out = np.tile(table, copies)
     k = np.repeat(np.arange(copies, dtype=np.int64), table.size)
-    out["launch"] = k
+    out["launch"] = k * n_l + out["launch"]
     for c in ("start", "end", "start_ns", "end_ns"):
         out[c] = out[c] + k * span
     # one launch after another within each rank, as a capture's table is ordered

@@ -1,4 +1,5 @@
-"""Span lookups within a workgroup: the span enclosing an event, the span that ran just before it.
+"""Span lookups within a workgroup: the span enclosing an event, the span that ran just before it,
+and how much of a stretch of time a workgroup spent in any region (:func:`coverage`).
 
 Every lookup stays within one workgroup (rank, launch, program), so it runs on blocks of whole
 workgroups (:func:`workgroup_blocks`) whose temporaries stay small and are reused; within a
@@ -13,6 +14,7 @@ import numpy as np
 from .. import keys
 from ..keys import argsort_stable, lexorder
 from ..schema import EventKind
+from .intervals import last_at_or_before, segmented_cummax, segmented_cumsum
 from .trace import Trace
 
 #: Span lookups and leaf detection run on blocks of about this many events (whole workgroups:
@@ -231,3 +233,54 @@ def _preceding_span_merged(trace: Trace, rows: np.ndarray, spans: np.ndarray) ->
     back = np.empty(rows.size, np.int64)
     back[order[q] - n_s] = res
     return back
+
+
+def coverage(trace: Trace, wgs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For the workgroups ``wgs`` (trace ids), the union of each one's spans, waits and notifies as
+    disjoint blocks: ``(wg, start, end, covered time before the block within the workgroup)``,
+    sorted by (wg, start); times relative to the capture's first event.
+
+    Within a workgroup events are recorded when they end, so its rows are in order of end time:
+    a running minimum of starts from the right finds where one block ends and the next begins,
+    in one pass (no sort)."""
+    def build():
+        z = np.zeros(0, np.int64)
+        u = np.unique(np.asarray(wgs, np.int64))
+        if u.size == 0 or trace.n_events == 0:
+            return z, z, z, z
+        first = workgroup_starts(trace)
+        lo = first[u]
+        hi = np.where(u + 1 < first.size, first[np.minimum(u + 1, first.size - 1)], trace.n_events)
+        cnt = hi - lo
+        rows = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt) + np.repeat(lo, cnt)
+        kind = trace.column("kind")[rows]
+        sel = rows[(kind == int(EventKind.SPAN)) | (kind == int(EventKind.WAIT)) | (kind == int(EventKind.NOTIFY))]
+        if sel.size == 0:
+            return z, z, z, z
+        g = trace.wg[sel]
+        s = trace.column("start_ns")[sel] - trace.origin_ns
+        e = trace.column("end_ns")[sel] - trace.origin_ns
+        # suffix minimum of starts within each workgroup (reversed segmented cummax of -start)
+        gr = g[::-1]
+        sufmin = -segmented_cummax(-s[::-1], gr)[::-1]
+        last = np.r_[g[1:] != g[:-1], True]
+        nxt_min = np.r_[sufmin[1:], 0]
+        brk = last | (e < nxt_min)  # no later event of the workgroup starts before this one ends
+        new = np.r_[True, brk[:-1]]
+        first = np.flatnonzero(new)
+        b_s = np.minimum.reduceat(s, first)
+        b_e = np.maximum.reduceat(e, first)
+        b_g = g[first]
+        length = b_e - b_s
+        before = segmented_cumsum(length, b_g) - length
+        return b_g.astype(np.int64), b_s.astype(np.int64), b_e.astype(np.int64), before.astype(np.int64)
+
+    return build()
+
+
+def covered(blocks, g: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Time covered by the blocks of workgroup ``g`` up to time ``t`` (vectorised)."""
+    bg, bs, be, before = blocks
+    k = last_at_or_before(bg, bs, g, t)
+    kc = np.maximum(k, 0)
+    return np.where(k >= 0, before[kc] + np.clip(t - bs[kc], 0, be[kc] - bs[kc]) if bg.size else 0, 0)

@@ -384,9 +384,9 @@ def _compute_holds(trace: Trace) -> dict:
 STRAGGLER_FIELDS = [
     ("n_notifies", "<i8"),  # notifies of this producer that released a captured wait
     ("n_waits", "<i8"),  # waits they released
-    ("n_late", "<i8"),  # of those, waits that began before the notify
+    ("n_late", "<i8"),  # of its notifies, those late: a wait they released began before them
     ("cost_ns", "<f8"),  # sum of producer lateness over the waits released: the waiting caused
-    ("late_median_ns", "<f8"),  # per notify, the lateness (largest over its waits); median
+    ("late_median_ns", "<f8"),  # per late notify, the lateness (largest over its waits); median (0: none late)
     ("late_max_ns", "<f8"),
     ("excess_late_ns", "<f8"),  # late_median_ns minus the median of the other producers'
     ("held_median_ns", "<f8"),  # per notify, ready -> notify start (notify_holds); median
@@ -521,10 +521,12 @@ def stragglers(trace: Trace, w: np.ndarray | None = None) -> tuple[np.ndarray, n
           (:func:`notify_holds`); the median. A rank that spins D before each notify stands out
           by D, however its waiters' arrivals fall.
         * ``late_median_ns`` (consumer side): per notify, how long its first waiter had been
-          spinning when it began; the median. ``excess_late_ns`` compares it with the median of
-          the other producers' medians (ranks with ranks, workgroups with workgroups). It sees a
-          producer made late by slow work before the notify, which ``held_excess_ns`` does not
-          (that is a load finding), but a held notify whose waiters arrive later still reads 0.
+          spinning when it began; the median over the ``n_late`` notifies that were late (a
+          producer late on a third of its notifies reads how late those were). ``excess_late_ns``
+          compares it with the median of the other producers' medians (ranks with ranks,
+          workgroups with workgroups). It sees a producer made late by slow work before the
+          notify, which ``held_excess_ns`` does not (that is a load finding), but a held notify
+          whose waiters arrive later still reads 0.
     """
     return straggler_table(trace, "rank", w), straggler_table(trace, "workgroup", w)
 
@@ -556,8 +558,14 @@ def _straggler_table(trace: Trace, nl: dict, paired: dict, producer: np.ndarray,
     out["n_waits"] = group_sum(inv, nl["n_waits"], g).astype(np.int64)
     out["cost_ns"] = group_sum(inv, nl["cost_ns"], g)
     late_ns = nl["late_ns"]
-    out["late_median_ns"], lmax = group_median_max(inv, late_ns, g)  # every group has notifies
+    _, lmax = group_median_max(inv, late_ns, g)  # every group has notifies
     out["late_max_ns"] = lmax
+    # lateness over the notifies that were late (a waiter already spinning): a producer late on
+    # a third of its notifies shows how late those were, not the median over all (which reads 0)
+    is_late = late_ns > 0
+    n_late = np.bincount(inv[is_late], minlength=g).astype(np.int64)
+    out["n_late"] = n_late
+    out["late_median_ns"] = np.where(n_late > 0, group_median(inv[is_late], late_ns[is_late], g), 0.0)
     med = out["late_median_ns"]
     if g > 1:
         # the median of the others' medians, for each producer (leave-one-out on a sorted list)
@@ -578,7 +586,6 @@ def _straggler_table(trace: Trace, nl: dict, paired: dict, producer: np.ndarray,
     out["held_excess_ns"] = group_median(inv[okh], hx[okh], g)
     out["held_excess_total_ns"] = group_sum(inv[okh], np.maximum(hx[okh], 0.0), g)
     g_of_wait = inv[paired["pos"]]
-    out["n_late"] = np.bincount(g_of_wait, weights=(paired["late"] > 0), minlength=g).astype(np.int64)
     # waiting ranks per producer (ranks are few: a dense (producer, rank) table)
     prank = paired["rank"].astype(np.int64)
     nr = int(max(int(prank.max()) + 1 if prank.size else 1, 1))

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import keys
-from ..keys import group_index, group_sum, lexorder
+from ..keys import dense_codes, group_index, group_sum, lexorder
 from ..schema import EventKind
 from . import spans as _spans
-from .intervals import intersect_length, merge_intervals
+from .intervals import last_at_or_before
 from .stalls import _wcol
 from .stalls import waits as _waits
 from .trace import Trace
@@ -150,8 +150,13 @@ OVERLAP_DTYPE = np.dtype(
 )
 
 
-def overlap(trace: Trace, classes: RegionClasses = RegionClasses()) -> np.ndarray:
-    """Per rank and launch, communication hidden under compute and exposed.
+def overlap(trace: Trace, classes: RegionClasses = RegionClasses(), *, launches=None) -> np.ndarray:
+    """Per rank and launch (of ``launches`` only, when given), communication hidden under compute
+    and exposed.
+
+    One sweep over every (rank, launch) at once: the start and end of each communication,
+    compute and wait interval become +1/-1 points, sorted once on a packed (group, time, kind)
+    key; the running counts say which classes cover each stretch between two points.
 
     Returns:
         A table of ``OVERLAP_DTYPE``.
@@ -161,20 +166,86 @@ def overlap(trace: Trace, classes: RegionClasses = RegionClasses()) -> np.ndarra
     if s.size == 0:
         return np.zeros(0, OVERLAP_DTYPE)
     first, r, l = _spans.rank_launch_starts(trace)
-    bounds = np.r_[first, s.size]
-    out = np.zeros(first.size, OVERLAP_DTYPE)
-    for i in range(first.size):  # one pass per (rank, launch): the table is grouped that way
-        a, b = bounds[i], bounds[i + 1]
-        c, ss, ee, kk = cls[a:b], s[a:b], e[a:b], kind[a:b]
-        comm = merge_intervals(ss[c == 1], ee[c == 1])
-        comp = merge_intervals(ss[c == 2], ee[c == 2])
-        wt = merge_intervals(ss[kk == int(EventKind.WAIT)], ee[kk == int(EventKind.WAIT)])
-        cl = int((comm[1] - comm[0]).sum())
-        hid = intersect_length(comm, comp)
-        wl = int((wt[1] - wt[0]).sum())
-        out[i] = (r[i], l[i], int(ee.max() - ss.min()), cl, int((comp[1] - comp[0]).sum()), hid, cl - hid,
-                  hid / cl if cl else np.nan, wl, wl - intersect_length(wt, comp))
+    last = np.r_[first[1:], s.size]
+    if launches is not None:  # only the groups of those launches, and their rows
+        keep = np.isin(l, np.asarray(launches))
+        first, last, r, l = first[keep], last[keep], r[keep], l[keep]
+        cnt = last - first
+        rows = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt) + np.repeat(first, cnt)
+    else:
+        rows = None
+    G = first.size
+    out = np.zeros(G, OVERLAP_DTYPE)
+    out["rank"], out["launch"] = r, l
+    if G == 0:
+        return out
+    cnt = last - first
+    gid = np.repeat(np.arange(G, dtype=np.int64), cnt)
+    if rows is None:
+        rows = np.arange(s.size)
+    s, e, kind, cls = s[rows], e[rows], kind[rows], cls[rows]
+    starts = np.cumsum(cnt) - cnt
+    out["kernel_ns"] = np.maximum.reduceat(e, starts) - np.minimum.reduceat(s, starts)
+    is_wait = kind == int(EventKind.WAIT)
+    # interval sets: 0 communication, 1 compute, 2 waits
+    sets = [np.flatnonzero(cls == 1), np.flatnonzero(cls == 2), np.flatnonzero(is_wait)]
+    rows = np.concatenate(sets)
+    which = np.concatenate([np.full(x.size, i, np.int64) for i, x in enumerate(sets)])
+    comm, comp, wt, hid, wt_comp = _swept_lengths(gid[rows], s[rows], e[rows], which, G)
+    out["comm_ns"], out["compute_ns"], out["hidden_ns"] = comm, comp, hid
+    out["exposed_ns"] = comm - hid
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["hidden_frac"] = np.where(comm > 0, hid / np.maximum(comm, 1), np.nan)
+    out["wait_ns"] = wt
+    out["wait_exposed_ns"] = wt - wt_comp
     return out
+
+
+def _swept_lengths(group: np.ndarray, start: np.ndarray, end: np.ndarray, which: np.ndarray, n_groups: int):
+    """Per group: the length of the union of each of three interval sets (``which`` 0, 1, 2),
+    of the intersection of sets 0 and 1, and of sets 2 and 1 (int64 arrays)."""
+    if group.size == 0:
+        return tuple(np.zeros(n_groups, np.int64) for _ in range(5))
+    lo = int(start.min())
+    span = int(end.max()) - lo + 1
+    if span * n_groups * 8 < (1 << 62):
+        # packed: (group, time) in the high bits, the point's kind (set x 2 + is_end) in the low 3
+        t_s = (group * span + (start - lo)) << 3
+        t_e = (group * span + (end - lo)) << 3
+        keys = np.concatenate([t_s | (which * 2), t_e | (which * 2 + 1)])
+        del t_s, t_e
+        keys.sort()
+        code = keys & 7
+        pos = keys >> 3
+        del keys
+        g_o, t_o = np.divmod(pos, span)
+        del pos
+    else:  # times too wide to pack with the group: a lexicographic sort
+        g2 = np.concatenate([group, group])
+        t2 = np.concatenate([start, end]) - lo
+        c2 = np.concatenate([which * 2, which * 2 + 1])
+        o = np.lexsort((c2, t2, g2))
+        g_o, t_o, code = g2[o], t2[o], c2[o]
+    # +1 at a start, -1 at an end, per set; a stretch between two points of a group is covered by
+    # a set while its running count is positive (counts return to 0 at the end of every group)
+    delta = np.where(code & 1, -1, 1).astype(np.int8)
+    kind_o = code >> 1
+    del code
+    cover = [np.cumsum(np.where(kind_o == k, delta, 0), dtype=np.int32) > 0 for k in range(3)]
+    del delta, kind_o
+    new = np.r_[True, g_o[1:] != g_o[:-1]]
+    dt = np.zeros(g_o.size, np.int64)
+    np.subtract(t_o[1:], t_o[:-1], out=dt[:-1])
+    dt[:-1][new[1:]] = 0  # no stretch across two groups
+    starts = np.flatnonzero(new)
+    present = g_o[starts]
+    a, b, c = cover
+    out = []
+    for m in (a, b, c, a & b, c & b):
+        x = np.zeros(n_groups, np.int64)
+        x[present] = np.add.reduceat(dt * m, starts)
+        out.append(x)
+    return tuple(out)
 
 
 def launch_timing(trace: Trace) -> np.ndarray:
@@ -228,15 +299,22 @@ def critical_path(trace: Trace, launch: int | None = None, *, min_late_ns: int =
     """The cross-rank critical path of each launch (or of one) through notify -> wait edges.
 
     From the event that ends last in the launch, go back through its workgroup to the latest wait
-    whose producer was late (``producer_late_ns > min_late_ns``) and that ended before the
-    current point; jump to the producer's notify, and go on from there; stop at a workgroup's
-    first event. One step per cross-rank edge: no loop over events.
+    whose producer was late (``producer_late_ns > min_late_ns``) and that ended before the current
+    point; jump to the producer's notify, and go on from there; stop at a workgroup's first event.
+    Every launch walks at once: one vectorised step per cross-rank edge of the longest path, no
+    loop over launches.
+
+    A run segment's ``region`` is the leaf span region with the most time in the segment, or
+    ``(outside any region)`` when more of the segment was in no span, wait or notify.
 
     Returns:
         A table of ``PATH_DTYPE``, segments in time order within each launch.
     """
+    from .stalls import workgroup_extent
+
+    if trace.n_workgroups == 0:
+        return np.zeros(0, PATH_DTYPE)
     w = _waits(trace)
-    # the blocking waits as plain columns (no copy of the waits table), by workgroup and end
     late = np.nan_to_num(_wcol(trace, w, "producer_late_ns"))
     sel = np.flatnonzero((_wcol(trace, w, "notify_row") >= 0) & (late > min_late_ns))
     del late
@@ -245,65 +323,100 @@ def critical_path(trace: Trace, launch: int | None = None, *, min_late_ns: int =
     o = lexorder(bw, b_end)
     b_row, b_end, b_nr, bw = b_row[o], b_end[o], b_nr[o], bw[o]
     del sel, o
-    counts = np.bincount(bw, minlength=trace.n_workgroups)
-    lo = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-    from .stalls import workgroup_extent
-
     ws, we = workgroup_extent(trace)
-    launches = np.unique(trace.wg_keys[:, 1]) if launch is None else np.array([launch])
-    segs: list[tuple] = []
-    lr = leaf_spans(trace)
-    leaf = (trace.wg[lr], trace.column("start_ns")[lr], trace.column("end_ns")[lr], trace.column("region")[lr])
-    for ln in launches.tolist():
-        in_launch = np.flatnonzero(trace.wg_keys[:, 1] == ln)
-        if in_launch.size == 0:
-            continue
-        g = int(in_launch[np.argmax(we[in_launch])])
-        t = int(we[g])
-        path: list[tuple] = []
-        for _ in range(b_row.size + 1):
-            a, b = lo[g], lo[g] + counts[g]
-            j = a + np.searchsorted(b_end[a:b], t, side="right") - 1
-            if j >= a:
-                w_end = int(b_end[j])
-                path.append(("run", g, w_end, t, -1))
-                nrow = int(b_nr[j])
-                ns = int(trace.column("start_ns")[nrow])
-                path.append(("signal", g, ns, w_end, int(b_row[j])))
-                if ns >= t:  # alignment error would loop: stop rather than go forwards
-                    break
-                g, t = int(trace.wg[nrow]), ns
-                continue
-            path.append(("run", g, int(ws[g]), t, -1))
+    wl = trace.wg_keys[:, 1]
+    launches = np.unique(wl) if launch is None else np.unique(wl[wl == launch])
+    if launches.size == 0:
+        return np.zeros(0, PATH_DTYPE)
+    # per launch, the workgroup that ends last (the first such workgroup at a tie)
+    lc = np.searchsorted(launches, wl)
+    cand = np.flatnonzero((lc < launches.size) & (launches[np.minimum(lc, launches.size - 1)] == wl))
+    o = lexorder(lc[cand], -we[cand])
+    oc = cand[o]
+    g = oc[np.r_[True, lc[oc][1:] != lc[oc][:-1]]]
+    t = we[g].copy()
+    n_l = g.size
+    start_ns = trace.column("start_ns")
+    parts = []  # per step: (launch index, order, is_signal, workgroup, start, end, wait row)
+    step = 0
+    active = np.arange(n_l)
+    for _ in range(b_row.size + 1):
+        if active.size == 0:
             break
-        path.reverse()
-        for i, (kind, gg, s0, e0, wrow) in enumerate(path):
-            rank, _, prog = trace.wg_keys[gg].tolist()
-            if kind == "signal":
-                region = trace.region_name(trace.column("region")[wrow])
-            else:
-                region = _dominant_region(trace, leaf, gg, s0, e0)
-            segs.append((ln, len(path) - 1 - i, kind, rank, prog, s0, e0, e0 - s0, region, wrow))
-    out = np.zeros(len(segs), PATH_DTYPE)
-    for i, sgm in enumerate(segs):
-        out[i] = sgm
+        j = last_at_or_before(bw, b_end, g[active], t[active])
+        has = j >= 0
+        done = active[~has]
+        if done.size:  # no blocking wait before the point: run back to the workgroup's start
+            parts.append((done, np.full(done.size, step), np.zeros(done.size, bool), g[done], ws[g[done]], t[done].copy(),
+                          np.full(done.size, -1, np.int64)))
+        go = active[has]
+        if go.size:
+            jg = j[has]
+            w_end, nrow = b_end[jg], b_nr[jg]
+            ns = start_ns[nrow]
+            parts.append((go, np.full(go.size, step), np.zeros(go.size, bool), g[go], w_end, t[go].copy(),
+                          np.full(go.size, -1, np.int64)))
+            parts.append((go, np.full(go.size, step + 1), np.ones(go.size, bool), g[go], ns, w_end, b_row[jg]))
+            cont = ns < t[go]  # alignment error would loop: stop rather than go forwards
+            g[go[cont]] = trace.wg[nrow[cont]]
+            t[go[cont]] = ns[cont]
+            go = go[cont]
+        active = go
+        step += 2
+    L, order, sig, gg, s0, e0, wrow = (np.concatenate(x) for x in zip(*parts))
+    # time order within each launch: the walk appended segments from the end backwards
+    srt = lexorder(L, -order)
+    L, sig, gg, s0, e0, wrow = L[srt], sig[srt], gg[srt], s0[srt], e0[srt], wrow[srt]
+    n_per = np.bincount(L, minlength=n_l)
+    first_of = np.cumsum(n_per) - n_per
+    out = np.zeros(L.size, PATH_DTYPE)
+    out["launch"] = launches[L]
+    out["step"] = n_per[L] - 1 - (np.arange(L.size) - first_of[L])
+    out["kind"] = np.where(sig, "signal", "run").astype(object)
+    out["rank"], out["program"] = trace.wg_keys[gg, 0], trace.wg_keys[gg, 2]
+    out["start_ns"], out["end_ns"], out["dur_ns"] = s0, e0, e0 - s0
+    out["wait_row"] = wrow
+    region = np.full(L.size, "", dtype=object)
+    if sig.any():
+        region[sig] = trace.names_of(trace.column("region")[wrow[sig]])
+    run = np.flatnonzero(~sig)
+    if run.size:
+        region[run] = _dominant_regions(trace, gg[run], s0[run], e0[run])
+    out["region"] = region
     return out
 
 
-def _dominant_region(trace: Trace, leaf: tuple, g: int, s0: int, e0: int) -> str:
-    """The leaf span region of workgroup ``g`` with the most time inside [s0, e0]."""
-    wgl, ls, le, lr = leaf
-    a, b = np.searchsorted(wgl, g), np.searchsorted(wgl, g, side="right")
-    if b <= a:
-        return ""
-    s = np.clip(ls[a:b], s0, e0)
-    e = np.clip(le[a:b], s0, e0)
-    d = (e - s).astype(np.float64)
-    if not (d > 0).any():
-        return ""
-    u, inv = np.unique(lr[a:b], return_inverse=True)
-    tot = np.bincount(inv.reshape(-1), weights=d)
-    return trace.region_name(u[np.argmax(tot)])
+def _dominant_regions(trace: Trace, g: np.ndarray, s0: np.ndarray, e0: np.ndarray) -> np.ndarray:
+    """Per run segment (workgroup ``g`` over [s0, e0]): the leaf span region with the most time in
+    it (the smallest region id at a tie; "" if none), or ``(outside any region)`` when the time in
+    no span, wait or notify of the workgroup is larger."""
+    from .names import OUTSIDE
+
+    out = np.full(g.size, "", dtype=object)
+    lr = leaf_spans(trace)
+    wgl = trace.wg[lr]
+    a = np.searchsorted(wgl, g, side="left")
+    cnt = np.searchsorted(wgl, g, side="right") - a
+    best = np.zeros(g.size)
+    total = int(cnt.sum())
+    if total:
+        seg = np.repeat(np.arange(g.size), cnt)
+        idx = np.arange(total) - np.repeat(np.cumsum(cnt) - cnt, cnt) + np.repeat(a, cnt)
+        rows = lr[idx]
+        ls, le = trace.column("start_ns")[rows], trace.column("end_ns")[rows]
+        d = (np.clip(le, s0[seg], e0[seg]) - np.clip(ls, s0[seg], e0[seg])).astype(np.float64)
+        rc, rids = dense_codes(trace.column("region")[rows])
+        R = rids.size
+        tot = np.bincount(seg * R + rc, weights=d, minlength=g.size * R).reshape(g.size, R)
+        j = np.argmax(tot, axis=1)
+        best = tot[np.arange(g.size), j]
+        has = best > 0
+        out[has] = trace.names_of(rids[j[has]])
+    origin = trace.origin_ns
+    blocks = _spans.coverage(trace, g)
+    outside = (e0 - s0) - (_spans.covered(blocks, g, e0 - origin) - _spans.covered(blocks, g, s0 - origin))
+    out[(outside > best) & (outside > 0)] = OUTSIDE
+    return out
 
 
 def critical_path_summary(path: np.ndarray) -> np.ndarray:

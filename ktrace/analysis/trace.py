@@ -84,13 +84,15 @@ class Trace:
         source: where it came from (a file name), for reports.
         wg: per event, a dense workgroup id (index into ``wg_keys``).
         wg_keys: per workgroup, ``(rank, launch, program)`` (int64, shape (W, 3)).
+        meta: the capture's metadata (``Capture.meta``: its heap's allocations, the source lines
+            of its probe calls, ...; empty for a given table).
     """
 
     def __init__(self, events: np.ndarray | None = None, regions: dict[int, str] | None = None, world_size: int = 0,
                  kernels: dict[tuple[int, int], str] | None = None, n_programs: dict[tuple[int, int], int] | None = None,
                  partial: bool = False, clock: object | None = None, source: str = "", wg: np.ndarray | None = None,
                  wg_keys: np.ndarray | None = None, *, columns: "_Columns | None" = None,
-                 load_events: Callable[[], np.ndarray] | None = None):
+                 load_events: Callable[[], np.ndarray] | None = None, meta: dict | None = None):
         self.regions = regions if regions is not None else {}
         self.world_size = world_size
         self.kernels = kernels if kernels is not None else {}
@@ -100,6 +102,7 @@ class Trace:
         self.source = source
         self.wg = wg
         self.wg_keys = wg_keys
+        self.meta = dict(meta) if meta else {}
         self._cache: dict = {}
         self._locks: dict = {}
         self._load_events = load_events
@@ -373,7 +376,7 @@ def _from_capture(cap, regions: dict[int, str] | None, name: str, reload: Callab
     if partial:
         log.warning("capture is partial (missing ranks %s): stall pairing misses the absent ranks' notifies", cap.missing_ranks)
     meta = dict(regions=regs, world_size=cap.world_size, kernels=kernels, n_programs=n_programs, partial=partial,
-                clock=model, source=name)
+                clock=model, source=name, meta=dict(cap.meta or {}))
     if columns is None:  # rows out of order: the whole table, sorted by Trace
         return Trace(events=_align(cap, model)[0], **meta)
     return Trace(columns=columns, load_events=functools.partial(_events_of, reload, model), **meta)
@@ -395,52 +398,61 @@ _DECODED = ("program", "kind", "flags", "region", "hw", *schema.ARG_COLUMNS, "st
 
 def _aligned_columns(cap, model) -> _Columns | None:
     """The capture's events as the analyses' columns: decoded and aligned by ``ktrace.events``
-    (the same batches the trace writers decode), copied batch by batch into arrays allocated
-    once at their final size (counted from the buffers' tags first; the argument columns only
-    at waits and notifies), so that neither the full aligned table nor all launches' decoded
-    columns are ever in memory at once. None when the rows would not be sorted by (rank,
-    launch, program, slot) (a rank's launches out of order: the caller sorts the whole table).
+    (the same batches the trace writers decode: launches of one rank and buffer layout read and
+    decoded together, ``events.make_batches``), each batch's rows copied to their launch's place
+    in arrays allocated once at their final size (counted from the buffers' tags first; the
+    argument columns only at waits and notifies), so that neither the full aligned table nor all
+    launches' decoded columns are ever in memory at once. None when the rows would not be sorted
+    by (rank, launch, program, slot) (a rank's launches out of order: the caller sorts the whole
+    table).
     """
     from ..decode import DecodeError, count_kinds
-    from ..events import iter_batches, launch_refs
+    from ..events import launch_refs, make_batches, read_batch
 
     refs = launch_refs(cap)
     for (r0, a), (r1, b) in zip(refs, refs[1:]):
         if r0 == r1 and a.index >= b.index:
             return None
     at_kinds = [int(k) for k in _COPIED_AT[1]]
-    per_kind = np.zeros(16, np.int64)
+    per_launch = np.zeros((len(refs), 16), np.int64)
     try:
-        for _, ln in refs:
-            per_kind += count_kinds(ln.raw)
+        for li, (_, ln) in enumerate(refs):
+            per_launch[li] = count_kinds(ln.raw)
     except DecodeError:
         return None  # decoding says what is wrong, with the rank and launch
-    n = int(per_kind.sum() - per_kind[EventKind.EMPTY] - per_kind[EventKind.DETAIL])
+    rows_of = per_launch.sum(axis=1) - per_launch[:, EventKind.EMPTY] - per_launch[:, EventKind.DETAIL]
+    start_of = np.cumsum(rows_of) - rows_of  # each launch's first row in the table
+    kind_start = {k: np.cumsum(per_launch[:, k]) - per_launch[:, k] for k in at_kinds}
+    n = int(rows_of.sum())
     dt = schema.ALIGNED_DTYPE
     cols = {c: np.empty(n, dt[c]) for c in _COPIED}
-    at = {(k, a): np.empty(int(per_kind[k]), dt[a]) for k in at_kinds for a in _COPIED_AT[0]}
-    pos = 0
-    filled = dict.fromkeys(at_kinds, 0)
-    for _, b in iter_batches(cap, model, _DECODED):
-        k = b.size
-        if pos + k > n:
-            raise AnalysisError(f"rank {b.rank}: decoded more events than its buffers' tags count")
-        e = pos + k
-        cols["rank"][pos:e] = b.rank
-        cols["launch"][pos:e] = b.per_row([refs[li][1].index for li in b.launches])
+    at = {(k, a): np.empty(int(per_launch[:, k].sum()), dt[a]) for k in at_kinds for a in _COPIED_AT[0]}
+    done = 0
+    for batch in make_batches(refs):
+        b = read_batch(refs, batch, model, _DECODED)
+        counts = np.diff(b.offsets)
+        lis = np.asarray(batch, np.int64)
+        if (counts != rows_of[lis]).any():
+            raise AnalysisError(f"rank {b.rank}: decoded a number of events that differs from its buffers' tags")
+        # destination row of every decoded row: its launch's place, plus its place in the launch
+        dest = np.arange(b.size, dtype=np.int64) + np.repeat(start_of[lis] - b.offsets[:-1], counts)
+        cols["rank"][dest] = b.rank
+        cols["launch"][dest] = b.per_row([refs[li][1].index for li in batch])
         for c in ("program", "kind", "flags", "region", "hw", "start_ns", "end_ns"):
-            cols[c][pos:e] = b.cols[c]
+            cols[c][dest] = b.cols[c]
         kind = b.cols["kind"]
+        which = np.repeat(np.arange(lis.size), counts)
         for kk in at_kinds:
             m = np.flatnonzero(kind == kk)
             if m.size:
-                f = filled[kk]
+                # the k-th wait (notify) of a launch goes after the earlier launches' ones
+                first = np.r_[0, np.cumsum(np.bincount(which[m], minlength=lis.size))[:-1]]
+                d = kind_start[kk][lis][which[m]] + (np.arange(m.size) - first[which[m]])
                 for a in _COPIED_AT[0]:
-                    at[(kk, a)][f : f + m.size] = b.cols[a][m]
-                filled[kk] = f + m.size
-        pos = e
-    if pos != n:
-        raise AnalysisError(f"decoded {pos} events where the buffers' tags count {n}")
+                    at[(kk, a)][d] = b.cols[a][m]
+        done += b.size
+    if done != n:
+        raise AnalysisError(f"decoded {done} events where the buffers' tags count {n}")
     return _Columns(n=n, cols=cols, at=at)
 
 

@@ -135,6 +135,13 @@ class AllocationLog:
         return f"{label}[{elem}] ({a.dtype} at heap offset {offset:#x})"
 
 
+def allocations_meta(allocations: Sequence[Allocation]) -> list[dict]:
+    """Allocations as JSON-ready records (what a capture keeps to name flags by allocation and
+    index in reports: ``'ready'[3]`` instead of a heap offset)."""
+    return [{"index": a.index, "name": a.name, "offset": a.offset, "nbytes": a.nbytes, "dtype": a.dtype,
+             "shape": list(a.shape)} for a in allocations]
+
+
 def _chain(digest: int, key: tuple) -> int:
     """Fold one allocation into the running digest (63 bits, so it fits an int64 tensor)."""
     h = hashlib.blake2b(struct.pack("<Q", digest) + repr(key).encode(), digest_size=8).digest()

@@ -2,7 +2,8 @@
 screenshot is kept as a test artifact (tests/analysis/artifacts/, gitignored; the path is printed).
 
 The report is of a CONSTRUCTED capture (``ktrace.analysis.scenario``: one late rank, one
-overloaded workgroup, one skipped notify), so every section of the page has content.
+overloaded workgroup, one skipped notify), so every section of the page has content, and of a REAL
+one (``tests/fixtures/scenarios/late_notifies.ktrace``, 2 x H200).
 """
 
 from __future__ import annotations
@@ -44,25 +45,42 @@ def pages(tmp_path_factory):
     rep = build_report(tr)
     d = tmp_path_factory.mktemp("html")
     base = Trace(events=scenario.build(scenario.Scenario(iters=3)), regions=scenario.REGIONS, source="constructed base")
-    return write_html(rep, d / "report.html"), write_diff_html(build_diff(base, tr), d / "diff.html"), rep
+    real = build_report(Path(__file__).resolve().parents[1] / "fixtures" / "scenarios" / "late_notifies.ktrace")
+    return (write_html(rep, d / "report.html"), write_diff_html(build_diff(base, tr), d / "diff.html"), rep,
+            write_html(real, d / "real.html"))
 
 
 def test_html_is_self_contained(pages):
-    html, diff_html, rep = pages
+    html, diff_html, rep, real = pages
+    for page in (html, diff_html, real):
+        text = page.read_text(encoding="utf-8")
+        # nothing is fetched: no external scripts, styles, images or fonts (a heat map's pixels are an
+        # inline data: image); the only links are the Perfetto links of the findings
+        assert not re.search(r"<(script|link|img|image|use)[^>]+(src|href)=[\"'](?!#|data:)", text)
+        assert not re.search(r"url\((?!#)", text) and "@import" not in text
+        assert set(re.findall(r"https?://[^\"'<> ]+", text)) <= {u for u in re.findall(r"https?://[^\"'<> ]+", text)
+                                                                if u.startswith("https://ui.perfetto.dev/")} | {
+            "http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink", "http://purl.org/dc/elements/1.1/",
+            "http://creativecommons.org/ns#", "http://www.w3.org/1999/02/22-rdf-syntax-ns#"}
+        # every plot is an SVG with its own coordinate system (drawn inside its box)
+        plots = re.findall(r"<div class='plot'><svg[^>]*>", text)
+        assert plots and all("viewBox=" in p for p in plots)
     text = html.read_text(encoding="utf-8")
-    # nothing is fetched: no external scripts, styles, images or fonts
-    assert not re.search(r"<(script|link|img)[^>]+(src|href)=", text)
-    assert text.count("<svg") >= 4  # two heatmaps, the wait distribution, the timelines
+    assert len(re.findall(r"<div class='plot'><svg", text)) >= 4  # causes, wait split, launch, heat maps, histogram
     for f in rep.findings:
         assert html_mod.escape(f.text, quote=True).split(".")[0] in text
     assert "view in Perfetto" in text and "ui.perfetto.dev" in text
+    # the real capture: its first finding, its verdict and the launch plots are there
+    rtext = real.read_text(encoding="utf-8")
+    assert "rank 1 notified late" in rtext and "1 cause worth fixing" in rtext
+    assert len(re.findall(r"<div class='plot'><svg", rtext)) >= 6
     assert "<svg" in diff_html.read_text(encoding="utf-8")
 
 
 @pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is absent: install it (apt-get install -y chromium) to run the browser test")
-@pytest.mark.parametrize("which", ["report", "diff"])
+@pytest.mark.parametrize("which", ["report", "diff", "real"])
 def test_html_renders_in_headless_chromium(pages, which):
-    html = pages[0] if which == "report" else pages[1]
+    html = {"report": pages[0], "diff": pages[1], "real": pages[3]}[which]
     url = html.resolve().as_uri()
     dom = _chromium("--dump-dom", url)
     assert dom.returncode == 0, dom.stderr[-2000:]
@@ -73,7 +91,7 @@ def test_html_renders_in_headless_chromium(pages, which):
     shot = ARTIFACTS / f"{which}.png"
     if shot.exists():
         shot.unlink()
-    res = _chromium(f"--screenshot={shot}", "--window-size=1300,2400", "--hide-scrollbars", url)
+    res = _chromium(f"--screenshot={shot}", "--window-size=1300,5200", "--hide-scrollbars", url)
     assert res.returncode == 0, res.stderr[-2000:]
     assert shot.exists() and shot.stat().st_size > 10_000
     assert _console_errors(res.stderr) == []

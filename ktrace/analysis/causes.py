@@ -1,0 +1,1155 @@
+"""The causal model of a capture: why each wait waited, the root causes, and what each costs.
+
+Two questions, two tools.
+
+**Why did this wait wait?** (:func:`wait_causes`) A wait's time is split in three:
+
+``producer_late_ns``
+    the producer's notify had not started when the wait began (``stalls.waits``), split by what
+    the producer's workgroup was doing meanwhile: not started yet (``late_not_started_ns``: its
+    rank launched late), itself waiting (``late_waiting_ns``), working in a region
+    (``late_in_region_ns``) or in no region at all (``late_outside_ns``: time between regions, a
+    notify held back); a wait that gave up is a missing signal (``late_missing_ns``). When the producer was itself waiting, the chain is followed across ranks
+    to the wait that was not (``root_rank``, ``root_program``, ``root``: what that producer
+    was doing).
+``link_ns``
+    the signal's trip, up to the one-way latency the capture's calibration measured between the
+    two ranks (half the smallest flag round trip, ``ClockModel.ranks[r].rtt_min_ns``; all of it for
+    a pair the calibration does not cover, such as a rank signalling itself);
+``unexplained_ns``
+    what nobody explains: signal latency beyond that, and waits whose notify was not captured.
+
+**What would it save?** (:func:`root_causes`) Root causes are found in the events — a notify
+that never came (a hang), a rank that started late, notifies held back after their producer was
+ready, workgroups with more work than their peers, a link slower than calibrated — and each is
+priced by replaying the capture without it. The replay is the notify -> wait dependency graph of
+each launch: every workgroup runs its events in order, keeping each stretch between two waits
+as long as it was (less what the cause removes), and each wait ends when its notify arrives
+(the notify's new time plus the signal latency seen) or, if that is earlier than the wait's
+start, after the time a wait on a flag already set takes. A launch lasts from its first
+workgroup's start to its last workgroup's end; the saving is the difference, summed over
+launches. Consequences (waits that gave up after a hang, workgroups that only waited, the
+waiting on other ranks) disappear with their cause in the replay, so they are reported under
+it instead of on their own.
+
+Replaying the capture as recorded reproduces every wait's end exactly (tested); the model
+keeps what it cannot see fixed: programs start when they started (no SM contention), and
+compute is not slowed or sped up by communication.
+
+Everything is vectorised: the replay iterates the whole set of launches together, one pass per
+cross-workgroup hop of the longest dependency chain (a segmented running maximum within each
+workgroup), never per event or per launch. Causes present in many launches are priced on an
+evenly spaced sample of them (``CauseConfig.max_replay_launches``) and scaled; the count of
+launches with the cause is exact.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import pairing
+from ..keys import dense_codes, group_median, lexorder
+from ..schema import EventKind, arg_column, is_timeout
+from .intervals import last_at_or_before, segmented_cummax, segmented_cumsum
+from .names import OUTSIDE
+from .spans import coverage, covered
+from .stalls import _holds, _wcol, kernel_time, workgroup_extent
+from .stalls import waits as _waits
+from .trace import Trace, fill_table
+
+log = logging.getLogger("ktrace")
+
+#: The kinds of root cause.
+KINDS = ("hang", "late_launch", "late_notifies", "uneven_work", "uneven_ranks", "slow_link")
+#: Wait kinds in the replay model.
+_PAIRED, _EXTERNAL, _MISSING, _CUT = 0, 1, 2, 3
+#: A release time that never binds (far below any time relative to the capture's start).
+_NEVER = -(1 << 60)
+
+
+@dataclass(frozen=True)
+class CauseConfig:
+    """What counts as a root cause, and how causes are priced.
+
+    Attributes:
+        min_late_ns: a notify held at least this long beyond the other ranks' holds is late.
+        min_skew_ns: a rank that starts a launch at least this long after the first rank is a
+            late-launch candidate.
+        slow_link_factor: a producer -> consumer link is slow when its median signal latency is
+            this many times the calibrated one-way latency (and ``min_late_ns`` more).
+        min_share: a cause whose replay saves at least this share of the capture's kernel time
+            (launch durations summed) is a warning; smaller ones are reported as information.
+        max_replay_launches: a cause is priced on at most this many of its launches (evenly
+            spaced), the saving scaled to all of them.
+        max_iterations: cap on replay passes (one per hop of the longest dependency chain).
+    """
+
+    min_late_ns: float = 1_000.0
+    min_skew_ns: float = 1_000.0
+    slow_link_factor: float = 2.0
+    min_share: float = 0.05
+    max_replay_launches: int = 64
+    max_iterations: int = 1024
+
+    def __post_init__(self):
+        if not (self.min_late_ns >= 0 and self.min_skew_ns >= 0):
+            raise ValueError(f"CauseConfig thresholds must be >= 0: {self}")
+        if not self.slow_link_factor >= 1:
+            raise ValueError(f"CauseConfig.slow_link_factor must be >= 1, got {self.slow_link_factor}")
+        if not 0 <= self.min_share < 1:
+            raise ValueError(f"CauseConfig.min_share must be in [0, 1), got {self.min_share}")
+        if self.max_replay_launches < 1 or self.max_iterations < 1:
+            raise ValueError(f"CauseConfig.max_replay_launches and max_iterations must be >= 1: {self}")
+
+
+# ---------------------------------------------------------------------------------------------
+# small vectorised helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def one_way_latency_ns(trace: Trace) -> np.ndarray:
+    """Calibrated one-way flag latency between every pair of ranks (``(R, R)`` ns, NaN unknown).
+
+    The calibration measures round trips between the reference rank and each other rank; half
+    the smallest is the one-way latency of that pair. Between two ranks neither of which is the
+    reference, the mean of their two one-way latencies to the reference is used.
+    """
+    R = max(int(trace.world_size), 1)
+    out = np.full((R, R), np.nan)
+    model = trace.clock
+    ranks = getattr(model, "ranks", None) or {}
+    ref = getattr(model, "reference_rank", 0)
+    ow = np.full(R, np.nan)
+    for r, rc in ranks.items():
+        if 0 <= int(r) < R:
+            v = float(getattr(rc, "rtt_min_ns", math.nan))
+            if int(r) != ref and math.isfinite(v) and v > 0:
+                ow[int(r)] = v / 2
+    if 0 <= ref < R:
+        for a in range(R):
+            for b in range(R):
+                if a == b:
+                    continue
+                if a == ref:
+                    out[a, b] = ow[b]
+                elif b == ref:
+                    out[a, b] = ow[a]
+                else:
+                    out[a, b] = 0.5 * (ow[a] + ow[b])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the replay model
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Model:
+    """The notify -> wait dependency graph of (some launches of) a capture, as flat arrays.
+
+    Times are ns relative to the capture's first event. Waits are by workgroup, then time
+    (``w_order`` maps them to the waits table's event order); notifies are in event order.
+    """
+
+    # per workgroup
+    wg_base: np.ndarray  # start
+    wg_tail: np.ndarray  # from the end of its last wait (or its start) to its end
+    wg_launch: np.ndarray  # dense launch code
+    wg_rank: np.ndarray
+    wg_last_wait: np.ndarray  # index of its last wait, -1 if none
+    wg_id: np.ndarray  # the workgroup's id in the trace
+    # per wait
+    w_wg: np.ndarray  # index into the workgroup arrays
+    w_gap: np.ndarray  # from the previous wait's end (or the workgroup's start) to this start
+    w_dur: np.ndarray  # observed duration
+    w_d0: np.ndarray  # duration when its flag is already set
+    w_kind: np.ndarray
+    w_pair: np.ndarray  # index of the releasing notify (-1)
+    w_late_pair: np.ndarray  # timed-out waits: the notify that came after (-1)
+    w_lat: np.ndarray  # release latency: from the notify's start to the wait's end
+    w_lat_typ: np.ndarray  # the pair of ranks' typical latency
+    w_start: np.ndarray
+    w_end: np.ndarray
+    w_peer: np.ndarray  # producer rank
+    w_row: np.ndarray  # event row
+    w_order: np.ndarray  # the wait's index in the waits table (event order)
+    # per notify
+    n_wg: np.ndarray
+    n_prev: np.ndarray  # index of the wait before it in its workgroup (-1)
+    n_off: np.ndarray  # from that wait's end (or the workgroup's start) to its start
+    n_next: np.ndarray  # index of the wait after it in its workgroup (-1: none, its time goes to the tail)
+    n_row: np.ndarray
+    # per launch (dense code)
+    launch_ids: np.ndarray  # launch index per code
+    obs_makespan: np.ndarray
+
+    @property
+    def n_waits(self) -> int:
+        return int(self.w_wg.size)
+
+    def take(self, launch_codes: np.ndarray) -> "_Model":
+        """The model of some launches only (a notify of another launch releasing one of their
+        waits is kept as a fixed release)."""
+        keep_l = np.zeros(self.launch_ids.size, bool)
+        keep_l[launch_codes] = True
+        kw = keep_l[self.wg_launch]
+        if kw.all():
+            return self
+        wg_new = np.cumsum(kw) - 1
+        ww = kw[self.w_wg]
+        wn = kw[self.n_wg]
+        w_new = np.cumsum(ww) - 1
+        n_new = np.cumsum(wn) - 1
+
+        def remap(idx, keep, new):
+            ok = (idx >= 0) & keep[np.maximum(idx, 0)]
+            return np.where(ok, new[np.maximum(idx, 0)], -1), ok | (idx < 0)
+
+        pair, pair_in = remap(self.w_pair[ww], wn, n_new)
+        late, _ = remap(self.w_late_pair[ww], wn, n_new)
+        kind = self.w_kind[ww].copy()
+        kind[~pair_in & (kind == _PAIRED)] = _EXTERNAL  # released from outside the subset: fixed
+        lc_new = np.cumsum(keep_l) - 1
+        return _Model(
+            wg_base=self.wg_base[kw], wg_tail=self.wg_tail[kw], wg_launch=lc_new[self.wg_launch[kw]],
+            wg_rank=self.wg_rank[kw], wg_last_wait=remap(self.wg_last_wait[kw], ww, w_new)[0], wg_id=self.wg_id[kw],
+            w_wg=wg_new[self.w_wg[ww]], w_gap=self.w_gap[ww], w_dur=self.w_dur[ww], w_d0=self.w_d0[ww], w_kind=kind,
+            w_pair=pair, w_late_pair=late, w_lat=self.w_lat[ww], w_lat_typ=self.w_lat_typ[ww],
+            w_start=self.w_start[ww], w_end=self.w_end[ww], w_peer=self.w_peer[ww], w_row=self.w_row[ww],
+            w_order=self.w_order[ww],
+            n_wg=wg_new[self.n_wg[wn]], n_prev=remap(self.n_prev[wn], ww, w_new)[0], n_off=self.n_off[wn],
+            n_next=remap(self.n_next[wn], ww, w_new)[0], n_row=self.n_row[wn],
+            launch_ids=self.launch_ids[keep_l], obs_makespan=self.obs_makespan[keep_l],
+        )
+
+
+@dataclass
+class Changes:
+    """What a replay changes (all optional; arrays over the model's workgroups, waits, notifies).
+
+    Attributes:
+        shift: per workgroup, how much earlier it starts.
+        scale: per workgroup, factor on its own time (gaps between waits, notify offsets, tail).
+        hold: per notify, time removed right before it (it and everything after it in its
+            workgroup move earlier by that much).
+        latency: per wait, a new release latency (NaN: unchanged).
+        release_timeouts: timed-out waits are released: never-signalled ones when they start,
+            cut-short ones by the notify that came after (only waits where this is True).
+    """
+
+    shift: np.ndarray | None = None
+    scale: np.ndarray | None = None
+    hold: np.ndarray | None = None
+    latency: np.ndarray | None = None
+    release_timeouts: np.ndarray | None = None
+
+
+@dataclass
+class ReplayResult:
+    makespan: np.ndarray  # per launch code of the model
+    wait_end: np.ndarray  # per wait
+    wait_dur: np.ndarray  # per wait
+    iterations: int
+    converged: bool
+
+
+def replay_model(trace: Trace, launches=None) -> _Model:
+    """The replay model of the whole capture (cached), or of some launches (``launches``: launch
+    indices; a notify of another launch that released one of their waits is a fixed release)."""
+    if launches is None:
+        return trace.cached(("replay_model",), lambda: _build_model(trace))
+    return _build_model(trace, np.unique(np.asarray(launches, np.int64)))
+
+
+def launch_makespans(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """``(launch indices, durations)``: each launch from its first workgroup's start to its last
+    workgroup's end over every rank (cached)."""
+    def build():
+        if trace.n_workgroups == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        ws, we = workgroup_extent(trace)
+        lcode, lids = dense_codes(trace.wg_keys[:, 1])
+        lo = np.full(lids.size, np.iinfo(np.int64).max)
+        hi = np.full(lids.size, np.iinfo(np.int64).min)
+        np.minimum.at(lo, lcode, ws)
+        np.maximum.at(hi, lcode, we)
+        return lids.astype(np.int64), (hi - lo).astype(np.int64)
+
+    return trace.cached(("launch_makespans",), build)
+
+
+def _typical_latency(rank: np.ndarray, peer: np.ndarray, lat: np.ndarray, late: np.ndarray, ow: np.ndarray) -> np.ndarray:
+    """Per wait, its (producer, consumer) pair's median observed signal latency over waits whose
+    producer was late (the latency is only seen then); the calibrated one-way latency, or the
+    median over all pairs, where a pair has none."""
+    R = int(max(rank.max(initial=0), peer.max(initial=0))) + 1
+    code = np.clip(peer, 0, R - 1).astype(np.int64) * R + np.clip(rank, 0, R - 1)
+    sel = late & np.isfinite(lat)
+    med = np.full(R * R, np.nan)
+    if sel.any():
+        med = group_median(code[sel], lat[sel], R * R)
+    glob = float(np.median(lat[sel])) if sel.any() else math.nan
+    cal = np.full(R * R, np.nan)
+    Rw = ow.shape[0]
+    for p in range(min(R, Rw)):
+        for c in range(min(R, Rw)):
+            cal[p * R + c] = ow[p, c]
+    fill = np.where(np.isfinite(med), med, np.where(np.isfinite(cal), cal, glob))
+    fill = np.where(np.isfinite(fill), fill, 0.0)
+    return fill[code]
+
+
+def _build_model(trace: Trace, launches: np.ndarray | None = None) -> _Model:
+    W_, N_ = EventKind.WAIT, EventKind.NOTIFY
+    origin = trace.origin_ns
+    w = _waits(trace)
+    wr_all = _wcol(trace, w, "row")
+    nr_all = trace.rows_of(N_)
+    ws, we = workgroup_extent(trace)
+    if launches is None:
+        wg_ids = np.arange(trace.n_workgroups, dtype=np.int64)
+        wg_of = trace.wg
+        wpos = np.arange(wr_all.size)
+        npos = np.arange(nr_all.size)
+    else:  # only these launches' workgroups, waits and notifies, renumbered
+        keep = np.isin(trace.wg_keys[:, 1], launches)
+        wg_ids = np.flatnonzero(keep)
+        new_id = np.cumsum(keep) - 1
+        wpos = np.flatnonzero(keep[trace.wg[wr_all]])
+        npos = np.flatnonzero(keep[trace.wg[nr_all]])
+        wg_of = None
+    wr, nr = wr_all[wpos], nr_all[npos]
+    ws = ws[wg_ids] - origin
+    we = we[wg_ids] - origin
+    W = wg_ids.size
+    nw = wr.size
+    w_wg = trace.wg[wr] if wg_of is not None else new_id[trace.wg[wr]]
+    n_wg = trace.wg[nr] if wg_of is not None else new_id[trace.wg[nr]]
+    # the waits of a workgroup in time order (their record order in a real capture; a table may
+    # order a zero-length wait before one that ends with it)
+    w_s = trace.at(W_, "start_ns")[wpos] - origin
+    w_e = trace.at(W_, "end_ns")[wpos] - origin
+    wo = lexorder(w_wg, w_s, w_e) if nw else np.zeros(0, np.int64)
+    w_wg, w_s, w_e = w_wg[wo], w_s[wo], w_e[wo]
+    wo = wpos[wo]  # positions in the waits table
+    n_s = trace.at(N_, "start_ns")[npos] - origin
+    same_prev = np.r_[False, w_wg[1:] == w_wg[:-1]] if nw else np.zeros(0, bool)
+    if nw:  # one program's waits follow each other (a table whose waits overlap is read that way)
+        w_e = segmented_cummax(w_e, w_wg)
+        w_s = np.maximum(w_s, np.where(same_prev, np.r_[w_s[0], w_e[:-1]], w_s))
+    anchor = np.where(same_prev, np.r_[0, w_e[:-1]] if nw else w_e, ws[w_wg])
+    gap = np.maximum(w_s - anchor, 0)
+    dur = np.maximum(w_e - w_s, 0)
+    # each notify between the wait that ended last before it and the next one of its workgroup
+    n_prev = last_at_or_before(w_wg, w_e, n_wg, n_s)
+    first_w = np.full(W, -1, np.int64)
+    if nw:
+        first_w[w_wg[::-1]] = np.arange(nw)[::-1]
+    nxt = np.where(n_prev >= 0, n_prev + 1, first_w[n_wg] if nr.size else -1)
+    nxtc = np.clip(nxt, 0, max(nw - 1, 0))
+    n_next = np.where((nxt >= 0) & (nxt < nw) & (w_wg[nxtc] == n_wg) if nw else np.zeros(nr.size, bool), nxt, -1)
+    n_anchor = np.where(n_prev >= 0, w_e[np.maximum(n_prev, 0)] if nw else 0, ws[n_wg])
+    n_off = np.maximum(n_s - n_anchor, 0)
+    last_wait = np.full(W, -1, np.int64)
+    if nw:
+        last_wait[w_wg] = np.arange(nw)  # the last assignment wins: the workgroup's last wait
+    tail_anchor = np.where(last_wait >= 0, w_e[np.maximum(last_wait, 0)] if nw else 0, ws)
+    tail = np.maximum(we - tail_anchor, 0)
+    # releases (the waits table's columns, put in the model's order)
+    n_row = _wcol(trace, w, "notify_row")[wo]
+    pair = np.searchsorted(nr, n_row) if nw else np.zeros(0, np.int64)
+    pair = np.where((n_row >= 0) & (pair < nr.size) & (nr[np.minimum(pair, max(nr.size - 1, 0))] == n_row)
+                    if nr.size else np.zeros(nw, bool), pair, -1)
+    external = (n_row >= 0) & (pair < 0)  # released by a notify of a launch not in the model
+    to = _wcol(trace, w, "timed_out")[wo]
+    late_ns = np.nan_to_num(_wcol(trace, w, "producer_late_ns"))[wo]
+    # a notify that starts after the wait it released ended (the clocks disagree by more than
+    # the pair's latency) cannot be replayed as its cause: that wait keeps its observed end. Every
+    # other edge goes forward in time, so the graph has no cycle.
+    if nw and nr.size:
+        backwards = (pair >= 0) & (n_s[np.maximum(pair, 0)] > w_e)
+        pair[backwards] = -1
+        external |= backwards
+    kind = np.full(nw, _EXTERNAL, np.int8)
+    kind[pair >= 0] = _PAIRED
+    late_pair = np.full(nw, -1, np.int64)
+    if to.any():
+        lp = _late_pairs(trace)[wo]  # rows of the notify that came after
+        late_pair = np.searchsorted(nr, lp)
+        late_pair = np.where((lp >= 0) & (late_pair < nr.size) & (nr[np.minimum(late_pair, max(nr.size - 1, 0))] == lp)
+                             if nr.size else np.zeros(nw, bool), late_pair, -1)
+        kind[to & (lp >= 0)] = _CUT
+        kind[to & (lp < 0)] = _MISSING
+        late_pair[to & (lp >= 0) & (late_pair < 0)] = -1
+    pc = np.maximum(pair, 0)
+    n_start_all = trace.at(N_, "start_ns")
+    n_start_of = np.where(n_row >= 0, n_start_all[np.maximum(np.searchsorted(nr_all, n_row), 0)] - origin
+                          if nr_all.size else 0, 0)
+    lat_obs = (w_e - n_start_of).astype(np.float64)
+    lat_obs[n_row < 0] = np.nan
+    rank_w = _wcol(trace, w, "rank").astype(np.int64)[wo]
+    peer_w = w["peer"].astype(np.int64)[wo] if nw else np.zeros(0, np.int64)
+    is_late = (n_row >= 0) & (late_ns > 0)
+    ow = one_way_latency_ns(trace)
+    lat_typ = _typical_latency(rank_w, peer_w, lat_obs, is_late, ow)
+    # the release latency keeps the capture as it was: late waits their own, others at most the
+    # time from their notify to their end
+    lat = np.where(is_late, lat_obs, np.minimum(lat_typ, np.nan_to_num(lat_obs, nan=np.inf)))
+    lat = np.where(np.isfinite(lat), lat, 0.0)
+    # a wait on a flag already set: the rank's median over waits whose producer was not late
+    d0 = np.zeros(nw, np.int64)
+    if nw:
+        on_time = (n_row >= 0) & ~is_late
+        R = int(rank_w.max()) + 1
+        med = group_median(rank_w[on_time], dur[on_time], R) if on_time.any() else np.full(R, np.nan)
+        g = float(np.median(dur[on_time])) if on_time.any() else 0.0
+        med = np.where(np.isfinite(med), med, g)
+        d0 = np.minimum(dur, med[rank_w].astype(np.int64))
+    w_d0 = np.where(is_late | (kind == _MISSING) | (kind == _CUT), d0, dur)
+    w_d0[external] = dur[external]
+    # launches
+    lcode, lids = dense_codes(trace.wg_keys[wg_ids, 1]) if W else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    L = lids.size
+    lo = np.full(L, np.iinfo(np.int64).max)
+    hi = np.full(L, np.iinfo(np.int64).min)
+    np.minimum.at(lo, lcode, ws)
+    np.maximum.at(hi, lcode, we)
+    return _Model(
+        wg_base=ws.astype(np.int64), wg_tail=tail.astype(np.int64), wg_launch=lcode, wg_rank=trace.wg_keys[wg_ids, 0],
+        wg_last_wait=last_wait, wg_id=wg_ids,
+        w_wg=w_wg, w_gap=gap.astype(np.int64), w_dur=dur.astype(np.int64), w_d0=w_d0.astype(np.int64), w_kind=kind,
+        w_pair=pair.astype(np.int64), w_late_pair=late_pair, w_lat=np.round(lat).astype(np.int64),
+        w_lat_typ=np.round(lat_typ).astype(np.int64), w_start=w_s.astype(np.int64), w_end=w_e.astype(np.int64),
+        w_peer=peer_w, w_row=wr_all[wo], w_order=wo,
+        n_wg=n_wg, n_prev=n_prev.astype(np.int64), n_off=n_off.astype(np.int64), n_next=n_next.astype(np.int64),
+        n_row=nr, launch_ids=lids.astype(np.int64), obs_makespan=(hi - lo).astype(np.int64),
+    )
+
+
+def _late_pairs(trace: Trace) -> np.ndarray:
+    """For each wait (in event order), the row of the notify that would have released it had it
+    not timed out: the one ``ktrace.pairing`` pairs it with when every wait is taken as completed;
+    -1 where none ever came, and for waits that did not time out. Asked for only when some wait
+    timed out (cached)."""
+    return trace.cached(("late_pairs",), lambda: _compute_late_pairs(trace))
+
+
+def _compute_late_pairs(trace: Trace) -> np.ndarray:
+    Wk, Nk = EventKind.WAIT, EventKind.NOTIFY
+    notifies = {"rank": trace.at(Nk, "rank"), "launch": trace.at(Nk, "launch"), "start": trace.at(Nk, "start_ns")}
+    notifies.update((a, trace.at(Nk, arg_column(Nk, a))) for a in ("peer", "value", "flag"))
+    wi = trace.rows_of(Wk)
+    waits = {"rank": trace.at(Wk, "rank"), "launch": trace.at(Wk, "launch"), "program": trace.at(Wk, "program"),
+             "order": wi, "timed_out": np.zeros(wi.size, bool)}
+    waits.update((a, trace.at(Wk, arg_column(Wk, a))) for a in ("peer", "flag", "expected", "cmp"))
+    p = pairing.pair(notifies, waits)
+    out = np.full(wi.size, -1, np.int64)
+    out[p.wait] = trace.rows_of(Nk)[p.notify]
+    to = is_timeout(trace.at(Wk, "flags"))
+    out[~to] = -1
+    return out
+
+
+def replay(model: _Model, changes: Changes | None = None, *, max_iterations: int = 1024) -> ReplayResult:
+    """Replay the model's launches with ``changes`` (none: the capture as recorded).
+
+    Each pass computes every notify's time from its workgroup's previous wait end, every wait's
+    release from its notify, and every workgroup's chain of waits in one segmented running
+    maximum: ``end_i = max(end_{i-1} + gap_i + d0_i, release_i)``. Passes repeat until nothing
+    moves (one pass per cross-workgroup hop of the longest chain).
+    """
+    ch = changes or Changes()
+    m = model
+    nw, nn, nwg = m.n_waits, m.n_wg.size, m.wg_base.size
+    base = m.wg_base - (np.round(ch.shift).astype(np.int64) if ch.shift is not None else 0)
+    gap, off, tail = m.w_gap, m.n_off, m.wg_tail
+    if ch.scale is not None:
+        f = ch.scale
+        gap = np.round(gap * f[m.w_wg]).astype(np.int64)
+        off = np.round(off * f[m.n_wg]).astype(np.int64)
+        tail = np.round(tail * f).astype(np.int64)
+    if ch.hold is not None and nn:
+        h = np.round(ch.hold).astype(np.int64)
+        seg = m.n_wg * (nw + 1) + (m.n_prev + 1)  # (workgroup, previous wait): nondecreasing
+        cum = segmented_cumsum(h, seg)
+        off = np.maximum(off - cum, 0)
+        to_next = np.zeros(nw, np.int64)
+        has_next = m.n_next >= 0
+        np.add.at(to_next, m.n_next[has_next], h[has_next])
+        gap = np.maximum(gap - to_next, 0)
+        to_tail = np.zeros(nwg, np.int64)
+        np.add.at(to_tail, m.n_wg[~has_next], h[~has_next])
+        tail = np.maximum(tail - to_tail, 0)
+    lat = m.w_lat
+    if ch.latency is not None:
+        lat = np.where(np.isfinite(ch.latency), np.minimum(np.round(np.nan_to_num(ch.latency)).astype(np.int64), lat), lat)
+    d = m.w_d0.copy()
+    kind = m.w_kind
+    rel_pair = m.w_pair.copy()
+    rel_lat = lat.copy()
+    timed = (kind == _MISSING) | (kind == _CUT)
+    released = np.zeros(nw, bool)
+    if ch.release_timeouts is not None:
+        released = timed & ch.release_timeouts
+    d[timed & ~released] = m.w_dur[timed & ~released]  # gives up after as long as it did
+    cut = released & (kind == _CUT)
+    rel_pair[cut] = m.w_late_pair[cut]
+    rel_lat[cut] = m.w_lat_typ[cut]
+    binds = (kind == _PAIRED) | cut
+    fixed = kind == _EXTERNAL
+    # an external release stays where it was seen (its producer is not in the replay)
+    ext_release = np.where(fixed, m.w_end, _NEVER)
+    d[fixed] = 0
+    step = gap + d
+    P = segmented_cumsum(step, m.w_wg)
+    base_w = base[m.w_wg]
+    pc = np.maximum(rel_pair, 0)
+    E = m.w_end.copy()
+    it, converged = 0, nw == 0
+    while not converged and it < max_iterations:
+        it += 1
+        anchor_n = np.where(m.n_prev >= 0, E[np.maximum(m.n_prev, 0)], base[m.n_wg]) if nn else np.zeros(0, np.int64)
+        n_time = anchor_n + off
+        rel = np.where(binds, n_time[pc] + rel_lat if nn else _NEVER, ext_release)
+        u = np.maximum(rel - P, base_w)
+        E_new = P + segmented_cummax(u, m.w_wg)
+        converged = bool(np.array_equal(E_new, E))
+        E = E_new
+    if not converged:
+        log.warning("ktrace: the replay did not settle in %d passes (a dependency cycle?); its saving is approximate",
+                    max_iterations)
+    end = np.where(m.wg_last_wait >= 0, E[np.maximum(m.wg_last_wait, 0)] if nw else 0, base) + tail
+    L = m.launch_ids.size
+    lo = np.full(L, np.iinfo(np.int64).max)
+    hi = np.full(L, np.iinfo(np.int64).min)
+    np.minimum.at(lo, m.wg_launch, base)
+    np.maximum.at(hi, m.wg_launch, end)
+    prev_end = np.where(np.r_[False, m.w_wg[1:] == m.w_wg[:-1]] if nw else np.zeros(0, bool),
+                        np.r_[0, E[:-1]] if nw else E, base_w)
+    start = prev_end + gap
+    return ReplayResult(makespan=hi - lo, wait_end=E, wait_dur=E - start, iterations=it, converged=converged)
+
+
+# ---------------------------------------------------------------------------------------------
+# why each wait waited
+# ---------------------------------------------------------------------------------------------
+
+#: One row per WAIT event (see the module docstring).
+WAIT_CAUSE_DTYPE = np.dtype(
+    [
+        ("row", "<i8"), ("rank", "<i4"), ("launch", "<i4"), ("program", "<i4"), ("peer", "<i8"),
+        ("wait_ns", "<i8"),
+        ("producer_late_ns", "<f8"),
+        ("late_not_started_ns", "<f8"),  # the producer's workgroup had not started
+        ("late_waiting_ns", "<f8"),  # it was itself waiting
+        ("late_in_region_ns", "<f8"),  # it was in a span
+        ("late_outside_ns", "<f8"),  # it was in no span, wait or notify
+        ("late_missing_ns", "<f8"),  # the wait gave up: its notify never came in time (a missing signal)
+        ("signal_latency_ns", "<f8"),
+        ("link_ns", "<f8"),  # up to the calibrated one-way latency
+        ("unexplained_ns", "<f8"),  # latency beyond it; whole waits with no captured notify
+        ("root_rank", "<i4"),  # following producers that were themselves waiting: the first that was not
+        ("root_program", "<i4"),
+        ("root", "O"),  # what that producer did: "not started", "working", OUTSIDE, "missing signal", ...
+    ]
+)
+
+_ROOT_NAMES = np.array(["", "not started", "working", OUTSIDE, "missing signal", "no captured notify", "gave up"],
+                       dtype=object)
+
+
+def _wait_time_until(m: _Model, g: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Time workgroup ``g`` (model index) spent in its waits up to time ``t``."""
+    if m.n_waits == 0:
+        return np.zeros(g.size, np.int64)
+    k = last_at_or_before(m.w_wg, m.w_start, g, t)
+    kc = np.maximum(k, 0)
+    cum = segmented_cumsum(m.w_dur, m.w_wg) - m.w_dur
+    return np.where(k >= 0, cum[kc] + np.clip(t - m.w_start[kc], 0, m.w_dur[kc]), 0)
+
+
+def _wait_split(trace: Trace, launches=None) -> dict:
+    """The columns of :func:`wait_causes`, for every wait (cached) or those of some launches."""
+    if launches is None:
+        return trace.cached(("wait_split",), lambda: _compute_wait_split(trace, replay_model(trace)))
+    return _compute_wait_split(trace, replay_model(trace, launches))
+
+
+def _compute_wait_split(trace: Trace, m: _Model) -> dict:
+    w = _waits(trace)
+    nw = m.n_waits
+    wo = m.w_order  # the model's order of the waits (by workgroup and time); the table's is event order
+    late = np.nan_to_num(_wcol(trace, w, "producer_late_ns"))[wo]
+    sig = _wcol(trace, w, "signal_latency_ns")[wo]
+    dur = m.w_dur.astype(np.float64)
+    paired = m.w_pair >= 0
+    pc = np.maximum(m.w_pair, 0)
+    prod_wg = np.where(paired, m.n_wg[pc] if m.n_wg.size else 0, -1)
+    a = m.w_start
+    b = a + late.astype(np.int64)
+    lw = np.flatnonzero(paired & (late > 0))
+    not_started = np.zeros(nw)
+    waiting = np.zeros(nw)
+    in_region = np.zeros(nw)
+    if lw.size:
+        g = prod_wg[lw]
+        aa, bb = a[lw], b[lw]
+        gb = m.wg_base[g]
+        ns = np.clip(np.minimum(gb, bb) - aa, 0, None)
+        a2 = np.maximum(aa, gb)
+        wt = np.clip(_wait_time_until(m, g, bb) - _wait_time_until(m, g, a2), 0, None)
+        gid = m.wg_id[g]
+        blocks = coverage(trace, gid)
+        cov = np.clip(covered(blocks, gid, bb) - covered(blocks, gid, a2), 0, None)
+        not_started[lw] = ns
+        waiting[lw] = np.minimum(wt, bb - aa - ns)
+        in_region[lw] = np.clip(cov - wt, 0, None)
+        in_region[lw] = np.minimum(in_region[lw], bb - aa - ns - waiting[lw])
+    to = _wcol(trace, w, "timed_out")[wo]
+    # a wait that gave up: its notify never came (or came too late): a missing signal
+    missing = np.where(to, late, 0.0)
+    outside = np.where((late > 0) & ~to, late - not_started - waiting - in_region, 0.0)
+    # the signal's trip: up to the calibrated one-way latency of the pair; the rest is unexplained
+    ow = one_way_latency_ns(trace)
+    R = ow.shape[0]
+    rk = np.clip(_wcol(trace, w, "rank").astype(np.int64)[wo], 0, R - 1)
+    pk = np.clip(m.w_peer, 0, R - 1)
+    cal = ow[pk, rk] if nw else np.zeros(0)
+    sigv = np.nan_to_num(sig)
+    # a pair the calibration does not cover (a rank signalling itself, an unaligned capture):
+    # nothing to compare with, the whole latency is the signal's trip
+    link = np.where(np.isfinite(cal), np.minimum(sigv, np.nan_to_num(cal)), sigv)
+    unexplained = sigv - link
+    unpaired = ~paired & ~to
+    unexplained[unpaired] = dur[unpaired]
+    # follow producers that were themselves waiting to the one that was not
+    cur = np.arange(nw)
+    for _ in range(32):
+        hop = paired[cur] & (waiting[cur] > 0.5 * np.maximum(late[cur], 1))
+        if not hop.any():
+            break
+        pw = np.where(hop, m.n_prev[pc[cur]] if m.n_prev.size else -1, -1)
+        ok = hop & (pw >= 0)
+        if not ok.any():
+            break
+        nxt = np.where(ok, pw, cur)
+        if np.array_equal(nxt, cur):
+            break
+        cur = nxt
+    root_wg = np.where(paired[cur], m.wg_id[np.maximum(prod_wg[cur], 0)] if m.wg_id.size else -1, -1)
+    code = np.zeros(nw, np.int8)
+    parts = np.stack([not_started[cur], in_region[cur], outside[cur]], axis=1) if nw else np.zeros((0, 3))
+    has_late = late[cur] > 0
+    code[has_late] = 1 + np.argmax(parts[has_late], axis=1) if has_late.any() else code[has_late]
+    code[to[cur] & (m.w_kind[cur] == _MISSING)] = 4
+    code[to[cur] & (m.w_kind[cur] == _CUT)] = 6
+    code[unpaired[cur]] = 5
+    keys = trace.wg_keys
+    rwg = np.maximum(root_wg, 0)
+    root_rank = np.where(root_wg >= 0, keys[rwg, 0] if keys.shape[0] else -1, np.where(code == 4, m.w_peer[cur], -1))
+    root_prog = np.where(root_wg >= 0, keys[rwg, 2] if keys.shape[0] else -1, -1)
+    back = np.argsort(wo, kind="stable")  # model order -> event order
+    cols = {"row": m.w_row, "peer": m.w_peer, "wait_ns": m.w_dur, "producer_late_ns": late,
+            "late_not_started_ns": not_started, "late_waiting_ns": waiting, "late_in_region_ns": in_region,
+            "late_outside_ns": outside, "late_missing_ns": missing, "signal_latency_ns": sig, "link_ns": link,
+            "unexplained_ns": unexplained, "root_rank": root_rank, "root_program": root_prog, "root_code": code}
+    out = {k: v[back] for k, v in cols.items()}
+    pos = wo[back]
+    out.update(rank=_wcol(trace, w, "rank")[pos], launch=_wcol(trace, w, "launch")[pos],
+               program=_wcol(trace, w, "program")[pos])
+    return out
+
+
+def wait_causes(trace: Trace) -> np.ndarray:
+    """Every wait's time split into producer lateness (and why the producer was late), signal
+    latency (the calibrated link latency and what is beyond it) and time nobody explains.
+
+    Returns:
+        A table of ``WAIT_CAUSE_DTYPE``, one row per WAIT event, in event order. For each row,
+        ``late_not_started_ns + late_waiting_ns + late_in_region_ns + late_outside_ns +
+        late_missing_ns`` is ``producer_late_ns`` and ``link_ns + unexplained_ns`` is the signal latency (for a
+        completed wait with no captured notify, ``unexplained_ns`` is the whole wait).
+    """
+    c = _wait_split(trace)
+    cols = {k: v for k, v in c.items() if k != "root_code"}
+    cols["root"] = _ROOT_NAMES[c["root_code"]]
+    return fill_table(np.zeros(c["row"].size, WAIT_CAUSE_DTYPE), cols)
+
+
+#: Per consumer rank (``-1``: all), the wait time split (see :func:`wait_cause_totals`).
+WAIT_CAUSE_TOTALS_DTYPE = np.dtype(
+    [("rank", "<i4"), ("n_waits", "<i8"), ("wait_ns", "<f8"), ("producer_late_ns", "<f8"),
+     ("late_not_started_ns", "<f8"), ("late_waiting_ns", "<f8"), ("late_in_region_ns", "<f8"),
+     ("late_outside_ns", "<f8"), ("late_missing_ns", "<f8"), ("link_ns", "<f8"), ("unexplained_ns", "<f8")]
+)
+
+
+def wait_cause_totals(trace: Trace, launches=None) -> np.ndarray:
+    """:func:`wait_causes` summed per waiting rank, and over all ranks (``rank == -1``): of every
+    launch, or of the launches given (a large capture's report sums a sample of them)."""
+    c = _wait_split(trace, launches)
+    rank = c["rank"].astype(np.int64)
+    R = int(rank.max()) + 1 if rank.size else 0
+    out = np.zeros(R + 1, WAIT_CAUSE_TOTALS_DTYPE)
+    out["rank"] = np.r_[np.arange(R), -1]
+    out["n_waits"][:R] = np.bincount(rank, minlength=R)
+    for col in ("wait_ns", "producer_late_ns", "late_not_started_ns", "late_waiting_ns", "late_in_region_ns",
+                "late_outside_ns", "late_missing_ns", "link_ns", "unexplained_ns"):
+        out[col][:R] = np.bincount(rank, weights=np.nan_to_num(np.asarray(c[col], np.float64)), minlength=R)
+    for col in out.dtype.names[1:]:
+        out[col][R] = out[col][:R].sum()
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# root causes and what each would save
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Cause:
+    """One root cause and the replay that prices it.
+
+    Attributes:
+        kind: ``hang``, ``late_launch``, ``late_notifies``, ``uneven_work`` (workgroups with more
+            work than their peers), ``uneven_ranks`` (a rank's workgroups with more work than the
+            other ranks') or ``slow_link``.
+        rank: the rank at fault (the producer, the late rank, the overloaded workgroups' rank;
+            -1 when several).
+        ranks: every rank involved.
+        launches: the launch indices where the cause is present.
+        saving_ns: replayed without it, the capture's kernel time (launch durations summed)
+            would be this much shorter (estimated from a sample of launches when there are many).
+        saving_launches: launches in which the replay saved anything.
+        sampled: launches replayed (the saving of the others is scaled from them).
+        waiting_removed_ns: wait time that disappears with it (its consequences).
+        excess_ns: the time the cause itself put into the capture, wherever it landed (holds,
+            extra work, late starts, waits given up): how causes that save the same are ordered.
+        waits_affected: waits that would end earlier.
+        detail: what the report says about it (programs, rounds, region, magnitude, ...).
+    """
+
+    kind: str
+    rank: int
+    ranks: tuple
+    launches: np.ndarray
+    detail: dict = field(default_factory=dict)
+    saving_ns: float = 0.0
+    saving_launches: int = 0
+    sampled: int = 0
+    waiting_removed_ns: float = 0.0
+    waits_affected: int = 0
+    excess_ns: float = 0.0
+    waiting_ranks: tuple = ()
+    converged: bool = True
+    changes: object = field(default=None, repr=False)  # model -> Changes
+
+
+CAUSE_DTYPE = np.dtype(
+    [("kind", "O"), ("rank", "<i4"), ("ranks", "O"), ("n_launches", "<i8"), ("launches_total", "<i8"),
+     ("saving_ns", "<f8"), ("saving_per_launch_ns", "<f8"), ("share", "<f8"), ("saving_launches", "<i8"),
+     ("sampled_launches", "<i8"), ("magnitude_ns", "<f8"), ("programs", "O"), ("rounds", "O"), ("region", "O"),
+     ("waiting_removed_ns", "<f8"), ("waits_affected", "<i8")]
+)
+
+
+def _sample(codes: np.ndarray, k: int) -> np.ndarray:
+    if codes.size <= k:
+        return codes
+    return codes[np.unique(np.linspace(0, codes.size - 1, k).round().astype(np.int64))]
+
+
+def sample_launches(trace: Trace, k: int) -> np.ndarray:
+    """At most ``k`` launch indices of the capture, evenly spaced (all of them when there are few)."""
+    return _sample(launch_makespans(trace)[0], k)
+
+
+def _price(m: _Model, cause: Cause, sample: np.ndarray, cfg: CauseConfig) -> None:
+    """Replay the sampled launches of a cause (``m`` holds them) without it; the saving of all
+    its launches is the sample's, scaled."""
+    sub = m.take(_codes_of(m, sample))
+    ch = cause.changes(sub)
+    res = replay(sub, ch, max_iterations=cfg.max_iterations)
+    saved = np.maximum(sub.obs_makespan - res.makespan, 0)
+    scale = cause.launches.size / max(sample.size, 1)
+    cause.saving_ns = float(saved.sum()) * scale
+    cause.saving_launches = int(round(np.count_nonzero(saved > 0) * scale))
+    cause.sampled = int(sample.size)
+    fewer = np.maximum(sub.w_dur - res.wait_dur, 0)
+    cause.waiting_removed_ns = float(fewer.sum()) * scale
+    aff = fewer > 0
+    cause.waits_affected = int(round(np.count_nonzero(aff) * scale))
+    cause.waiting_ranks = tuple(sorted(set(sub.wg_rank[sub.w_wg[aff]].tolist())))
+    cause.converged = res.converged
+
+
+def _codes_of(m: _Model, launch_values) -> np.ndarray:
+    v = np.asarray(launch_values, np.int64)
+    k = np.searchsorted(m.launch_ids, v)
+    k = np.clip(k, 0, max(m.launch_ids.size - 1, 0))
+    return np.unique(k[m.launch_ids[k] == v]) if m.launch_ids.size else np.zeros(0, np.int64)
+
+
+def _ranges(values) -> str:
+    """``[1, 2, 3, 7]`` -> ``"1-3, 7"``."""
+    v = sorted({int(x) for x in values})
+    out, i = [], 0
+    while i < len(v):
+        j = i
+        while j + 1 < len(v) and v[j + 1] == v[j] + 1:
+            j += 1
+        out.append(f"{v[i]}-{v[j]}" if j > i + 1 else (f"{v[i]}, {v[j]}" if j == i + 1 else f"{v[i]}"))
+        i = j + 1
+    return ", ".join(out)
+
+
+def _late_launch_causes(trace: Trace, cfg: CauseConfig) -> list[Cause]:
+    """A rank that starts a launch after the first rank did, by more than the GPU being busy
+    with its previous launch explains (a launch queued right behind a long one starts late
+    because of that one: its cause is that launch's, not the host's)."""
+    kt = kernel_time(trace)
+    if kt.size == 0 or trace.world_size < 2:
+        return []
+    all_l = launch_makespans(trace)[0]
+    lcode = np.searchsorted(all_l, kt["launch"])
+    L = all_l.size
+    first = np.full(L, np.iinfo(np.int64).max)
+    np.minimum.at(first, lcode, kt["start_ns"])
+    skew = (kt["start_ns"] - first[lcode]).astype(np.float64)
+    n_ranks = np.bincount(lcode, minlength=L)
+    # idle time of the rank's GPU before the launch (kt is in (rank, launch) order)
+    same = np.r_[False, kt["rank"][1:] == kt["rank"][:-1]]
+    idle = np.where(same, kt["start_ns"] - np.r_[0, kt["end_ns"][:-1]], np.inf).astype(np.float64)
+    min_idle = np.full(L, np.inf)
+    np.minimum.at(min_idle, lcode, idle)
+    late = np.clip(np.minimum(skew, idle - np.where(np.isfinite(min_idle[lcode]), min_idle[lcode], 0.0)), 0, None)
+    queued = skew - late
+    out = []
+    for r in np.unique(kt["rank"]).tolist():  # ranks: a handful
+        sel = (kt["rank"] == r) & (late >= cfg.min_skew_ns) & (n_ranks[lcode] > 1)
+        if not sel.any():
+            continue
+        codes = lcode[sel]
+        per_launch = np.zeros(L)
+        per_launch[codes] = late[sel]
+        firsts = kt[(np.isin(lcode, codes)) & (skew == 0)]["rank"]
+        ref = int(np.bincount(firsts).argmax()) if firsts.size else -1
+
+        def changes(sub, r=r, per_launch=per_launch):
+            sh = np.where(sub.wg_rank == r, per_launch[np.searchsorted(all_l, sub.launch_ids)][sub.wg_launch], 0.0)
+            return Changes(shift=sh)
+
+        out.append(Cause("late_launch", int(r), (int(r),), all_l[codes], changes=changes, excess_ns=float(late[sel].sum()),
+                         detail={"magnitude_ns": float(np.median(late[sel])), "min_ns": float(late[sel].min()),
+                                 "max_ns": float(late[sel].max()), "first_rank": ref,
+                                 "queued_ns": float(queued[sel].max())}))
+    return out
+
+
+def _notify_rounds(trace: Trace) -> np.ndarray:
+    """Per notify (row order), its place among its workgroup's notifies of the same region."""
+    N = EventKind.NOTIFY
+    g = trace.wg[trace.rows_of(N)]
+    reg = trace.at(N, "region").astype(np.int64)
+    rc, _ = dense_codes(reg)
+    key = g * (int(rc.max()) + 1 if rc.size else 1) + rc
+    o = np.argsort(key, kind="stable")
+    ks = key[o]
+    idx = np.arange(ks.size)
+    first = np.r_[True, ks[1:] != ks[:-1]] if ks.size else np.zeros(0, bool)
+    occ = idx - np.maximum.accumulate(np.where(first, idx, 0)) if ks.size else idx
+    out = np.empty(ks.size, np.int64)
+    out[o] = occ
+    return out
+
+
+def _late_notify_causes(trace: Trace, cfg: CauseConfig) -> list[Cause]:
+    h = _holds(trace)
+    hx = h["held_excess_ns"]
+    late = np.isfinite(hx) & (hx >= cfg.min_late_ns)
+    if not late.any():
+        return []
+    N = EventKind.NOTIFY
+    reg = trace.at(N, "region").astype(np.int64)
+    rank = h["rank"].astype(np.int64)
+    rounds = _notify_rounds(trace)
+    out = []
+    li = np.flatnonzero(late)
+    gk = rank[li] * (1 << 24) + reg[li]
+    for key in np.unique(gk).tolist():  # (rank, region): a handful
+        sel = li[gk == key]
+        r, rid = key >> 24, key & ((1 << 24) - 1)
+        mine = (rank == r) & (reg == rid)
+        n_launch_mine = np.unique(h["launch"][mine]).size
+        hold = np.zeros(h["row"].size)
+        hold[sel] = hx[sel]
+        codes = np.unique(h["launch"][sel]).astype(np.int64)
+
+        def changes(sub, hold=hold):
+            pos = np.searchsorted(h["row"], sub.n_row)
+            return Changes(hold=hold[pos])
+
+        base = h["baseline_ns"][sel]
+        out.append(Cause("late_notifies", int(r), (int(r),), codes, changes=changes, excess_ns=float(hx[sel].sum()), detail={
+            "region_id": int(rid), "magnitude_ns": float(np.median(hx[sel])), "max_ns": float(hx[sel].max()),
+            "baseline_ns": float(np.nanmedian(base)) if np.isfinite(base).any() else math.nan,
+            "n_late": int(sel.size), "n_notifies": int(mine.sum()),
+            "per_launch_late": sel.size / max(np.unique(h["launch"][sel]).size, 1),
+            "per_launch": int(mine.sum()) / max(n_launch_mine, 1),
+            "programs": sorted(set(h["program"][sel].tolist())), "rounds": sorted(set(rounds[sel].tolist())),
+            "rows": h["row"][sel]}))
+    return out
+
+
+def _uneven_work_causes(trace: Trace, wg: np.ndarray | None) -> list[Cause]:
+    if wg is None or wg.size == 0 or not wg["overloaded"].any():
+        return []
+    over = np.flatnonzero(wg["overloaded"])
+    role_inv, role_codes = _object_codes(wg["role"])
+    med = group_median(role_inv, wg["work_ns"].astype(np.float64), role_codes.size)
+    med_items = group_median(role_inv, wg["work_items"].astype(np.float64), role_codes.size)
+    reg_inv, reg_names = _object_codes(wg["top_region"][over])
+    key = role_inv[over] * max(reg_names.size, 1) + reg_inv
+    out = []
+    for k in np.unique(key).tolist():  # (role, region): a handful
+        sel = over[key == k]
+        ri = int(role_inv[sel[0]])
+        region = str(reg_names[k % max(reg_names.size, 1)])
+        factor = np.ones(wg.size)
+        factor[sel] = np.minimum(med[ri] / np.maximum(wg["work_ns"][sel].astype(np.float64), 1.0), 1.0)
+        codes = np.unique(wg["launch"][sel]).astype(np.int64)
+
+        def changes(sub, factor=factor):
+            return Changes(scale=factor[sub.wg_id])
+
+        # the busy time a workgroup spends per item: how much longer its items took, if as many
+        items = wg["work_items"][sel].astype(np.float64)
+        ranks = tuple(sorted(set(wg["rank"][sel].tolist())))
+        rp = np.unique(wg["rank"][sel].astype(np.int64) * (1 << 32) + wg["program"][sel].astype(np.int64))
+        progs = {int(r): (rp[(rp >> 32) == r] & 0xFFFFFFFF).tolist() for r in ranks}
+        excess = float(np.clip(wg["work_ns"][sel] - med[ri], 0, None).sum())
+        out.append(Cause("uneven_work", ranks[0] if len(ranks) == 1 else -1, ranks, codes, changes=changes,
+                         excess_ns=excess, detail={
+            "role": str(role_codes[ri]), "region": region, "n_workgroups": int(sel.size),
+            "work_ns": float(np.mean(wg["work_ns"][sel])), "median_work_ns": float(med[ri]),
+            "magnitude_ns": float(np.mean(wg["work_ns"][sel]) - med[ri]),
+            "items": float(np.mean(items)), "median_items": float(med_items[ri]),
+            "region_excess_ns": float(np.nanmean(wg["top_region_excess_ns"][sel]))
+            if np.isfinite(wg["top_region_excess_ns"][sel]).any() else math.nan,
+            "programs": progs}))
+    return out
+
+
+def _object_codes(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, uniques)`` of an object array of strings, ``uniques`` sorted: the distinct values
+    are few (kernel and region names), so one dict lookup per distinct value, not a sort of all."""
+    x = np.asarray(x, dtype=object)
+    if x.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, object)
+    # runs of equal neighbours are common (one kernel per launch): look each run up once
+    new = np.r_[True, x[1:] != x[:-1]]
+    heads = x[new]
+    names = sorted(set(heads.tolist()))
+    code_of = {n: i for i, n in enumerate(names)}
+    head_codes = np.fromiter((code_of[h] for h in heads.tolist()), np.int64, heads.size)
+    return head_codes[np.cumsum(new) - 1], np.array(names, dtype=object)
+
+
+def _uneven_rank_causes(trace: Trace, wg: np.ndarray | None, min_excess: float, cfg: CauseConfig) -> list[Cause]:
+    """Ranks whose workgroups of one kernel work much longer than the other ranks' (uneven
+    routing of an all-to-all, a rank with a larger shard): priced by a replay with the kernel's
+    work spread evenly over the ranks (each rank's workgroups scaled to the mean over all of
+    them, the total unchanged)."""
+    if wg is None or wg.size == 0 or trace.world_size < 2:
+        return []
+    from .load import region_time
+
+    role_inv, role_codes = _object_codes(wg["role"])
+    rank = wg["rank"].astype(np.int64)
+    R = int(rank.max()) + 1
+    out = []
+    for ri, role in enumerate(role_codes.tolist()):  # kernels: a handful
+        sel = role_inv == ri
+        ranks_here = np.unique(rank[sel])
+        if ranks_here.size < 2:
+            continue
+        work = wg["work_ns"][sel].astype(np.float64)
+        med = group_median(rank[sel], work, R)
+        items = group_median(rank[sel], wg["work_items"][sel].astype(np.float64), R)
+        meds = med[ranks_here]
+        lo_r, hi_r = ranks_here[np.argmin(meds)], ranks_here[np.argmax(meds)]
+        if not (med[hi_r] >= (1 + min_excess) * max(med[lo_r], 1.0) and med[hi_r] - med[lo_r] >= cfg.min_late_ns):
+            continue
+        balanced = float(work.mean())
+        heavy = [int(r) for r in ranks_here if med[r] >= 1.25 * balanced]
+        factor = np.ones(wg.size)
+        per_rank = np.where(med > 0, balanced / np.maximum(med, 1.0), 1.0)
+        factor[sel] = per_rank[rank[sel]]
+        codes = np.unique(wg["launch"][sel]).astype(np.int64)
+        # the region where the heavy ranks spend most beyond the others
+        mtx, rids = region_time(trace)
+        region = ""
+        if rids.size:
+            hv = sel & np.isin(rank, heavy)
+            lt = sel & ~np.isin(rank, heavy)
+            if hv.any() and lt.any():
+                diff = mtx[hv].mean(axis=0) - mtx[lt].mean(axis=0)
+                region = trace.region_name(rids[int(np.argmax(diff))])
+
+        def changes(sub, factor=factor):
+            return Changes(scale=factor[sub.wg_id])
+
+        hv_sel = sel & np.isin(rank, heavy)
+        excess = float(np.clip(wg["work_ns"][hv_sel] - balanced, 0, None).sum())
+        out.append(Cause("uneven_ranks", heavy[0] if len(heavy) == 1 else -1, tuple(heavy), codes, changes=changes,
+                         excess_ns=excess,
+                         detail={"role": role, "region": region, "heavy": heavy,
+                                 "rank_work_ns": {int(r): float(med[r]) for r in ranks_here},
+                                 "rank_items": {int(r): float(items[r]) for r in ranks_here},
+                                 "balanced_ns": balanced, "magnitude_ns": float(med[hi_r] - balanced),
+                                 "ratio": float(med[hi_r] / max(med[lo_r], 1.0)), "light_rank": int(lo_r)}))
+    return out
+
+
+def _hang_causes(trace: Trace, to: np.ndarray | None, missing: np.ndarray | None) -> list[Cause]:
+    if to is None or missing is None or missing.size == 0:
+        return []
+    out = []
+    keyed: dict = {}
+    for i, row in enumerate(missing):
+        keyed.setdefault((int(row["producer"]), int(row["consumer"]), int(row["flag"])), []).append(i)
+    for (prod, cons, flag), idx in keyed.items():
+        rows = missing[idx]
+        launches = np.unique(rows["launch"]).astype(np.int64)
+        codes = launches
+        sel_to = to[(to["rank"] == cons) & (to["peer"] == prod) & (to["flag"] == flag) & (to["status"] == "never signalled")]
+        cut = to[np.isin(to["launch"], launches) & (to["status"] != "never signalled")]
+
+        def changes(sub, launches=launches):
+            in_l = np.isin(sub.launch_ids[sub.wg_launch[sub.w_wg]], launches)
+            return Changes(release_timeouts=in_l)
+
+        programs = sorted({p for ps in rows["programs"] for p in ps})
+        out.append(Cause("hang", prod, (cons, prod), codes, changes=changes, excess_ns=float(sel_to["waited_ns"].sum()), detail={
+            "consumer": cons, "producer": prod, "flag": flag, "expected": int(rows["expected"][0]),
+            "cmp": str(rows["cmp"][0]), "programs": programs, "n_waiters": int(rows["n_waiters"].sum()),
+            "waited_ns": float(np.median(sel_to["waited_ns"])) if sel_to.size else math.nan,
+            "magnitude_ns": float(np.median(sel_to["waited_ns"])) if sel_to.size else math.nan,
+            "since_ns": int(rows["since_ns"][0]), "last_value_sent": int(rows["last_value_sent"].max()),
+            "producer_stuck": bool(rows["producer_stuck"].any()),
+            "producer_last_event_ns": int(rows["producer_last_event_ns"][0]),
+            "region_id": int(trace.column("region")[sel_to["row"][0]]) if sel_to.size else -1,
+            "sm": int(sel_to["sm"][0]) if sel_to.size else -1,
+            "cut_short": int(cut.size), "cut_ranks": sorted(set(cut["rank"].tolist())),
+            "gave_up_ns": int(sel_to["gave_up_ns"][np.argmin(sel_to["since_ns"])]) if sel_to.size else -1}))
+    return out
+
+
+def _slow_link_causes(trace: Trace, cfg: CauseConfig) -> list[Cause]:
+    ow = one_way_latency_ns(trace)
+    w = _waits(trace)
+    if w.size == 0 or not np.isfinite(ow).any():
+        return []
+    late = np.nan_to_num(_wcol(trace, w, "producer_late_ns")) > 0
+    sig = _wcol(trace, w, "signal_latency_ns")
+    ok = late & np.isfinite(sig)
+    rank = _wcol(trace, w, "rank").astype(np.int64)
+    peer = w["peer"].astype(np.int64)
+    R = ow.shape[0]
+    out = []
+    for p in range(R):
+        for c in range(R):
+            if p == c or not np.isfinite(ow[p, c]):
+                continue
+            sel = ok & (peer == p) & (rank == c)
+            if sel.sum() < 3:
+                continue
+            med = float(np.median(sig[sel]))
+            if med < cfg.slow_link_factor * ow[p, c] or med < ow[p, c] + cfg.min_late_ns:
+                continue
+            codes = np.unique(_wcol(trace, w, "launch")[sel]).astype(np.int64)
+
+            def changes(sub, p=p, c=c, v=float(ow[p, c])):
+                mine = (sub.w_peer == p) & (sub.wg_rank[sub.w_wg] == c)
+                return Changes(latency=np.where(mine, v, np.nan))
+
+            out.append(Cause("slow_link", p, (p, c), codes, changes=changes, excess_ns=float((sig[sel] - ow[p, c]).sum()),
+                             detail={"consumer": c, "magnitude_ns": med, "calibrated_ns": float(ow[p, c]),
+                                     "n_waits": int(sel.sum())}))
+    return out
+
+
+def root_causes(trace: Trace, config: CauseConfig = CauseConfig(), *, workgroups: np.ndarray | None = None,
+                timeouts: np.ndarray | None = None, missing: np.ndarray | None = None,
+                min_excess: float = 0.5) -> list[Cause]:
+    """Find the root causes in a capture and price each by a replay without it.
+
+    Args:
+        trace: the prepared capture.
+        config: thresholds and replay limits.
+        workgroups: ``load.workgroups(trace)`` (its overloaded workgroups are the uneven-work
+            candidates; computed when not given).
+        timeouts, missing: ``hangs.timeouts`` and ``hangs.missing_notifies`` (computed when not
+            given).
+        min_excess: ranks count as unevenly loaded when one rank's median workgroup works
+            ``1 + min_excess`` times another's (``LoadConfig.min_excess``).
+
+    Returns:
+        The causes: hangs first, then by saving, then by the time they put in (``excess_ns``).
+    """
+    from . import hangs, load
+
+    if workgroups is None:
+        workgroups = load.workgroups(trace)
+    if timeouts is None:
+        timeouts = hangs.timeouts(trace)
+    if missing is None:
+        missing = hangs.missing_notifies(trace, timeouts)
+    found = (_hang_causes(trace, timeouts, missing) + _late_launch_causes(trace, config)
+             + _late_notify_causes(trace, config) + _uneven_work_causes(trace, workgroups)
+             + _uneven_rank_causes(trace, workgroups, min_excess, config) + _slow_link_causes(trace, config))
+    found = [c for c in found if c.launches.size]
+    # one model of every launch some cause is priced on, each cause replayed on its own sample
+    samples = [_sample(np.unique(c.launches), config.max_replay_launches) for c in found]
+    if found:
+        m = replay_model(trace, np.unique(np.concatenate(samples)))
+        for c, smp in zip(found, samples):
+            _price(m, c, smp, config)
+    found.sort(key=lambda c: (c.kind != "hang", -c.saving_ns, -c.excess_ns))
+    return found
+
+
+def causes_table(trace: Trace, found: list[Cause]) -> np.ndarray:
+    """The root causes as a table (``CAUSE_DTYPE``), in the order given."""
+    lids, spans = launch_makespans(trace)
+    total = float(spans.sum())
+    out = np.zeros(len(found), CAUSE_DTYPE)
+    for i, c in enumerate(found):
+        d = c.detail
+        progs = d.get("programs", ())
+        if isinstance(progs, dict):
+            progs = "; ".join(f"rank {r}: {_ranges(p)}" for r, p in progs.items())
+        else:
+            progs = _ranges(progs)
+        rid = d.get("region_id")
+        region = d.get("region", trace.region_name(rid) if rid is not None and rid >= 0 else "")
+        out[i] = (c.kind, c.rank, tuple(c.ranks), c.launches.size, lids.size, c.saving_ns,
+                  c.saving_ns / max(c.launches.size, 1), c.saving_ns / total if total > 0 else math.nan,
+                  c.saving_launches, c.sampled, d.get("magnitude_ns", math.nan), progs, _ranges(d.get("rounds", ())),
+                  region, c.waiting_removed_ns, c.waits_affected)
+    return out
+
+
+def kernel_time_total(trace: Trace) -> float:
+    """The capture's kernel time: every launch's duration (first start to last end over ranks), summed."""
+    return float(launch_makespans(trace)[1].sum())
+
+
+__all__ = ["CAUSE_DTYPE", "KINDS", "Cause", "CauseConfig", "Changes", "ReplayResult", "WAIT_CAUSE_DTYPE", "causes_table",
+           "kernel_time_total", "launch_makespans", "one_way_latency_ns", "replay", "replay_model", "root_causes",
+           "sample_launches", "wait_cause_totals", "wait_causes"]
