@@ -1,4 +1,4 @@
-"""One rank of ``test_rank_death.py`` (started by ``ktrace.testing.launch``, two ranks).
+"""One rank of ``test_rank_death.py`` (two ranks, each started with the rank environment).
 
 Both ranks open ``ktrace.capture(heap=heap)`` (the opening calibration runs); then rank 1 dies
 (``killed``: SIGKILL; ``raises``: its code raises inside the block and the process ends with
