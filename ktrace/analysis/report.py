@@ -574,7 +574,7 @@ def render_text(rep: Report, *, max_findings: int = 20) -> str:
         f"Capture: {s['world_size']} ranks ({', '.join(map(str, s['ranks']))}), {s['launches']} launches of "
         f"{', '.join(s['kernels']) or '?'}, {s['events']:,} events, {s['workgroups']:,} workgroups"
         + (" (PARTIAL)" if s["partial"] else ""),
-        f"Clock: {s['clock']}" + (f", ranks aligned within ~{fmt_ns(s['clock_bound_ns'])}" if s.get("clock_bound_ns") else ""),
+        f"Clock: {s['clock']}" + (f", ranks aligned within ~{fmt_ns(s['clock_bound_ns'])}" if s.get("clock_bound_ns") else "") + (f" ({rep.trace.clock.bounds_text()})" if rep.trace is not None and hasattr(rep.trace.clock, "bounds_text") else ""),
         f"Waits: {s['waits']:,} waited {fmt_ns(s['wait_ns'])} in total: producer late {fmt_ns(s['producer_late_ns'])}, "
         f"signal latency {fmt_ns(s['signal_latency_ns'])}; {s['waits_unreleased']} completed waits without a captured "
         f"notify; {s['timeouts']} timed out.",
