@@ -172,8 +172,10 @@ def test_preferences_pick_each_path():
     cap, truth = chain_capture()
     anchors = fit_clock(cap, prefer="host-anchor")
     assert {r: rc.method for r, rc in anchors.ranks.items() if r} == {1: "host-anchor", 2: "host-anchor", 3: "host-anchor"}
-    # host anchors assume one host clock: node B lands off by the hosts' 2.35 s
+    # host anchors assume one host clock: node B lands off by the hosts' 2.35 s, and says its bound is unknown
     assert abs(_rank_errors(cap, truth, anchors)[2]) > 2e9
+    assert math.isnan(anchors.rank(2).error_bound_ns) and math.isfinite(anchors.rank(1).error_bound_ns)
+    assert any("rank 2: aligned through host time only, taking node nodeB's host clock" in n for n in anchors.notes)
     chain = fit_clock(cap, prefer="host-chain")
     # rank 1 shares the reference's host: its chain is its own anchors and the reference's GPU<->host leg
     assert chain.rank(1).method == "host-chain"

@@ -881,6 +881,7 @@ def fit_clock(capture, *, reference_rank: int | None = None, keep_fraction: floa
         return found
 
     out: dict[int, RankClock] = {}
+    ref_node = str(samples.get(ref, {}).get("node") or "")
     for r, rc in sorted(ranks.items()):
         cs = samples[r]
         node = str(cs.get("node") or "")
@@ -891,7 +892,7 @@ def fit_clock(capture, *, reference_rank: int | None = None, keep_fraction: floa
             continue
         anchor = cs.get("host_anchor")
         if prefer == "host-anchor" and anchor and host is not None:
-            out[r] = _anchor_clock(r, hz[r], anchor, host, host_rate, node, notes)
+            out[r] = _anchor_clock(r, hz[r], anchor, host, host_rate, node, ref_node, notes)
             continue
         found = solve(r)
         if found is not None:
@@ -913,7 +914,7 @@ def fit_clock(capture, *, reference_rank: int | None = None, keep_fraction: floa
                 notes.append(f"rank {r}: its host chain was measured in one calibration phase: offset only, drift not measured")
             continue
         if anchor and host is not None:
-            out[r] = _anchor_clock(r, hz[r], anchor, host, host_rate, node, notes)
+            out[r] = _anchor_clock(r, hz[r], anchor, host, host_rate, node, ref_node, notes)
             continue
         out[r] = RankClock(rank=r, tick_hz=hz[r], pivot_dev_ns=0, pivot_ns=0, rtt_ns=math.nan, rtt_min_ns=math.nan, residual_ns=math.nan,
                            method="unaligned", node=node)
@@ -934,18 +935,26 @@ def fit_clock(capture, *, reference_rank: int | None = None, keep_fraction: floa
     )
 
 
-def _anchor_clock(r: int, hz: int, anchor: Mapping, host: HostAnchorFit, host_rate: float, node: str, notes: list) -> RankClock:
-    """Rank ``r`` through its own host anchor against the reference's, assuming one host clock."""
+def _anchor_clock(r: int, hz: int, anchor: Mapping, host: HostAnchorFit, host_rate: float, node: str, ref_node: str,
+                  notes: list) -> RankClock:
+    """Rank ``r`` through its own host anchor against the reference's, assuming one host clock.
+    Across two known nodes nothing measured the hosts against each other: the bound is unknown."""
     try:
         h = fit_host_anchor(anchor, hz)
     except ValueError as e:
         raise ValueError(f"rank {r}: {e}") from None
-    notes.append(f"rank {r}: no ping-pong samples; aligned through host time only (bound {h.bound_ns + host.bound_ns:.0f} ns)")
+    bound = h.bound_ns + host.bound_ns
+    if node and ref_node and node != ref_node:
+        notes.append(f"rank {r}: aligned through host time only, taking node {node}'s host clock for node {ref_node}'s "
+                     "(not measured): its bound is unknown")
+        bound = math.nan
+    else:
+        notes.append(f"rank {r}: no ping-pong samples; aligned through host time only (bound {bound:.0f} ns)")
     return RankClock(
         rank=r, tick_hz=hz, pivot_dev_ns=h.dev0_ns, pivot_ns=h.host_at(h.dev0_ns), scale=1.0 + h.rate,
         # both map to host time: device(r) - device(ref) at one host instant
         offset_ns=int(host.offset_ns - h.offset_ns),
-        drift_ppm=(h.rate - host_rate) * 1e6, rtt_ns=2.0 * (h.bound_ns + host.bound_ns), n_kept=h.n_kept,
+        drift_ppm=(h.rate - host_rate) * 1e6, rtt_ns=2.0 * bound, n_kept=h.n_kept,
         n_samples=h.n_samples, method="host-anchor", node=node,
     )
 
