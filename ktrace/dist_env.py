@@ -21,19 +21,26 @@ in a job of several tasks.
 :func:`rank_env` reads the environment, :func:`export_torch_env` writes what
 ``torch.distributed``'s ``env://`` initialisation reads (so a Slurm task initialises like a
 torchrun worker), :func:`device_index` picks this rank's GPU. :data:`SAFE_ENV` is the
-environment every rank must have (NVLink multicast off). Pure Python: importing this module
-pulls in neither torch nor triton.
+environment every rank must have (NVLink multicast off). :func:`node_name` says which node a
+rank is on (ranks of one node share a host clock; the clock calibration chains the others).
+Pure Python: importing this module pulls in neither torch nor triton.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass
 from typing import Mapping, MutableMapping
 
 #: Environment of every rank, unless the user set these: NVLink multicast (NVLS) stays off in
 #: NCCL, in torch's symmetric memory and in NVSHMEM (the heap's flags and stores assume it).
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+#: Names this rank's node instead of the host name (``{rank}`` and ``{local_rank}`` are filled
+#: in): ``KTRACE_NODE='sim{rank}'`` makes every rank a node of its own, to simulate several nodes
+#: on one host (see :func:`node_name`).
+NODE_ENV = "KTRACE_NODE"
 
 #: First port of the range a Slurm task's rendezvous port is derived in (see :func:`slurm_port`):
 #: below Linux's ephemeral ports (32768 and up), so no outgoing connection holds it by chance.
@@ -191,3 +198,37 @@ def device_index(re: RankEnv, device_count: int) -> int | None:
     if device_count == 1 and re.launcher == "slurm":
         return 0
     raise RuntimeError(f"LOCAL_RANK {re.local_rank} but only {device_count} GPUs are visible")
+
+
+def node_name(environ: Mapping[str, str] | None = None, *, rank: int | None = None, local_rank: int | None = None,
+              template: str | None = None) -> str:
+    """The name of the node this rank runs on: ranks with one name share a host (and its clock).
+
+    The clock calibration measures the ranks of one node against each other over the symmetric
+    heap and chains the nodes through their host clocks (``ktrace.clock.calibrate``): which path a
+    rank takes follows from these names. The host name is the default; a template (argument, else
+    ``$KTRACE_NODE``) overrides it, with ``{rank}`` and ``{local_rank}`` filled in, e.g.
+    ``"sim{rank}"`` to treat every GPU of one host as a node of its own (a simulation of several
+    nodes).
+
+    Args:
+        environ: the environment to read (default: this process's).
+        rank: this process's global rank (for ``{rank}``; default: from the launcher's variables).
+        local_rank: its index on the node (for ``{local_rank}``; default: from the launcher's).
+        template: overrides ``$KTRACE_NODE``.
+
+    Raises:
+        ValueError: a template naming a field other than ``rank`` and ``local_rank``.
+    """
+    env = os.environ if environ is None else environ
+    tpl = template if template is not None else env.get(NODE_ENV, "")
+    if not tpl:
+        return socket.gethostname()
+    if rank is None or local_rank is None:
+        re = rank_env(env)
+        rank = (re.rank if re else 0) if rank is None else rank
+        local_rank = (re.local_rank if re else 0) if local_rank is None else local_rank
+    try:
+        return tpl.format(rank=rank, local_rank=local_rank)
+    except (KeyError, IndexError, ValueError) as e:
+        raise ValueError(f"node name template {tpl!r} may use only {{rank}} and {{local_rank}} ({e})") from None

@@ -190,7 +190,9 @@ class Session:
             self.rank = r if self.rank is None else self.rank
             self.world_size = w if self.world_size is None else self.world_size
         if self.heap is not None:
-            self.rank, self.world_size = self.heap.rank, self.heap.world_size
+            # a heap may span one node only (SymmetricHeap(group=node_group)): the capture's rank
+            # is the process's rank in the world, which the clock calibration spans
+            self.rank, self.world_size = _dist_rank_world() if _is_dist() else (self.heap.rank, self.heap.world_size)
 
     # context manager -------------------------------------------------------------------------
     def _open(self):
@@ -274,7 +276,8 @@ class Session:
             return
         from .captures.gather import arrive
 
-        arrival = arrive(f"capture.{phase}", group=self.heap.group, timeout_s=self.peer_timeout_s, leaving=leaving)
+        # (over every rank: between nodes the calibration chains hosts outside the heap's group)
+        arrival = arrive(f"capture.{phase}", group=None, timeout_s=self.peer_timeout_s, leaving=leaving)
         if leaving:
             return
         if not arrival.complete:
@@ -435,13 +438,9 @@ class Session:
         return meta
 
     def _clock_samples(self) -> dict | None:
-        if not self._calib:
-            return None
-        me = int(self.rank)
-        pingpong = [s for c in self._calib.values() for s in c["samples"] if int(s["peer"]) == me]
-        anchors = self._calib.get("before", next(iter(self._calib.values())))["anchors"]
-        anchor = anchors.get(me) if isinstance(anchors, dict) else None
-        return {"pingpong": pingpong, "host_anchor": anchor}
+        from .clock.paths import rank_samples
+
+        return rank_samples(self._calib, int(self.rank))
 
     def gather(self, dst: int = 0) -> Capture | None:
         """Collect every rank's capture on rank ``dst`` (collective), with the clock model fitted.
@@ -477,6 +476,14 @@ class Session:
 def capture(**kwargs) -> Session:
     """Open a capture session: ``with ktrace.capture() as cap: ...`` (see :class:`Session`)."""
     return Session(**kwargs)
+
+
+def _is_dist() -> bool:
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return False
+    return dist.is_available() and dist.is_initialized()
 
 
 def _dist_rank_world() -> tuple[int, int]:

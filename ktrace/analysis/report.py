@@ -660,7 +660,7 @@ def render_text(rep: Report, *, max_findings: int = 10) -> str:
         f"{', '.join(s['kernels']) or '?'}, {s['events']:,} events, {s['workgroups']:,} workgroups; kernel time "
         f"{fmt_ns(s.get('kernel_time_ns'))} (launch durations summed)"
         + (" (PARTIAL)" if s["partial"] else ""),
-        f"Clock: {s['clock']}" + (f", ranks aligned within ~{fmt_ns(s['clock_bound_ns'])}" if s.get("clock_bound_ns") else ""),
+        f"Clock: {s['clock']}" + (f", ranks aligned within ~{fmt_ns(s['clock_bound_ns'])}" if s.get("clock_bound_ns") else "") + (f" ({rep.trace.clock.bounds_text()})" if rep.trace is not None and hasattr(rep.trace.clock, "bounds_text") else ""),
         f"Waits: {s['waits']:,} waited {fmt_ns(s['wait_ns'])} in total: producer late {fmt_ns(s['producer_late_ns'])}, "
         f"signal latency {fmt_ns(s['signal_latency_ns'])} (of which {fmt_ns(s.get('unexplained_ns'))} beyond the "
         f"calibrated link latency or with no captured notify: unexplained); {s['waits_unreleased']} completed waits "

@@ -75,7 +75,8 @@ def check_causality(events: np.ndarray, model=None, *, slack_ns: float = 0.0) ->
     Args:
         events: an aligned table (``ktrace.events.aligned_events``).
         model: the ``ClockModel`` the table was aligned with; each pair's tolerance is the sum
-            of its two ranks' error bounds (half the round-trip bound plus the fit residual).
+            of its two ranks' error bounds (half the round-trip bound plus the fit residual; for
+            a rank reached through the host chain, the sum of its legs' bounds).
             Without a model the tolerance is ``slack_ns`` alone.
         slack_ns: added to every pair's tolerance.
 
