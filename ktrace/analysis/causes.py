@@ -207,6 +207,8 @@ class _Model:
         n_new = np.cumsum(wn) - 1
 
         def remap(idx, keep, new):
+            if keep.size == 0:  # (nothing of that kind in the model: every index is -1)
+                return np.full(idx.shape, -1, np.int64), idx < 0
             ok = (idx >= 0) & keep[np.maximum(idx, 0)]
             return np.where(ok, new[np.maximum(idx, 0)], -1), ok | (idx < 0)
 
