@@ -16,7 +16,9 @@ every analysis and the findings), and, with ``--from-capture``, the same startin
 With ``--fresh-process`` the capture is written to a temporary ``.ktrace`` file and each run is a
 new Python process that does what ``ktrace report FILE`` does (``prepare(path)``: read, decode,
 align; then ``build_report``); it reports its wall time, user and system CPU, minor page faults
-and peak RSS, and the load average is printed before and after.
+and peak RSS and the wall time of each step of the report (as its progress callback sees them:
+``prepare`` is reading, decoding and aligning; a step's time runs until the next one starts), and
+the load average is printed before and after.
 
 Every run's time is listed (a process's first run also pays for growing its memory), with the
 process CPU time (two threads run at once) and the peak RSS.
@@ -69,14 +71,20 @@ from ktrace._memory import keep_freed_memory
 keep_freed_memory()  # as the `ktrace` command does
 t1 = time.perf_counter()
 r0 = resource.getrusage(resource.RUSAGE_SELF)
-rep = build_report(prepare(sys.argv[1]), ReportConfig())
+steps, mark = [], [time.perf_counter(), "prepare"]
+def step(name, done, total):  # wall time of each of the report's steps
+    t = time.perf_counter(); steps.append((mark[1], t - mark[0])); mark[:] = [t, name]
+trace = prepare(sys.argv[1])
+step("build_report", 0, 0)
+rep = build_report(trace, ReportConfig(), progress=step)
 from ktrace.analysis import render_text
 render_text(rep)  # what the command prints
 t2 = time.perf_counter()
 r1 = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({{"analysis_s": t2 - t1, "import_s": t1 - t0, "user_s": r1.ru_utime - r0.ru_utime,
                   "sys_s": r1.ru_stime - r0.ru_stime, "minflt": r1.ru_minflt - r0.ru_minflt,
-                  "peak_mib": r1.ru_maxrss / 1024, "findings": len(rep.findings)}}))
+                  "peak_mib": r1.ru_maxrss / 1024, "findings": len(rep.findings),
+                  "steps": [(n, t) for n, t in steps if t >= 0.005 and n not in ("build_report", "done")]}}))
 """
 
 
@@ -112,6 +120,7 @@ def _fresh_processes(box: list, regions: dict, repeat: int) -> None:
                   f"{r['process_s']:.2f} s), user {r['user_s']:.2f} s, sys {r['sys_s']:.2f} s, "
                   f"{r['minflt']:,} minor faults, peak RSS {r['peak_mib'] / 1024:.2f} GiB ({r['peak_mib'] / raw:.1f}x the raw "
                   f"buffers); {r['findings']} findings")
+            print("    steps (wall s): " + ", ".join(f"{n} {t:.2f}" for n, t in r["steps"]))
         a = [r["analysis_s"] for r in runs]
         print(f"report of a {n:,}-event capture file in a fresh process: median {np.median(a):.2f} s, max {max(a):.2f} s "
               f"[{', '.join(f'{t:.2f}' for t in a)}]; load average after: "
