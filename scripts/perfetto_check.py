@@ -11,7 +11,9 @@ Perfetto UI in headless Chromium, then prints:
 - flows (arrows) in the trace processor vs notify->wait pairs written vs pairs in the capture;
 - flows written backwards (the wait's slice starts before the notify's slice) or starting at
   the same nanosecond, and flows the trace processor kept backwards;
-- waits with a duration, and those of them without an arrow;
+- waits with a duration (timeouts among them), and those of them whose arrow does not end where
+  they ended (on the wait itself or on the ``acquired`` mark at its end); arrows that end on
+  zero-length waits and on ``acquired`` marks;
 - the process / thread order the UI shows;
 - whether the report's links and ``ktrace open --finding`` windows land in the UI (the UI
   ignores a window that is not inside the trace; one link per trace is followed in the UI).
@@ -32,7 +34,6 @@ import json
 import re
 import sys
 import tempfile
-from collections import defaultdict
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -58,14 +59,13 @@ def _ktrace(*argv: str) -> str:
 
 # ---- what the files hold (read without the trace processor) --------------------------------
 
-def _facts(slices: int, out_at: dict, in_at: list, waits: list) -> dict:
-    """Pairs (flow id started and ended), backward pairs, and waits with a duration that have a written arrow."""
+def _facts(slices: int, out_at: dict, in_at: list, marks: set) -> dict:
+    """Pairs (flow id started and ended), backward pairs, and pairs that end on an ``acquired`` mark."""
     pairs = [(fid, t_in) for fid, t_in, _ in in_at if fid in out_at]
     backward = sum(1 for fid, t_in in pairs if t_in < out_at[fid])
     same_time = sum(1 for fid, t_in in pairs if t_in == out_at[fid])
-    ends = {key for fid, _, key in in_at if fid in out_at}
-    return {"slices": slices, "pairs": len(pairs), "backward": backward, "same_time": same_time, "waits_dur": sum(1 for k, d in waits if d > 0),
-            "waits_dur_with_pair": sum(1 for k, d in waits if d > 0 and k in ends)}
+    to_marks = sum(1 for fid, _, key in in_at if fid in out_at and key in marks)
+    return {"slices": slices, "pairs": len(pairs), "backward": backward, "same_time": same_time, "to_marks": to_marks}
 
 
 def json_facts(path: Path) -> dict:
@@ -73,7 +73,7 @@ def json_facts(path: Path) -> dict:
     opener = gzip.open if path.name.endswith(".gz") else open
     with opener(path, "rb") as f:
         doc = json.load(f)
-    out_at, in_at, waits, n = {}, [], [], 0
+    out_at, in_at, marks, n = {}, [], set(), 0
     for i, e in enumerate(doc["traceEvents"]):
         if e.get("ph") not in ("X", "i", "I", "B"):
             continue
@@ -84,55 +84,38 @@ def json_facts(path: Path) -> dict:
                 out_at[e["bind_id"]] = ts
             if e.get("flow_in"):
                 in_at.append((e["bind_id"], ts, i))
-        if str(e.get("cat", "")).startswith("wait"):
-            waits.append((i, float(e.get("dur", 0))))
-    facts = _facts(n, out_at, in_at, waits)
+        if e.get("name") == "acquired":
+            marks.add(i)
+    facts = _facts(n, out_at, in_at, marks)
     facts["other"] = {k: doc.get("otherData", {}).get(k) for k in ("events", "flows")}
     return facts
 
 
 def pftrace_facts(path: Path) -> dict:
-    """Slices, notify->wait pairs and backward pairs written in a Perfetto protobuf trace.
-
-    Slice ends are matched to begins per track in timestamp order (file order breaks ties), as
-    the trace processor does after sorting.
-    """
+    """Slices, notify->wait pairs and backward pairs written in a Perfetto protobuf trace."""
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
 
     t = Trace()
     t.ParseFromString(path.read_bytes())
-    interned: dict[tuple[int, int], str] = {}
-    out_at, in_at, n = {}, [], 0
-    per_track: dict[int, list] = defaultdict(list)  # track -> [(ts, index, type, is_wait)]
+    names: dict[tuple[int, int], str] = {}
+    out_at, in_at, marks, n = {}, [], set(), 0
     for i, p in enumerate(t.packet):
-        for c in p.interned_data.event_categories:
-            interned[(p.trusted_packet_sequence_id, c.iid)] = c.name
+        for e in p.interned_data.event_names:
+            names[(p.trusted_packet_sequence_id, e.iid)] = e.name
         if not p.HasField("track_event"):
             continue
         te = p.track_event
-        cats = list(te.categories) + [interned.get((p.trusted_packet_sequence_id, c), "") for c in te.category_iids]
-        per_track[te.track_uuid].append((p.timestamp, i, te.type, any(c.startswith("wait") for c in cats)))
         if te.type == TrackEvent.TYPE_SLICE_END:
             continue
         n += 1
+        name = te.name if te.HasField("name") else names.get((p.trusted_packet_sequence_id, te.name_iid), "")
+        if name == "acquired":
+            marks.add(i)
         for fid in te.flow_ids:
             out_at[fid] = p.timestamp
         for fid in te.terminating_flow_ids:
             in_at.append((fid, p.timestamp, i))
-    waits = []  # (index of the begin or instant packet, duration)
-    for events in per_track.values():
-        stack = []
-        for ts, i, kind, is_wait in sorted(events):
-            if kind == TrackEvent.TYPE_SLICE_BEGIN:
-                stack.append((ts, i, is_wait))
-            elif kind == TrackEvent.TYPE_SLICE_END and stack:
-                t0, i0, was_wait = stack.pop()
-                if was_wait:
-                    waits.append((i0, ts - t0))
-            elif kind == TrackEvent.TYPE_INSTANT and is_wait:
-                waits.append((i, 0))
-        waits += [(i0, 0) for _, i0, was_wait in stack if was_wait]  # begun, never ended
-    return _facts(n, out_at, in_at, waits)
+    return _facts(n, out_at, in_at, marks)
 
 
 # ---- what the trace processor makes of them ----------------------------------------------------
@@ -143,12 +126,23 @@ def tp_facts(t) -> dict:
         return {"problems": t.problems()}
     flow_stats = t.query("select name, severity, value from stats where value != 0 and name glob '*flow*' "
                          "and severity not in ('error', 'data_loss')")
+    # a wait's arrow ends on the wait itself or on the `acquired` mark at its end (moved later by
+    # shift_ns where the clocks put the wait's end before its notify's start)
     waits = t.query("""
-        select count(*) n, coalesce(sum(s.dur), 0) dur,
-               sum(not exists (select 1 from flow f where f.slice_in = s.id)) bare,
-               coalesce(sum(case when not exists (select 1 from flow f where f.slice_in = s.id) then s.dur end), 0) bare_dur
-        from slice s where s.category glob 'wait*' and s.dur > 0""")[0]
-    zero = t.scalar("select count(*) from flow f join slice s on f.slice_in = s.id where s.category glob 'wait*' and s.dur = 0")
+        with w as (
+          select s.id, s.dur, s.category = 'wait,timeout' timeout,
+                 exists (select 1 from flow f where f.slice_in = s.id)
+                 or exists (select 1 from slice a join flow f on f.slice_in = a.id
+                            where a.track_id = s.track_id and a.name = 'acquired' and a.ts >= s.ts + s.dur
+                              and a.ts - (s.ts + s.dur) = (select int_value from args where arg_set_id = a.arg_set_id
+                                                           and key in ('args.shift_ns', 'debug.shift_ns'))) arrow
+          from slice s where s.category glob 'wait*' and s.name != 'acquired' and s.dur > 0)
+        select count(*) n, coalesce(sum(dur), 0) dur, coalesce(sum(timeout), 0) timeouts,
+               coalesce(sum(not arrow), 0) bare, coalesce(sum(case when not arrow then dur end), 0) bare_dur,
+               coalesce(sum(not arrow and timeout), 0) bare_timeouts from w""")[0]
+    zero = t.scalar("select count(*) from flow f join slice s on f.slice_in = s.id "
+                    "where s.category glob 'wait*' and s.name != 'acquired' and s.dur = 0")
+    to_marks = t.scalar("select count(*) from flow f join slice s on f.slice_in = s.id where s.name = 'acquired'")
     return {
         "problems": t.problems(),
         "flow_stats": flow_stats,
@@ -158,13 +152,14 @@ def tp_facts(t) -> dict:
                                   "join slice b on f.slice_in = b.id where b.ts < a.ts"),
         "waits": waits,
         "flows_to_zero_waits": zero,
+        "flows_to_marks": to_marks,
     }
 
 
 # ---- what the UI shows ---------------------------------------------------------------------------
 
 def _numeric_order(names: list[str]) -> str:
-    nums = [int(m.group(1)) for n in names if (m := re.match(r"p(\d+)\b", n))]
+    nums = [int(m.group(1)) for n in names if (m := re.match(r"(?:r\d+ )?p(\d+)\b", n))]
     if not nums:
         return "no program tracks"
     for a, b in zip(nums, nums[1:]):
@@ -250,8 +245,9 @@ def print_trace(fmt: str, written: dict, tp: dict, ui: dict | None, cap: dict) -
     print(f"     flows written backwards (wait slice starts before its notify slice): {written['backward']:,}; at the same "
           f"ns as its notify: {written['same_time']:,}; kept backwards by the trace processor: {tp['backward_kept']:,}")
     w = tp["waits"]
-    print(f"     waits with a duration: {w['n']:,} ({_us(w['dur'])}), {written['waits_dur_with_pair']:,} of them with an arrow "
-          f"written; without an arrow in the trace processor: {w['bare']:,} ({_us(w['bare_dur'])}); arrows ending on "
+    print(f"     waits with a duration: {w['n']:,} ({_us(w['dur'])}; {w['timeouts']:,} of them timed out); without an "
+          f"arrow ending where they ended: {w['bare']:,} ({_us(w['bare_dur'])}; {w['bare_timeouts']:,} of them timed out)")
+    print(f"     arrows ending on 'acquired' marks: {tp['flows_to_marks']:,} ({written['to_marks']:,} written); on "
           f"zero-length waits: {tp['flows_to_zero_waits']:,}")
     if ui is None:
         return
