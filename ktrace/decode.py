@@ -48,46 +48,46 @@ def read_header(buf) -> schema.Header:
         raise DecodeError(
             f"buffer is {mv.nbytes} bytes, shorter than the {schema.HEADER_BYTES}-byte header: truncated or not a ktrace buffer"
         )
-    h = np.frombuffer(mv, schema.HEADER_DTYPE, count=1)[0]
-    if int(h["magic"]) != schema.MAGIC:
+    h = schema.unpack_header(mv)
+    if h["magic"] != schema.MAGIC:
         raise DecodeError(
-            f"bad magic 0x{int(h['magic']):08x} (expected 0x{schema.MAGIC:08x}, b'KTRC'): not a ktrace event buffer"
+            f"bad magic 0x{h['magic']:08x} (expected 0x{schema.MAGIC:08x}, b'KTRC'): not a ktrace event buffer"
         )
-    version = int(h["version"])
+    version = h["version"]
     if version > schema.FORMAT_VERSION:
         raise DecodeError(
             f"buffer format version {version} is newer than this ktrace understands ({schema.FORMAT_VERSION}): upgrade ktrace"
         )
     if version < 1:
         raise DecodeError(f"buffer format version {version} is not valid")
-    if int(h["header_bytes"]) != schema.HEADER_BYTES or int(h["record_bytes"]) != schema.RECORD_BYTES:
+    if h["header_bytes"] != schema.HEADER_BYTES or h["record_bytes"] != schema.RECORD_BYTES:
         raise DecodeError(
-            f"header says {int(h['header_bytes'])}-byte header and {int(h['record_bytes'])}-byte records; "
+            f"header says {h['header_bytes']}-byte header and {h['record_bytes']}-byte records; "
             f"version {version} uses {schema.HEADER_BYTES} and {schema.RECORD_BYTES}: corrupt header"
         )
-    layout = int(h["layout"])
+    layout = h["layout"]
     if layout not in (schema.LAYOUT_DENSE, schema.LAYOUT_PACKED) or (version < 2 and layout != schema.LAYOUT_DENSE):
         raise DecodeError(f"unknown buffer layout {layout} in a version-{version} header: corrupt header")
     try:
-        timer = schema.TimerKind(int(h["timer"]))
+        timer = schema.TimerKind(h["timer"])
     except ValueError:
-        raise DecodeError(f"unknown timer kind {int(h['timer'])} in header") from None
-    grid = tuple(int(g) for g in h["grid"])
-    capacity, n_programs = int(h["capacity"]), int(h["n_programs"])
+        raise DecodeError(f"unknown timer kind {h['timer']} in header") from None
+    grid = h["grid"]
+    capacity, n_programs = h["capacity"], h["n_programs"]
     if capacity <= 0 or n_programs <= 0:
         raise DecodeError(f"header has capacity {capacity} and {n_programs} programs: corrupt header")
     if grid[0] * grid[1] * grid[2] != n_programs:
         raise DecodeError(f"header grid {grid} does not hold its {n_programs} programs: corrupt header")
-    if int(h["tick_hz"]) <= 0:
+    if h["tick_hz"] <= 0:
         raise DecodeError("header tick rate is 0: corrupt header")
     return schema.Header(
         timer=timer,
-        tick_hz=int(h["tick_hz"]),
+        tick_hz=h["tick_hz"],
         capacity=capacity,
         n_programs=n_programs,
         grid=grid,  # type: ignore[arg-type]
-        written=int(h["written"]),
-        dropped=int(h["dropped"]),
+        written=h["written"],
+        dropped=h["dropped"],
         version=version,
         layout=layout,
     )

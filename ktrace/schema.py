@@ -43,6 +43,7 @@ one row with six arguments (``arg0`` .. ``arg5``).
 from __future__ import annotations
 
 import enum
+import struct
 import zlib
 from dataclasses import dataclass
 
@@ -143,6 +144,34 @@ HEADER_DTYPE = np.dtype(
     ]
 )
 assert HEADER_DTYPE.itemsize == HEADER_BYTES, HEADER_DTYPE.itemsize
+
+
+def _struct_of(dt: np.dtype) -> tuple[struct.Struct, tuple[tuple[str, int, int], ...]]:
+    """A ``struct`` reading the same bytes as a packed little-endian dtype, and each field's
+    ``(name, first value, values)`` in its flat tuple (for parsing one header without numpy)."""
+    codes = {"u1": "B", "u2": "H", "u4": "I", "u8": "Q", "i1": "b", "i2": "h", "i4": "i", "i8": "q"}
+    fmt, where, i, off = "<", [], 0, 0
+    for name in dt.names:
+        f, at = dt.fields[name][:2]
+        assert at == off, f"{name}: padding before it"
+        base, shape = f.subdtype if f.subdtype else (f, ())
+        n = int(np.prod(shape)) if shape else 1
+        fmt += (str(n) if n > 1 else "") + codes[base.str[1:]]
+        where.append((name, i, n))
+        i, off = i + n, off + f.itemsize
+    st = struct.Struct(fmt)
+    assert st.size == dt.itemsize
+    return st, tuple(where)
+
+
+_HEADER_STRUCT, _HEADER_WHERE = _struct_of(HEADER_DTYPE)
+
+
+def unpack_header(buf) -> dict:
+    """The fields of a header (the first ``HEADER_BYTES`` of ``buf``) as Python ints (``grid``
+    a tuple), unchecked: ``ktrace.decode.read_header`` validates them."""
+    v = _HEADER_STRUCT.unpack_from(buf)
+    return {name: v[i] if n == 1 else v[i:i + n] for name, i, n in _HEADER_WHERE}
 
 RECORD_DTYPE = np.dtype(
     [
