@@ -52,3 +52,20 @@ def test_header_validation():
     with pytest.raises(ValueError):
         schema.Header(timer=schema.TimerKind.NV_GLOBALTIMER, tick_hz=0, capacity=4, n_programs=4, grid=(2, 2, 1))
     assert schema.buffer_bytes(10, 3) == 64 + 10 * 3 * 32 + 10 * 4
+
+
+def test_unpack_header_reads_what_the_header_dtype_reads():
+    """The struct parse of a header (what the decoder uses) and ``HEADER_DTYPE`` agree field by
+    field, on random bytes (every field's bit pattern) and on a real header."""
+    rng = np.random.default_rng(7)
+    h = schema.Header(timer=schema.TimerKind(1), tick_hz=10**9, capacity=8, n_programs=6, grid=(3, 2, 1),
+                      written=5, dropped=2, layout=schema.LAYOUT_PACKED)
+    bufs = [h.to_array().tobytes()] + [rng.integers(0, 256, schema.HEADER_BYTES, dtype=np.uint8).tobytes() for _ in range(200)]
+    for b in bufs:
+        want = np.frombuffer(b, schema.HEADER_DTYPE)[0]
+        got = schema.unpack_header(b)
+        assert list(got) == list(schema.HEADER_DTYPE.names)
+        for name in schema.HEADER_DTYPE.names:
+            w = want[name]
+            assert got[name] == (tuple(int(x) for x in w) if np.ndim(w) else int(w)), name
+    assert schema.unpack_header(bufs[0])["grid"] == (3, 2, 1)
