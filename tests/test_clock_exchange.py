@@ -13,58 +13,17 @@
 
 from __future__ import annotations
 
-import logging
-import os
 import time
 import traceback
 
 import numpy as np
 import pytest
-import torch.multiprocessing as mp
 
-from ktrace.testing.launch import free_port
+from tests.gloo_ranks import finish, init, spawn
 
 INJECT_OFFSET_NS = 3_700_000
 INJECT_DRIFT_PPM = 200.0
 PHASE_GAP_S = 1.0
-
-
-def _init(rank: int, world: int, port: int) -> None:
-    import torch.distributed as dist
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    os.environ.pop("KTRACE_RUN_ID", None)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-
-
-def _finish(out: dict, q) -> None:
-    q.put(out)
-    q.close()
-    q.join_thread()
-    logging.shutdown()
-    os._exit(0)
-
-
-def _spawn(target, world: int, *args) -> dict:
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=target, args=(r, world, port, q) + args) for r in range(world)]
-    for p in procs:
-        p.start()
-    outs = {}
-    try:
-        for _ in procs:
-            o = q.get(timeout=240)
-            outs[o["rank"]] = o
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-    for o in outs.values():
-        assert "error" not in o, f"rank {o['rank']}:\n{o['error']}"
-    return outs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -75,7 +34,7 @@ def _spawn(target, world: int, *args) -> dict:
 def _exchange_worker(rank: int, world: int, port: int, q, origin: int) -> None:
     out: dict = {"rank": rank}
     try:
-        _init(rank, world, port)
+        init(rank, world, port)
         from ktrace.clock.calibrate import host_exchange, host_group
         from ktrace.clock.hostclock import HostClockSkew, host_clock
 
@@ -93,13 +52,13 @@ def _exchange_worker(rank: int, world: int, port: int, q, origin: int) -> None:
         out["samples"] = got
     except BaseException:
         out["error"] = traceback.format_exc()
-    _finish(out, q)
+    finish(out, q)
 
 
 @pytest.fixture(scope="module")
 def exchanged():
     origin = time.time_ns()
-    return origin, _spawn(_exchange_worker, 3, origin)
+    return origin, spawn(_exchange_worker, 3, origin, timeout_s=240)
 
 
 def test_host_exchange_recovers_the_injected_offset_and_drift(exchanged):
@@ -195,7 +154,7 @@ def _stand_in_devices(calibration, rank: int, origin: int) -> None:
 def _rehearsal_worker(rank: int, world: int, port: int, q, origin: int) -> None:
     out: dict = {"rank": rank}
     try:
-        _init(rank, world, port)
+        init(rank, world, port)
         import ktrace
         import ktrace.clock.calibrate as calibration
         from ktrace.clock.calibrate import CalibrationConfig
@@ -226,12 +185,12 @@ def _rehearsal_worker(rank: int, world: int, port: int, q, origin: int) -> None:
             out["bad"] = clock_sim.check(out["rows"], injected=True)
     except BaseException:
         out["error"] = traceback.format_exc()
-    _finish(out, q)
+    finish(out, q)
 
 
 @pytest.fixture(scope="module")
 def rehearsed():
-    return _spawn(_rehearsal_worker, 2, time.time_ns())
+    return spawn(_rehearsal_worker, 2, time.time_ns(), timeout_s=240)
 
 
 def test_rehearsal_of_the_simulation_aligns_through_the_chain(rehearsed):

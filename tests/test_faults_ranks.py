@@ -11,15 +11,14 @@ real one does (``ktrace.clock.calibrate.ping_pong``: hold the earlier timeouts, 
 from __future__ import annotations
 
 import logging
-import os
 import time
 import traceback
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from ktrace.testing.launch import free_port
+from tests.gloo_ranks import finish, init, spawn
 
 WORLD = 3
 
@@ -98,7 +97,7 @@ def _scenario(rank: int, out: dict, q) -> None:
 
     # C: rank 1 dies; the others capture, gather to rank 0, and are not held up by it
     if rank == 1:
-        _exit(out, q)
+        finish(out, q)
     t0 = time.monotonic()
     with ktrace.capture(heap=heap, peer_timeout_s=60) as cap:
         pass
@@ -118,51 +117,19 @@ def _scenario(rank: int, out: dict, q) -> None:
     arrive("done", timeout_s=30.0)  # (rank 0 holds the store: it leaves last)
 
 
-def _worker(rank: int, port: int, q) -> None:
-    import torch.distributed as dist
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD))
-    os.environ.pop("KTRACE_RUN_ID", None)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+def _worker(rank: int, world: int, port: int, q) -> None:
+    init(rank, world, port)
     out: dict = {"rank": rank}
     try:
         _scenario(rank, out, q)
     except BaseException:  # reported to the parent, which asserts on it
         out["error"] = traceback.format_exc()
-    _exit(out, q)
-
-
-def _exit(out: dict, q) -> None:
-    """Hand ``out`` to the parent and end this process at once (no teardown of a process group
-    one of whose ranks is gone)."""
-    q.put(out)
-    q.close()
-    q.join_thread()  # (the queue's writer thread must finish before the process ends)
-    logging.shutdown()
-    os._exit(0)
+    finish(out, q)
 
 
 @pytest.fixture(scope="module")
 def ranks():
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=_worker, args=(r, port, q)) for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    outs = {}
-    try:
-        for _ in procs:
-            o = q.get(timeout=180)
-            outs[o["rank"]] = o
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-    for o in outs.values():
-        assert "error" not in o, f"rank {o['rank']}:\n{o['error']}"
-    return outs
+    return spawn(_worker, WORLD, timeout_s=180)
 
 
 def test_every_rank_gets_one_run_id(ranks):
