@@ -43,14 +43,18 @@ def programs_text(progs, shown: int = 8) -> str:
     return f"programs {head}" + (f" and {len(ps) - shown} more" if len(ps) > shown else "")
 
 
-def ranges_text(values) -> str:
-    """``[0, 1, 2, 3, 7, 9, 10]`` -> "0-3, 7, 9-10" (sorted, duplicates dropped)."""
+def ranges_text(values, min_run: int = 2) -> str:
+    """``[0, 1, 2, 3, 7, 9, 10]`` -> "0-3, 7, 9-10" (sorted, duplicates dropped); runs of fewer
+    than ``min_run`` consecutive values are listed one by one (``min_run=3``: "0-3, 7, 9, 10")."""
     vs = sorted({int(v) for v in values})
     out, i = [], 0
     while i < len(vs):
         j = i
         while j + 1 < len(vs) and vs[j + 1] == vs[j] + 1:
             j += 1
-        out.append(f"{vs[i]}-{vs[j]}" if j > i else str(vs[i]))
+        if j - i + 1 >= max(min_run, 2):
+            out.append(f"{vs[i]}-{vs[j]}")
+        else:
+            out.extend(str(v) for v in vs[i : j + 1])
         i = j + 1
     return ", ".join(out)

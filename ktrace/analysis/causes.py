@@ -54,6 +54,7 @@ import numpy as np
 from .. import pairing
 from ..keys import dense_codes, group_median, lexorder
 from ..schema import EventKind, arg_column, is_timeout
+from ..text import ranges_text
 from .intervals import last_at_or_before, segmented_cummax, segmented_cumsum
 from .names import OUTSIDE
 from .spans import coverage, covered
@@ -388,7 +389,6 @@ def _build_model(trace: Trace, launches: np.ndarray | None = None) -> _Model:
         kind[to & (lp >= 0)] = _CUT
         kind[to & (lp < 0)] = _MISSING
         late_pair[to & (lp >= 0) & (late_pair < 0)] = -1
-    pc = np.maximum(pair, 0)
     n_start_all = trace.at(N_, "start_ns")
     n_start_of = np.where(n_row >= 0, n_start_all[np.maximum(np.searchsorted(nr_all, n_row), 0)] - origin
                           if nr_all.size else 0, 0)
@@ -797,19 +797,6 @@ def _codes_of(m: _Model, launch_values) -> np.ndarray:
     return np.unique(k[m.launch_ids[k] == v]) if m.launch_ids.size else np.zeros(0, np.int64)
 
 
-def _ranges(values) -> str:
-    """``[1, 2, 3, 7]`` -> ``"1-3, 7"``."""
-    v = sorted({int(x) for x in values})
-    out, i = [], 0
-    while i < len(v):
-        j = i
-        while j + 1 < len(v) and v[j + 1] == v[j] + 1:
-            j += 1
-        out.append(f"{v[i]}-{v[j]}" if j > i + 1 else (f"{v[i]}, {v[j]}" if j == i + 1 else f"{v[i]}"))
-        i = j + 1
-    return ", ".join(out)
-
-
 def _late_launch_causes(trace: Trace, cfg: CauseConfig) -> list[Cause]:
     """A rank that starts a launch after the first rank did, by more than the GPU being busy
     with its previous launch explains (a launch queued right behind a long one starts late
@@ -1135,14 +1122,14 @@ def causes_table(trace: Trace, found: list[Cause]) -> np.ndarray:
         d = c.detail
         progs = d.get("programs", ())
         if isinstance(progs, dict):
-            progs = "; ".join(f"rank {r}: {_ranges(p)}" for r, p in progs.items())
+            progs = "; ".join(f"rank {r}: {ranges_text(p, 3)}" for r, p in progs.items())
         else:
-            progs = _ranges(progs)
+            progs = ranges_text(progs, 3)
         rid = d.get("region_id")
         region = d.get("region", trace.region_name(rid) if rid is not None and rid >= 0 else "")
         out[i] = (c.kind, c.rank, tuple(c.ranks), c.launches.size, lids.size, c.saving_ns,
                   c.saving_ns / max(c.launches.size, 1), c.saving_ns / total if total > 0 else math.nan,
-                  c.saving_launches, c.sampled, d.get("magnitude_ns", math.nan), progs, _ranges(d.get("rounds", ())),
+                  c.saving_launches, c.sampled, d.get("magnitude_ns", math.nan), progs, ranges_text(d.get("rounds", ()), 3),
                   region, c.waiting_removed_ns, c.waits_affected)
     return out
 

@@ -25,7 +25,7 @@ import numpy as np
 from . import causes, hangs, load, stalls
 from . import compare as _diff
 from . import timeline as overlap
-from ..text import fmt_ns, programs_text, ranks_text
+from ..text import fmt_ns, ranges_text, ranks_text
 from .names import OUTSIDE, flag_name, region_label
 from .trace import Progress, Trace, prepare, table_to_records
 
@@ -309,7 +309,7 @@ def _cause_findings(trace: Trace, found: list, cfg: ReportConfig, wg: np.ndarray
             rid = d["region_id"]
             base = (f", beyond the {fmt_ns(d['baseline_ns'])} the other ranks take" if np.isfinite(d.get("baseline_ns", np.nan))
                     else "")
-            rounds = causes._ranges(d["rounds"])
+            rounds = ranges_text(d["rounds"], 3)
             text = (f"rank {c.rank} notified late: it held {d['n_late']:,} of its {d['n_notifies']:,} notifies "
                     f"{region_label(trace, rid)} back {fmt_ns(d['magnitude_ns'])} each (median; up to "
                     f"{fmt_ns(d['max_ns'])}) after it was ready (time outside any region{base}): {_progs(d['programs'])}, "
@@ -370,7 +370,7 @@ def _progs(progs, limit: int = 8) -> str:
     ps = sorted({int(p) for p in progs})
     if len(ps) == 1:
         return f"program {ps[0]}"
-    runs = causes._ranges(ps).split(", ")
+    runs = ranges_text(ps, 3).split(", ")
     if len(runs) <= limit:
         return f"programs {', '.join(runs)}"
     shown = runs[:limit]
@@ -635,7 +635,7 @@ def _verdict(worst: list, top_info, total: float, cfg: ReportConfig) -> str:
                 f"{fmt_ns(f.cost_ns)} ({_share_text(f.cost_ns, total)}).")
     limit = f"{100 * cfg.causes.min_share:.0f}%"
     if top_info is None:
-        return f"Nothing is wrong: no hang, and no root cause (late launch, late notify, uneven work, slow link) found."
+        return "Nothing is wrong: no hang, and no root cause (late launch, late notify, uneven work, slow link) found."
     return (f"Nothing is wrong: no hang, and no root cause would shorten the capture by {limit} or more of its kernel "
             f"time (the largest would save {fmt_ns(top_info.cost_ns)}, {_share_text(top_info.cost_ns, total)}).")
 
