@@ -100,7 +100,7 @@ def _cmd_merge(args) -> int:
     from .captures import CaptureError, merge_captures, read_capture
     from .clock import attach_clock
     from .text import ranges_text
-    from .export import format_of, write_trace
+    from .export import format_of
 
     refused = _refuse_overwrite("ktrace merge", args.captures, [args.output])
     if refused is not None:

@@ -217,9 +217,6 @@ def workgroups(trace: Trace, config: LoadConfig = LoadConfig()) -> np.ndarray:
         out[z] = zz
         out[flag] = (x > med * (1 + config.min_excess)) & (zz > config.z) & (group_count(rinv, G)[rinv] >= 3)
     out["outlier"] = out["overloaded"] | out["wait_outlier"]
-    med_b = group_median(rinv, out["work_ns"], G)[rinv]
-    med_w = group_median(rinv, out["wait_ns"], G)[rinv]
-    ex_b, ex_w = out["work_ns"] - med_b, out["wait_ns"] - med_w
     cause = np.full(W, "", dtype=object)
     # an overloaded workgroup is slow from work unless it also waited more than it worked extra
     cause[out["outlier"]] = np.where(out["overloaded"][out["outlier"]], "work", "waiting")

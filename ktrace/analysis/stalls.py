@@ -37,7 +37,6 @@ from ..keys import (
     group_median,
     group_median_max,
     group_sum,
-    lexorder,
 )
 from ..schema import arg_column, is_timeout
 from .spans import enclosing_span, preceding_span, rank_launch_starts

@@ -24,8 +24,7 @@ import numpy as np
 
 from .. import schema
 from ..keys import dense_codes
-from ..schema import EventKind, is_timeout  # noqa: F401  (is_timeout: the analyses' name for it)
-from ..text import fmt_ns, ranks_text  # noqa: F401  (re-exported for the analyses)
+from ..schema import EventKind
 
 log = logging.getLogger("ktrace")
 
@@ -59,8 +58,6 @@ def _events_of(load_capture: Callable[[], object], model) -> np.ndarray:
 
 
 _LOCKS_LOCK = threading.Lock()
-
-from .._memory import keep_freed_memory  # noqa: E402,F401  (re-exported: the command and benchmarks use it)
 
 
 class Trace:

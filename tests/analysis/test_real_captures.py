@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ktrace.analysis import build_report, prepare, render_text, workgroups
+from ktrace.analysis import build_report, prepare, render_text
 from ktrace.analysis.stalls import notify_holds, release_pairs
 from ktrace.captures.file import read_capture
 from ktrace.schema import EventFlag, EventKind
@@ -181,7 +181,7 @@ def test_skipped_notify_hang_names_rank_programs_flag_and_peer(path):
     assert first.kind == "hang" and first.severity == "error", render_text(rep)
     assert first.data["consumer"] == 0 and first.data["producer"] == peer and first.data["flag"] == flag
     assert set(first.data["programs"]) == progs
-    assert first.text.startswith(f"HANG: rank 0 programs ") and f"flag +{flag:#x}" in first.text
+    assert first.text.startswith("HANG: rank 0 programs ") and f"flag +{flag:#x}" in first.text
     assert f"from rank {peer}" in first.text and f"rank {peer} never sent it" in first.text
     # the run ended: each of those waits gave up after its timeout (50 ms), not later
     assert abs(first.data["waited_ns"] - 50e6) <= 0.01 * 50e6

@@ -47,7 +47,7 @@ def _unaligned_model(model):
     """The same ranks, each left on its raw device clock (what merging without alignment does)."""
     import dataclasses
 
-    from ktrace.clock import ClockModel, RankClock
+    from ktrace.clock import RankClock
 
     ranks = {r: RankClock(rank=r, tick_hz=rc.tick_hz, pivot_dev_ns=0, pivot_ns=0, method="unaligned") for r, rc in model.ranks.items()}
     return dataclasses.replace(model, ranks=ranks, method="unaligned", anchor="device")
