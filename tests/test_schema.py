@@ -69,3 +69,12 @@ def test_unpack_header_reads_what_the_header_dtype_reads():
             w = want[name]
             assert got[name] == (tuple(int(x) for x in w) if np.ndim(w) else int(w)), name
     assert schema.unpack_header(bufs[0])["grid"] == (3, 2, 1)
+
+
+def test_ranges_text_lists_runs_shorter_than_min_run_one_by_one():
+    from ktrace.text import ranges_text
+
+    v = [10, 9, 0, 1, 2, 3, 7, 3]
+    assert ranges_text(v) == "0-3, 7, 9-10"
+    assert ranges_text(v, 3) == "0-3, 7, 9, 10"
+    assert ranges_text([4, 5, 6], 4) == "4, 5, 6" and ranges_text([], 3) == ""
