@@ -269,6 +269,20 @@ ARG_NAMES: dict[EventKind, tuple[str | None, ...]] = {
 }
 #: Argument columns, in order.
 ARG_COLUMNS = ("arg0", "arg1", "arg2", "arg3", "arg4", "arg5")
+#: How wide each argument is where it is recorded: ``arg0``/``arg1`` in the event's own record
+#: (32-bit), ``arg2``/``arg3`` in its DETAIL record's two 64-bit fields, ``arg4``/``arg5`` in its
+#: two 32-bit ones. ``EVENT_DTYPE`` holds them all as int64; a column of one kind's arguments
+#: held at these widths loses nothing (:func:`arg_dtype`).
+_ARG_RECORD_DTYPES = {"arg0": np.dtype("<i4"), "arg1": np.dtype("<i4"), "arg2": np.dtype("<i8"), "arg3": np.dtype("<i8"),
+                      "arg4": np.dtype("<i4"), "arg5": np.dtype("<i4")}
+
+
+def arg_dtype(kind: EventKind, column: str) -> np.dtype:
+    """The narrowest type that holds argument ``column`` of every event of ``kind``: its record
+    field's (a COUNTER's ``arg0`` is its 64-bit value, joined from both 32-bit fields)."""
+    if EventKind(kind) == EventKind.COUNTER and column == "arg0":
+        return np.dtype("<i8")
+    return _ARG_RECORD_DTYPES[column]
 
 
 def arg_fields(kind: EventKind) -> tuple[tuple[str, str], ...]:

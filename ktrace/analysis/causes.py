@@ -58,7 +58,7 @@ from ..text import ranges_text
 from .intervals import last_at_or_before, segmented_cummax, segmented_cumsum
 from .names import OUTSIDE
 from .spans import coverage, covered
-from .stalls import _holds, _wcol, kernel_time, workgroup_extent
+from .stalls import _holds, kernel_time, workgroup_extent
 from .stalls import waits as _waits
 from .trace import Trace, fill_table
 
@@ -311,7 +311,7 @@ def _build_model(trace: Trace, launches: np.ndarray | None = None) -> _Model:
     W_, N_ = EventKind.WAIT, EventKind.NOTIFY
     origin = trace.origin_ns
     w = _waits(trace)
-    wr_all = _wcol(trace, w, "row")
+    wr_all = w["row"]
     nr_all = trace.rows_of(N_)
     ws, we = workgroup_extent(trace)
     if launches is None:
@@ -364,13 +364,13 @@ def _build_model(trace: Trace, launches: np.ndarray | None = None) -> _Model:
     tail_anchor = np.where(last_wait >= 0, w_e[np.maximum(last_wait, 0)] if nw else 0, ws)
     tail = np.maximum(we - tail_anchor, 0)
     # releases (the waits table's columns, put in the model's order)
-    n_row = _wcol(trace, w, "notify_row")[wo]
+    n_row = w["notify_row"][wo]
     pair = np.searchsorted(nr, n_row) if nw else np.zeros(0, np.int64)
     pair = np.where((n_row >= 0) & (pair < nr.size) & (nr[np.minimum(pair, max(nr.size - 1, 0))] == n_row)
                     if nr.size else np.zeros(nw, bool), pair, -1)
     external = (n_row >= 0) & (pair < 0)  # released by a notify of a launch not in the model
-    to = _wcol(trace, w, "timed_out")[wo]
-    late_ns = np.nan_to_num(_wcol(trace, w, "producer_late_ns"))[wo]
+    to = w["timed_out"][wo]
+    late_ns = np.nan_to_num(w["producer_late_ns"])[wo]
     # a notify that starts after the wait it released ended (the clocks disagree by more than
     # the pair's latency) cannot be replayed as its cause: that wait keeps its observed end. Every
     # other edge goes forward in time, so the graph has no cycle.
@@ -394,7 +394,7 @@ def _build_model(trace: Trace, launches: np.ndarray | None = None) -> _Model:
                           if nr_all.size else 0, 0)
     lat_obs = (w_e - n_start_of).astype(np.float64)
     lat_obs[n_row < 0] = np.nan
-    rank_w = _wcol(trace, w, "rank").astype(np.int64)[wo]
+    rank_w = w["rank"].astype(np.int64)[wo]
     peer_w = w["peer"].astype(np.int64)[wo] if nw else np.zeros(0, np.int64)
     is_late = (n_row >= 0) & (late_ns > 0)
     ow = one_way_latency_ns(trace)
@@ -586,8 +586,8 @@ def _compute_wait_split(trace: Trace, m: _Model) -> dict:
     w = _waits(trace)
     nw = m.n_waits
     wo = m.w_order  # the model's order of the waits (by workgroup and time); the table's is event order
-    late = np.nan_to_num(_wcol(trace, w, "producer_late_ns"))[wo]
-    sig = _wcol(trace, w, "signal_latency_ns")[wo]
+    late = np.nan_to_num(w["producer_late_ns"])[wo]
+    sig = w["signal_latency_ns"][wo]
     dur = m.w_dur.astype(np.float64)
     paired = m.w_pair >= 0
     pc = np.maximum(m.w_pair, 0)
@@ -612,14 +612,14 @@ def _compute_wait_split(trace: Trace, m: _Model) -> dict:
         waiting[lw] = np.minimum(wt, bb - aa - ns)
         in_region[lw] = np.clip(cov - wt, 0, None)
         in_region[lw] = np.minimum(in_region[lw], bb - aa - ns - waiting[lw])
-    to = _wcol(trace, w, "timed_out")[wo]
+    to = w["timed_out"][wo]
     # a wait that gave up: its notify never came (or came too late): a missing signal
     missing = np.where(to, late, 0.0)
     outside = np.where((late > 0) & ~to, late - not_started - waiting - in_region, 0.0)
     # the signal's trip: up to the calibrated one-way latency of the pair; the rest is unexplained
     ow = one_way_latency_ns(trace)
     R = ow.shape[0]
-    rk = np.clip(_wcol(trace, w, "rank").astype(np.int64)[wo], 0, R - 1)
+    rk = np.clip(w["rank"].astype(np.int64)[wo], 0, R - 1)
     pk = np.clip(m.w_peer, 0, R - 1)
     cal = ow[pk, rk] if nw else np.zeros(0)
     sigv = np.nan_to_num(sig)
@@ -662,8 +662,8 @@ def _compute_wait_split(trace: Trace, m: _Model) -> dict:
             "unexplained_ns": unexplained, "root_rank": root_rank, "root_program": root_prog, "root_code": code}
     out = {k: v[back] for k, v in cols.items()}
     pos = wo[back]
-    out.update(rank=_wcol(trace, w, "rank")[pos], launch=_wcol(trace, w, "launch")[pos],
-               program=_wcol(trace, w, "program")[pos])
+    out.update(rank=w["rank"][pos], launch=w["launch"][pos],
+               program=w["program"][pos])
     return out
 
 
@@ -1044,10 +1044,10 @@ def _slow_link_causes(trace: Trace, cfg: CauseConfig) -> list[Cause]:
     w = _waits(trace)
     if w.size == 0 or not np.isfinite(ow).any():
         return []
-    late = np.nan_to_num(_wcol(trace, w, "producer_late_ns")) > 0
-    sig = _wcol(trace, w, "signal_latency_ns")
+    late = np.nan_to_num(w["producer_late_ns"]) > 0
+    sig = w["signal_latency_ns"]
     ok = late & np.isfinite(sig)
-    rank = _wcol(trace, w, "rank").astype(np.int64)
+    rank = w["rank"].astype(np.int64)
     peer = w["peer"].astype(np.int64)
     R = ow.shape[0]
     out = []
@@ -1061,7 +1061,7 @@ def _slow_link_causes(trace: Trace, cfg: CauseConfig) -> list[Cause]:
             med = float(np.median(sig[sel]))
             if med < cfg.slow_link_factor * ow[p, c] or med < ow[p, c] + cfg.min_late_ns:
                 continue
-            codes = np.unique(_wcol(trace, w, "launch")[sel]).astype(np.int64)
+            codes = np.unique(w["launch"][sel]).astype(np.int64)
 
             def changes(sub, p=p, c=c, v=float(ow[p, c])):
                 mine = (sub.w_peer == p) & (sub.wg_rank[sub.w_wg] == c)

@@ -24,9 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..schema import EventKind
+from .spans import workgroup_starts
 from .stalls import _holds, workgroup_extent
 from ..keys import dense_codes, group_count, group_index, group_median, group_sum
-from .trace import Trace
+from .trace import ColumnTable, Trace
 
 
 @dataclass(frozen=True)
@@ -115,13 +116,30 @@ def region_time(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 def _region_time(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     from .timeline import leaf_spans
 
-    spans = np.concatenate([leaf_spans(trace), trace.rows_of(EventKind.WAIT)])
-    reg = trace.column("region")[spans]
-    rinv, rids = dense_codes(reg)
-    W, R = trace.n_workgroups, rids.size
-    dur = (trace.column("end_ns")[spans] - trace.column("start_ns")[spans]).astype(np.float64)
-    m = np.bincount(trace.wg[spans] * R + rinv.reshape(-1), weights=dur, minlength=W * R).reshape(W, R) if R else np.zeros((W, 0))
+    reg, s, e, wg = trace.column("region"), trace.column("start_ns"), trace.column("end_ns"), trace.wg
+    W = trace.n_workgroups
+    # leaf spans and waits, a block of rows at a time (the temporaries of all of them at once
+    # would be several times the result)
+    blocks = [p[a : a + _BLOCK] for p in (leaf_spans(trace), trace.rows_of(EventKind.WAIT)) for a in range(0, p.size, _BLOCK)]
+    if not blocks:
+        return np.zeros((W, 0)), np.zeros(0, reg.dtype)
+    present = np.zeros(int(reg.max()) + 1, bool)  # (region ids are 24-bit)
+    for b in blocks:
+        present[reg[b]] = True
+    rids = np.flatnonzero(present).astype(reg.dtype)
+    R = rids.size
+    m = np.zeros((W, R))
+    for b in blocks:
+        g = wg[b]
+        w0, w1 = int(g.min()), int(g.max()) + 1  # (rows in order: a block is a run of workgroups)
+        code = np.searchsorted(rids, reg[b])
+        dur = (e[b] - s[b]).astype(np.float64)
+        m[w0:w1] += np.bincount((g - w0) * R + code, weights=dur, minlength=(w1 - w0) * R).reshape(w1 - w0, R)
     return m, rids
+
+
+#: Rows per block in :func:`region_time`.
+_BLOCK = 1 << 20
 
 
 def _kernel_codes(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
@@ -147,95 +165,122 @@ def kernel_names(trace: Trace) -> np.ndarray:
     return names[codes] if names.size else np.zeros(0, object)
 
 
-def workgroups(trace: Trace, config: LoadConfig = LoadConfig()) -> np.ndarray:
+def workgroups(trace: Trace, config: LoadConfig = LoadConfig()) -> ColumnTable:
     """Per workgroup: lifetime, busy and wait time, work items, role, and whether it is an outlier.
 
     Returns:
-        A table of ``WORKGROUP_DTYPE`` in (rank, launch, program) order.
+        A :class:`ColumnTable` of ``WORKGROUP_DTYPE``'s columns in (rank, launch, program) order
+        (``role``, ``cause`` and ``top_region`` are made when read: a name per workgroup).
     """
     W = trace.n_workgroups
-    out = np.zeros(W, WORKGROUP_DTYPE)
-    if W == 0:
-        return out
     k = trace.wg_keys
-    out["rank"], out["launch"], out["program"] = k[:, 0], k[:, 1], k[:, 2]
     ws, we = workgroup_extent(trace)
-    first = np.flatnonzero(np.r_[True, trace.wg[1:] != trace.wg[:-1]])
-    out["sm"] = trace.column("hw")[first]
-    out["start_ns"], out["end_ns"] = ws, we
-    out["lifetime_ns"] = we - ws
+    cols = {"rank": k[:, 0], "launch": k[:, 1], "program": k[:, 2], "start_ns": ws, "end_ns": we}
+    if W == 0:
+        z = np.zeros(0)
+        return ColumnTable(WORKGROUP_DTYPE, {n: cols.get(n, z) for n in WORKGROUP_DTYPE.names})
+    cols["sm"] = trace.column("hw")[workgroup_starts(trace)]
     wr = trace.rows_of(EventKind.WAIT)
-    wdur = trace.column("end_ns")[wr] - trace.column("start_ns")[wr]
-    wait = np.bincount(trace.wg[wr], weights=wdur.astype(np.float64), minlength=W).astype(np.int64)
-    out["wait_ns"] = np.minimum(wait, out["lifetime_ns"])
-    out["busy_ns"] = out["lifetime_ns"] - out["wait_ns"]
+    wdur = trace.at(EventKind.WAIT, "end_ns") - trace.at(EventKind.WAIT, "start_ns")
+    wait = cols["wait_ns"] = np.minimum(np.bincount(trace.wg[wr], weights=wdur, minlength=W).astype(np.int64), we - ws)
+    del wdur
+    busy = (we - ws) - wait
     # time spent holding notifies back (a late producer, reported as a straggler) is not work
     hold = _holds(trace)
     hx = np.nan_to_num(np.maximum(hold["held_excess_ns"], 0.0))
-    held = np.bincount(trace.wg[hold["row"]], weights=hx, minlength=W).astype(np.int64)
-    out["held_ns"] = np.minimum(held, out["busy_ns"])
-    out["work_ns"] = out["busy_ns"] - out["held_ns"]
-    out["n_events"] = np.bincount(trace.wg, minlength=W)
+    held = cols["held_ns"] = np.minimum(np.bincount(trace.wg[hold["row"]], weights=hx, minlength=W).astype(np.int64), busy)
+    cols["work_ns"] = busy - held
+    del busy
     spans = trace.rows_of(EventKind.SPAN)
     if config.work_region is not None:
         wid = work_region_id(trace, config)
-        is_work = trace.column("region")[spans] == wid
-        out["work_items"] = np.bincount(trace.wg[spans[is_work]], minlength=W)
+        cols["work_items"] = np.bincount(trace.wg[spans[trace.column("region")[spans] == wid]], minlength=W)
     else:  # every leaf span is an item of work (a row sent, a tile computed, a token summed)
         from .timeline import leaf_spans
 
         leaf = leaf_spans(trace)
-        leaf = leaf[trace.column("kind")[leaf] == int(EventKind.SPAN)]
-        out["work_items"] = np.bincount(trace.wg[leaf], minlength=W)
+        cols["work_items"] = np.bincount(trace.wg[leaf[trace.column("kind")[leaf] == int(EventKind.SPAN)]], minlength=W)
     m, rids = region_time(trace)
-    # role: kernel + dominant span region by time
-    kern = kernel_names(trace)
-    # role: the leaf span region (not a wait) with the most time
-    is_wait_col = np.isin(rids, dense_codes(trace.at(EventKind.WAIT, "region"))[1])
-    is_wait_col &= ~np.isin(rids, dense_codes(trace.column("region")[spans])[1])
-    ms = np.where(is_wait_col[None, :], -1.0, m) if rids.size else m
-    if rids.size:
-        dom_name = trace.names_of(rids[np.argmax(ms, axis=1)])
-        dom_name[ms.max(axis=1) <= 0] = "(no spans)"
-    else:
-        dom_name = np.full(W, "(no spans)", object)
-    if config.roles == "region":
+    if config.roles == "region":  # kernel + the leaf span region (not a wait) with the most time
+        kern = kernel_names(trace)
+        is_wait_col = np.isin(rids, dense_codes(trace.at(EventKind.WAIT, "region"))[1])
+        is_wait_col &= ~np.isin(rids, dense_codes(trace.column("region")[spans])[1])
+        if rids.size:
+            ms = np.where(is_wait_col[None, :], -1.0, m)
+            dom_name = trace.names_of(rids[np.argmax(ms, axis=1)])
+            dom_name[ms.max(axis=1) <= 0] = "(no spans)"
+            del ms
+        else:
+            dom_name = np.full(W, "(no spans)", object)
         role = np.array([f"{a}:{b}" for a, b in zip(kern.tolist(), dom_name.tolist())], dtype=object)
         rkeys, rinv = np.unique(role, return_inverse=True)
         rinv = rinv.reshape(-1)
     else:
         rinv, rkeys = _kernel_codes(trace)
-        role = rkeys[rinv] if rkeys.size else np.full(W, "?", object)
-    out["role"] = role  # the workgroups it is compared with
     G = rkeys.size
+    n_role = group_count(rinv, G)[rinv] >= 3
     for col, flag, z in (("work_ns", "overloaded", "busy_z"), ("wait_ns", "wait_outlier", "wait_z")):
-        x = out[col].astype(np.float64)
+        x = cols[col].astype(np.float64)
         med = group_median(rinv, x, G)[rinv]
-        mad = group_median(rinv, np.abs(x - med), G)[rinv] * 1.4826
+        dev = np.abs(x - med)
+        mad = group_median(rinv, dev, G)[rinv]
+        mad *= 1.4826
+        del dev
         with np.errstate(divide="ignore", invalid="ignore"):
             zz = np.where(mad > 0, (x - med) / np.where(mad > 0, mad, 1), np.where(x > med, np.inf, 0.0))
-        out[z] = zz
-        out[flag] = (x > med * (1 + config.min_excess)) & (zz > config.z) & (group_count(rinv, G)[rinv] >= 3)
-    out["outlier"] = out["overloaded"] | out["wait_outlier"]
-    cause = np.full(W, "", dtype=object)
-    # an overloaded workgroup is slow from work unless it also waited more than it worked extra
-    cause[out["outlier"]] = np.where(out["overloaded"][out["outlier"]], "work", "waiting")
-    out["cause"] = cause
-    top = np.full(W, "", dtype=object)
-    top_ex = np.full(W, np.nan)
-    oi = np.flatnonzero(out["outlier"])
+        del mad
+        cols[z] = zz
+        cols[flag] = (x > med * (1 + config.min_excess)) & (zz > config.z) & n_role
+        del x, med
+    outlier = cols["outlier"] = cols["overloaded"] | cols["wait_outlier"]
+    oi = np.flatnonzero(outlier)
+    # for outliers: the region with the most time beyond the role's median (a handful of roles)
+    top = np.full(oi.size, "", dtype=object)
+    top_ex = np.full(oi.size, np.nan)
     if oi.size and rids.size:
-        for g in np.unique(rinv[oi]).tolist():  # one pass per role with outliers (a handful)
-            members = rinv == g
-            med_r = np.median(m[members], axis=0)
-            sel = oi[rinv[oi] == g]
-            ex = m[sel] - med_r
+        for g in np.unique(rinv[oi]).tolist():
+            med_r = np.median(m[rinv == g], axis=0)
+            sel = np.flatnonzero(rinv[oi] == g)
+            ex = m[oi[sel]] - med_r
             j = np.argmax(ex, axis=1)
             top[sel] = trace.names_of(rids[j])
             top_ex[sel] = ex[np.arange(sel.size), j]
-    out["top_region"] = top
-    out["top_region_excess_ns"] = top_ex
-    return out
+    overloaded = cols["overloaded"]
+
+    def role(idx):  # the workgroups it is compared with
+        c = rinv if idx is None else rinv[idx]
+        return rkeys[c] if rkeys.size else np.full(c.size, "?", object)
+
+    def cause(idx):  # an outlier is slow from work unless it also waited more than it worked extra
+        sel = slice(None) if idx is None else idx
+        return np.where(outlier[sel], np.where(overloaded[sel], "work", "waiting"), "").astype(object)
+
+    def of_outliers(values, fill):  # a column set at the outliers only
+        def make(idx):
+            out = np.full(W if idx is None else np.size(idx), fill, dtype=values.dtype)
+            if idx is None:
+                out[oi] = values
+            elif oi.size:
+                pos = np.minimum(np.searchsorted(oi, idx), oi.size - 1)
+                hit = oi[pos] == idx
+                out[hit] = values[pos[hit]]
+            return out
+        return make
+
+    def n_events(idx):
+        first = workgroup_starts(trace)
+        n = np.diff(np.r_[first, trace.n_events])
+        return n if idx is None else n[idx]
+
+    return ColumnTable(WORKGROUP_DTYPE, cols,
+                       {"role": role, "cause": cause, "top_region": of_outliers(top, ""),
+                        "top_region_excess_ns": of_outliers(top_ex, np.nan), "n_events": n_events},
+                       {"lifetime_ns": lambda idx: we[_at(idx)] - ws[_at(idx)],
+                        "busy_ns": lambda idx: we[_at(idx)] - ws[_at(idx)] - wait[_at(idx)]})
+
+
+def _at(idx):
+    return slice(None) if idx is None else idx
 
 
 IMBALANCE_DTYPE = np.dtype(

@@ -40,7 +40,7 @@ from ..keys import (
 )
 from ..schema import arg_column, is_timeout
 from .spans import enclosing_span, preceding_span, rank_launch_starts
-from .trace import AnalysisError, Trace, fill_table
+from .trace import AnalysisError, ColumnTable, Trace, fill_table
 
 #: One row per WAIT event (see the module docstring for the two parts of ``wait_ns``).
 WAIT_DTYPE = np.dtype(
@@ -89,7 +89,10 @@ def release_pairs(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     Returns:
         ``(notify_rows, wait_rows)``: rows of ``trace.events``, one pair per position, by wait row.
     """
-    return trace.cached(("pairs",), lambda: _release_pairs(trace))
+    w = waits(trace)
+    nr = w["notify_row"]
+    paired = nr >= 0
+    return nr[paired], w["row"][paired]
 
 
 def _release_pairs(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
@@ -105,75 +108,63 @@ def _release_pairs(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return ni[p.notify], wi[p.wait]
 
 
-def waits(trace: Trace) -> np.ndarray:
+def waits(trace: Trace) -> ColumnTable:
     """Every wait with where it ran, what it waited for, how long, and what released it.
 
-    The pairing with notifies (:func:`release_pairs`) runs in a second thread while the
-    enclosing spans are found.
-
     Returns:
-        A table of ``WAIT_DTYPE``, one row per WAIT event, in event order.
+        A :class:`ColumnTable` of ``WAIT_DTYPE``'s columns, one row per WAIT event, in event
+        order (cached). It is kept as columns: those of the trace's WAIT rows (rank, program,
+        times, arguments) are shared with the trace, the others are computed (``name``,
+        ``region`` (the enclosing span: a pass over the spans), ``notify_rank``,
+        ``notify_program`` and ``notify_start_ns`` when first read, for the rows read).
     """
-    key = ("waits",)
-    if key in trace._cache:
-        return trace._cache[key]
+    return trace.cached(("waits",), lambda: _waits_table(trace))
+
+
+def _waits_table(trace: Trace) -> ColumnTable:
     C = trace.column
 
     def A(name):
         return trace.at(EventKind.WAIT, name)
 
     rows = trace.rows_of(EventKind.WAIT)
-    trace.column("start_ns")  # (columns copied before two threads read them)
-    # the enclosing spans and the pairing are independent: the pairing runs in a second thread
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        f_pairs = pool.submit(release_pairs, trace)
-        enc = enclosing_span(trace, rows)
-        reg = np.full(rows.size, "", dtype=object)
-        has = enc >= 0
-        reg[has] = trace.names_of(C("region")[enc[has]])
-        del enc
-        n_rows, w_rows = f_pairs.result()
+    n_rows, w_rows = _release_pairs(trace)
     s = A("start_ns")
     e = A("end_ns")
     dur = np.maximum(e - s, 0)
     to = is_timeout(A("flags"))
-    pos = np.searchsorted(rows, w_rows)  # both sorted
     nr = np.full(rows.size, -1, np.int64)
-    nr[pos] = n_rows
-    del pos
-    paired = nr >= 0
-    nr0 = np.maximum(nr, 0)
-    ns = np.where(paired, C("start_ns")[nr0], 0)
+    nr[np.searchsorted(rows, w_rows)] = n_rows  # both sorted
+    paired = np.flatnonzero(nr >= 0)
     late = np.full(rows.size, np.nan)
-    late[paired] = np.clip(ns[paired] - s[paired], 0, dur[paired])
+    late[paired] = np.clip(C("start_ns")[nr[paired]] - s[paired], 0, dur[paired])
     late[to] = dur[to]
-    cols = {
-        "row": rows, "rank": A("rank"), "launch": A("launch"), "program": A("program"), "sm": A("hw"),
-        "name": trace.names_of(A("region")), "region": reg, "peer": A("arg0"), "flag": A("arg2"), "expected": A("arg4"),
-        "value": A("arg3"), "cmp": A("arg5"), "start_ns": s, "end_ns": e, "wait_ns": dur, "spins": A("arg1"),
-        "timed_out": to, "notify_row": nr, "notify_rank": np.where(paired, C("rank")[nr0], -1),
-        "notify_program": np.where(paired, C("program")[nr0], -1), "notify_start_ns": ns, "producer_late_ns": late,
-        "signal_latency_ns": dur - late,
-    }
-    del nr0
-    t = fill_table(np.zeros(rows.size, WAIT_DTYPE), cols)
-    # the numeric columns stay at hand, contiguous, for the analyses that read the table
-    keep = ("row", "rank", "launch", "program", "peer", "end_ns", "wait_ns", "timed_out", "notify_row",
-            "producer_late_ns", "signal_latency_ns")
-    trace._cache[("waits_cols",)] = (t, {k: cols[k] for k in keep})
-    del cols
-    trace._cache[key] = t
-    return t
+    del paired
 
+    def at(idx):
+        return slice(None) if idx is None else idx
 
-def _wcol(trace: Trace, w: np.ndarray, name: str) -> np.ndarray:
-    """Column ``name`` of a :func:`waits` table: the contiguous copy kept when it is this trace's."""
-    kept = trace._cache.get(("waits_cols",))
-    if kept is not None and kept[0] is w and name in kept[1]:
-        return kept[1][name]
-    return w[name]
+    def of_notify(col: str):  # a column of the releasing notify (-1, or 0 for a time, when none)
+        def make(idx):
+            r = nr[at(idx)]
+            return np.where(r >= 0, C(col)[np.maximum(r, 0)], 0 if col == "start_ns" else -1)
+        return make
+
+    def region(idx):  # the name of the span enclosing the wait ("" if none)
+        q = rows[at(idx)]
+        enc = enclosing_span(trace, q)
+        out = np.full(q.size, "", dtype=object)
+        has = enc >= 0
+        out[has] = trace.names_of(C("region")[enc[has]])
+        return out
+
+    cols = {"row": rows, "rank": A("rank"), "launch": A("launch"), "program": A("program"), "peer": A("arg0"),
+            "flag": A("arg2"), "expected": A("arg4"), "value": A("arg3"), "cmp": A("arg5"), "start_ns": s, "end_ns": e,
+            "wait_ns": dur, "spins": A("arg1"), "timed_out": to, "notify_row": nr, "producer_late_ns": late}
+    lazy = {"name": lambda idx: trace.names_of(A("region")[at(idx)]), "region": region,
+            "sm": lambda idx: C("hw")[rows[at(idx)]], "notify_rank": of_notify("rank"),
+            "notify_program": of_notify("program"), "notify_start_ns": of_notify("start_ns")}
+    return ColumnTable(WAIT_DTYPE, cols, lazy, {"signal_latency_ns": lambda idx: dur[at(idx)] - late[at(idx)]})
 
 
 def kernel_time(trace: Trace) -> np.ndarray:
@@ -242,19 +233,19 @@ def stall_totals(trace: Trace, by: str = "rank", w: np.ndarray | None = None) ->
     """
     w = waits(trace) if w is None else w
     if by == "rank":
-        kcols = [_wcol(trace, w, "rank")]
+        kcols = [w["rank"]]
         names = [("rank", "<i4")]
     elif by == "peer":
-        kcols = [_wcol(trace, w, "rank"), _wcol(trace, w, "peer")]
+        kcols = [w["rank"], w["peer"]]
         names = [("rank", "<i4"), ("peer", "<i4")]
     elif by == "workgroup":
-        kcols = [_wcol(trace, w, "rank"), _wcol(trace, w, "launch"), _wcol(trace, w, "program")]
+        kcols = [w["rank"], w["launch"], w["program"]]
         names = [("rank", "<i4"), ("launch", "<i4"), ("program", "<i4")]
     else:
         raise ValueError(f"stall_totals: by must be 'rank', 'peer' or 'workgroup', got {by!r}")
-    if by == "workgroup" and w.size and _wcol(trace, w, "row").size and _wcol(trace, w, "row").max() < trace.wg.size:
+    if by == "workgroup" and w.size and w["row"].size and w["row"].max() < trace.wg.size:
         # (rank, launch, program) is the workgroup: its dense ids are in that order already
-        inv, present = dense_codes(trace.wg[_wcol(trace, w, "row")])
+        inv, present = dense_codes(trace.wg[w["row"]])
         keys = trace.wg_keys[present]
     else:
         inv, keys = group_index(*kcols)
@@ -263,10 +254,10 @@ def stall_totals(trace: Trace, by: str = "rank", w: np.ndarray | None = None) ->
     for i, (n, _) in enumerate(names):
         out[n] = keys[:, i]
     out["n_waits"] = group_count(inv, g)
-    out["timeouts"] = group_sum(inv, _wcol(trace, w, "timed_out"), g).astype(np.int64)
-    out["wait_ns"] = group_sum(inv, _wcol(trace, w, "wait_ns"), g).astype(np.int64)
-    out["producer_late_ns"] = group_sum(inv, np.nan_to_num(_wcol(trace, w, "producer_late_ns")), g)
-    out["signal_latency_ns"] = group_sum(inv, np.nan_to_num(_wcol(trace, w, "signal_latency_ns")), g)
+    out["timeouts"] = group_sum(inv, w["timed_out"], g).astype(np.int64)
+    out["wait_ns"] = group_sum(inv, w["wait_ns"], g).astype(np.int64)
+    out["producer_late_ns"] = group_sum(inv, np.nan_to_num(w["producer_late_ns"]), g)
+    out["signal_latency_ns"] = group_sum(inv, np.nan_to_num(w["signal_latency_ns"]), g)
     if by == "workgroup":
         ws, we = workgroup_extent(trace)
         wk = trace.wg_keys
@@ -439,7 +430,7 @@ def preceding_notify_spans(trace: Trace) -> np.ndarray:
 
 
 def _compute_notify_lateness(trace: Trace, w: np.ndarray) -> tuple[np.ndarray, dict]:
-    nr_all = _wcol(trace, w, "notify_row")
+    nr_all = w["notify_row"]
     paired = np.flatnonzero(nr_all >= 0)
     nr = nr_all[paired]
     ev = _Cols(trace)
@@ -450,7 +441,7 @@ def _compute_notify_lateness(trace: Trace, w: np.ndarray) -> tuple[np.ndarray, d
     inv = np.searchsorted(u, nr) if nr.size < u.size * 8 else (np.cumsum(mark) - 1)[nr]
     del mark
     g = u.size
-    late = np.nan_to_num(_wcol(trace, w, "producer_late_ns")[paired])
+    late = np.nan_to_num(w["producer_late_ns"][paired])
     cost = group_sum(inv, late, g)
     order = _order_desc(cost)
     notifies = trace.rows_of(EventKind.NOTIFY)
@@ -488,7 +479,7 @@ def _compute_notify_lateness(trace: Trace, w: np.ndarray) -> tuple[np.ndarray, d
     kept = {k: cols[k] for k in ("row", "rank", "launch", "program", "n_waits", "cost_ns", "late_ns", "start_ns",
                                  "before_row", "before_ns", "held_ns", "held_excess_ns")}  # what stragglers() reads
     del cols
-    extra = {"pos": rank_of[inv], "rank": _wcol(trace, w, "rank")[paired], "row": _wcol(trace, w, "row")[paired],
+    extra = {"pos": rank_of[inv], "rank": w["rank"][paired], "row": w["row"][paired],
              "late": late, "cols": kept}
     return out, extra
 

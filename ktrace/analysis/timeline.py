@@ -26,7 +26,6 @@ from ..keys import dense_codes, group_index, group_sum, lexorder
 from ..schema import EventKind
 from . import spans as _spans
 from .intervals import last_at_or_before
-from .stalls import _wcol
 from .stalls import waits as _waits
 from .trace import Trace
 
@@ -315,10 +314,10 @@ def critical_path(trace: Trace, launch: int | None = None, *, min_late_ns: int =
     if trace.n_workgroups == 0:
         return np.zeros(0, PATH_DTYPE)
     w = _waits(trace)
-    late = np.nan_to_num(_wcol(trace, w, "producer_late_ns"))
-    sel = np.flatnonzero((_wcol(trace, w, "notify_row") >= 0) & (late > min_late_ns))
+    late = np.nan_to_num(w["producer_late_ns"])
+    sel = np.flatnonzero((w["notify_row"] >= 0) & (late > min_late_ns))
     del late
-    b_row, b_end, b_nr = _wcol(trace, w, "row")[sel], _wcol(trace, w, "end_ns")[sel], _wcol(trace, w, "notify_row")[sel]
+    b_row, b_end, b_nr = w["row"][sel], w["end_ns"][sel], w["notify_row"][sel]
     bw = trace.wg[b_row]
     o = lexorder(bw, b_end)
     b_row, b_end, b_nr, bw = b_row[o], b_end[o], b_nr[o], bw[o]

@@ -278,6 +278,92 @@ _COPIED_AT = (("arg0", "arg1", "arg2", "arg3", "arg4", "arg5"), (EventKind.WAIT,
 _BLOCK = 1 << 16
 
 
+class ColumnTable:
+    """A table kept as plain columns, read like a structured array of ``dtype``.
+
+    ``t["name"]`` is a whole column (a contiguous array, often shared with the trace's own
+    column cache; a lazy column is computed on first use), ``t[sel]`` (a boolean mask, index array
+    or slice) the selected rows as a structured array of ``dtype`` (lazy columns computed at those
+    rows only), ``t[i]`` one row. Analyses that read a few columns of millions of rows never build
+    the rows (a wide row table costs several times the columns they read); the JSON and HTML
+    reports build the rows they show.
+
+    Args:
+        dtype: the rows' structured dtype (its names are the table's columns, in order; a column
+            may be held in a narrower type and is converted when rows are built).
+        columns: name -> array, all of one length.
+        lazy: name -> ``fn(index)``: the column's values at the rows ``index`` (int64 array), or
+            at every row for ``index=None``; the whole column is kept once made.
+        derived: the same, for columns cheap to make from others (a difference of two): made
+            each time they are read, never kept.
+    """
+
+    def __init__(self, dtype, columns: dict, lazy: dict | None = None, derived: dict | None = None):
+        self.dtype = np.dtype(dtype)
+        self._cols = dict(columns)
+        self._lazy = dict(lazy or {})
+        self._derived = dict(derived or {})
+        lengths = {int(np.shape(c)[0]) for c in self._cols.values()}
+        if len(lengths) != 1:
+            raise ValueError(f"ColumnTable: columns of different lengths {sorted(lengths)}")
+        missing = [n for n in self.dtype.names or () if n not in self._cols and n not in self._lazy and n not in self._derived]
+        if missing:
+            raise ValueError(f"ColumnTable: no column or maker for {missing}")
+        self.size = lengths.pop()
+        self.shape = (self.size,)
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __repr__(self) -> str:
+        return f"ColumnTable({self.size} rows, columns {list(self.dtype.names or ())})"
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            return self.column(key)
+        if isinstance(key, (int, np.integer)):
+            i = int(key) + (self.size if int(key) < 0 else 0)
+            if not 0 <= i < self.size:
+                raise IndexError(f"row {int(key)} of a table of {self.size}")
+            return self.rows(np.array([i], np.int64))[0]
+        return self.rows(key)
+
+    def column(self, name: str) -> np.ndarray:
+        c = self._cols.get(name)
+        if c is None and name in self._derived:
+            return np.asarray(self._derived[name](None))
+        if c is None:
+            if name not in self._lazy:
+                raise ValueError(f"no field of name {name}")
+            with self._lock:  # (analyses read tables from two threads)
+                c = self._cols.get(name)
+                if c is None:
+                    c = self._cols[name] = np.asarray(self._lazy[name](None))
+        return c
+
+    def rows(self, sel=slice(None)) -> np.ndarray:
+        """The rows ``sel`` selects (mask, index array or slice), as a structured array of ``dtype``."""
+        if isinstance(sel, slice):
+            idx = np.arange(self.size, dtype=np.int64)[sel]
+        else:
+            sel = np.asarray(sel)
+            if sel.dtype == bool:
+                if sel.shape != (self.size,):
+                    raise IndexError(f"a mask of {sel.shape} rows for a table of {self.size}")
+                idx = np.flatnonzero(sel)
+            else:
+                idx = sel.astype(np.int64, copy=False).reshape(-1)
+                idx = np.where(idx < 0, idx + self.size, idx)
+                if idx.size and (idx.min() < 0 or idx.max() >= self.size):
+                    raise IndexError(f"rows out of range for a table of {self.size}")
+        out = np.zeros(idx.size, self.dtype)
+        for n in self.dtype.names or ():
+            c = self._cols.get(n)
+            out[n] = c[idx] if c is not None else (self._derived.get(n) or self._lazy[n])(idx)
+        return out
+
+
 def fill_table(out: np.ndarray, columns: dict) -> np.ndarray:
     """Assign ``columns`` (name -> array of ``out``'s length, or a scalar) to the fields of the
     structured table ``out``, a block of rows at a time (each block of the table is written
@@ -403,6 +489,7 @@ def _aligned_columns(cap, model) -> _Columns | None:
     by (rank, launch, program, slot) (a rank's launches out of order: the caller sorts the whole
     table).
     """
+    from ..captures.file import CaptureError, read_buffers
     from ..decode import DecodeError, count_kinds
     from ..events import launch_refs, make_batches, read_batch
 
@@ -412,10 +499,15 @@ def _aligned_columns(cap, model) -> _Columns | None:
             return None
     at_kinds = [int(k) for k in _COPIED_AT[1]]
     per_launch = np.zeros((len(refs), 16), np.int64)
+    batches = make_batches(refs)
     try:
-        for li, (_, ln) in enumerate(refs):
-            per_launch[li] = count_kinds(ln.raw)
-    except DecodeError:
+        for batch in batches:
+            # read for this count only (a buffer not read from its file yet is not kept on its
+            # launch: all of them at once would be the raw capture's size again); the CRC is
+            # checked when the batch is decoded below
+            for li, buf in zip(batch, read_buffers([refs[li][1] for li in batch], verify=False)):
+                per_launch[li] = count_kinds(buf)
+    except (DecodeError, CaptureError):
         return None  # decoding says what is wrong, with the rank and launch
     rows_of = per_launch.sum(axis=1) - per_launch[:, EventKind.EMPTY] - per_launch[:, EventKind.DETAIL]
     start_of = np.cumsum(rows_of) - rows_of  # each launch's first row in the table
@@ -423,9 +515,10 @@ def _aligned_columns(cap, model) -> _Columns | None:
     n = int(rows_of.sum())
     dt = schema.ALIGNED_DTYPE
     cols = {c: np.empty(n, dt[c]) for c in _COPIED}
-    at = {(k, a): np.empty(int(per_launch[:, k].sum()), dt[a]) for k in at_kinds for a in _COPIED_AT[0]}
+    # (each argument at its recorded width: a third less than int64 for a wait's or a notify's)
+    at = {(k, a): np.empty(int(per_launch[:, k].sum()), schema.arg_dtype(k, a)) for k in at_kinds for a in _COPIED_AT[0]}
     done = 0
-    for batch in make_batches(refs):
+    for batch in batches:
         b = read_batch(refs, batch, model, _DECODED)
         counts = np.diff(b.offsets)
         lis = np.asarray(batch, np.int64)

@@ -185,3 +185,36 @@ def test_skipped_notify_hang_names_rank_programs_flag_and_peer(path):
     assert f"from rank {peer}" in first.text and f"rank {peer} never sent it" in first.text
     # the run ended: each of those waits gave up after its timeout (50 ms), not later
     assert abs(first.data["waited_ns"] - 50e6) <= 0.01 * 50e6
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=[p.stem for p in CAPTURES])
+def test_columns_decoded_from_buffers_equal_the_full_tables(path):
+    """``prepare(path)`` decodes the analyses' columns straight from the buffers (arguments at their
+    recorded widths, ``schema.arg_dtype``); the full aligned table gives the same values, and the
+    waits and workgroups tables (kept as columns) give the same rows either way."""
+    from ktrace.analysis import load, stalls
+    from ktrace.schema import arg_dtype
+
+    from ktrace.analysis import Trace
+
+    tr = prepare(path)
+    # from the table: every column int64, as ALIGNED_DTYPE has it
+    ref = Trace(events=tr.events, regions=tr.regions, world_size=tr.world_size, kernels=tr.kernels,
+                n_programs=tr.n_programs, meta=tr.meta)
+    for kind in (EventKind.WAIT, EventKind.NOTIFY):
+        for a in ("arg0", "arg1", "arg2", "arg3", "arg4", "arg5"):
+            got = tr.at(kind, a)
+            assert got.dtype == arg_dtype(kind, a) and ref.at(kind, a).dtype == np.int64
+            assert np.array_equal(got, ref.at(kind, a)), (kind, a)
+    for c in ("rank", "launch", "program", "kind", "flags", "region", "hw", "start_ns", "end_ns"):
+        assert np.array_equal(tr.column(c), ref.column(c)), c
+    w, wr = stalls.waits(tr), stalls.waits(ref)
+    assert w.size == wr.size > 0 and w[:].tolist() == wr[:].tolist()
+    g, gr = load.workgroups(tr), load.workgroups(ref)
+    a, b = g[:], gr[:]
+    assert a.dtype == b.dtype and a.size == b.size == tr.n_workgroups
+    for c in a.dtype.names:
+        if a.dtype[c].kind == "f":
+            np.testing.assert_array_equal(a[c], b[c], err_msg=c)
+        else:
+            assert a[c].tolist() == b[c].tolist(), c
