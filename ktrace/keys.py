@@ -75,17 +75,12 @@ def argsort_stable(k: np.ndarray) -> np.ndarray:
     size = int(k.max()) - lo + 1
     if size * n >= KEY_LIMIT:
         return np.argsort(k, kind="stable")
-    packed = (k - lo) * n
+    packed = np.subtract(k, lo, dtype=np.int64)
+    packed *= n
     packed += np.arange(n, dtype=np.int64)
     packed.sort()
     packed %= n
     return packed
-
-
-def _ranged(k: np.ndarray) -> tuple[np.ndarray, int]:
-    k = np.asarray(k, np.int64)
-    lo = int(k.min())
-    return k - lo, int(k.max()) - lo + 1
 
 
 def lexorder(*keys: np.ndarray, _inner: bool = False) -> np.ndarray:
@@ -101,10 +96,18 @@ def lexorder(*keys: np.ndarray, _inner: bool = False) -> np.ndarray:
         return np.arange(n, dtype=np.int64)
     comp, total, used = None, 1, 0
     for k in keys:
-        off, size = _ranged(k)
+        k = np.asarray(k)
+        lo = int(k.min())
+        size = int(k.max()) - lo + 1
         if total * size >= KEY_LIMIT:
             break
-        comp = off if comp is None else comp * size + off
+        off = np.subtract(k, lo, dtype=np.int64)  # (packed in place: one temporary at a time)
+        if comp is None:
+            comp = off
+        else:
+            comp *= size
+            comp += off
+        del off
         total *= size
         used += 1
     if used == 0 or (_inner and used == 1):

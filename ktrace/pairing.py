@@ -125,8 +125,9 @@ def _exact(notifies: Mapping, waits: Mapping, timed_out: np.ndarray) -> np.ndarr
              (notifies["value"], waits["expected"])]
     kn, kw = np.zeros(n_n, np.int64), np.zeros(n_w, np.int64)
     total = 1
+    # (keys built in place, one column's temporary at a time: waits are millions on a large capture)
     for a, b in sides:
-        a, b = _i64(a), _i64(b)
+        a, b = np.asarray(a), np.asarray(b)
         lo = min(int(a.min()), int(b.min()))
         size = max(int(a.max()), int(b.max())) - lo + 1
         total *= size
@@ -135,33 +136,45 @@ def _exact(notifies: Mapping, waits: Mapping, timed_out: np.ndarray) -> np.ndarr
             kn, kw = k[:n_n], k[n_n:]
             total = int(k.max()) + 1
             break
-        kn *= size
-        kn += a - lo
-        kw *= size
-        kw += b - lo
+        for key, col in ((kn, a), (kw, b)):
+            key *= size
+            key += np.subtract(col, lo, dtype=np.int64)
     if total * (max(n_n, n_w) + 1) >= _LIMIT:  # room for the round number in the key
         k, _ = dense_codes(np.concatenate([kn, kw]))
         kn, kw = k[:n_n], k[n_n:]
     # round of each notify: its occurrence in its group, by (launch, start) on its own rank
-    on = lexorder(kn, _i64(notifies["launch"]), _i64(notifies["start"]))
+    on = lexorder(kn, notifies["launch"], notifies["start"])
     occ_n = np.empty(n_n, np.int64)
     occ_n[on] = _occurrence(kn[on])
+    del on
     # round of each wait: its occurrence among its program's waits of the group, by (launch, order)
-    prog = _i64(waits["program"])
-    ow = lexorder(kw, prog, _i64(waits["launch"]), _i64(waits["order"]))
+    prog = np.asarray(waits["program"])
+    ow = lexorder(kw, prog, waits["launch"], waits["order"])
     p_lo = int(prog.min())
-    sub = kw[ow] * (int(prog.max()) - p_lo + 1) + (prog[ow] - p_lo)
+    sub = kw[ow]
+    sub *= int(prog.max()) - p_lo + 1
+    sub += np.subtract(prog[ow], p_lo, dtype=np.int64)
     occ_w = np.empty(n_w, np.int64)
     occ_w[ow] = _occurrence(sub)
+    del sub, ow
     big = int(max(int(occ_n.max()), int(occ_w.max())) + 1)
-    keyn = kn * big + occ_n
-    keyw = kw * big + occ_w
+    keyn = kn * big
+    keyn += occ_n
+    keyw = kw * big
+    keyw += occ_w
+    del occ_n, occ_w, kn, kw
     sn = argsort_stable(keyn)
     ks = keyn[sn]
+    del keyn
     j = np.searchsorted(ks, keyw)
-    jc = np.minimum(j, n_n - 1)
-    ok = (j < n_n) & (ks[jc] == keyw) & ~timed_out
-    return np.where(ok, sn[jc], -1).astype(np.int64)
+    ok = j < n_n
+    np.minimum(j, n_n - 1, out=j)
+    ok &= ks[j] == keyw
+    ok &= ~timed_out
+    del ks, keyw
+    out = sn[j]
+    out[~ok] = -1
+    return out
 
 
 def _reaching(notifies: Mapping, waits: Mapping, left: np.ndarray) -> np.ndarray:
@@ -208,12 +221,16 @@ def _reaching(notifies: Mapping, waits: Mapping, left: np.ndarray) -> np.ndarray
 def _occurrence(sorted_keys: np.ndarray) -> np.ndarray:
     """0, 1, 2, ... within each run of equal values of a sorted array."""
     n = sorted_keys.size
-    idx = np.arange(n, dtype=np.int64)
+    out = np.arange(n, dtype=np.int64)
     if n == 0:
-        return idx
+        return out
     first = np.ones(n, bool)
     np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=first[1:])
-    return idx - np.maximum.accumulate(np.where(first, idx, 0))
+    start = np.where(first, out, 0)  # each run's first index, carried over the run
+    del first
+    np.maximum.accumulate(start, out=start)
+    out -= start
+    return out
 
 
 def pair_table(events, *, fallback: bool = True) -> tuple[np.ndarray, np.ndarray, int, int]:

@@ -875,13 +875,10 @@ def _late_notify_causes(trace: Trace, cfg: CauseConfig) -> list[Cause]:
         r, rid = key >> 24, key & ((1 << 24) - 1)
         mine = (rank == r) & (reg == rid)
         n_launch_mine = np.unique(h["launch"][mine]).size
-        hold = np.zeros(h["row"].size)
-        hold[sel] = hx[sel]
         codes = np.unique(h["launch"][sel]).astype(np.int64)
 
-        def changes(sub, hold=hold):
-            pos = np.searchsorted(h["row"], sub.n_row)
-            return Changes(hold=hold[pos])
+        def changes(sub, hold=_Sparse(sel, hx[sel], 0.0)):  # (sel: sorted positions among the notifies)
+            return Changes(hold=hold(np.searchsorted(h["row"], sub.n_row)))
 
         base = h["baseline_ns"][sel]
         out.append(Cause("late_notifies", int(r), (int(r),), codes, changes=changes, excess_ns=float(hx[sel].sum()), detail={
@@ -899,22 +896,23 @@ def _uneven_work_causes(trace: Trace, wg: np.ndarray | None) -> list[Cause]:
     if wg is None or wg.size == 0 or not wg["overloaded"].any():
         return []
     over = np.flatnonzero(wg["overloaded"])
-    role_inv, role_codes = _object_codes(wg["role"])
+    ov = wg[over]  # the overloaded workgroups' rows (few)
+    role_inv, role_codes = _role_codes(wg)
     med = group_median(role_inv, wg["work_ns"].astype(np.float64), role_codes.size)
     med_items = group_median(role_inv, wg["work_items"].astype(np.float64), role_codes.size)
-    reg_inv, reg_names = _object_codes(wg["top_region"][over])
+    reg_inv, reg_names = _object_codes(ov["top_region"])
     key = role_inv[over] * max(reg_names.size, 1) + reg_inv
     out = []
     for k in np.unique(key).tolist():  # (role, region): a handful
-        sel = over[key == k]
+        mine = key == k
+        sel = over[mine]
         ri = int(role_inv[sel[0]])
         region = str(reg_names[k % max(reg_names.size, 1)])
-        factor = np.ones(wg.size)
-        factor[sel] = np.minimum(med[ri] / np.maximum(wg["work_ns"][sel].astype(np.float64), 1.0), 1.0)
+        factor = np.minimum(med[ri] / np.maximum(wg["work_ns"][sel].astype(np.float64), 1.0), 1.0)
         codes = np.unique(wg["launch"][sel]).astype(np.int64)
 
-        def changes(sub, factor=factor):
-            return Changes(scale=factor[sub.wg_id])
+        def changes(sub, factor=_Sparse(sel, factor, 1.0)):  # (sel: sorted workgroup ids)
+            return Changes(scale=factor(sub.wg_id))
 
         # the busy time a workgroup spends per item: how much longer its items took, if as many
         items = wg["work_items"][sel].astype(np.float64)
@@ -928,10 +926,34 @@ def _uneven_work_causes(trace: Trace, wg: np.ndarray | None) -> list[Cause]:
             "work_ns": float(np.mean(wg["work_ns"][sel])), "median_work_ns": float(med[ri]),
             "magnitude_ns": float(np.mean(wg["work_ns"][sel]) - med[ri]),
             "items": float(np.mean(items)), "median_items": float(med_items[ri]),
-            "region_excess_ns": float(np.nanmean(wg["top_region_excess_ns"][sel]))
-            if np.isfinite(wg["top_region_excess_ns"][sel]).any() else math.nan,
+            "region_excess_ns": float(np.nanmean(ov["top_region_excess_ns"][mine]))
+            if np.isfinite(ov["top_region_excess_ns"][mine]).any() else math.nan,
             "programs": progs}))
     return out
+
+
+class _Sparse:
+    """A vector that is ``fill`` except at a few sorted positions: ``s(idx)`` its values at ``idx``
+    (what a cause's replay changes keep instead of a value per workgroup or notify)."""
+
+    def __init__(self, at: np.ndarray, values: np.ndarray, fill: float):
+        self.at, self.values, self.fill = np.asarray(at, np.int64), np.asarray(values, np.float64), fill
+
+    def __call__(self, idx: np.ndarray) -> np.ndarray:
+        idx = np.asarray(idx)
+        out = np.full(idx.shape, self.fill)
+        if self.at.size:
+            pos = np.minimum(np.searchsorted(self.at, idx), self.at.size - 1)
+            hit = self.at[pos] == idx
+            out[hit] = self.values[pos[hit]]
+        return out
+
+
+def _role_codes(wg) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, roles)`` of a workgroups table's ``role`` column (given by ``load.workgroups``'
+    table; made from the column for another table)."""
+    known = wg.codes("role") if hasattr(wg, "codes") else None
+    return known if known is not None else _object_codes(wg["role"])
 
 
 def _object_codes(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -958,7 +980,7 @@ def _uneven_rank_causes(trace: Trace, wg: np.ndarray | None, min_excess: float, 
         return []
     from .load import region_time
 
-    role_inv, role_codes = _object_codes(wg["role"])
+    role_inv, role_codes = _role_codes(wg)
     rank = wg["rank"].astype(np.int64)
     R = int(rank.max()) + 1
     out = []
@@ -987,7 +1009,8 @@ def _uneven_rank_causes(trace: Trace, wg: np.ndarray | None, min_excess: float, 
             hv = sel & np.isin(rank, heavy)
             lt = sel & ~np.isin(rank, heavy)
             if hv.any() and lt.any():
-                diff = mtx[hv].mean(axis=0) - mtx[lt].mean(axis=0)
+                # (means as products: no copy of the workgroups' rows of the matrix)
+                diff = (hv.astype(np.float64) @ mtx) / hv.sum() - (lt.astype(np.float64) @ mtx) / lt.sum()
                 region = trace.region_name(rids[int(np.argmax(diff))])
 
         def changes(sub, factor=factor):

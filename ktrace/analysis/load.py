@@ -109,7 +109,8 @@ def work_region_id(trace: Trace, config: LoadConfig = LoadConfig()) -> int | Non
 
 def region_time(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """Time per region and workgroup of leaf spans and waits (by the wait's name), the events
-    that say where time went (containers would cover their parts): ``(matrix (W, R) ns, ids (R,))``."""
+    that say where time went (containers would cover their parts): ``(matrix (W, R) ns, ids (R,))``
+    (the matrix uint32 when every sum fits, else float64: convert before summing over rows)."""
     return trace.cached(("region_time",), lambda: _region_time(trace))
 
 
@@ -130,12 +131,15 @@ def _region_time(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     R = rids.size
     m = np.zeros((W, R))
     for b in blocks:
-        g = wg[b]
+        g = wg[b].astype(np.int64)
         w0, w1 = int(g.min()), int(g.max()) + 1  # (rows in order: a block is a run of workgroups)
-        code = np.searchsorted(rids, reg[b])
+        g -= w0
+        g *= R
+        g += np.searchsorted(rids, reg[b])
         dur = (e[b] - s[b]).astype(np.float64)
-        m[w0:w1] += np.bincount((g - w0) * R + code, weights=dur, minlength=(w1 - w0) * R).reshape(w1 - w0, R)
-    return m, rids
+        m[w0:w1] += np.bincount(g, weights=dur, minlength=(w1 - w0) * R).reshape(w1 - w0, R)
+    # whole nanoseconds: held as uint32 where every sum fits (exact, half the memory)
+    return (m.astype(np.uint32) if m.size and 0 <= float(m.min()) and float(m.max()) < 2**32 else m), rids
 
 
 #: Rows per block in :func:`region_time`.
@@ -219,18 +223,28 @@ def workgroups(trace: Trace, config: LoadConfig = LoadConfig()) -> ColumnTable:
         rinv, rkeys = _kernel_codes(trace)
     G = rkeys.size
     n_role = group_count(rinv, G)[rinv] >= 3
+    robust = {}  # per role, the median and the scaled median absolute deviation of a column
+
+    def z_of(col):  # robust z-score of each workgroup's value of ``col`` within its role
+        med_g, mad_g = robust[col]
+
+        def make(idx):
+            sel = slice(None) if idx is None else idx
+            r = rinv[sel]
+            x, med, mad = cols[col][sel].astype(np.float64), med_g[r], mad_g[r]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return np.where(mad > 0, (x - med) / np.where(mad > 0, mad, 1), np.where(x > med, np.inf, 0.0))
+        return make
+
     for col, flag, z in (("work_ns", "overloaded", "busy_z"), ("wait_ns", "wait_outlier", "wait_z")):
         x = cols[col].astype(np.float64)
-        med = group_median(rinv, x, G)[rinv]
+        med_g = group_median(rinv, x, G)
+        med = med_g[rinv]
         dev = np.abs(x - med)
-        mad = group_median(rinv, dev, G)[rinv]
-        mad *= 1.4826
+        mad_g = group_median(rinv, dev, G) * 1.4826
         del dev
-        with np.errstate(divide="ignore", invalid="ignore"):
-            zz = np.where(mad > 0, (x - med) / np.where(mad > 0, mad, 1), np.where(x > med, np.inf, 0.0))
-        del mad
-        cols[z] = zz
-        cols[flag] = (x > med * (1 + config.min_excess)) & (zz > config.z) & n_role
+        robust[col] = (med_g, mad_g)
+        cols[flag] = (x > med * (1 + config.min_excess)) & (z_of(col)(None) > config.z) & n_role
         del x, med
     outlier = cols["outlier"] = cols["overloaded"] | cols["wait_outlier"]
     oi = np.flatnonzero(outlier)
@@ -239,7 +253,8 @@ def workgroups(trace: Trace, config: LoadConfig = LoadConfig()) -> ColumnTable:
     top_ex = np.full(oi.size, np.nan)
     if oi.size and rids.size:
         for g in np.unique(rinv[oi]).tolist():
-            med_r = np.median(m[rinv == g], axis=0)
+            members = rinv == g
+            med_r = np.array([np.median(m[members, j]) for j in range(rids.size)])  # (a column at a time)
             sel = np.flatnonzero(rinv[oi] == g)
             ex = m[oi[sel]] - med_r
             j = np.argmax(ex, axis=1)
@@ -274,9 +289,11 @@ def workgroups(trace: Trace, config: LoadConfig = LoadConfig()) -> ColumnTable:
 
     return ColumnTable(WORKGROUP_DTYPE, cols,
                        {"role": role, "cause": cause, "top_region": of_outliers(top, ""),
-                        "top_region_excess_ns": of_outliers(top_ex, np.nan), "n_events": n_events},
+                        "top_region_excess_ns": of_outliers(top_ex, np.nan), "n_events": n_events,
+                        "busy_z": z_of("work_ns"), "wait_z": z_of("wait_ns")},
                        {"lifetime_ns": lambda idx: we[_at(idx)] - ws[_at(idx)],
-                        "busy_ns": lambda idx: we[_at(idx)] - ws[_at(idx)] - wait[_at(idx)]})
+                        "busy_ns": lambda idx: we[_at(idx)] - ws[_at(idx)] - wait[_at(idx)]},
+                       codes={"role": (rinv, rkeys)} if rkeys.size else None)
 
 
 def _at(idx):

@@ -95,17 +95,17 @@ def release_pairs(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return nr[paired], w["row"][paired]
 
 
-def _release_pairs(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+def _release_pairs(trace: Trace) -> pairing.Pairs:
+    """``ktrace.pairing.pair`` on the trace's notifies and waits (indices among each kind's rows)."""
     N, W = EventKind.NOTIFY, EventKind.WAIT
-    ni, wi = trace.rows_of(N), trace.rows_of(W)
+    wi = trace.rows_of(W)
     notifies = {"rank": trace.at(N, "rank"), "launch": trace.at(N, "launch"), "start": trace.at(N, "start_ns")}
     notifies.update((a, trace.at(N, arg_column(N, a))) for a in ("peer", "value", "flag"))
     # rows are in (rank, launch, program, slot) order: a wait's row is its place in record order
     waits = {"rank": trace.at(W, "rank"), "launch": trace.at(W, "launch"), "program": trace.at(W, "program"), "order": wi,
              "timed_out": is_timeout(trace.at(W, "flags"))}
     waits.update((a, trace.at(W, arg_column(W, a))) for a in ("peer", "flag", "expected", "cmp"))
-    p = pairing.pair(notifies, waits)
-    return ni[p.notify], wi[p.wait]
+    return pairing.pair(notifies, waits)
 
 
 def waits(trace: Trace) -> ColumnTable:
@@ -128,18 +128,25 @@ def _waits_table(trace: Trace) -> ColumnTable:
         return trace.at(EventKind.WAIT, name)
 
     rows = trace.rows_of(EventKind.WAIT)
-    n_rows, w_rows = _release_pairs(trace)
+    p = _release_pairs(trace)
     s = A("start_ns")
     e = A("end_ns")
-    dur = np.maximum(e - s, 0)
     to = is_timeout(A("flags"))
     nr = np.full(rows.size, -1, np.int64)
-    nr[np.searchsorted(rows, w_rows)] = n_rows  # both sorted
-    paired = np.flatnonzero(nr >= 0)
+    nr[p.wait] = trace.rows_of(EventKind.NOTIFY)[p.notify]
+    paired = p.wait
+    del p
+    # the part before the releasing notify began (in place: these are millions of rows)
+    v = C("start_ns")[nr[paired]]
+    v -= s[paired]
+    hi = e[paired]
+    hi -= s[paired]
+    np.clip(v, 0, np.maximum(hi, 0, out=hi), out=v)
+    del hi
     late = np.full(rows.size, np.nan)
-    late[paired] = np.clip(C("start_ns")[nr[paired]] - s[paired], 0, dur[paired])
-    late[to] = dur[to]
-    del paired
+    late[paired] = v
+    del v, paired
+    late[to] = np.maximum(e[to] - s[to], 0)
 
     def at(idx):
         return slice(None) if idx is None else idx
@@ -160,11 +167,15 @@ def _waits_table(trace: Trace) -> ColumnTable:
 
     cols = {"row": rows, "rank": A("rank"), "launch": A("launch"), "program": A("program"), "peer": A("arg0"),
             "flag": A("arg2"), "expected": A("arg4"), "value": A("arg3"), "cmp": A("arg5"), "start_ns": s, "end_ns": e,
-            "wait_ns": dur, "spins": A("arg1"), "timed_out": to, "notify_row": nr, "producer_late_ns": late}
-    lazy = {"name": lambda idx: trace.names_of(A("region")[at(idx)]), "region": region,
+            "spins": A("arg1"), "timed_out": to, "notify_row": nr, "producer_late_ns": late}
+    lazy = {"name": lambda idx: trace.names_of(C("region")[rows[at(idx)]]), "region": region,
             "sm": lambda idx: C("hw")[rows[at(idx)]], "notify_rank": of_notify("rank"),
             "notify_program": of_notify("program"), "notify_start_ns": of_notify("start_ns")}
-    return ColumnTable(WAIT_DTYPE, cols, lazy, {"signal_latency_ns": lambda idx: dur[at(idx)] - late[at(idx)]})
+    def wait_ns(idx):
+        return np.maximum(e[at(idx)] - s[at(idx)], 0)
+
+    return ColumnTable(WAIT_DTYPE, cols, lazy,
+                       {"wait_ns": wait_ns, "signal_latency_ns": lambda idx: wait_ns(idx) - late[at(idx)]})
 
 
 def kernel_time(trace: Trace) -> np.ndarray:
@@ -254,10 +265,23 @@ def stall_totals(trace: Trace, by: str = "rank", w: np.ndarray | None = None) ->
     for i, (n, _) in enumerate(names):
         out[n] = keys[:, i]
     out["n_waits"] = group_count(inv, g)
-    out["timeouts"] = group_sum(inv, w["timed_out"], g).astype(np.int64)
-    out["wait_ns"] = group_sum(inv, w["wait_ns"], g).astype(np.int64)
-    out["producer_late_ns"] = group_sum(inv, np.nan_to_num(w["producer_late_ns"]), g)
-    out["signal_latency_ns"] = group_sum(inv, np.nan_to_num(w["signal_latency_ns"]), g)
+    # summed a block of waits at a time (whole columns of per-wait temporaries would be several
+    # hundred MB on a large capture; the sums are of whole nanoseconds, exact in float64)
+    sums = {c: np.zeros(g) for c in ("timeouts", "wait_ns", "producer_late_ns", "signal_latency_ns")}
+    start, end, late, to = w["start_ns"], w["end_ns"], w["producer_late_ns"], w["timed_out"]
+    for a in range(0, inv.size, _SUM_BLOCK):
+        b = slice(a, a + _SUM_BLOCK)
+        i = inv[b]
+        wait = np.maximum(end[b] - start[b], 0).astype(np.float64)  # the waits table's wait_ns
+        sums["timeouts"] += np.bincount(i, weights=to[b], minlength=g)
+        sums["wait_ns"] += np.bincount(i, weights=wait, minlength=g)
+        sums["producer_late_ns"] += np.bincount(i, weights=np.nan_to_num(late[b]), minlength=g)
+        wait -= late[b]
+        sums["signal_latency_ns"] += np.bincount(i, weights=np.nan_to_num(wait), minlength=g)
+    out["timeouts"] = sums["timeouts"].astype(np.int64)
+    out["wait_ns"] = sums["wait_ns"].astype(np.int64)
+    out["producer_late_ns"] = sums["producer_late_ns"]
+    out["signal_latency_ns"] = sums["signal_latency_ns"]
     if by == "workgroup":
         ws, we = workgroup_extent(trace)
         wk = trace.wg_keys
@@ -272,6 +296,10 @@ def stall_totals(trace: Trace, by: str = "rank", w: np.ndarray | None = None) ->
         out["time_ns"] = per_rank[np.asarray(out["rank"], np.int64)] if per_rank.size else 0
     out["wait_frac"] = np.where(out["time_ns"] > 0, out["wait_ns"] / np.maximum(out["time_ns"], 1), np.nan)
     return out[np.argsort(-out["wait_ns"], kind="stable")]
+
+
+#: Waits per block in :func:`stall_totals`.
+_SUM_BLOCK = 1 << 20
 
 
 def kt_keys(kt: np.ndarray) -> np.ndarray:

@@ -296,10 +296,14 @@ class ColumnTable:
             at every row for ``index=None``; the whole column is kept once made.
         derived: the same, for columns cheap to make from others (a difference of two): made
             each time they are read, never kept.
+        codes: for columns of names (object), ``name -> (codes, names)``: each row's code into
+            the sorted distinct names (what :meth:`codes` gives without making the column).
     """
 
-    def __init__(self, dtype, columns: dict, lazy: dict | None = None, derived: dict | None = None):
+    def __init__(self, dtype, columns: dict, lazy: dict | None = None, derived: dict | None = None,
+                 codes: dict | None = None):
         self.dtype = np.dtype(dtype)
+        self._codes = dict(codes or {})
         self._cols = dict(columns)
         self._lazy = dict(lazy or {})
         self._derived = dict(derived or {})
@@ -341,6 +345,10 @@ class ColumnTable:
                 if c is None:
                     c = self._cols[name] = np.asarray(self._lazy[name](None))
         return c
+
+    def codes(self, name: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(codes, names)`` of a column of names when the table was given them, else None."""
+        return self._codes.get(name)
 
     def rows(self, sel=slice(None)) -> np.ndarray:
         """The rows ``sel`` selects (mask, index array or slice), as a structured array of ``dtype``."""
@@ -515,7 +523,8 @@ def _aligned_columns(cap, model) -> _Columns | None:
     n = int(rows_of.sum())
     dt = schema.ALIGNED_DTYPE
     cols = {c: np.empty(n, dt[c]) for c in _COPIED}
-    # (each argument at its recorded width: a third less than int64 for a wait's or a notify's)
+    # (each argument at its recorded width, and below, a 64-bit one at 32 bits where every value
+    # fits: about half of int64 for a wait's or a notify's)
     at = {(k, a): np.empty(int(per_launch[:, k].sum()), schema.arg_dtype(k, a)) for k in at_kinds for a in _COPIED_AT[0]}
     done = 0
     for batch in batches:
@@ -543,6 +552,9 @@ def _aligned_columns(cap, model) -> _Columns | None:
         done += b.size
     if done != n:
         raise AnalysisError(f"decoded {done} events where the buffers' tags count {n}")
+    for key, c in at.items():  # 64-bit arguments (flag offsets, values) that all fit 32 bits: held so
+        if c.dtype == np.int64 and c.size and -(2**31) <= int(c.min()) and int(c.max()) < 2**31:
+            at[key] = c.astype(np.int32)
     return _Columns(n=n, cols=cols, at=at)
 
 
