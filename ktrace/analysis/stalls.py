@@ -254,30 +254,50 @@ def stall_totals(trace: Trace, by: str = "rank", w: np.ndarray | None = None) ->
         names = [("rank", "<i4"), ("launch", "<i4"), ("program", "<i4")]
     else:
         raise ValueError(f"stall_totals: by must be 'rank', 'peer' or 'workgroup', got {by!r}")
-    if by == "workgroup" and w.size and w["row"].size and w["row"].max() < trace.wg.size:
+    # ranks (and peers) are few small numbers: each (rank, peer) its cell of a dense table, the
+    # group ids made a block of waits at a time, as the sums are
+    ranks = [np.asarray(c) for c in kcols] if by != "workgroup" and w.size else []
+    radix = [int(c.max()) + 1 for c in ranks] if ranks and all(int(c.min()) >= 0 for c in ranks) else []
+    dense = bool(radix) and int(np.prod(radix)) <= 1 << 20
+    if dense:
+        inv, g = None, int(np.prod(radix))
+    elif by == "workgroup" and w.size and w["row"].size and w["row"].max() < trace.wg.size:
         # (rank, launch, program) is the workgroup: its dense ids are in that order already
         inv, present = dense_codes(trace.wg[w["row"]])
         keys = trace.wg_keys[present]
+        g = keys.shape[0]
     else:
         inv, keys = group_index(*kcols)
-    g = keys.shape[0]
-    out = np.zeros(g, names + _TOTAL_FIELDS)
-    for i, (n, _) in enumerate(names):
-        out[n] = keys[:, i]
-    out["n_waits"] = group_count(inv, g)
+        g = keys.shape[0]
     # summed a block of waits at a time (whole columns of per-wait temporaries would be several
     # hundred MB on a large capture; the sums are of whole nanoseconds, exact in float64)
-    sums = {c: np.zeros(g) for c in ("timeouts", "wait_ns", "producer_late_ns", "signal_latency_ns")}
+    sums = {c: np.zeros(g) for c in ("n_waits", "timeouts", "wait_ns", "producer_late_ns", "signal_latency_ns")}
     start, end, late, to = w["start_ns"], w["end_ns"], w["producer_late_ns"], w["timed_out"]
-    for a in range(0, inv.size, _SUM_BLOCK):
+    for a in range(0, w.size, _SUM_BLOCK):
         b = slice(a, a + _SUM_BLOCK)
-        i = inv[b]
+        if dense:
+            i = ranks[0][b].astype(np.int64)
+            for c, size in zip(ranks[1:], radix[1:]):
+                i *= size
+                i += c[b]
+        else:
+            i = inv[b]
         wait = np.maximum(end[b] - start[b], 0).astype(np.float64)  # the waits table's wait_ns
+        sums["n_waits"] += np.bincount(i, minlength=g)
         sums["timeouts"] += np.bincount(i, weights=to[b], minlength=g)
         sums["wait_ns"] += np.bincount(i, weights=wait, minlength=g)
         sums["producer_late_ns"] += np.bincount(i, weights=np.nan_to_num(late[b]), minlength=g)
         wait -= late[b]
         sums["signal_latency_ns"] += np.bincount(i, weights=np.nan_to_num(wait), minlength=g)
+    if dense:  # the cells with waits, in (rank, peer) order
+        cells = np.flatnonzero(sums["n_waits"])
+        sums = {c: v[cells] for c, v in sums.items()}
+        keys = np.stack(np.unravel_index(cells, radix), axis=1) if cells.size else np.zeros((0, len(radix)), np.int64)
+        g = cells.size
+    out = np.zeros(g, names + _TOTAL_FIELDS)
+    for i, (n, _) in enumerate(names):
+        out[n] = keys[:, i]
+    out["n_waits"] = sums["n_waits"].astype(np.int64)
     out["timeouts"] = sums["timeouts"].astype(np.int64)
     out["wait_ns"] = sums["wait_ns"].astype(np.int64)
     out["producer_late_ns"] = sums["producer_late_ns"]

@@ -218,6 +218,34 @@ def test_stall_totals_sum_to_the_waits():
         stall_totals(tr, "sm", w)
 
 
+@pytest.mark.parametrize("by", ["rank", "peer", "workgroup"])
+def test_stall_totals_per_group_match_a_plain_group_by(by):
+    """Each group's sums equal a dict group-by over the waits table's rows (the sums are made a
+    block of waits at a time, ranks and peers as cells of a dense table)."""
+    from ktrace.analysis import stalls
+
+    tr = prepare(scenario.build(scenario.Scenario(iters=3, late_rank=1, late_ns=D_SMALL)))
+    w = waits(tr)
+    names = {"rank": ("rank",), "peer": ("rank", "peer"), "workgroup": ("rank", "launch", "program")}[by]
+    ref: dict = {}
+    for row in w[:].tolist():
+        d = dict(zip(w.dtype.names, row))
+        acc = ref.setdefault(tuple(d[n] for n in names), [0, 0, 0, 0.0, 0.0])
+        late = 0.0 if np.isnan(d["producer_late_ns"]) else d["producer_late_ns"]
+        sig = 0.0 if np.isnan(d["signal_latency_ns"]) else d["signal_latency_ns"]
+        for k, v in enumerate((1, int(d["timed_out"]), d["wait_ns"], late, sig)):
+            acc[k] += v
+    for block in (stalls._SUM_BLOCK, 7):  # one block, and many
+        old, stalls._SUM_BLOCK = stalls._SUM_BLOCK, block
+        try:
+            t = stall_totals(tr, by, w)
+        finally:
+            stalls._SUM_BLOCK = old
+        got = {tuple(int(r[n]) for n in names): [int(r["n_waits"]), int(r["timeouts"]), int(r["wait_ns"]),
+                                                  float(r["producer_late_ns"]), float(r["signal_latency_ns"])] for r in t}
+        assert got == ref and len(t) == len(ref)
+
+
 def test_diff_biggest_mover_is_the_changed_region():
     base = scenario.Scenario(iters=2)
     a = Trace(events=scenario.build(base), regions=scenario.REGIONS, source="A")
