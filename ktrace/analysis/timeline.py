@@ -153,9 +153,10 @@ def overlap(trace: Trace, classes: RegionClasses = RegionClasses(), *, launches=
     """Per rank and launch (of ``launches`` only, when given), communication hidden under compute
     and exposed.
 
-    One sweep over every (rank, launch) at once: the start and end of each communication,
-    compute and wait interval become +1/-1 points, sorted once on a packed (group, time, kind)
-    key; the running counts say which classes cover each stretch between two points.
+    One sweep over many (rank, launch) groups at once (blocks of whole groups of about
+    ``spans.BLOCK_EVENTS`` events): the start and end of each communication, compute and wait
+    interval become +1/-1 points, sorted once on a packed (group, time, kind) key; the running
+    counts say which classes cover each stretch between two points.
 
     Returns:
         A table of ``OVERLAP_DTYPE``.
@@ -169,21 +170,32 @@ def overlap(trace: Trace, classes: RegionClasses = RegionClasses(), *, launches=
     if launches is not None:  # only the groups of those launches, and their rows
         keep = np.isin(l, np.asarray(launches))
         first, last, r, l = first[keep], last[keep], r[keep], l[keep]
-        cnt = last - first
-        rows = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt) + np.repeat(first, cnt)
-    else:
-        rows = None
     G = first.size
     out = np.zeros(G, OVERLAP_DTYPE)
     out["rank"], out["launch"] = r, l
     if G == 0:
         return out
     cnt = last - first
-    gid = np.repeat(np.arange(G, dtype=np.int64), cnt)
-    if rows is None:
-        rows = np.arange(s.size)
-    s, e, kind, cls = s[rows], e[rows], kind[rows], cls[rows]
+    ends = np.cumsum(cnt)
+    # blocks of whole (rank, launch) groups of about BLOCK_EVENTS rows: each group is swept on
+    # its own, so a block's temporaries are all there is at a time
+    a = 0
+    while a < G:
+        done = int(ends[a - 1]) if a else 0
+        b = min(max(int(np.searchsorted(ends, done + _spans.BLOCK_EVENTS, side="right")), a + 1), G)
+        _overlap_block(out[a:b], first[a:b], cnt[a:b], s, e, kind, cls)
+        a = b
+    return out
+
+
+def _overlap_block(out: np.ndarray, first: np.ndarray, cnt: np.ndarray, s, e, kind, cls) -> None:
+    """:func:`overlap` of some (rank, launch) groups: ``first`` row and ``cnt`` rows each, into ``out``."""
+    G = first.size
     starts = np.cumsum(cnt) - cnt
+    rows = np.arange(int(cnt.sum()), dtype=np.int64) - np.repeat(starts, cnt) + np.repeat(first, cnt)
+    gid = np.repeat(np.arange(G, dtype=np.int64), cnt)
+    s, e, kind, cls = s[rows], e[rows], kind[rows], cls[rows]
+    del rows
     out["kernel_ns"] = np.maximum.reduceat(e, starts) - np.minimum.reduceat(s, starts)
     is_wait = kind == int(EventKind.WAIT)
     # interval sets: 0 communication, 1 compute, 2 waits
@@ -197,7 +209,6 @@ def overlap(trace: Trace, classes: RegionClasses = RegionClasses(), *, launches=
         out["hidden_frac"] = np.where(comm > 0, hid / np.maximum(comm, 1), np.nan)
     out["wait_ns"] = wt
     out["wait_exposed_ns"] = wt - wt_comp
-    return out
 
 
 def _swept_lengths(group: np.ndarray, start: np.ndarray, end: np.ndarray, which: np.ndarray, n_groups: int):

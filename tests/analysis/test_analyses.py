@@ -335,3 +335,19 @@ def test_timeout_flag_marks_waits():
     w = waits(tr)
     assert w["timed_out"].sum() == int(((tr.column("kind") == EventKind.WAIT) & ((tr.column("flags") & EventFlag.TIMEOUT) != 0)).sum())
     assert np.isnan(w["producer_late_ns"][w["timed_out"]]).sum() == 0
+
+
+def test_overlap_in_blocks_equals_one_sweep(monkeypatch):
+    """Overlap sweeps blocks of whole (rank, launch) groups: any block size gives the same table,
+    for every launch and for a sample of launches."""
+    from ktrace.analysis import spans, timeline
+
+    tr = prepare(scenario.build(scenario.Scenario(iters=3, late_rank=1, late_ns=D_SMALL, work={(0, 1): 3})))
+    tr2 = prepare(scenario.replicate(tr.events, 5))
+    whole = timeline.overlap(tr2)
+    some = timeline.overlap(tr2, launches=[1, 3])
+    assert whole.size == 5 * timeline.overlap(tr).size and set(some["launch"].tolist()) == {1, 3}
+    for block in (1, 50, 997):  # one group a block (any block holds at least one), and others
+        monkeypatch.setattr(spans, "BLOCK_EVENTS", block)
+        assert timeline.overlap(tr2).tolist() == whole.tolist()
+        assert timeline.overlap(tr2, launches=[1, 3]).tolist() == some.tolist()
