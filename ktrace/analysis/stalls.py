@@ -254,46 +254,56 @@ def stall_totals(trace: Trace, by: str = "rank", w: np.ndarray | None = None) ->
         names = [("rank", "<i4"), ("launch", "<i4"), ("program", "<i4")]
     else:
         raise ValueError(f"stall_totals: by must be 'rank', 'peer' or 'workgroup', got {by!r}")
-    # ranks (and peers) are few small numbers: each (rank, peer) its cell of a dense table, the
-    # group ids made a block of waits at a time, as the sums are
+    # Each group is a cell of a dense table where the keys allow: ranks (and peers) are a few
+    # small numbers, and a waits table of this trace has each wait's workgroup; the cells are
+    # made, and the waits summed, a block of waits at a time (whole columns of per-wait
+    # temporaries would be several hundred MB on a large capture; the sums are of whole
+    # nanoseconds, exact in float64). Other keys: dense group ids first.
+    rows = w["row"]
     ranks = [np.asarray(c) for c in kcols] if by != "workgroup" and w.size else []
     radix = [int(c.max()) + 1 for c in ranks] if ranks and all(int(c.min()) >= 0 for c in ranks) else []
-    dense = bool(radix) and int(np.prod(radix)) <= 1 << 20
-    if dense:
-        inv, g = None, int(np.prod(radix))
-    elif by == "workgroup" and w.size and w["row"].size and w["row"].max() < trace.wg.size:
+    inv = None
+    if by == "workgroup" and w.size and int(rows.min()) >= 0 and int(rows.max()) < trace.wg.size:
         # (rank, launch, program) is the workgroup: its dense ids are in that order already
-        inv, present = dense_codes(trace.wg[w["row"]])
-        keys = trace.wg_keys[present]
-        g = keys.shape[0]
-    else:
-        inv, keys = group_index(*kcols)
-        g = keys.shape[0]
-    # summed a block of waits at a time (whole columns of per-wait temporaries would be several
-    # hundred MB on a large capture; the sums are of whole nanoseconds, exact in float64)
-    sums = {c: np.zeros(g) for c in ("n_waits", "timeouts", "wait_ns", "producer_late_ns", "signal_latency_ns")}
-    start, end, late, to = w["start_ns"], w["end_ns"], w["producer_late_ns"], w["timed_out"]
-    for a in range(0, w.size, _SUM_BLOCK):
-        b = slice(a, a + _SUM_BLOCK)
-        if dense:
+        n_cells = trace.n_workgroups
+
+        def cell(b):
+            return trace.wg[rows[b]]
+    elif radix and int(np.prod(radix)) <= 1 << 20:
+        n_cells = int(np.prod(radix))
+
+        def cell(b):
             i = ranks[0][b].astype(np.int64)
             for c, size in zip(ranks[1:], radix[1:]):
                 i *= size
                 i += c[b]
-        else:
-            i = inv[b]
+            return i
+    else:
+        inv, keys = group_index(*kcols)
+        n_cells = keys.shape[0]
+
+        def cell(b):
+            return inv[b]
+    sums = {c: np.zeros(n_cells) for c in ("n_waits", "timeouts", "wait_ns", "producer_late_ns", "signal_latency_ns")}
+    start, end, late, to = w["start_ns"], w["end_ns"], w["producer_late_ns"], w["timed_out"]
+    for a in range(0, w.size, _SUM_BLOCK):
+        b = slice(a, a + _SUM_BLOCK)
+        i = cell(b)
         wait = np.maximum(end[b] - start[b], 0).astype(np.float64)  # the waits table's wait_ns
-        sums["n_waits"] += np.bincount(i, minlength=g)
-        sums["timeouts"] += np.bincount(i, weights=to[b], minlength=g)
-        sums["wait_ns"] += np.bincount(i, weights=wait, minlength=g)
-        sums["producer_late_ns"] += np.bincount(i, weights=np.nan_to_num(late[b]), minlength=g)
+        sums["n_waits"] += np.bincount(i, minlength=n_cells)
+        sums["timeouts"] += np.bincount(i, weights=to[b], minlength=n_cells)
+        sums["wait_ns"] += np.bincount(i, weights=wait, minlength=n_cells)
+        sums["producer_late_ns"] += np.bincount(i, weights=np.nan_to_num(late[b]), minlength=n_cells)
         wait -= late[b]
-        sums["signal_latency_ns"] += np.bincount(i, weights=np.nan_to_num(wait), minlength=g)
-    if dense:  # the cells with waits, in (rank, peer) order
-        cells = np.flatnonzero(sums["n_waits"])
+        sums["signal_latency_ns"] += np.bincount(i, weights=np.nan_to_num(wait), minlength=n_cells)
+    cells = np.flatnonzero(sums["n_waits"])  # the groups with waits, in key order
+    if inv is None:
         sums = {c: v[cells] for c, v in sums.items()}
-        keys = np.stack(np.unravel_index(cells, radix), axis=1) if cells.size else np.zeros((0, len(radix)), np.int64)
-        g = cells.size
+        if by == "workgroup":
+            keys = trace.wg_keys[cells]
+        else:
+            keys = np.stack(np.unravel_index(cells, radix), axis=1) if cells.size else np.zeros((0, len(kcols)), np.int64)
+    g = keys.shape[0]
     out = np.zeros(g, names + _TOTAL_FIELDS)
     for i, (n, _) in enumerate(names):
         out[n] = keys[:, i]
@@ -304,9 +314,11 @@ def stall_totals(trace: Trace, by: str = "rank", w: np.ndarray | None = None) ->
     out["signal_latency_ns"] = sums["signal_latency_ns"]
     if by == "workgroup":
         ws, we = workgroup_extent(trace)
-        wk = trace.wg_keys
-        idx = _lookup_rows(wk, keys)
-        out["time_ns"] = np.where(idx >= 0, (we - ws)[np.maximum(idx, 0)], 0)
+        if inv is None:  # the cells are the workgroups
+            out["time_ns"] = (we - ws)[cells]
+        else:
+            idx = _lookup_rows(trace.wg_keys, keys)
+            out["time_ns"] = np.where(idx >= 0, (we - ws)[np.maximum(idx, 0)], 0)
     else:
         # program-time of each rank: kernel extent x programs with events, summed over launches
         kt = kernel_time(trace)
@@ -449,8 +461,9 @@ NOTIFY_LATENESS_DTYPE = np.dtype(
 )
 
 
-def notify_lateness(trace: Trace, w: np.ndarray | None = None) -> np.ndarray:
-    """One row per notify that released at least one captured wait: how late it was.
+def notify_lateness(trace: Trace, w: np.ndarray | None = None) -> ColumnTable:
+    """One row per notify that released at least one captured wait: how late it was (a
+    :class:`ColumnTable` of ``NOTIFY_LATENESS_DTYPE``'s columns).
 
     Columns: ``row``, ``rank``, ``launch``, ``program``, ``seq``, ``flag``, ``start_ns``,
     ``late_ns`` (the largest producer lateness among the waits it released: how long its first
@@ -463,9 +476,9 @@ def notify_lateness(trace: Trace, w: np.ndarray | None = None) -> np.ndarray:
     return _notify_lateness(trace, w)[0]
 
 
-def _notify_lateness(trace: Trace, w: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
+def _notify_lateness(trace: Trace, w: np.ndarray | None = None) -> tuple[ColumnTable, dict]:
     """:func:`notify_lateness` and, for :func:`stragglers`, per paired wait (in ``waits`` order)
-    its row in that table (``pos``), the paired waits' rank, row and lateness."""
+    its notify's row in that table (``pos``), the paired waits' rank and workgroup (``wg``)."""
     w = waits(trace) if w is None else w
     return trace.cached(("notify_late",), lambda: _compute_notify_lateness(trace, w))
 
@@ -477,7 +490,7 @@ def preceding_notify_spans(trace: Trace) -> np.ndarray:
     return trace.cached(("notify_preceding",), lambda: preceding_span(trace, trace.rows_of(EventKind.NOTIFY)))
 
 
-def _compute_notify_lateness(trace: Trace, w: np.ndarray) -> tuple[np.ndarray, dict]:
+def _compute_notify_lateness(trace: Trace, w: np.ndarray) -> tuple[ColumnTable, dict]:
     nr_all = w["notify_row"]
     paired = np.flatnonzero(nr_all >= 0)
     nr = nr_all[paired]
@@ -521,14 +534,14 @@ def _compute_notify_lateness(trace: Trace, w: np.ndarray) -> tuple[np.ndarray, d
     bn[has] = pe - ev["start_ns"][ph]
     gap[has] = cols["start_ns"][has] - pe
     cols.update(before_region=reg, before_ns=bn, gap_ns=gap)
-    out = fill_table(np.zeros(g, NOTIFY_LATENESS_DTYPE), cols)
+    out = ColumnTable(NOTIFY_LATENESS_DTYPE, cols)  # (a row per released notify: millions on a large capture)
     rank_of = np.empty(g, np.int64)
     rank_of[order] = np.arange(g)
-    kept = {k: cols[k] for k in ("row", "rank", "launch", "program", "n_waits", "cost_ns", "late_ns", "start_ns",
-                                 "before_row", "before_ns", "held_ns", "held_excess_ns")}  # what stragglers() reads
-    del cols
-    extra = {"pos": rank_of[inv], "rank": w["rank"][paired], "row": w["row"][paired],
-             "late": late, "cols": kept}
+    # per paired wait: its notify's place in the table, its rank and its workgroup (kept while the
+    # trace is: 32-bit where the counts allow)
+    narrow = np.int32 if max(g, trace.n_workgroups) < 2**31 else np.int64
+    extra = {"pos": rank_of[inv].astype(narrow), "rank": w["rank"][paired],
+             "wg": trace.wg[w["row"][paired]].astype(narrow), "cols": cols}
     return out, extra
 
 
@@ -624,18 +637,25 @@ def _straggler_table(trace: Trace, nl: dict, paired: dict, producer: np.ndarray,
     out["held_excess_ns"] = group_median(inv[okh], hx[okh], g)
     out["held_excess_total_ns"] = group_sum(inv[okh], np.maximum(hx[okh], 0.0), g)
     g_of_wait = inv[paired["pos"]]
-    # waiting ranks per producer (ranks are few: a dense (producer, rank) table)
-    prank = paired["rank"].astype(np.int64)
+    # waiting ranks per producer (ranks are few: a dense (producer, rank) table, filled a block of
+    # waits at a time)
+    prank = paired["rank"]
     nr = int(max(int(prank.max()) + 1 if prank.size else 1, 1))
-    seen = np.bincount(g_of_wait * nr + prank, minlength=g * nr).reshape(g, nr) > 0
-    out["waiter_ranks"] = _rank_tuples(seen)
+    seen = np.zeros(g * nr, bool)
+    for a in range(0, prank.size, _SUM_BLOCK):
+        k = g_of_wait[a : a + _SUM_BLOCK] * nr
+        k += prank[a : a + _SUM_BLOCK]
+        seen[k] = True
+    out["waiter_ranks"] = _rank_tuples(seen.reshape(g, nr))
     W = max(trace.n_workgroups, 1)
     if g * W <= 1 << 26:
         pw = np.zeros(g * W, bool)
-        pw[g_of_wait * W + trace.wg[paired["row"]]] = True
+        pw[g_of_wait * W + paired["wg"]] = True
         out["waiter_workgroups"] = pw.reshape(g, W).sum(axis=1)
     else:
-        wk = np.sort(g_of_wait * W + trace.wg[paired["row"]])
+        wk = g_of_wait * W
+        wk += paired["wg"]
+        wk.sort()
         wk = wk[np.r_[True, wk[1:] != wk[:-1]]] if wk.size else wk
         out["waiter_workgroups"] = np.bincount(wk // W, minlength=g)
     # worst notify of each producer: its latest row (in nl order) with the largest lateness
