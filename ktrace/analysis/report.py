@@ -476,10 +476,13 @@ def _capture_findings(trace: Trace, silent: np.ndarray, hang_launches: set) -> l
         # programs of the grid that recorded nothing: persistent kernels leave programs without
         # work; only in a launch that hung do they say something (they may never have finished)
         in_hang = np.isin(silent["launch"], list(hang_launches)) if hang_launches else np.zeros(silent.size, bool)
-        parts = ", ".join(f"rank {r} {s} of {n}" for r, s, n in zip(silent["rank"][:6].tolist(),
-                                                                     silent["n_silent"][:6].tolist(),
-                                                                     silent["n_programs"][:6].tolist()))
-        more = f" and {silent.size - 6} more" if silent.size > 6 else ""
+        # the same count on the same rank in several launches is said once, with how many
+        same: dict = {}
+        for key in zip(silent["rank"].tolist(), silent["n_silent"].tolist(), silent["n_programs"].tolist()):
+            same[key] = same.get(key, 0) + 1
+        items = sorted(same.items(), key=lambda kv: (-kv[1], kv[0]))
+        parts = ", ".join(f"rank {r} {s} of {n}" + (f" in {c:,} launches" if c > 1 else "") for (r, s, n), c in items[:6])
+        more = f" and {len(items) - 6} more" if len(items) > 6 else ""
         text = (f"programs that recorded nothing (no work, never started, or never finished): {parts}{more} "
                 f"({silent.size} (rank, launch) pairs"
                 + (f"; {int(in_hang.sum())} of them in launches that hung" if in_hang.any() else "") + ").")

@@ -221,3 +221,17 @@ def test_columns_decoded_from_buffers_equal_the_full_tables(path):
             np.testing.assert_array_equal(a[c], b[c], err_msg=c)
         else:
             assert a[c].tolist() == b[c].tolist(), c
+
+
+def test_silent_programs_said_once_per_rank_and_count():
+    """The same silent-program count on a rank in many launches is one entry with its launch count
+    (the skewed capture's launches replicated 5 times: 4 entries, each 'in 5 launches')."""
+    from ktrace.analysis import scenario
+
+    tr = prepare(DATA / "a2a_skewed_4xh200.ktrace")
+    rep = build_report(prepare(scenario.to_capture(scenario.replicate(tr.events, 5), regions=tr.regions)))
+    text = next(f.text for f in rep.findings if f.text.startswith("programs that recorded nothing"))
+    one = next(f.text for f in build_report(tr).findings if f.text.startswith("programs that recorded nothing"))
+    entries = re.findall(r"rank (\d+) (\d+) of (\d+)( in ([\d,]+) launches)?", text)
+    assert len(entries) == len(re.findall(r"rank \d+ \d+ of \d+", one)) == 4
+    assert all(e[4] == "5" for e in entries) and "(20 (rank, launch) pairs)" in text
