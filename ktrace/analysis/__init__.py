@@ -1,7 +1,7 @@
 """Analyses of a capture: spin-lock stalls and their cause, workgroup load, overlap, critical
 path, hangs, diffs, and the causal model that names root causes and what each would save. Each is a plain function from a :class:`Trace` (``prepare(capture)``) to a
-table with unit-suffixed columns (a numpy structured array, or for the per-wait and
-per-workgroup tables a ``ColumnTable`` read the same way); nothing here plots or prints.
+table with unit-suffixed columns (a numpy structured array, or for the per-wait, per-workgroup
+and per-notify tables a ``ColumnTable`` read the same way); nothing here plots or prints.
 
 Needs numpy only (and ``ktrace.captures`` / ``ktrace.clock`` to read and align a capture): no torch,
 no triton. ``ktrace report`` and ``ktrace diff`` (``ktrace.cli``) print what

@@ -124,10 +124,13 @@ def _region_time(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     blocks = [p[a : a + _BLOCK] for p in (leaf_spans(trace), trace.rows_of(EventKind.WAIT)) for a in range(0, p.size, _BLOCK)]
     if not blocks:
         return np.zeros((W, 0)), np.zeros(0, reg.dtype)
-    present = np.zeros(int(reg.max()) + 1, bool)  # (region ids are 24-bit)
-    for b in blocks:
-        present[reg[b]] = True
-    rids = np.flatnonzero(present).astype(reg.dtype)
+    if int(reg.max()) < 1 << 25:  # region ids of a capture are 24-bit: a table of those present
+        present = np.zeros(int(reg.max()) + 1, bool)
+        for b in blocks:
+            present[reg[b]] = True
+        rids = np.flatnonzero(present).astype(reg.dtype)
+    else:  # (a table given with wider ids)
+        rids = np.unique(np.concatenate([np.unique(reg[b]) for b in blocks]))
     R = rids.size
     m = np.zeros((W, R))
     for b in blocks:

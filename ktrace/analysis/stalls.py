@@ -171,6 +171,7 @@ def _waits_table(trace: Trace) -> ColumnTable:
     lazy = {"name": lambda idx: trace.names_of(C("region")[rows[at(idx)]]), "region": region,
             "sm": lambda idx: C("hw")[rows[at(idx)]], "notify_rank": of_notify("rank"),
             "notify_program": of_notify("program"), "notify_start_ns": of_notify("start_ns")}
+
     def wait_ns(idx):
         return np.maximum(e[at(idx)] - s[at(idx)], 0)
 

@@ -290,7 +290,7 @@ class ColumnTable:
 
     Args:
         dtype: the rows' structured dtype (its names are the table's columns, in order; a column
-            may be held in a narrower type and is converted when rows are built).
+            may be held in another numeric type and is converted when rows are built).
         columns: name -> array, all of one length.
         lazy: name -> ``fn(index)``: the column's values at the rows ``index`` (int64 array), or
             at every row for ``index=None``; the whole column is kept once made.
@@ -345,6 +345,12 @@ class ColumnTable:
                 if c is None:
                     c = self._cols[name] = np.asarray(self._lazy[name](None))
         return c
+
+    def __array__(self, dtype=None, copy=None):
+        """Every row as a structured array (``np.asarray(t)``, ``np.sort(t, order=...)``): the
+        whole table built at once."""
+        out = self.rows()
+        return out if dtype is None else out.astype(dtype)
 
     def codes(self, name: str) -> tuple[np.ndarray, np.ndarray] | None:
         """``(codes, names)`` of a column of names when the table was given them, else None."""

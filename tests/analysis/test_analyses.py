@@ -351,3 +351,27 @@ def test_overlap_in_blocks_equals_one_sweep(monkeypatch):
         monkeypatch.setattr(spans, "BLOCK_EVENTS", block)
         assert timeline.overlap(tr2).tolist() == whole.tolist()
         assert timeline.overlap(tr2, launches=[1, 3]).tolist() == some.tolist()
+
+
+def test_region_time_is_exact_and_takes_wide_region_ids():
+    """region_time sums each workgroup's leaf spans and waits per region, a block of rows at a time
+    (uint32 ns where the sums fit); a table whose region ids are wider than a capture's 24 bits
+    gives the same matrix."""
+    from ktrace.analysis import load, timeline
+
+    t = scenario.build(scenario.Scenario(iters=3, late_rank=1, late_ns=D_SMALL, work={(0, 1): 3}))
+    tr = prepare(t)
+    m, rids = load.region_time(tr)
+    rows = np.concatenate([timeline.leaf_spans(tr), tr.rows_of(EventKind.WAIT)])
+    ref = np.zeros((tr.n_workgroups, rids.size))
+    dur = tr.column("end_ns")[rows] - tr.column("start_ns")[rows]
+    np.add.at(ref, (tr.wg[rows], np.searchsorted(rids, tr.column("region")[rows])), dur)
+    assert m.dtype == np.uint32 and np.array_equal(m, ref)
+    wide = t.copy()
+    wide["region"] = wide["region"].astype(np.int64) + (1 << 30)
+    old, load._BLOCK = load._BLOCK, 7  # (many blocks too)
+    try:
+        m2, rids2 = load.region_time(prepare(wide))
+    finally:
+        load._BLOCK = old
+    assert np.array_equal(rids2, rids.astype(np.int64) + (1 << 30)) and np.array_equal(m2, m)

@@ -34,6 +34,8 @@ def test_rows_match_a_structured_array_built_whole():
         assert got.tolist() == ref[sel].tolist()
     assert t[7].tolist() == ref[7].tolist() and t[-1].tolist() == ref[-1].tolist()
     assert t.size == len(t) == 50 and t.shape == (50,)
+    assert np.asarray(t).tolist() == ref.tolist()  # numpy functions see every row
+    assert np.sort(t, order="a").tolist() == np.sort(ref, order="a").tolist()
 
 
 def test_lazy_columns_are_made_for_the_rows_asked_then_kept_whole():
