@@ -60,7 +60,7 @@ from .names import OUTSIDE
 from .spans import coverage, covered
 from .stalls import _holds, kernel_time, workgroup_extent
 from .stalls import waits as _waits
-from .trace import Trace, fill_table
+from .trace import Sparse, Trace, fill_table
 
 log = logging.getLogger("ktrace")
 
@@ -877,7 +877,7 @@ def _late_notify_causes(trace: Trace, cfg: CauseConfig) -> list[Cause]:
         n_launch_mine = np.unique(h["launch"][mine]).size
         codes = np.unique(h["launch"][sel]).astype(np.int64)
 
-        def changes(sub, hold=_Sparse(sel, hx[sel], 0.0)):  # (sel: sorted positions among the notifies)
+        def changes(sub, hold=Sparse(sel, hx[sel], 0.0)):  # (sel: sorted positions among the notifies)
             return Changes(hold=hold(np.searchsorted(h["row"], sub.n_row)))
 
         base = h["baseline_ns"][sel]
@@ -911,7 +911,7 @@ def _uneven_work_causes(trace: Trace, wg: np.ndarray | None) -> list[Cause]:
         factor = np.minimum(med[ri] / np.maximum(wg["work_ns"][sel].astype(np.float64), 1.0), 1.0)
         codes = np.unique(wg["launch"][sel]).astype(np.int64)
 
-        def changes(sub, factor=_Sparse(sel, factor, 1.0)):  # (sel: sorted workgroup ids)
+        def changes(sub, factor=Sparse(sel, factor, 1.0)):  # (sel: sorted workgroup ids)
             return Changes(scale=factor(sub.wg_id))
 
         # the busy time a workgroup spends per item: how much longer its items took, if as many
@@ -930,23 +930,6 @@ def _uneven_work_causes(trace: Trace, wg: np.ndarray | None) -> list[Cause]:
             if np.isfinite(ov["top_region_excess_ns"][mine]).any() else math.nan,
             "programs": progs}))
     return out
-
-
-class _Sparse:
-    """A vector that is ``fill`` except at a few sorted positions: ``s(idx)`` its values at ``idx``
-    (what a cause's replay changes keep instead of a value per workgroup or notify)."""
-
-    def __init__(self, at: np.ndarray, values: np.ndarray, fill: float):
-        self.at, self.values, self.fill = np.asarray(at, np.int64), np.asarray(values, np.float64), fill
-
-    def __call__(self, idx: np.ndarray) -> np.ndarray:
-        idx = np.asarray(idx)
-        out = np.full(idx.shape, self.fill)
-        if self.at.size:
-            pos = np.minimum(np.searchsorted(self.at, idx), self.at.size - 1)
-            hit = self.at[pos] == idx
-            out[hit] = self.values[pos[hit]]
-        return out
 
 
 def _role_codes(wg) -> tuple[np.ndarray, np.ndarray]:

@@ -27,7 +27,7 @@ from ..schema import EventKind
 from .spans import workgroup_starts
 from .stalls import _holds, workgroup_extent
 from ..keys import dense_codes, group_count, group_index, group_median, group_sum
-from .trace import ColumnTable, Trace
+from .trace import ColumnTable, Sparse, Trace
 
 
 @dataclass(frozen=True)
@@ -232,9 +232,8 @@ def workgroups(trace: Trace, config: LoadConfig = LoadConfig()) -> ColumnTable:
         med_g, mad_g = robust[col]
 
         def make(idx):
-            sel = slice(None) if idx is None else idx
-            r = rinv[sel]
-            x, med, mad = cols[col][sel].astype(np.float64), med_g[r], mad_g[r]
+            r = rinv[idx]
+            x, med, mad = cols[col][idx].astype(np.float64), med_g[r], mad_g[r]
             with np.errstate(divide="ignore", invalid="ignore"):
                 return np.where(mad > 0, (x - med) / np.where(mad > 0, mad, 1), np.where(x > med, np.inf, 0.0))
         return make
@@ -247,7 +246,7 @@ def workgroups(trace: Trace, config: LoadConfig = LoadConfig()) -> ColumnTable:
         mad_g = group_median(rinv, dev, G) * 1.4826
         del dev
         robust[col] = (med_g, mad_g)
-        cols[flag] = (x > med * (1 + config.min_excess)) & (z_of(col)(None) > config.z) & n_role
+        cols[flag] = (x > med * (1 + config.min_excess)) & (z_of(col)(slice(None)) > config.z) & n_role
         del x, med
     outlier = cols["outlier"] = cols["overloaded"] | cols["wait_outlier"]
     oi = np.flatnonzero(outlier)
@@ -266,41 +265,21 @@ def workgroups(trace: Trace, config: LoadConfig = LoadConfig()) -> ColumnTable:
     overloaded = cols["overloaded"]
 
     def role(idx):  # the workgroups it is compared with
-        c = rinv if idx is None else rinv[idx]
+        c = rinv[idx]
         return rkeys[c] if rkeys.size else np.full(c.size, "?", object)
 
     def cause(idx):  # an outlier is slow from work unless it also waited more than it worked extra
-        sel = slice(None) if idx is None else idx
-        return np.where(outlier[sel], np.where(overloaded[sel], "work", "waiting"), "").astype(object)
-
-    def of_outliers(values, fill):  # a column set at the outliers only
-        def make(idx):
-            out = np.full(W if idx is None else np.size(idx), fill, dtype=values.dtype)
-            if idx is None:
-                out[oi] = values
-            elif oi.size:
-                pos = np.minimum(np.searchsorted(oi, idx), oi.size - 1)
-                hit = oi[pos] == idx
-                out[hit] = values[pos[hit]]
-            return out
-        return make
+        return np.where(outlier[idx], np.where(overloaded[idx], "work", "waiting"), "").astype(object)
 
     def n_events(idx):
-        first = workgroup_starts(trace)
-        n = np.diff(np.r_[first, trace.n_events])
-        return n if idx is None else n[idx]
+        return np.diff(np.r_[workgroup_starts(trace), trace.n_events])[idx]
 
     return ColumnTable(WORKGROUP_DTYPE, cols,
-                       {"role": role, "cause": cause, "top_region": of_outliers(top, ""),
-                        "top_region_excess_ns": of_outliers(top_ex, np.nan), "n_events": n_events,
+                       {"role": role, "cause": cause, "top_region": Sparse(oi, top, "", W),
+                        "top_region_excess_ns": Sparse(oi, top_ex, np.nan, W), "n_events": n_events,
                         "busy_z": z_of("work_ns"), "wait_z": z_of("wait_ns")},
-                       {"lifetime_ns": lambda idx: we[_at(idx)] - ws[_at(idx)],
-                        "busy_ns": lambda idx: we[_at(idx)] - ws[_at(idx)] - wait[_at(idx)]},
+                       {"lifetime_ns": lambda idx: we[idx] - ws[idx], "busy_ns": lambda idx: we[idx] - ws[idx] - wait[idx]},
                        codes={"role": (rinv, rkeys)} if rkeys.size else None)
-
-
-def _at(idx):
-    return slice(None) if idx is None else idx
 
 
 IMBALANCE_DTYPE = np.dtype(

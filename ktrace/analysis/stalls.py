@@ -148,17 +148,14 @@ def _waits_table(trace: Trace) -> ColumnTable:
     del v, paired
     late[to] = np.maximum(e[to] - s[to], 0)
 
-    def at(idx):
-        return slice(None) if idx is None else idx
-
     def of_notify(col: str):  # a column of the releasing notify (-1, or 0 for a time, when none)
         def make(idx):
-            r = nr[at(idx)]
+            r = nr[idx]
             return np.where(r >= 0, C(col)[np.maximum(r, 0)], 0 if col == "start_ns" else -1)
         return make
 
     def region(idx):  # the name of the span enclosing the wait ("" if none)
-        q = rows[at(idx)]
+        q = rows[idx]
         enc = enclosing_span(trace, q)
         out = np.full(q.size, "", dtype=object)
         has = enc >= 0
@@ -168,15 +165,15 @@ def _waits_table(trace: Trace) -> ColumnTable:
     cols = {"row": rows, "rank": A("rank"), "launch": A("launch"), "program": A("program"), "peer": A("arg0"),
             "flag": A("arg2"), "expected": A("arg4"), "value": A("arg3"), "cmp": A("arg5"), "start_ns": s, "end_ns": e,
             "spins": A("arg1"), "timed_out": to, "notify_row": nr, "producer_late_ns": late}
-    lazy = {"name": lambda idx: trace.names_of(C("region")[rows[at(idx)]]), "region": region,
-            "sm": lambda idx: C("hw")[rows[at(idx)]], "notify_rank": of_notify("rank"),
+    lazy = {"name": lambda idx: trace.names_of(C("region")[rows[idx]]), "region": region,
+            "sm": lambda idx: C("hw")[rows[idx]], "notify_rank": of_notify("rank"),
             "notify_program": of_notify("program"), "notify_start_ns": of_notify("start_ns")}
 
     def wait_ns(idx):
-        return np.maximum(e[at(idx)] - s[at(idx)], 0)
+        return np.maximum(e[idx] - s[idx], 0)
 
     return ColumnTable(WAIT_DTYPE, cols, lazy,
-                       {"wait_ns": wait_ns, "signal_latency_ns": lambda idx: wait_ns(idx) - late[at(idx)]})
+                       {"wait_ns": wait_ns, "signal_latency_ns": lambda idx: wait_ns(idx) - late[idx]})
 
 
 def kernel_time(trace: Trace) -> np.ndarray:

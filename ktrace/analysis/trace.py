@@ -292,8 +292,9 @@ class ColumnTable:
         dtype: the rows' structured dtype (its names are the table's columns, in order; a column
             may be held in another numeric type and is converted when rows are built).
         columns: name -> array, all of one length.
-        lazy: name -> ``fn(index)``: the column's values at the rows ``index`` (int64 array), or
-            at every row for ``index=None``; the whole column is kept once made.
+        lazy: name -> ``fn(index)``: the column's values at the rows ``index`` (an int64 array,
+            or ``slice(None)`` for every row: either indexes the columns it is made from); the
+            whole column is kept once made.
         derived: the same, for columns cheap to make from others (a difference of two): made
             each time they are read, never kept.
         codes: for columns of names (object), ``name -> (codes, names)``: each row's code into
@@ -336,14 +337,14 @@ class ColumnTable:
     def column(self, name: str) -> np.ndarray:
         c = self._cols.get(name)
         if c is None and name in self._derived:
-            return np.asarray(self._derived[name](None))
+            return np.asarray(self._derived[name](_EVERY))
         if c is None:
             if name not in self._lazy:
                 raise ValueError(f"no field of name {name}")
             with self._lock:  # (analyses read tables from two threads)
                 c = self._cols.get(name)
                 if c is None:
-                    c = self._cols[name] = np.asarray(self._lazy[name](None))
+                    c = self._cols[name] = np.asarray(self._lazy[name](_EVERY))
         return c
 
     def __array__(self, dtype=None, copy=None):
@@ -375,6 +376,33 @@ class ColumnTable:
         for n in self.dtype.names or ():
             c = self._cols.get(n)
             out[n] = c[idx] if c is not None else (self._derived.get(n) or self._lazy[n])(idx)
+        return out
+
+
+#: What a :class:`ColumnTable` column maker is given for the whole column.
+_EVERY = slice(None)
+
+
+class Sparse:
+    """A vector of ``size`` that is ``fill`` except at a few sorted positions ``at``, where it is
+    ``values``: ``s(idx)`` its values at ``idx`` (an index array, or ``slice(None)``: all of it).
+    A column maker for :class:`ColumnTable`, and what keeps a per-workgroup or per-notify vector
+    that is set at a handful of places."""
+
+    def __init__(self, at: np.ndarray, values: np.ndarray, fill, size: int | None = None):
+        self.at, self.values, self.fill, self.size = np.asarray(at, np.int64), np.asarray(values), fill, size
+
+    def __call__(self, idx) -> np.ndarray:
+        if isinstance(idx, slice):
+            out = np.full(self.size, self.fill, dtype=self.values.dtype)
+            out[self.at] = self.values
+            return out[idx]
+        idx = np.asarray(idx)
+        out = np.full(idx.shape, self.fill, dtype=self.values.dtype)
+        if self.at.size:
+            pos = np.minimum(np.searchsorted(self.at, idx), self.at.size - 1)
+            hit = self.at[pos] == idx
+            out[hit] = self.values[pos[hit]]
         return out
 
 

@@ -14,11 +14,10 @@ def _table(calls):
     b = rng.random(50)
 
     def name(idx):
-        calls.append(None if idx is None else np.asarray(idx).copy())
-        sel = slice(None) if idx is None else idx
-        return np.array([f"n{x}" for x in a[sel].tolist()], dtype=object)
+        calls.append(idx if isinstance(idx, slice) else np.asarray(idx).copy())
+        return np.array([f"n{x}" for x in a[idx].tolist()], dtype=object)
 
-    return ColumnTable(DT, {"a": a, "b": b}, {"name": name}, {"d": lambda idx: a[slice(None) if idx is None else idx] * 2}), a, b
+    return ColumnTable(DT, {"a": a, "b": b}, {"name": name}, {"d": lambda idx: a[idx] * 2}), a, b
 
 
 def test_rows_match_a_structured_array_built_whole():
@@ -44,7 +43,7 @@ def test_lazy_columns_are_made_for_the_rows_asked_then_kept_whole():
     t[np.array([1, 2])]
     assert len(calls) == 1 and calls[0].tolist() == [1, 2]  # only those rows
     col = t["name"]
-    assert col.tolist() == [f"n{x}" for x in a.tolist()] and calls[-1] is None
+    assert col.tolist() == [f"n{x}" for x in a.tolist()] and calls[-1] == slice(None)
     assert t["name"] is col and len(calls) == 2  # kept
     t[np.array([4])]
     assert len(calls) == 2  # rows now come from the kept column
@@ -71,3 +70,16 @@ def test_bad_names_and_rows_raise():
         ColumnTable(DT, {"a": np.zeros(3), "b": np.zeros(4)}, {"name": len, "d": len})
     with pytest.raises(ValueError, match="no column or maker"):
         ColumnTable(DT, {"a": np.zeros(3)})
+
+
+def test_sparse_vector_at_rows_and_whole():
+    from ktrace.analysis.trace import Sparse
+
+    s = Sparse(np.array([2, 5, 9]), np.array([1.5, -2.0, 7.0]), 1.0, 12)
+    whole = np.ones(12)
+    whole[[2, 5, 9]] = [1.5, -2.0, 7.0]
+    assert s(slice(None)).tolist() == whole.tolist()
+    idx = np.array([9, 0, 5, 5, 11, 2])
+    assert s(idx).tolist() == whole[idx].tolist()
+    names = Sparse(np.array([1]), np.array(["x"], dtype=object), "", 3)
+    assert names(slice(None)).tolist() == ["", "x", ""] and Sparse(np.zeros(0), np.zeros(0), 0.0)(idx).tolist() == [0.0] * 6
