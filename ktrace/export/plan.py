@@ -294,7 +294,7 @@ def _pair_rank(state: dict, task: tuple[int, list, int]) -> int:
     # store rows are in (launch, program, slot) order within a batch: a wait's row is its record order
     waits = {"rank": rank[wi], "launch": launch[wi], "program": cols["program"][rows[wi]], "order": rows[wi],
              "timed_out": is_timeout(cols["flags"][rows[wi]])}
-    waits.update((a, cols[arg_column(W, a)][rows[wi]]) for a in ("peer", "flag", "expected", "cmp"))
+    waits.update((a, cols[arg_column(W, a)][rows[wi]]) for a in ("peer", "flag", "value", "expected", "cmp"))
     p = pairing.pair(notifies, waits)
     w_row, n_row = rows[wi][p.wait], rows[ni][p.notify]
     o = np.argsort(w_row, kind="stable")  # (waits of several batches: store order is wait-row order)
