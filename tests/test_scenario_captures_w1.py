@@ -1,6 +1,6 @@
 """The one-GPU scenario captures (``tests/fixtures/scenarios/w1_*``) hold what was injected.
 
-Recorded on one H100 by ``tests/fixtures/record_1gpu.sh`` (the ``handoff`` kernel of
+Recorded on one H100 by ``tests/fixtures/record_gpus.sh 1 OUTDIR`` (the ``handoff`` kernel of
 ``tests/fixtures/pipeline_kernel.py``: producer and consumer programs of one rank). Each check
 reads the raw events with numpy (not with the analyses the captures are made to test) and finds
 the injected cause where its ``.scenario.json`` says it is: the program, the tiles, the size.
@@ -108,3 +108,20 @@ def test_skipped_notify_leaves_its_consumer_waiting_to_the_bound():
     n = ev[(ev["kind"] == EventKind.NOTIFY) & (ev["program"] == inj["producer_program"])]
     assert n.size == info["launches"] * (info["tiles"] - 1)
     assert len(info["timeouts"]["0"]) == info["launches"]
+
+
+@pytest.mark.parametrize("fan_in", [1, 3])
+def test_handoff_kernel_compiles_for_sm90_with_its_probes(fan_in):
+    """The recorded kernel as the script launches it compiles on the CPU (sm_90): a set flag
+    (exchange) with one producer per consumer, an add-one counter with three."""
+    pytest.importorskip("triton")
+    from ktrace.testing.compile import CUDA_SM90, compile_asm
+    from tests.fixtures import pipeline_kernel as K
+
+    sig = {"src": "*fp32", "out": "*fp32", "recv": "*fp32", "flags": "*i32", "heap_bases": "*i64", "ktrace_buf": "*i64",
+           **{k: "i32" for k in K.HANDOFF_INTS}}
+    consts = dict(WORLD=1, FAN_IN=fan_in, BLOCK=1024, TIMEOUT_NS=5_000_000)
+    traced = compile_asm(K.handoff, sig, dict(consts, KTRACE=100), CUDA_SM90, num_warps=4)
+    plain = compile_asm(K.handoff, sig, dict(consts, KTRACE=0), CUDA_SM90, num_warps=4)
+    assert ("atom.global.sys.release.add" if fan_in > 1 else "atom.global.sys.release.exch") in traced
+    assert traced.count("%globaltimer") > plain.count("%globaltimer")
