@@ -40,7 +40,7 @@ waits pair in about a second.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -274,6 +274,31 @@ def _occurrence(sorted_keys: np.ndarray) -> np.ndarray:
     return out
 
 
+def inputs(notify_col: Callable[[str], np.ndarray], wait_col: Callable[[str], np.ndarray], *,
+           start: str = "start_ns", order: np.ndarray | None = None) -> tuple[dict, dict]:
+    """The arguments of :func:`pair` from event columns: the one place that names them.
+
+    Args:
+        notify_col: ``notify_col(name)`` gives event column ``name`` (``rank``, ``launch``,
+            ``start_ns``/``start``, ``arg0``..``arg5``) on the notifies' rows.
+        wait_col: the same on the waits' rows (``program``, ``slot`` and ``flags`` too).
+        start: the notifies' time column (aligned ``start_ns``: see the module docstring).
+        order: the waits' record order (default: their ``slot``).
+
+    Returns:
+        ``(notifies, waits)``, the :data:`NOTIFY_COLUMNS` and :data:`WAIT_COLUMNS`.
+    """
+    from .schema import EventKind, arg_column, is_timeout
+
+    N, W = EventKind.NOTIFY, EventKind.WAIT
+    notifies = {"rank": notify_col("rank"), "launch": notify_col("launch"), "start": notify_col(start)}
+    notifies.update((a, notify_col(arg_column(N, a))) for a in ("peer", "value", "flag"))
+    waits = {"rank": wait_col("rank"), "launch": wait_col("launch"), "program": wait_col("program"),
+             "order": wait_col("slot") if order is None else order, "timed_out": is_timeout(wait_col("flags"))}
+    waits.update((a, wait_col(arg_column(W, a))) for a in ("peer", "flag", "value", "expected", "cmp"))
+    return notifies, waits
+
+
 def pair_table(events, *, fallback: bool = True) -> tuple[np.ndarray, np.ndarray, int, int]:
     """:func:`pair` on the rows of an event table (a structured array or a dict of columns).
 
@@ -287,24 +312,17 @@ def pair_table(events, *, fallback: bool = True) -> tuple[np.ndarray, np.ndarray
         ``(notify_rows, wait_rows, unmatched_notifies, unmatched_waits)``: row indices into
         ``events``, one pair per position, ordered by wait row.
     """
-    from .schema import EventKind, arg_column, is_timeout
+    from .schema import EventKind
 
     names = tuple(events.dtype.names or ()) if hasattr(events, "dtype") else tuple(events)
     kind = np.asarray(events["kind"])
     ni = np.flatnonzero(kind == EventKind.NOTIFY)
     wi = np.flatnonzero(kind == EventKind.WAIT)
 
-    def col(name, rows, default=None):
-        if name in names:
-            return np.asarray(events[name])[rows]
-        return np.zeros(rows.size, np.int64) if default is None else default
+    def col(rows):
+        return lambda name: np.asarray(events[name])[rows] if name in names else np.zeros(rows.size, np.int64)
 
-    s_col = "start_ns" if "start_ns" in names else "start"
-    N, W = EventKind.NOTIFY, EventKind.WAIT
-    notifies = {"rank": col("rank", ni), "launch": col("launch", ni), "start": col(s_col, ni)}
-    notifies.update((a, col(arg_column(N, a), ni)) for a in ("peer", "value", "flag"))
-    waits = {"rank": col("rank", wi), "launch": col("launch", wi), "program": col("program", wi),
-             "order": col("slot", wi, wi.astype(np.int64)), "timed_out": is_timeout(col("flags", wi))}
-    waits.update((a, col(arg_column(W, a), wi)) for a in ("peer", "flag", "value", "expected", "cmp"))
+    notifies, waits = inputs(col(ni), col(wi), start="start_ns" if "start_ns" in names else "start",
+                             order=None if "slot" in names else wi.astype(np.int64))
     p = pair(notifies, waits, fallback=fallback)
     return ni[p.notify].astype(np.int64), wi[p.wait].astype(np.int64), p.unmatched_notifies, p.unmatched_waits
