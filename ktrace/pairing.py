@@ -104,7 +104,7 @@ def pair(notifies: Mapping[str, np.ndarray], waits: Mapping[str, np.ndarray], *,
         notifies: the :data:`NOTIFY_COLUMNS` of every notify, each an array of one length.
         waits: the :data:`WAIT_COLUMNS` of every wait (``timed_out`` boolean; ``value`` may be
             left out: rule 2 then takes the least value that satisfies each wait).
-        fallback: also pair ``ge``/``gt`` waits through the counter rule (rule 2 above).
+        fallback: also pair ``ge``/``gt``/``eq`` waits through rule 2 (counters and round numbers).
 
     Returns:
         The pairs, ordered by wait.
