@@ -118,6 +118,12 @@ def _cmd_merge(args) -> int:
             raise  # (a damaged buffer, read for its timer rate: the message says which)
         except ValueError as e:
             raise CaptureError(f"clock calibration samples: {e}") from None
+        if args.with_profile is not None:
+            return _merge_profile(cap, args, fmt)
+        named = (cap.meta or {}).get("profile")
+        if named:
+            print(f"ktrace merge: the capture names its profiler trace ({', '.join(named.values())}): add --with-profile to "
+                  "merge it into the trace", file=sys.stderr)
         cap, out = _write_selected(cap, args, fmt)
     except (CaptureError, ValueError, OSError) as e:
         return _fail("ktrace merge", e)
@@ -132,6 +138,27 @@ def _cmd_merge(args) -> int:
               f"{cap.world_size}, {n} launches, clock {clock}{part}")
         return 0
     print(f"{out}: {fmt}, ranks {ranges_text(cap.ranks)} of {cap.world_size}, {n} launches, clock {clock}{part}")
+    return 0
+
+
+def _merge_profile(cap, args, fmt: str) -> int:
+    """``ktrace merge --with-profile``: the capture and the PyTorch profiler's trace as one Perfetto
+    trace (``ktrace.export.profile``); prints each rank's alignment."""
+    from .export.profile import profiles_of, write_merged
+
+    if fmt != "perfetto":
+        raise ValueError("--with-profile writes a Perfetto trace: use an output ending in .pftrace")
+    if args.split or args.ranks or args.launches or args.window:
+        raise ValueError("--with-profile writes the whole capture: it does not combine with --split/--ranks/--launches/--window")
+    refused = _refuse_overwrite("ktrace merge", args.with_profile, [args.output])
+    if refused is not None:
+        return refused
+    profiles = profiles_of(cap, args.with_profile, args.captures[0])
+    out, aligned = write_merged(cap, args.output, profiles)
+    n = sum(len(rc.launches) for rc in cap.ranks.values())
+    print(f"{out}: perfetto, the capture ({n} launches) inside the profiler's timeline of {len(profiles)} rank(s)")
+    for a in aligned.values():
+        print(f"  {a.describe()}")
     return 0
 
 
@@ -372,6 +399,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the trace in parts with an index (automatic when one trace would exceed the part size)")
     s.add_argument("--part-mb", type=float, metavar="MB",
                    help="largest part of a split trace (default 512 for .pftrace, 256 for .json: what the Perfetto UI opens)")
+    s.add_argument("--with-profile", nargs="*", metavar="KINETO.json",
+                   help="the PyTorch profiler's Chrome trace(s) of the same run (one per rank; none named: those the capture "
+                        "names, recorded with ktrace.capture(profiler=prof)): one .pftrace with the profiler's CPU operators, "
+                        "CUDA calls and GPU streams, each traced launch's lanes under its CUPTI kernel, aligned per rank")
     s.set_defaults(func=_cmd_merge)
     s = sub.add_parser("open", help="serve a trace on 127.0.0.1 and open it in the Perfetto UI (until Ctrl-C)",
                        description="Serve a trace on 127.0.0.1 until Ctrl-C and open it in the Perfetto UI: ui.perfetto.dev, "
