@@ -12,13 +12,14 @@ by correlation where the capture was recorded with ``ktrace.capture(profiler=pro
 profiler range ``ktrace <kernel> #<index>`` holds the driver call that launched it), else by name
 and order (the k-th traced launch of a kernel is the k-th CUPTI record of that name); the pairing
 must map each of the capture's streams to one CUDA stream of the profile. The ktrace events of a
-launch ran inside its kernel, so each pair bounds the offset between ktrace's common clock and
-the profile's clock: ``kernel start - first event start <= offset <= kernel end - last event end``.
-Over every pair of a rank the offset is the middle of the intersection of these intervals; its
-half-width is the alignment's bound (any offset within it keeps every launch inside its kernel).
-When they do not intersect (clock noise larger than the slack), the offset is the median of the
-intervals' middles, and the bound is the residual: the most that any launch's events stick out
-of its kernel record. Files that do not belong together (other kernels, other counts, launches
+launch ran inside its kernel, so each pair says where the profile's clock puts the launch: the
+offsets ``kernel start - first event start`` .. ``kernel end - last event end``, whose middle is
+the pair's estimate. Over a rank's pairs an offset and a drift are fitted (least squares; the
+offset alone over less than :data:`MIN_DRIFT_SPAN_NS`): CUPTI's timestamps and the GPU's timer
+drift apart (+18 ppm on the H100 of the fixture). The alignment's bound is the residual: the
+largest distance of a pair's estimate from the fit. ``outside_ns`` says by how much any launch's
+events still stick out of its kernel record after the shift (0 when every one is inside).
+Files that do not belong together (other kernels, other counts, launches
 that cannot sit inside their kernels) raise :class:`ProfileMismatch`, one line.
 
 Writing (:func:`write_merged`): the capture's Perfetto trace (``ktrace.export.perfetto``) with the
@@ -161,6 +162,14 @@ def read_profile(path: str | os.PathLike) -> Profile:
     start = np.rint(ts * 1000.0).astype(np.int64)
     end = start + np.maximum(np.rint(dur * 1000.0).astype(np.int64), 0)
     args = [e.get("args") for e in keep]
+    device = np.array([_int_arg(a, "device") for a in args], np.int64)
+    stream = np.array([_int_arg(a, "stream") for a in args], np.int64)
+    # GPU events without these arguments (gpu_user_annotation) say them as their pid and tid
+    gpu = np.array([e["cat"] in GPU_CATS for e in keep])
+    pid_i = np.array([e.get("pid") if isinstance(e.get("pid"), int) else -1 for e in keep], np.int64)
+    tid_i = np.array([e.get("tid") if isinstance(e.get("tid"), int) else -1 for e in keep], np.int64)
+    device = np.where(gpu & (device < 0), pid_i, device)
+    stream = np.where(gpu & (stream < 0), tid_i, stream)
     rank = None
     di = doc.get("distributedInfo")
     if isinstance(di, dict) and isinstance(di.get("rank"), int):
@@ -170,8 +179,7 @@ def read_profile(path: str | os.PathLike) -> Profile:
         cat=np.array([e["cat"] for e in keep], dtype=object), name=np.array([str(e.get("name", "")) for e in keep], dtype=object),
         pid=np.array([str(e.get("pid")) for e in keep], dtype=object), tid=np.array([str(e.get("tid")) for e in keep], dtype=object),
         start_ns=start, end_ns=end,
-        device=np.array([_int_arg(a, "device") for a in args], np.int64),
-        stream=np.array([_int_arg(a, "stream") for a in args], np.int64),
+        device=device, stream=stream,
         correlation=np.array([_int_arg(a, "correlation") for a in args], np.int64),
         process_names=pnames, thread_names=tnames, skipped=skipped)
 
