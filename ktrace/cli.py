@@ -184,6 +184,29 @@ def _write_selected(cap, args, fmt: str):
     return cap, write_trace(cap, args.output, fmt)
 
 
+def _cmd_export(args) -> int:
+    from .analysis import AnalysisError
+    from .captures import CaptureError
+    from .export.parquet import ParquetUnavailable, export_parquet
+
+    out = Path(args.out_dir)
+    if out.exists() and not out.is_dir():
+        return _fail("ktrace export", f"{out} is a file: give a directory to write the tables into")
+    if out.is_dir() and any(out.iterdir()) and not (out / "manifest.json").is_file():
+        return _fail("ktrace export", f"{out} holds other files: give an empty directory (or a previous export's)")
+    refused = _refuse_overwrite("ktrace export", [args.capture], [out])
+    if refused is not None:
+        return refused
+    try:
+        m = export_parquet(args.capture, out)
+    except ParquetUnavailable as e:
+        return _fail("ktrace export", e)
+    except (CaptureError, AnalysisError, ValueError, OSError) as e:
+        return _fail("ktrace export", e, args.capture)
+    print(f"{out}: " + ", ".join(f"{t}.parquet ({n} rows)" for t, n in m["rows"].items()))
+    return 0
+
+
 def _finding_ranks(report, number) -> list[int]:
     """The ranks a report's finding involves (for the part of a split trace that shows them)."""
     if not report or number is None:
@@ -404,6 +427,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "names, recorded with ktrace.capture(profiler=prof)): one .pftrace with the profiler's CPU operators, "
                         "CUDA calls and GPU streams, each traced launch's lanes under its CUPTI kernel, aligned per rank")
     s.set_defaults(func=_cmd_merge)
+    s = sub.add_parser("export", help="write a capture's tables (events, waits, workgroups, findings) as Parquet files",
+                       description="Write a capture's tables into a directory as Apache Parquet files: the aligned events "
+                                   "(names resolved; written in batches, memory bounded), the waits with the notify that "
+                                   "released each and why it waited, the workgroups, the root causes and the findings "
+                                   "(schema: docs/parquet.md). Needs pyarrow (pip install 'ktrace[parquet]').")
+    s.add_argument("capture", help="a .ktrace capture file (merged over ranks)")
+    s.add_argument("out_dir", metavar="DIR", help="the directory to write (created; empty, or a previous export's)")
+    s.add_argument("--format", choices=["parquet"], default="parquet", help="the tables' format (parquet)")
+    s.set_defaults(func=_cmd_export)
     s = sub.add_parser("open", help="serve a trace on 127.0.0.1 and open it in the Perfetto UI (until Ctrl-C)",
                        description="Serve a trace on 127.0.0.1 until Ctrl-C and open it in the Perfetto UI: ui.perfetto.dev, "
                                    "or, with --offline or when ui.perfetto.dev cannot be reached, a Perfetto UI build served "
