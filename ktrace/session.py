@@ -309,7 +309,7 @@ class Session:
 
     # recording -------------------------------------------------------------------------------
     def _new_launch(self, kernel: "TracedKernel", grid: tuple[int, int, int], capacity: int, device: int):
-        import torch
+        torch = _torch()
 
         if self.closed:
             raise RuntimeError("this ktrace capture is closed; open a new one")
@@ -616,8 +616,18 @@ class TracedKernel:
         return self.jit_fn[grid](*args, **kwargs)
 
 
+def _torch():
+    """torch, or an ImportError that says which install records captures."""
+    try:
+        import torch
+    except ImportError:
+        raise ImportError("recording a capture needs torch and triton: pip install 'ktrace[gpu]' (analysing, merging "
+                          "and viewing captures does not)") from None
+    return torch
+
+
 def _device_of(args, kwargs) -> int:
-    import torch
+    torch = _torch()
 
     for a in list(args) + list(kwargs.values()):
         if isinstance(a, torch.Tensor) and a.is_cuda:
