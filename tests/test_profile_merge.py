@@ -210,3 +210,16 @@ def test_ui_shows_the_lanes_under_their_kernel(merged):
         ui.show_sidebar(False)
         ui.select_slice(k["id"])
         ui.screenshot(ARTIFACTS / "profile_step.png")
+
+
+def test_capture_with_a_profiler_saves_its_trace_beside_it(tmp_path):
+    """``ktrace.capture(profiler=prof)`` then ``save``: the capture names the profiler's trace,
+    written beside it once the profiler has stopped (here a CPU-only profiler: no launches)."""
+    torch = pytest.importorskip("torch")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with ktrace.capture(profiler=prof) as cap:
+            torch.ones(8).sum()
+    cap.save(tmp_path / "run.ktrace")
+    assert read_capture(tmp_path / "run.ktrace").meta["profile"] == {"0": "run.kineto.json.gz"}
+    doc = json.loads(gzip.decompress((tmp_path / "run.kineto.json.gz").read_bytes()))
+    assert any(e.get("name") == "aten::sum" for e in doc["traceEvents"])
