@@ -410,6 +410,8 @@ def write_merged(capture, path: str | os.PathLike, profiles: dict[int, Profile],
 
     model = model or clock_model_of(capture)
     aligned = align_capture(capture, profiles, model)
+    for a in aligned.values():
+        log.info("profile alignment: %s", a.describe())
     plan = plan_trace(capture, model, workers=workers)
     first = min(int(a.to_common(profiles[r].start_ns).min()) for r, a in aligned.items())
     plan.base_ns = min(plan.base_ns, first)  # time 0: the first event of either
@@ -437,7 +439,7 @@ def profile_packets(plan, profiles: dict[int, Profile], aligned: dict[int, RankA
         records), and the packets.
     """
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (ProcessDescriptor, ThreadDescriptor, Trace, TrackDescriptor,
-                                                                     TrackEvent, TracePacket)
+                                                                     TrackEvent)
 
     from .layout import lanes_of
     from .perfetto import _proc_uuid
