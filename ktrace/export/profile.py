@@ -232,27 +232,48 @@ class RankAlignment:
 
 def _by_correlation(prof: Profile, launches: list) -> np.ndarray | None:
     """Kernel rows of the launches by their profiler ranges (``ktrace <kernel> #<index>``): the
-    launch call inside the range, and the kernel of its correlation id. None when the profile
-    has no such ranges for every launch."""
-    ann = np.flatnonzero((prof.cat == "user_annotation") & np.char.startswith(prof.name.astype(str), RANGE_PREFIX))
+    launch call inside the range (on its thread), and the kernel of its correlation id, of the
+    launch's kernel name. None unless every launch is found so, exactly once.
+
+    Vectorised: a launch's range holds one traced launch and ranges do not overlap on a thread,
+    so each launch call falls in the range (if any) that starts last before it.
+    """
+    is_ann = (prof.cat == "user_annotation") & np.char.startswith(prof.name.astype(str), RANGE_PREFIX)
+    ann = np.flatnonzero(is_ann)
     if ann.size == 0:
         return None
     want = {f"{RANGE_PREFIX}{ln.kernel} #{ln.index}": i for i, ln in enumerate(launches)}
-    calls = np.flatnonzero(np.isin(prof.cat, ("cuda_runtime", "cuda_driver")) & (prof.correlation >= 0))
+    launch_of_ann = np.array([want.get(n, -1) for n in prof.name[ann].tolist()], np.int64)
     kern = np.flatnonzero(prof.cat == "kernel")
-    k_by_corr = dict(zip(prof.correlation[kern].tolist(), kern.tolist()))
+    calls = np.flatnonzero(np.isin(prof.cat, ("cuda_runtime", "cuda_driver")) & np.isin(prof.correlation, prof.correlation[kern])
+                           & (prof.correlation >= 0))
+    if calls.size == 0:
+        return None
+    # one key per thread; ranges sorted by (thread, start), calls looked up in them
+    _, thread = np.unique((prof.pid.astype(str) + ":" + prof.tid.astype(str)).astype(str), return_inverse=True)
+    thread = thread.reshape(-1).astype(np.int64)
+    span = int(prof.end_ns.max() - prof.start_ns.min()) + 1
+    t0 = int(prof.start_ns.min())
+    akey = thread[ann] * span + (prof.start_ns[ann] - t0)
+    o = np.argsort(akey, kind="stable")
+    ann, akey, launch_of_ann = ann[o], akey[o], launch_of_ann[o]
+    ckey = thread[calls] * span + (prof.start_ns[calls] - t0)
+    j = np.searchsorted(akey, ckey, side="right") - 1
+    ok = j >= 0
+    j = np.maximum(j, 0)
+    ok &= (thread[ann[j]] == thread[calls]) & (prof.end_ns[calls] <= prof.end_ns[ann[j]]) & (launch_of_ann[j] >= 0)
+    # the kernel of each call's correlation id, of the launch's kernel name
+    ko = np.argsort(prof.correlation[kern], kind="stable")
+    kc = prof.correlation[kern][ko]
+    krow = kern[ko][np.minimum(np.searchsorted(kc, prof.correlation[calls]), kc.size - 1)]
+    names = np.array([ln.kernel for ln in launches], dtype=object)
+    ok &= prof.name[krow] == names[launch_of_ann[j]]
+    li, kr = launch_of_ann[j][ok], krow[ok]
+    if li.size != len(launches) or np.unique(li).size != len(launches):
+        return None
     rows = np.full(len(launches), -1, np.int64)
-    for a in ann.tolist():  # one per traced launch
-        i = want.get(prof.name[a])
-        if i is None:
-            continue
-        inside = calls[(prof.pid[calls] == prof.pid[a]) & (prof.tid[calls] == prof.tid[a])
-                       & (prof.start_ns[calls] >= prof.start_ns[a]) & (prof.end_ns[calls] <= prof.end_ns[a])]
-        got = [k_by_corr[c] for c in prof.correlation[inside].tolist() if c in k_by_corr]
-        named = [k for k in got if prof.name[k] == launches[i].kernel]
-        if len(named) == 1:
-            rows[i] = named[0]
-    return rows if (rows >= 0).all() else None
+    rows[li] = kr
+    return rows
 
 
 def _by_order(prof: Profile, launches: list, where: str) -> np.ndarray:
