@@ -49,6 +49,8 @@ log = logging.getLogger("ktrace")
 DEFAULT_EVENTS_PER_PROGRAM = 16
 #: Launch buffers are carved from zeroed arenas of this size (one memset per arena, not per launch).
 ARENA_BYTES = 64 << 20
+#: A traced launch's profiler range is named ``ktrace <kernel> #<launch index>`` (``capture(profiler=)``).
+PROFILE_RANGE_PREFIX = "ktrace "
 _ALIGN_WORDS = 32  # 256-byte alignment of each launch buffer inside an arena
 
 #: Which calibration a phase is, in the capture's notes.
@@ -151,6 +153,12 @@ class Session:
             other ranks to arrive before going on without them (``ktrace.captures.gather.arrive``).
         run_id: the run this capture belongs to (default: ``ktrace.captures.identity.run_id()``,
             the same on every rank).
+        profiler: a ``torch.profiler.profile`` recording the same run. Each traced launch is then
+            wrapped in a profiler range named ``ktrace <kernel> #<launch index>`` (so the launch's
+            CUPTI kernel record is found by its correlation id, not only by order), and
+            :meth:`save` also writes the profiler's Chrome trace beside the capture, once the
+            profiler has stopped (``ktrace merge CAPTURE -o out.pftrace`` then merges both: see
+            ``ktrace.export.profile``).
 
     Leaving the ``with`` block never raises anything but the code's own error. Waits that timed
     out while it was open are kept in the capture (:attr:`RankCapture.timeouts`) and still
@@ -171,6 +179,7 @@ class Session:
     calibration: Any = None
     peer_timeout_s: float = PEER_TIMEOUT_S
     run_id: str | None = None
+    profiler: Any = None
     _calib: dict = field(default_factory=dict, repr=False)
     _notes: list = field(default_factory=list, repr=False)
     _timeouts: dict | None = field(default=None, repr=False)
@@ -300,7 +309,7 @@ class Session:
 
     # recording -------------------------------------------------------------------------------
     def _new_launch(self, kernel: "TracedKernel", grid: tuple[int, int, int], capacity: int, device: int):
-        import torch
+        torch = _torch()
 
         if self.closed:
             raise RuntimeError("this ktrace capture is closed; open a new one")
@@ -468,9 +477,33 @@ class Session:
         """Every event of every launch of this session (``schema.EVENT_DTYPE``, raw ticks)."""
         return self.to_capture().events()
 
-    def save(self, path) -> "os.PathLike":
-        """Write this rank's capture file."""
-        return write_capture(path, self.to_capture())
+    def save(self, path, *, compress: bool | str = False) -> "os.PathLike":
+        """Write this rank's capture file; with a profiler (``capture(profiler=prof)``) that has
+        stopped, its Chrome trace too, as ``<path without suffix>.kineto.json.gz`` beside it,
+        named in the capture's metadata (``profile``) so that ``ktrace merge`` finds it."""
+        cap = self.to_capture()
+        if self.profiler is not None:
+            cap.meta["profile"] = {str(self.rank): self._save_profile(path)}
+        return write_capture(path, cap, compress=compress)
+
+    def _save_profile(self, path) -> str:
+        """Export the profiler's Chrome trace (gzipped) beside ``path``; returns its file name."""
+        import gzip
+        import tempfile
+        from pathlib import Path
+
+        path = Path(path)
+        out = path.with_name(path.name.rsplit(".", 1)[0] + ".kineto.json.gz")
+        with tempfile.TemporaryDirectory() as d:
+            tmp = Path(d) / "trace.json"
+            try:
+                self.profiler.export_chrome_trace(str(tmp))
+            except Exception as e:  # (e.g. still recording: export needs a stopped profiler)
+                raise RuntimeError(f"the profiler's trace could not be exported ({e}): save the capture after the "
+                                   "profiler's `with` block has closed") from None
+            with open(tmp, "rb") as src, gzip.open(out, "wb") as dst:
+                dst.write(src.read())
+        return out.name
 
 
 def capture(**kwargs) -> Session:
@@ -575,11 +608,26 @@ class TracedKernel:
         if pl is None:
             return self.jit_fn[grid](*args, **kwargs)
         kwargs = dict(kwargs, ktrace_buf=pl.buffer, KTRACE=cap)
+        if getattr(session, "profiler", None) is not None:  # a named range around the launch: its CUPTI record by correlation
+            import torch
+
+            with torch.profiler.record_function(f"{PROFILE_RANGE_PREFIX}{self.name} #{pl.index}"):
+                return self.jit_fn[grid](*args, **kwargs)
         return self.jit_fn[grid](*args, **kwargs)
 
 
+def _torch():
+    """torch, or an ImportError that says which install records captures."""
+    try:
+        import torch
+    except ImportError:
+        raise ImportError("recording a capture needs torch and triton: pip install 'ktrace[gpu]' (analysing, merging "
+                          "and viewing captures does not)") from None
+    return torch
+
+
 def _device_of(args, kwargs) -> int:
-    import torch
+    torch = _torch()
 
     for a in list(args) + list(kwargs.values()):
         if isinstance(a, torch.Tensor) and a.is_cuda:
