@@ -24,6 +24,7 @@ Buffers stay on the device until the session ends; then each arena is copied to 
 
 from __future__ import annotations
 
+import ast
 import atexit
 import dataclasses
 import functools
@@ -516,12 +517,90 @@ def _grid3(g) -> tuple[int, int, int]:
     return (g + (1, 1))[:3]  # type: ignore[return-value]
 
 
+#: The name under which a prepared kernel's module sees ``ktrace.language`` (set in its globals).
+_KL = "_ktrace_language_"
+
+
+class KernelShapeError(TypeError):
+    """A kernel ``@ktrace.trace`` cannot end with a flush of its tracer (an early ``return``)."""
+
+
+def _is_init_call(node, g: dict, kl) -> bool:
+    """Whether ``node`` is a call of ``ktrace.language.init`` as the kernel's globals name it."""
+    if not isinstance(node, ast.Call):
+        return False
+    f = node.func
+    if isinstance(f, ast.Attribute) and f.attr == "init" and isinstance(f.value, ast.Name):
+        return g.get(f.value.id) is kl
+    return isinstance(f, ast.Name) and g.get(f.id) is kl.init
+
+
+def _deferring_kernel(jit_fn):
+    """The kernel with its tracers' records kept off the critical path, and flushed at its end.
+
+    Each top-level ``name = kl.init(...)`` of the kernel's body becomes
+    ``kl.init_deferred(...)`` and ``kl.finish(name)`` is appended to the body, by editing the
+    source text (line numbers, hence error messages and the recorded source lines, unchanged).
+    The result is a new JIT function of the same type and options (the original, and its
+    compiled kernels, are left as they were). A kernel without such a call is returned as is.
+
+    Raises:
+        KernelShapeError: the kernel has a ``return`` statement: the flush could not be placed
+            on every path out of it (one line, at decoration).
+    """
+    import ktrace.language as kl
+
+    src = jit_fn.src
+    fdef = ast.parse(src).body[0]
+    g = jit_fn.__globals__
+    scope = {**g, **inspect.getclosurevars(jit_fn.fn).nonlocals}
+    tracers = [(st.targets[0].id, st.value) for st in fdef.body
+               if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
+               and _is_init_call(st.value, scope, kl)]
+    if not tracers:
+        return jit_fn
+    for node in ast.walk(fdef):
+        if isinstance(node, ast.Return):
+            raise KernelShapeError(
+                f"@ktrace.trace: kernel {fdef.name} returns at line {jit_fn.starting_line_number + node.lineno - 1}: "
+                "its trace could not be flushed on that path; end the kernel without `return` (put the rest under `if`)")
+    lines = [ln.encode() for ln in src.splitlines(keepends=True)]
+    for _, call in sorted(tracers, key=lambda t: (t[1].func.lineno, t[1].func.col_offset), reverse=True):
+        f, i = call.func, call.func.lineno - 1
+        if f.end_lineno != f.lineno:
+            return jit_fn  # (a call name split over lines: left as written, records stored at once)
+        lines[i] = lines[i][: f.col_offset] + f"{_KL}.init_deferred".encode() + lines[i][f.end_col_offset :]
+    end = fdef.end_lineno
+    if not lines[end - 1].endswith(b"\n"):
+        lines[end - 1] += b"\n"
+    indent = " " * fdef.body[0].col_offset
+    tail = [f"{indent}{_KL}.finish({name})\n".encode() for name, _ in tracers]
+    new_src = b"".join(lines[:end] + tail + lines[end:]).decode()
+    g.setdefault(_KL, kl)
+    if g[_KL] is not kl:
+        raise KernelShapeError(f"@ktrace.trace: the name {_KL} is taken in module {jit_fn.__module__}")
+    new = type(jit_fn)(
+        jit_fn.fn, version=jit_fn.version, do_not_specialize=jit_fn.do_not_specialize,
+        do_not_specialize_on_alignment=jit_fn.do_not_specialize_on_alignment, debug=jit_fn.debug,
+        noinline=jit_fn.noinline, repr=jit_fn._repr, launch_metadata=jit_fn.launch_metadata,
+    )
+    new.pre_run_hooks = list(jit_fn.pre_run_hooks)
+    new._unsafe_update_src(new_src)
+    new.ktrace_original = jit_fn
+    return new
+
+
 class TracedKernel:
     """A ``@triton.jit`` kernel that records events when a capture is active.
 
     Launch it exactly like the kernel (``k[grid](...)``). When no capture is active and
     ``KTRACE`` is not set in the environment, the launch is the plain Triton launch, with
     ``KTRACE=0`` (the kernel's default): no buffer, no probe code.
+
+    The kernel launched is a prepared copy (:func:`_deferring_kernel`): its tracers keep each
+    WAIT record and the last span, instant or counter in registers until a release, the next
+    wait or the kernel's end, where ``kl.finish`` (added by the decorator) stores them. A kernel
+    that returns early is refused (:class:`KernelShapeError`).
     """
 
     def __init__(self, jit_fn, events_per_program: int | Callable[[dict], int] = DEFAULT_EVENTS_PER_PROGRAM, name: str | None = None):
@@ -535,7 +614,8 @@ class TracedKernel:
             )
         if isinstance(events_per_program, int) and events_per_program <= 0:
             raise ValueError(f"events_per_program must be positive, got {events_per_program}")
-        self.jit_fn = jit_fn
+        jit_fn = getattr(jit_fn, "ktrace_original", jit_fn)
+        self.jit_fn = _deferring_kernel(jit_fn)
         self.events_per_program = events_per_program
         self.name = name or jit_fn.__name__
         self._sig = inspect.signature(jit_fn.fn)

@@ -435,6 +435,9 @@ def notify(
         else:
             tl.atomic_add(remote, value, sem="release", scope=_scope(scope))
         t1 = kl.now()
+        # after the release: a deferred tracer's pending records (the last WAIT, the last span)
+        # are stored here, where nothing waits for them
+        kt = kl.flush(kt)
         off = flag.to(tl.int64, bitcast=True) - my_base
         if seq is None:
             s = kt.cur
@@ -498,6 +501,8 @@ def wait_value(
     err = my_base.to(tl.pointer_type(tl.int32), bitcast=True)
     off = flag.to(tl.int64, bitcast=True) - my_base
     lead = kl._leader()  # the thread that reports a timeout (read here, off the path after the spin)
+    # a deferred tracer's pending records are stored before the first read: the spin hides them
+    kt = kl.flush(kt)
     if NEED_T:
         t0 = kl.now()
     else:
@@ -550,7 +555,7 @@ def wait_value(
         tl.store(rec + 6, tl.cast(t1 - t0, tl.int64), mask=keep)
         tl.store(rec + 7, tl.cast(spins, tl.int64), mask=keep)
     if kt.ON:
-        kt = kl.record_wait(kt, name, t0, t1, peer, spins, off, v, expected, CMP, failed)
+        kt = kl.record_wait(kt, name, t0, t1, peer, spins, off, v, expected, CMP, failed, True)
     return kt, v, ok
 
 
