@@ -267,6 +267,8 @@ PIPELINE_VARIANTS = {
     "signals, immediate": {"WAITS": True, "NOTIFIES": True, "IMMEDIATE": True},
     "spans, immediate": {"SPANS": 1, "IMMEDIATE": True},
     "all, immediate": {"WAITS": True, "NOTIFIES": True, "SPANS": 1, "IMMEDIATE": True},
+    "untraced, backoff": {"BACKOFF": 200},
+    "signals, backoff": {"WAITS": True, "NOTIFIES": True, "BACKOFF": 200},
 }
 FANIN_VARIANTS = {
     "untraced": {},

@@ -235,16 +235,20 @@ class DeferredTracer:
     nd: tl.tensor  # int32: events dropped so far
     hw: tl.tensor  # int64: placement, pre-shifted into the tag word's high half
     lead: tl.tensor  # int32: 1 in the thread that stores records, else 0
-    wp: tl.tensor  # int64: address of the pending WAIT record pair
-    w0: tl.tensor
-    w1: tl.tensor
-    w2: tl.tensor
-    w3: tl.tensor
-    w4: tl.tensor
-    w5: tl.tensor
-    w6: tl.tensor
-    w7: tl.tensor
-    wgo: tl.tensor  # int32: 1 in the storing thread while a WAIT pair is pending and fits
+    # the pending WAIT, as the spin left it (packed into its two records only when stored, after
+    # the release: no work between the spin and the release but copies)
+    wslot: tl.tensor  # int32: its first slot
+    wv: tl.tensor  # int32: 1 while a WAIT is pending
+    wt0: tl.tensor  # int64
+    wt1: tl.tensor  # int64
+    wtag: tl.tensor  # int64: kind, region and DETAIL flag
+    wfail: tl.tensor  # int32: timed out
+    wpeer: tl.tensor  # int32
+    wspins: tl.tensor  # int32
+    woff: tl.tensor  # int64: flag offset
+    wval: tl.tensor  # int32: last value read
+    wexp: tl.tensor  # int32: expected
+    wcmp: tl.tensor  # int32: comparison code
     sp: tl.tensor  # int64: address of the pending single record
     s0: tl.tensor
     s1: tl.tensor
@@ -256,23 +260,15 @@ class DeferredTracer:
     DEFER: tl.constexpr
 
     @triton.constexpr_function
-    def __init__(self, recs, dropped_ptr, cur, nd, hw, lead, wp, w0, w1, w2, w3, w4, w5, w6, w7, wgo, sp, s0, s1, s2, s3, sgo, CAP):
+    def __init__(self, recs, dropped_ptr, cur, nd, hw, lead, w, sp, s0, s1, s2, s3, sgo, CAP):
         self.recs = recs
         self.dropped_ptr = dropped_ptr
         self.cur = cur
         self.nd = nd
         self.hw = hw
         self.lead = lead
-        self.wp = wp
-        self.w0 = w0
-        self.w1 = w1
-        self.w2 = w2
-        self.w3 = w3
-        self.w4 = w4
-        self.w5 = w5
-        self.w6 = w6
-        self.w7 = w7
-        self.wgo = wgo
+        self.wslot, self.wv, self.wt0, self.wt1, self.wtag, self.wfail = w[0], w[1], w[2], w[3], w[4], w[5]
+        self.wpeer, self.wspins, self.woff, self.wval, self.wexp, self.wcmp = w[6], w[7], w[8], w[9], w[10], w[11]
         self.sp = sp
         self.s0 = s0
         self.s1 = s1
@@ -379,7 +375,7 @@ def init_deferred(ktrace_buf, KTRACE: tl.constexpr):
         recs, dropped, hw = _program_slots(ktrace_buf, KTRACE)
         z = tl.zeros((), tl.int64)
         n = tl.zeros((), tl.int32)
-        return DeferredTracer(recs, dropped, n, n, hw, _leader(), z, z, z, z, z, z, z, z, z, n, z, z, z, z, z, n, KTRACE)
+        return DeferredTracer(recs, dropped, n, n, hw, _leader(), (n, n, z, z, z, n, n, n, z, n, n, n), z, z, z, z, z, n, KTRACE)
     else:
         return NoTracer()
 
@@ -497,14 +493,19 @@ def _store_words(ptr, a, b, c, d, fits):
 
 
 @triton.jit
+def _slot(kt, slot, N: tl.constexpr):
+    """Where slot ``slot`` is and whether ``N`` records (an event, or an event and its DETAIL
+    record) fit from it: the one place that maps a slot index to memory (a ring buffer would
+    change only this)."""
+    return kt.recs + slot * _WORDS, slot + (N - 1) < kt.CAP
+
+
+@triton.jit
 def _claim(kt, N: tl.constexpr):
-    """The slot of the next ``N`` records (one event, or an event and its DETAIL record): its
-    address, whether all ``N`` fit, and the dropped count after it. The one place that maps the
-    cursor to a slot (a ring buffer would change only this)."""
-    fits = kt.cur + (N - 1) < kt.CAP
-    nd = kt.nd + (1 - fits.to(tl.int32))
-    p = kt.recs + kt.cur * _WORDS
-    return p, fits, nd
+    """The slot of the next ``N`` records at the cursor: its address, whether they fit, and the
+    dropped count after them."""
+    p, fits = _slot(kt, kt.cur, N)
+    return p, fits, kt.nd + (1 - fits.to(tl.int32))
 
 
 @triton.jit
@@ -563,23 +564,33 @@ def _store2(addr, a, b, c, d, e, f, g, h, go):
 
 
 @triton.jit
-def _deferred(kt, cur, nd, wp, w0, w1, w2, w3, w4, w5, w6, w7, wgo, sp, s0, s1, s2, s3, sgo):
-    return DeferredTracer(kt.recs, kt.dropped_ptr, cur, nd, kt.hw, kt.lead, wp, w0, w1, w2, w3, w4, w5, w6, w7, wgo,
-                          sp, s0, s1, s2, s3, sgo, kt.CAP)
+def _w(kt):
+    """The pending WAIT's fields (a tuple, in DeferredTracer's order)."""
+    return (kt.wslot, kt.wv, kt.wt0, kt.wt1, kt.wtag, kt.wfail, kt.wpeer, kt.wspins, kt.woff, kt.wval, kt.wexp, kt.wcmp)
+
+
+@triton.jit
+def _deferred(kt, cur, nd, w, sp, s0, s1, s2, s3, sgo):
+    return DeferredTracer(kt.recs, kt.dropped_ptr, cur, nd, kt.hw, kt.lead, w, sp, s0, s1, s2, s3, sgo, kt.CAP)
 
 
 @triton.jit
 def _flush_wait(kt):
-    _store2(kt.wp, kt.w0, kt.w1, kt.w2, kt.w3, kt.w4, kt.w5, kt.w6, kt.w7, kt.wgo)
-    return _deferred(kt, kt.cur, kt.nd, kt.wp, kt.w0, kt.w1, kt.w2, kt.w3, kt.w4, kt.w5, kt.w6, kt.w7, tl.zeros((), tl.int32),
-                     kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo)
+    """Store the pending WAIT (event + DETAIL, packed here) in its slots, or count it dropped."""
+    p, fits = _slot(kt, kt.wslot, 2)
+    f = fits.to(tl.int32)
+    tag = kt.hw | kt.wtag | (tl.cast(kt.wfail, tl.int64) << _TIMEOUT_SHIFT)
+    _store2(p.to(tl.int64, bitcast=True), kt.wt0, kt.wt1, tag, _pack(kt.wpeer, kt.wspins), kt.woff, tl.cast(kt.wval, tl.int64),
+            kt.hw | _tag(_DETAIL, 0, 0), _pack(kt.wexp, kt.wcmp), kt.lead & kt.wv & f)
+    nd = kt.nd + (kt.wv & (1 - f))
+    w = (kt.wslot, tl.zeros((), tl.int32), kt.wt0, kt.wt1, kt.wtag, kt.wfail, kt.wpeer, kt.wspins, kt.woff, kt.wval, kt.wexp, kt.wcmp)
+    return _deferred(kt, kt.cur, nd, w, kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo)
 
 
 @triton.jit
 def _flush_single(kt):
     _store1(kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo)
-    return _deferred(kt, kt.cur, kt.nd, kt.wp, kt.w0, kt.w1, kt.w2, kt.w3, kt.w4, kt.w5, kt.w6, kt.w7, kt.wgo,
-                     kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, tl.zeros((), tl.int32))
+    return _deferred(kt, kt.cur, kt.nd, _w(kt), kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, tl.zeros((), tl.int32))
 
 
 @triton.jit
@@ -615,21 +626,20 @@ def _pend(kt, t0, t1, tag, args):
     """Deferred :func:`_write`: the pending single record is stored now, this one waits."""
     _store1(kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo)
     p, fits, nd = _claim(kt, 1)
-    return _deferred(kt, kt.cur + 1, nd, kt.wp, kt.w0, kt.w1, kt.w2, kt.w3, kt.w4, kt.w5, kt.w6, kt.w7, kt.wgo,
-                     p.to(tl.int64, bitcast=True), tl.cast(t0, tl.int64), tl.cast(t1, tl.int64), kt.hw | tag,
+    return _deferred(kt, kt.cur + 1, nd, _w(kt), p.to(tl.int64, bitcast=True), tl.cast(t0, tl.int64), tl.cast(t1, tl.int64), kt.hw | tag,
                      tl.cast(args, tl.int64), kt.lead & fits.to(tl.int32))
 
 
 @triton.jit
-def _pend_wait(kt, t0, t1, tag, args, x0, x1, x23, FLUSHED: tl.constexpr):
-    """Deferred WAIT pair: kept until the next release, wait or finish (stored by one thread)."""
+def _pend_wait(kt, tag, t0, t1, peer, spins, flag, value, expected, cmp, timed_out, FLUSHED: tl.constexpr):
+    """Deferred WAIT: its fields kept as they are (copies, no arithmetic: this runs between a spin
+    and what follows it) until the next release, wait or finish packs and stores them."""
     if not FLUSHED:  # (ktrace.shmem.wait flushed at its start: nothing can be pending here)
-        _store2(kt.wp, kt.w0, kt.w1, kt.w2, kt.w3, kt.w4, kt.w5, kt.w6, kt.w7, kt.wgo)
-    p, fits, nd = _claim(kt, 2)
-    return _deferred(kt, kt.cur + 2, nd, p.to(tl.int64, bitcast=True), tl.cast(t0, tl.int64), tl.cast(t1, tl.int64),
-                     kt.hw | tag, tl.cast(args, tl.int64), tl.cast(x0, tl.int64), tl.cast(x1, tl.int64),
-                     kt.hw | _tag(_DETAIL, 0, 0), tl.cast(x23, tl.int64), kt.lead & fits.to(tl.int32),
-                     kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo)
+        kt = _flush_wait(kt)
+    w = (kt.cur, tl.full((), 1, tl.int32), tl.cast(t0, tl.int64), tl.cast(t1, tl.int64), tl.cast(tag, tl.int64),
+         tl.cast(timed_out, tl.int32), tl.cast(peer, tl.int32), tl.cast(spins, tl.int32), tl.cast(flag, tl.int64),
+         tl.cast(value, tl.int32), tl.cast(expected, tl.int32), tl.cast(cmp, tl.int32))
+    return _deferred(kt, kt.cur + 2, kt.nd, w, kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo)
 
 
 @triton.jit
@@ -639,8 +649,7 @@ def _store_now2(kt, t0, t1, tag, args, x0, x1, x23):
     _store2(p.to(tl.int64, bitcast=True), tl.cast(t0, tl.int64), tl.cast(t1, tl.int64), kt.hw | tag, tl.cast(args, tl.int64),
             tl.cast(x0, tl.int64), tl.cast(x1, tl.int64), kt.hw | _tag(_DETAIL, 0, 0), tl.cast(x23, tl.int64),
             kt.lead & fits.to(tl.int32))
-    return _deferred(kt, kt.cur + 2, nd, kt.wp, kt.w0, kt.w1, kt.w2, kt.w3, kt.w4, kt.w5, kt.w6, kt.w7, kt.wgo,
-                     kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo)
+    return _deferred(kt, kt.cur + 2, nd, _w(kt), kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -760,14 +769,13 @@ def record_wait(kt, name: tl.constexpr, t0, t1, peer, spins, flag, value, expect
     every word is thread 0's own, so its ``t1`` is never before its ``t0``.
     """
     if kt.ON:
-        args = _pack(peer, spins)
-        x23 = _pack(expected, cmp)
         # the TIMEOUT flag by arithmetic, not a branch: lanes may disagree on timed_out
-        tag = _tag(_WAIT, region(name), _FLAG_DETAIL) | (tl.cast(timed_out, tl.int64) << _TIMEOUT_SHIFT)
         if kt.DEFER:
-            kt = _pend_wait(kt, t0, t1, tag, args, flag, value, x23, FLUSHED)
+            kt = _pend_wait(kt, _tag(_WAIT, region(name), _FLAG_DETAIL), t0, t1, peer, spins, flag, value, expected, cmp,
+                            timed_out, FLUSHED)
         else:
-            kt = _write_ext(kt, t0, t1, tag, args, flag, value, x23)
+            tag = _tag(_WAIT, region(name), _FLAG_DETAIL) | (tl.cast(timed_out, tl.int64) << _TIMEOUT_SHIFT)
+            kt = _write_ext(kt, t0, t1, tag, _pack(peer, spins), flag, value, _pack(expected, cmp))
     return kt
 
 

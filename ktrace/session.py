@@ -535,6 +535,80 @@ def _is_init_call(node, g: dict, kl) -> bool:
     return isinstance(f, ast.Name) and g.get(f.id) is kl.init
 
 
+#: ``ktrace.language`` probes that read a tracer without writing a record (no result to keep).
+_READERS = ("begin", "timestamp")
+
+
+def _always_off(call) -> bool:
+    """``kl.init(buf, 0)``: a tracer that is off whatever the launch (nothing to defer)."""
+    gate = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "KTRACE"), None)
+    return isinstance(gate, ast.Constant) and gate.value == 0
+
+
+def _callee(node, scope: dict):
+    """The Python object a call's function expression names in ``scope`` (None if unknown)."""
+    f = node.func
+    if isinstance(f, ast.Name):
+        return scope.get(f.id)
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
+        return getattr(scope.get(f.value.id), f.attr, None)
+    return None
+
+
+def _assigned_to(parents: dict, call, name: str) -> bool:
+    """Whether the call's result is assigned back to ``name`` (``kt = f(kt)``, ``kt, x = f(kt)``)."""
+    st = parents.get(id(call))
+    if not isinstance(st, ast.Assign):
+        return False
+    for t in st.targets:
+        for n in ast.walk(t):
+            if isinstance(n, ast.Name) and n.id == name:
+                return True
+    return False
+
+
+def _tracer_threaded(fn, name: str, depth: int = 0, seen=None) -> str | None:
+    """Why the tracer ``name`` of jit function ``fn`` is not threaded through every call, else None.
+
+    Deferred records live in the tracer value: a call that takes it and whose result is not
+    assigned back to it (``helper(kt, ...)``) would drop the records still pending when the
+    callee returns. Calls into ktrace's own device modules are trusted; a user jit function the
+    tracer is passed to is checked the same way, recursively.
+    """
+    seen = set() if seen is None else seen
+    if (id(fn), name) in seen or depth > 16:
+        return None
+    seen.add((id(fn), name))
+    fdef = ast.parse(fn.src).body[0]
+    scope = {**fn.__globals__, **inspect.getclosurevars(fn.fn).nonlocals}
+    parents = {}
+    for st in ast.walk(fdef):
+        if isinstance(st, ast.Assign) and isinstance(st.value, ast.Call):
+            parents[id(st.value)] = st
+    for call in ast.walk(fdef):
+        if not isinstance(call, ast.Call):
+            continue
+        pos = [i for i, a in enumerate(call.args) if isinstance(a, ast.Name) and a.id == name]
+        kws = [k.arg for k in call.keywords if isinstance(k.value, ast.Name) and k.value.id == name]
+        if not pos and not kws:
+            continue
+        target = _callee(call, scope)
+        mod = getattr(target, "__module__", "") or ""
+        if mod.startswith("ktrace.") and getattr(target, "__name__", "") in _READERS:
+            continue
+        if not _assigned_to(parents, call, name):
+            where = f"{fn.__name__} line {fn.starting_line_number + call.lineno - 1}"
+            return f"{where} passes the tracer to {ast.unparse(call.func)} without keeping its result"
+        if mod.startswith("ktrace.") or not hasattr(target, "src"):
+            continue
+        params = list(inspect.signature(target.fn).parameters)
+        for p in [params[i] for i in pos if i < len(params)] + [k for k in kws if k in params]:
+            why = _tracer_threaded(target, p, depth + 1, seen)
+            if why:
+                return why
+    return None
+
+
 def _deferring_kernel(jit_fn):
     """The kernel with its tracers' records kept off the critical path, and flushed at its end.
 
@@ -542,7 +616,10 @@ def _deferring_kernel(jit_fn):
     ``kl.init_deferred(...)`` and ``kl.finish(name)`` is appended to the body, by editing the
     source text (line numbers, hence error messages and the recorded source lines, unchanged).
     The result is a new JIT function of the same type and options (the original, and its
-    compiled kernels, are left as they were). A kernel without such a call is returned as is.
+    compiled kernels, are left as they were). A kernel without such a call is returned as is, and
+    so is one that passes a tracer to a function whose result it does not assign back to it (the
+    records pending at that function's end would be lost): its records are stored by their
+    probes, as written (:func:`_tracer_threaded` says why, in the log).
 
     Raises:
         KernelShapeError: the kernel has a ``return`` statement: the flush could not be placed
@@ -556,9 +633,14 @@ def _deferring_kernel(jit_fn):
     scope = {**g, **inspect.getclosurevars(jit_fn.fn).nonlocals}
     tracers = [(st.targets[0].id, st.value) for st in fdef.body
                if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
-               and _is_init_call(st.value, scope, kl)]
+               and _is_init_call(st.value, scope, kl) and not _always_off(st.value)]
     if not tracers:
         return jit_fn
+    for name, _ in tracers:
+        why = _tracer_threaded(jit_fn, name)
+        if why:  # (correct as written: each record stored by its probe, on the critical path)
+            log.info("ktrace: kernel %s keeps its records immediate: %s", fdef.name, why)
+            return jit_fn
     for node in ast.walk(fdef):
         if isinstance(node, ast.Return):
             raise KernelShapeError(

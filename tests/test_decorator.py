@@ -146,3 +146,39 @@ def test_kernel_without_a_top_level_init_is_left_as_is():
         tl.store(x, 1)
 
     assert ktrace.trace(k).jit_fn is k
+
+
+def test_a_tracer_passed_to_a_helper_that_drops_it_keeps_records_immediate(caplog):
+    """A helper given the tracer whose result is not assigned back would lose the records still
+    pending when it returns: such a kernel is left as written (records stored by their probes)."""
+    import logging
+
+    import triton
+    import triton.language as tl
+
+    import ktrace.language as kl
+
+    @triton.jit
+    def helper(kt, x):
+        kt = kl.mark(kt, "in helper")
+        tl.store(x, 1)
+        return kt
+
+    @triton.jit
+    def dropping(x, ktrace_buf=None, KTRACE: tl.constexpr = 0):
+        kt = kl.init(ktrace_buf, KTRACE)
+        helper(kt, x)
+
+    @triton.jit
+    def threading(x, ktrace_buf=None, KTRACE: tl.constexpr = 0):
+        kt = kl.init(ktrace_buf, KTRACE)
+        off = kl.init(ktrace_buf, 0)
+        helper(off, x)
+        s = kl.begin(kt, "outer")
+        kt = helper(kt, x)
+        kt = kl.end(kt, s)
+
+    with caplog.at_level(logging.INFO, logger="ktrace"):
+        assert ktrace.trace(dropping).jit_fn is dropping
+    assert "passes the tracer to helper without keeping its result" in caplog.text
+    assert ktrace.trace(threading).jit_fn.ktrace_original is threading

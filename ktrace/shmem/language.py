@@ -183,6 +183,16 @@ def load_relaxed(ptr, _semantic=None):
 
 
 @core.extern
+def _nanosleep(ns, _semantic=None):
+    """Sleep about ``ns`` nanoseconds (a compile-time int) in every thread."""
+    ns = int(core._unwrap_if_constexpr(ns))
+    asm = f"nanosleep.u32 {ns};" if _is_cuda(_semantic) else f"s_sleep {min(127, max(1, ns // 64))}"
+    return core.inline_asm_elementwise(asm + ("\n\tmov.u32 $0, 0;" if _is_cuda(_semantic) else "\n\tv_mov_b32 $0, 0"),
+                                       "=r,~{memory}" if _is_cuda(_semantic) else "=v,~{memory}", [],
+                                       dtype=core.int32, is_pure=False, pack=1, _semantic=_semantic)
+
+
+@core.extern
 def _is_nvidia(_semantic=None):
     """Whether the compile target is NVIDIA (a compile-time bool)."""
     return core.constexpr(_is_cuda(_semantic))
@@ -482,6 +492,7 @@ def wait_value(
     max_spins: tl.constexpr = 0,
     scope: tl.constexpr = tl.constexpr("sys"),
     name: tl.constexpr = tl.constexpr("wait"),
+    backoff_ns: tl.constexpr = 0,
 ):
     """:func:`wait` that also returns the last value read and whether the wait succeeded.
 
@@ -513,6 +524,8 @@ def wait_value(
     stop = ok
     t1 = t0
     while not stop:
+        if backoff_ns > 0:
+            _nanosleep(backoff_ns)
         # The flag, then the error word, one after the other: a spin is two load latencies. (Both
         # loads in flight at once halve that, but double the rate at which every waiting warp of
         # every program reads the one error word and the flags: on 2 x H200 that slowed the
@@ -535,9 +548,12 @@ def wait_value(
     if _is_nvidia():
         # Thread 0 counts and describes a wait that gave up, from its own registers, in one asm
         # block: no barrier (Triton broadcasts a scalar atomic's result through shared memory
-        # between two barriers) on the path of every wait, which almost never fails.
-        _report_timeout_nv(my_base, failed.to(tl.int32), lead, pid, off, tl.cast(peer, tl.int64), tl.cast(expected, tl.int64),
-                           tl.cast(v, tl.int64), tl.cast(CMP, tl.int64), tl.cast(t1 - t0, tl.int64), tl.cast(spins, tl.int64))
+        # between two barriers) on the path of every wait, which almost never fails. The block is
+        # branched around, so its operands are not computed on the way from the spin to what
+        # follows (ptxas materialised them there: about 18 instructions per wait).
+        if failed:
+            _report_timeout_nv(my_base, failed.to(tl.int32), lead, pid, off, tl.cast(peer, tl.int64), tl.cast(expected, tl.int64),
+                               tl.cast(v, tl.int64), tl.cast(CMP, tl.int64), tl.cast(t1 - t0, tl.int64), tl.cast(spins, tl.int64))
     else:
         # No branch: every thread runs the (masked) atomic, which keeps the scalar-result
         # broadcast out of divergent control flow.
@@ -572,6 +588,7 @@ def wait(
     max_spins: tl.constexpr = 0,
     scope: tl.constexpr = tl.constexpr("sys"),
     name: tl.constexpr = tl.constexpr("wait"),
+    backoff_ns: tl.constexpr = 0,
 ):
     """Spin until this rank's ``flag`` compares ``cmp`` to ``expected``, then acquire.
 
@@ -586,6 +603,9 @@ def wait(
         max_spins: give up after this many reads (compile-time; 0 = no spin bound).
         scope: scope of the acquire load: "sys" (default, across GPUs), "gpu" or "block".
         name: region name of the WAIT event.
+        backoff_ns: if > 0, sleep about this long before each re-read of the flag
+            (``nanosleep`` on NVIDIA, ``s_sleep`` on AMD): fewer reads competing with the
+            producer's traffic, at the price of up to that much later a wake-up.
 
     Returns:
         The tracer, advanced by two slots when tracing is on.
@@ -602,7 +622,7 @@ def wait(
     values the spin already holds (its start and last timer reads, spins, the last value); a
     release that follows at once waits for that store.
     """
-    kt, v, ok = wait_value(kt, flag, expected, rank, peer, heap_bases, cmp, timeout_ns, max_spins, scope, name)
+    kt, v, ok = wait_value(kt, flag, expected, rank, peer, heap_bases, cmp, timeout_ns, max_spins, scope, name, backoff_ns)
     return kt
 
 
