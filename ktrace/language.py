@@ -249,6 +249,16 @@ class DeferredTracer:
     wval: tl.tensor  # int32: last value read
     wexp: tl.tensor  # int32: expected
     wcmp: tl.tensor  # int32: comparison code
+    # the pending NOTIFY, likewise (stored after the next wait's first read of its flag was issued)
+    nslot: tl.tensor  # int32
+    nv: tl.tensor  # int32: 1 while a NOTIFY is pending
+    nt0: tl.tensor  # int64
+    nt1: tl.tensor  # int64
+    ntag: tl.tensor  # int64
+    npeer: tl.tensor  # int32
+    nval: tl.tensor  # int32: value written
+    noff: tl.tensor  # int64: flag offset
+    nseq: tl.tensor  # int32
     sp: tl.tensor  # int64: address of the pending single record
     s0: tl.tensor
     s1: tl.tensor
@@ -260,7 +270,7 @@ class DeferredTracer:
     DEFER: tl.constexpr
 
     @triton.constexpr_function
-    def __init__(self, recs, dropped_ptr, cur, nd, hw, lead, w, sp, s0, s1, s2, s3, sgo, CAP):
+    def __init__(self, recs, dropped_ptr, cur, nd, hw, lead, w, n, sp, s0, s1, s2, s3, sgo, CAP):
         self.recs = recs
         self.dropped_ptr = dropped_ptr
         self.cur = cur
@@ -269,6 +279,8 @@ class DeferredTracer:
         self.lead = lead
         self.wslot, self.wv, self.wt0, self.wt1, self.wtag, self.wfail = w[0], w[1], w[2], w[3], w[4], w[5]
         self.wpeer, self.wspins, self.woff, self.wval, self.wexp, self.wcmp = w[6], w[7], w[8], w[9], w[10], w[11]
+        self.nslot, self.nv, self.nt0, self.nt1, self.ntag = n[0], n[1], n[2], n[3], n[4]
+        self.npeer, self.nval, self.noff, self.nseq = n[5], n[6], n[7], n[8]
         self.sp = sp
         self.s0 = s0
         self.s1 = s1
@@ -375,7 +387,8 @@ def init_deferred(ktrace_buf, KTRACE: tl.constexpr):
         recs, dropped, hw = _program_slots(ktrace_buf, KTRACE)
         z = tl.zeros((), tl.int64)
         n = tl.zeros((), tl.int32)
-        return DeferredTracer(recs, dropped, n, n, hw, _leader(), (n, n, z, z, z, n, n, n, z, n, n, n), z, z, z, z, z, n, KTRACE)
+        return DeferredTracer(recs, dropped, n, n, hw, _leader(), (n, n, z, z, z, n, n, n, z, n, n, n), (n, n, z, z, z, n, n, z, n),
+                              z, z, z, z, z, n, KTRACE)
     else:
         return NoTracer()
 
@@ -570,8 +583,28 @@ def _w(kt):
 
 
 @triton.jit
-def _deferred(kt, cur, nd, w, sp, s0, s1, s2, s3, sgo):
-    return DeferredTracer(kt.recs, kt.dropped_ptr, cur, nd, kt.hw, kt.lead, w, sp, s0, s1, s2, s3, sgo, kt.CAP)
+def _n(kt):
+    """The pending NOTIFY's fields (a tuple, in DeferredTracer's order)."""
+    return (kt.nslot, kt.nv, kt.nt0, kt.nt1, kt.ntag, kt.npeer, kt.nval, kt.noff, kt.nseq)
+
+
+@triton.jit
+def _deferred(kt, cur, nd, w, sp, s0, s1, s2, s3, sgo, n=None):
+    if n is None:
+        n = _n(kt)
+    return DeferredTracer(kt.recs, kt.dropped_ptr, cur, nd, kt.hw, kt.lead, w, n, sp, s0, s1, s2, s3, sgo, kt.CAP)
+
+
+@triton.jit
+def _flush_notify(kt):
+    """Store the pending NOTIFY (event + DETAIL, packed here) in its slots, or count it dropped."""
+    p, fits = _slot(kt, kt.nslot, 2)
+    f = fits.to(tl.int32)
+    _store2(p.to(tl.int64, bitcast=True), kt.nt0, kt.nt1, kt.hw | kt.ntag, _pack(kt.npeer, kt.nval), kt.noff, tl.cast(kt.nseq, tl.int64),
+            kt.hw | _tag(_DETAIL, 0, 0), tl.zeros((), tl.int64), kt.lead & kt.nv & f)
+    nd = kt.nd + (kt.nv & (1 - f))
+    n = (kt.nslot, tl.zeros((), tl.int32), kt.nt0, kt.nt1, kt.ntag, kt.npeer, kt.nval, kt.noff, kt.nseq)
+    return _deferred(kt, kt.cur, nd, _w(kt), kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo, n)
 
 
 @triton.jit
@@ -597,11 +630,20 @@ def _flush_single(kt):
 def flush(kt):
     """Store the records a deferred tracer holds (no-op on other tracers). Returns the tracer.
 
-    ``ktrace.shmem`` calls it right after a release and before a wait's first read of its flag,
-    where a store delays nothing; :func:`finish` calls it at the end.
+    ``ktrace.shmem.wait`` calls it right after issuing its first read of the flag (the stores
+    go out while that read is in flight, and the spin hides them); :func:`finish` at the end.
     """
     if kt.DEFER:
-        kt = _flush_single(_flush_wait(kt))
+        kt = _flush_single(_flush_notify(_flush_wait(kt)))
+    return kt
+
+
+@triton.jit
+def flush_single(kt):
+    """Store a deferred tracer's pending span, instant or counter (``ktrace.shmem.notify`` does,
+    after its release, so that the next release does not wait for it). Returns the tracer."""
+    if kt.DEFER:
+        kt = _flush_single(kt)
     return kt
 
 
@@ -643,13 +685,13 @@ def _pend_wait(kt, tag, t0, t1, peer, spins, flag, value, expected, cmp, timed_o
 
 
 @triton.jit
-def _store_now2(kt, t0, t1, tag, args, x0, x1, x23):
-    """Deferred tracer, a pair stored at once (a NOTIFY, after its release); drops counted only."""
-    p, fits, nd = _claim(kt, 2)
-    _store2(p.to(tl.int64, bitcast=True), tl.cast(t0, tl.int64), tl.cast(t1, tl.int64), kt.hw | tag, tl.cast(args, tl.int64),
-            tl.cast(x0, tl.int64), tl.cast(x1, tl.int64), kt.hw | _tag(_DETAIL, 0, 0), tl.cast(x23, tl.int64),
-            kt.lead & fits.to(tl.int32))
-    return _deferred(kt, kt.cur + 2, nd, _w(kt), kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo)
+def _pend_notify(kt, tag, t0, t1, peer, value, flag, seq):
+    """Deferred NOTIFY: a pending one is stored now (after this notify's release), this one kept
+    until the next wait's first read, the next notify or finish."""
+    kt = _flush_notify(kt)
+    n = (kt.cur, tl.full((), 1, tl.int32), tl.cast(t0, tl.int64), tl.cast(t1, tl.int64), tl.cast(tag, tl.int64),
+         tl.cast(peer, tl.int32), tl.cast(value, tl.int32), tl.cast(flag, tl.int64), tl.cast(seq, tl.int32))
+    return _deferred(kt, kt.cur + 2, kt.nd, _w(kt), kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo, n)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -793,7 +835,7 @@ def record_notify(kt, name: tl.constexpr, t0, t1, peer, value, flag, seq):
     """
     if kt.ON:
         if kt.DEFER:
-            kt = _store_now2(kt, t0, t1, _tag(_NOTIFY, region(name), _FLAG_DETAIL), _pack(peer, value), flag, seq, 0)
+            kt = _pend_notify(kt, _tag(_NOTIFY, region(name), _FLAG_DETAIL), t0, t1, peer, value, flag, seq)
         else:
             kt = _write_ext(kt, t0, t1, _tag(_NOTIFY, region(name), _FLAG_DETAIL), _pack(peer, value), flag, seq, 0)
     return kt
@@ -808,6 +850,7 @@ __all__ = [
     "init",
     "init_deferred",
     "flush",
+    "flush_single",
     "finish",
     "begin",
     "end",

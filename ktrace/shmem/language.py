@@ -445,9 +445,9 @@ def notify(
         else:
             tl.atomic_add(remote, value, sem="release", scope=_scope(scope))
         t1 = kl.now()
-        # after the release: a deferred tracer's pending records (the last WAIT, the last span)
-        # are stored here, where nothing waits for them
-        kt = kl.flush(kt)
+        # after the release: a deferred tracer's pending span is stored here (else the next
+        # release would wait for it); the WAIT and this NOTIFY wait for the next wait's first read
+        kt = kl.flush_single(kt)
         off = flag.to(tl.int64, bitcast=True) - my_base
         if seq is None:
             s = kt.cur
@@ -512,13 +512,14 @@ def wait_value(
     err = my_base.to(tl.pointer_type(tl.int32), bitcast=True)
     off = flag.to(tl.int64, bitcast=True) - my_base
     lead = kl._leader()  # the thread that reports a timeout (read here, off the path after the spin)
-    # a deferred tracer's pending records are stored before the first read: the spin hides them
-    kt = kl.flush(kt)
     if NEED_T:
         t0 = kl.now()
     else:
         t0 = 0
     v = load_acquire(flag, scope)
+    # a deferred tracer's pending records go out here, behind the first read of the flag (issued,
+    # not yet used): the read is not delayed, and the spin hides the stores
+    kt = kl.flush(kt)
     spins = tl.full((), 1, tl.int32)
     ok = _satisfied(v, expected, CMP)
     stop = ok
