@@ -277,6 +277,8 @@ FANIN_VARIANTS = {
     "spans": {"SPANS": 1},
     "all": {"WAITS": True, "NOTIFIES": True, "SPANS": 1},
     "signals, immediate": {"WAITS": True, "NOTIFIES": True, "IMMEDIATE": True},
+    "untraced, backoff": {"BACKOFF": 200},
+    "signals, backoff": {"WAITS": True, "NOTIFIES": True, "BACKOFF": 200},
 }
 #: Ping-pong with raw operations at each hand-off instead of probes (untraced launches).
 DIAG_VARIANTS = {"untraced": {}, **{f"diag {d}": {"DIAG": d} for d in range(1, 7)}}
@@ -338,13 +340,22 @@ def _decode(buf, n_programs: int, capacity: int):
     return decode_buffer(raw)
 
 
-def _check_records(name: str, buf, n_programs: int, capacity: int, expected: int) -> None:
-    """Every record of a traced launch is there, none dropped, none ends before it starts."""
+def _check_records(name: str, buf, n_programs: int, capacity: int, expected: int) -> float | None:
+    """Every record of a traced launch is there, none dropped, none ends before it starts.
+    Returns the mean number of flag reads per recorded wait (None without WAIT records)."""
     d = _decode(buf, n_programs, capacity)
     ev = d.events
     bad = int((ev["end"] < ev["start"]).sum()) if len(ev) else 0
     if d.written != expected or d.dropped or bad:
         raise SystemExit(f"{name}: decoded {d.written} events (expected {expected}), {d.dropped} dropped, {bad} ending before their start")
+    w = ev[ev["kind"] == schema.EventKind.WAIT]
+    return float(w["arg1"].mean()) if len(w) else None
+
+
+def _note_spins(rows: list[dict], name: str, spins: float | None) -> None:
+    for r in rows:
+        if r["variant"] == name and spins is not None:
+            r["spins_per_wait"] = spins
 
 
 def _variant_launchers(kernel, variants: dict, grid, args_fn, slots_fn, n_programs: int, device, num_warps: int, fixed: dict):
@@ -436,7 +447,7 @@ def _pingpong_case(dist, H, heap, variants: dict, rounds: int, reps: int, warmup
             buf.zero_()
             fn()
             torch.cuda.synchronize()
-            _check_records(f"{case}/{name}", buf, P, slots, P * rounds * _events_per_round(variants[name]))
+            _note_spins(rows, name, _check_records(f"{case}/{name}", buf, P, slots, P * rounds * _events_per_round(variants[name])))
     return rows
 
 
@@ -473,7 +484,7 @@ def _pipeline_case(dist, H, heap, variants: dict, tiles: int, tile_elems: int, r
         if buf is not None:
             sw = variants[name]  # producer: notify + spans per tile; consumer: wait + spans
             per_tile = bool(sw.get("WAITS")) + bool(sw.get("NOTIFIES")) + 2 * sw.get("SPANS", 0)
-            _check_records(f"{case}/{name}", buf, 2, slots, tiles * per_tile)
+            _note_spins(rows, name, _check_records(f"{case}/{name}", buf, 2, slots, tiles * per_tile))
     return rows
 
 
@@ -511,7 +522,7 @@ def _fanin_case(dist, H, heap, variants: dict, rounds: int, reps: int, warmup: i
             buf.zero_()
             fn()
             torch.cuda.synchronize()
-            _check_records(f"{case}/{name}", buf, nprog, slots, nprog * rounds * _events_per_round(variants[name]))
+            _note_spins(rows, name, _check_records(f"{case}/{name}", buf, nprog, slots, nprog * rounds * _events_per_round(variants[name])))
     return rows
 
 
@@ -743,9 +754,9 @@ def _print_rows(rows: list[dict]) -> None:
         us = f"{r['median_us']:.2f} ({r['p10_us']:.2f}-{r['p90_us']:.2f})"
         ratio = f"{r['ratio']:.4f}" + (f" ({r['ratio_p10']:.4f}-{r['ratio_p90']:.4f})" if "ratio_p10" in r else "") if "ratio" in r else "-"
         extra = f"{r['extra_ns_per_handoff']:+.1f}" if "extra_ns_per_handoff" in r else ""
-        tail = ""
+        tail = f"  {r['spins_per_wait']:.2f} reads/wait" if "spins_per_wait" in r else ""
         if "dispatch_us" in r:
-            tail = f"  dispatch {r['dispatch_us']:.1f} µs combine {r['combine_us']:.1f} µs"
+            tail += f"  dispatch {r['dispatch_us']:.1f} µs combine {r['combine_us']:.1f} µs"
             if "dispatch_ratio" in r:
                 tail += f" (ratios {r['dispatch_ratio']:.4f} / {r['combine_ratio']:.4f})"
         print(f"{r['case']:<26}{r['variant']:<20}{us:>26}{ratio:>26}{extra:>13}{tail}")
