@@ -12,21 +12,28 @@ after ``--warmup`` ones; ratios are traced / untraced medians. Variants:
     proton        Triton's Proton instrumentation (enter/exit scope) on the same copy, with
                   its own untraced baseline timed in the same phase, when Proton runs here
 
-Hand-off-bound suites (``benchmarks/handoff_kernels.py``; two ranks, launched with
+Hand-off-bound suites (``benchmarks/handoff_kernels.py``). At one rank (no launcher: producer
+and consumer programs on one GPU, the peer is the rank itself) or two (launched with
 ``python -m ktrace.testing.launch -n 2 -- python benchmarks/probe_overhead.py --suite ...``):
 
-    handoff   a ping-pong (200 round trips), a tile pipeline (16 x 128 KiB, 64 x 32 KiB,
-              256 x 8 KiB per launch) and a 132-program fan-in (50 rounds), each untraced and
-              with one probe kind switched on at a time ("waits", "notifies", "signals" = both,
-              "spans", "spans x4", "marks", "counters", "all", and "on, no probe": tracing on,
-              no probe executed)
+    handoff   a ping-pong (500 round trips between two programs at one rank, 200 between two
+              ranks), a tile pipeline ({8, 32} tiles x {8K, 64K} fp32 elements per launch) and a
+              fan-in (one program per SM, 50 rounds), each untraced (and an untraced twin: the
+              noise floor) and with one probe kind switched on at a time ("waits", "notifies",
+              "signals" = both, "spans", "marks", "counters", "all", and "on, no probe": tracing
+              on, no probe executed). Traced variants run the kernel as ``@ktrace.trace``
+              prepares it (records deferred, ``kl.finish`` appended); ", immediate" variants run
+              it as written (each record stored by its probe: the old path), side by side.
+              ", backoff" variants sleep 200 ns between a waiter's reads (schedule experiment).
+              Reads per wait come from the WAIT records.
     diag      the ping-pong with raw operations at the hand-off instead of probes
               (handoff_kernels.DIAG_NAMES): what a store or a timer read costs there
     a2a       the MoE all-to-all (GPU MODE shape) with controls: an untraced twin (A/A),
               traced, traced into one slot per program (probes run, nothing stored), each call
-              split into dispatch and combine; ``--baseline`` adds all_to_all_single
+              split into dispatch and combine; ``--baseline`` adds all_to_all_single (2 ranks)
     cost      cycles per probe in a loop of 1000 (one GPU; rank 0)
     local     the ping-pong between two programs of one GPU (rank 0; also what ncu profiles)
+    hook      rows from another module (``--hook module:function``), e.g. a Gluon GEMM's
 
 Suites combine with commas. Variants of a case are timed side by side by
 ``instrumented_kernels.harness.time_interleaved`` (rotating order, GPUs lined up before each
@@ -36,7 +43,8 @@ result is checked (received data against the sender's, flag and counter values, 
 every traced variant's buffer decoded: all events present, none dropped, none ending before it
 starts.
 
-    python benchmarks/probe_overhead.py [--reps 200] [--json out.json]
+    python benchmarks/probe_overhead.py [--reps 200] [--json out.json]          # the copy
+    python benchmarks/probe_overhead.py --suite handoff --reps 40                 # one rank
     python -m ktrace.testing.launch -n 2 -- python benchmarks/probe_overhead.py --suite handoff,diag,a2a,cost,local --baseline
 """
 
@@ -763,7 +771,21 @@ def _print_rows(rows: list[dict]) -> None:
     sys.stdout.flush()
 
 
-SUITES = ("copy", "handoff", "diag", "a2a", "local", "cost")
+SUITES = ("copy", "handoff", "diag", "a2a", "local", "cost", "hook")
+
+
+def _hook_suite(spec: str, dist, H, reps: int, warmup: int) -> list[dict]:
+    """Rows from another module's benchmark, printed in this table: ``--hook module:function``,
+    called as ``function(dist, H, reps, warmup)`` and returning rows shaped like the hand-off
+    suite's (``case``, ``variant``, ``median_us``, ``p10_us``, ``p90_us``, and for traced variants
+    ``ratio``, ``ratio_p10``, ``ratio_p90``, ``extra_ns_per_handoff``). For kernels written
+    elsewhere, e.g. a Gluon GEMM with its own probes, timed with ``H.time_interleaved``."""
+    import importlib
+
+    mod, _, fn = spec.partition(":")
+    if not fn:
+        raise SystemExit(f"--hook wants module:function, got {spec!r}")
+    return list(getattr(importlib.import_module(mod), fn)(dist, H, reps, warmup))
 
 
 def main(argv=None) -> int:
@@ -780,6 +802,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="handoff: one pipeline shape only")
     ap.add_argument("--baseline", action="store_true", help="a2a: also time the all_to_all_single baseline in the rotation")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--hook", default=None, help="hook suite: module:function giving rows (see _hook_suite)")
     ap.add_argument("--proton-only", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--no-proton", action="store_true", help="skip the Proton reference")
     a = ap.parse_args(argv)
@@ -815,7 +838,7 @@ def main(argv=None) -> int:
         dist = H.setup()
     else:  # one rank, no launcher: the hand-off suite between programs of this GPU
         dist = H.Dist(0, 1, torch.device("cuda", torch.cuda.current_device()))
-        if not set(suites) <= {"handoff", "diag"}:
+        if not set(suites) <= {"handoff", "diag", "hook"}:
             raise SystemExit(f"--suite {a.suite}: a2a needs 2 ranks (python -m ktrace.testing.launch -n 2 -- ...)")
     if dist.world_size > 1 and dist.world_size % 2:
         raise SystemExit(f"--suite {a.suite} needs one rank or an even number of ranks (pairs r, r ^ 1), got {dist.world_size}")
@@ -824,6 +847,8 @@ def main(argv=None) -> int:
             rows += _a2a_suite(dist, H, reps, warmup, a.baseline)
         elif x in ("handoff", "diag"):
             rows += handoff_suite(dist, H, reps, warmup, x, a.quick)
+        elif x == "hook":
+            rows += _hook_suite(a.hook or "", dist, H, reps, warmup)
         elif dist.rank == 0:  # one-GPU suites, on rank 0 while the others wait
             rows += (_local_suite(reps, PINGPONG_VARIANTS) + _local_suite(reps, DIAG_VARIANTS)) if x == "local" else _cost_suite()
         if dist.rank == 0:
