@@ -51,10 +51,11 @@ Cost (per probe, per program; cycles measured in a loop on an H200, see docs/pro
     allocation and every buffer ``@ktrace.trace`` makes is.
 
 Hand-offs
-    A store issued just before a release (``ks.notify``) is waited for by that release; after
-    the release it is free. The probes in ``ktrace.shmem`` store a NOTIFY record after its
-    release; a WAIT record is stored right after its spin, so a wait followed at once by a notify
-    (a ping-pong, a relay) pays for it: docs/probes.md has the measurements.
+    A store issued just before a release (``ks.notify``) is waited for by that release. In a
+    kernel prepared by ``@ktrace.trace`` the tracer is a :class:`DeferredTracer`: a WAIT, a
+    NOTIFY and the last span/instant/counter wait in registers and are stored behind the next
+    wait's first read of its flag, after the next release, or by :func:`finish` (which the
+    decorator appends). docs/probes.md ("Deferred records") has where each goes and the figures.
 """
 
 

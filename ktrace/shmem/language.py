@@ -46,14 +46,17 @@ Cost
       so loads and stores through a translated pointer stay vectorised (128-bit) when the
       original pointer would be.
     * :func:`notify`: two loads of the base table (before the barrier), a CTA barrier, one remote
-      atomic; traced: a timer read on each side of the release and a 64-byte record store after
-      it (nothing is stored before the release).
+      atomic; traced: a timer read on each side of the release and a 64-byte record stored after
+      it (immediate tracer) or kept for the next wait's first read (deferred tracer: a kernel
+      prepared by ``@ktrace.trace``); nothing is stored before the release.
     * :func:`wait`: one acquire load per spin, then a relaxed read of the error word (one after
       the other: a spin is two load latencies, and every waiting warp reads each word once per
       spin), plus a timer read per spin when bounded by time or traced. No barrier: on NVIDIA
-      thread 0 alone counts and describes a timeout. Traced: one 64-byte record store at the end
-      (thread 0, four 16-byte stores), before whatever follows; a notify right after the wait
-      waits for it (docs/probes.md). A wait whose flag is already set costs one acquire load.
+      thread 0 alone counts and describes a timeout (a branch taken only on failure). Traced,
+      immediate tracer: one 64-byte record store after the spin, which a notify right after the
+      wait waits for; deferred tracer: the record is kept (register copies) and the tracer's
+      pending records are stored behind the first read of the flag. A wait whose flag is
+      already set costs one acquire load.
 
 A spin is executed by every thread; threads of a program may leave the loop one read apart, so a
 wait that is satisfied exactly at its bound may count one spin more or less in some lanes.
@@ -619,9 +622,10 @@ def wait(
     Ordering: every thread's later loads are ordered after the acquire read that saw the flag
     (its own: no barrier is needed or made). Cost: one acquire load when the flag is already set;
     per extra spin, one acquire load, then one relaxed local load and (if time-bounded or traced)
-    one timer read. Traced: thread 0 stores the 64-byte WAIT record right after the spin, from
-    values the spin already holds (its start and last timer reads, spins, the last value); a
-    release that follows at once waits for that store.
+    one timer read. Traced: the WAIT record is made from values the spin already holds (its
+    start and last timer reads, spins, the last value) and stored by thread 0 right after the
+    spin (immediate tracer: a release that follows at once waits for it) or later, off the
+    path (deferred tracer, see ``ktrace.language.DeferredTracer``).
     """
     kt, v, ok = wait_value(kt, flag, expected, rank, peer, heap_bases, cmp, timeout_ns, max_spins, scope, name, backoff_ns)
     return kt
