@@ -221,13 +221,18 @@ class Tracer:
 class DeferredTracer:
     """A tracer whose records wait in registers for a moment when storing them costs nothing.
 
-    Created by :func:`init` in a kernel that ``@ktrace.trace`` prepared (it also calls
-    :func:`finish` at the kernel's end). Two records can be pending: the last WAIT (with its
-    DETAIL record), stored by the next release (``ktrace.shmem.notify``, after its atomic), the
-    next wait's start (before its first read of the flag) or :func:`finish`; and the last span,
-    instant or counter, stored by the next such probe, the next release, the next wait's start or
-    :func:`finish`. Each pending record keeps the slot it was given when it was made (slots stay
-    in program order) and the words of the thread that stores it (thread 0 on NVIDIA).
+    Created by :func:`init_deferred`, which ``@ktrace.trace`` puts in place of :func:`init` (it
+    also appends :func:`finish`). Three records can be pending, each with the slot it was given
+    when it was made (slots stay in program order; the cursor and the dropped count are exact):
+
+    * the last WAIT (+ DETAIL), kept as the spin's own values (packed into words only when
+      stored): stored behind the next wait's first read of its flag, or by :func:`finish`;
+    * the last NOTIFY (+ DETAIL), likewise: stored behind the next wait's first read, after the
+      next notify's release, or by :func:`finish`;
+    * the last span, instant or counter: stored by the next such probe, after the next notify's
+      release, behind the next wait's first read, or by :func:`finish`.
+
+    Thread 0 (NVIDIA) stores every word of a record from its own registers.
     """
 
     recs: tl.tensor  # *int64: this program's first slot
