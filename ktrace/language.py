@@ -66,6 +66,10 @@ from triton.language import core
 from . import regions as _regions
 from . import schema as _schema
 
+#: ``@ktrace.trace`` may prepare kernels that call this module's ``init`` (it has ``init_deferred``
+#: and ``finish``): see ``ktrace.session._deferring_kernel``.
+__ktrace_deferrable__ = True
+
 # Integer constants the jit code below uses (module-level ints are compile-time constants).
 _SPAN: tl.constexpr = tl.constexpr(int(_schema.EventKind.SPAN))
 _INSTANT: tl.constexpr = tl.constexpr(int(_schema.EventKind.INSTANT))

@@ -517,22 +517,33 @@ def _grid3(g) -> tuple[int, int, int]:
     return (g + (1, 1))[:3]  # type: ignore[return-value]
 
 
-#: The name under which a prepared kernel's module sees ``ktrace.language`` (set in its globals).
-_KL = "_ktrace_language_"
+def _global_name(mod) -> str:
+    """The name under which a prepared kernel's module sees a probe module (set in its globals)."""
+    return "_" + mod.__name__.replace(".", "_") + "_"
 
 
 class KernelShapeError(TypeError):
     """A kernel ``@ktrace.trace`` cannot end with a flush of its tracer (an early ``return``)."""
 
 
-def _is_init_call(node, g: dict, kl) -> bool:
-    """Whether ``node`` is a call of ``ktrace.language.init`` as the kernel's globals name it."""
+def _init_module(node, g: dict):
+    """The probe module whose ``init`` ``node`` calls, as the kernel's names resolve it, if that
+    module supports deferred records (``__ktrace_deferrable__``: it has ``init_deferred`` and
+    ``finish``; ``ktrace.language`` does, and a module of probes for another DSL may); else None."""
+    import sys
+
     if not isinstance(node, ast.Call):
-        return False
+        return None
     f = node.func
     if isinstance(f, ast.Attribute) and f.attr == "init" and isinstance(f.value, ast.Name):
-        return g.get(f.value.id) is kl
-    return isinstance(f, ast.Name) and g.get(f.id) is kl.init
+        mod = g.get(f.value.id)
+    elif isinstance(f, ast.Name):
+        mod = sys.modules.get(getattr(g.get(f.id), "__module__", None) or "")
+        if mod is None or getattr(mod, "init", None) is not g.get(f.id):
+            return None
+    else:
+        return None
+    return mod if getattr(mod, "__ktrace_deferrable__", False) else None
 
 
 #: ``ktrace.language`` probes that read a tracer without writing a record (no result to keep).
@@ -625,18 +636,16 @@ def _deferring_kernel(jit_fn):
         KernelShapeError: the kernel has a ``return`` statement: the flush could not be placed
             on every path out of it (one line, at decoration).
     """
-    import ktrace.language as kl
-
     src = jit_fn.src
     fdef = ast.parse(src).body[0]
     g = jit_fn.__globals__
     scope = {**g, **inspect.getclosurevars(jit_fn.fn).nonlocals}
-    tracers = [(st.targets[0].id, st.value) for st in fdef.body
+    tracers = [(st.targets[0].id, st.value, _init_module(st.value, scope)) for st in fdef.body
                if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
-               and _is_init_call(st.value, scope, kl) and not _always_off(st.value)]
+               and _init_module(st.value, scope) is not None and not _always_off(st.value)]
     if not tracers:
         return jit_fn
-    for name, _ in tracers:
+    for name, _, _ in tracers:
         why = _tracer_threaded(jit_fn, name)
         if why:  # (correct as written: each record stored by its probe, on the critical path)
             log.info("ktrace: kernel %s keeps its records immediate: %s", fdef.name, why)
@@ -647,20 +656,20 @@ def _deferring_kernel(jit_fn):
                 f"@ktrace.trace: kernel {fdef.name} returns at line {jit_fn.starting_line_number + node.lineno - 1}: "
                 "its trace could not be flushed on that path; end the kernel without `return` (put the rest under `if`)")
     lines = [ln.encode() for ln in src.splitlines(keepends=True)]
-    for _, call in sorted(tracers, key=lambda t: (t[1].func.lineno, t[1].func.col_offset), reverse=True):
+    for _, call, mod in sorted(tracers, key=lambda t: (t[1].func.lineno, t[1].func.col_offset), reverse=True):
         f, i = call.func, call.func.lineno - 1
         if f.end_lineno != f.lineno:
             return jit_fn  # (a call name split over lines: left as written, records stored at once)
-        lines[i] = lines[i][: f.col_offset] + f"{_KL}.init_deferred".encode() + lines[i][f.end_col_offset :]
+        lines[i] = lines[i][: f.col_offset] + f"{_global_name(mod)}.init_deferred".encode() + lines[i][f.end_col_offset :]
     end = fdef.end_lineno
     if not lines[end - 1].endswith(b"\n"):
         lines[end - 1] += b"\n"
     indent = " " * fdef.body[0].col_offset
-    tail = [f"{indent}{_KL}.finish({name})\n".encode() for name, _ in tracers]
+    tail = [f"{indent}{_global_name(mod)}.finish({name})\n".encode() for name, _, mod in tracers]
     new_src = b"".join(lines[:end] + tail + lines[end:]).decode()
-    g.setdefault(_KL, kl)
-    if g[_KL] is not kl:
-        raise KernelShapeError(f"@ktrace.trace: the name {_KL} is taken in module {jit_fn.__module__}")
+    for _, _, mod in tracers:
+        if g.setdefault(_global_name(mod), mod) is not mod:
+            raise KernelShapeError(f"@ktrace.trace: the name {_global_name(mod)} is taken in module {jit_fn.__module__}")
     new = type(jit_fn)(
         jit_fn.fn, version=jit_fn.version, do_not_specialize=jit_fn.do_not_specialize,
         do_not_specialize_on_alignment=jit_fn.do_not_specialize_on_alignment, debug=jit_fn.debug,

@@ -182,3 +182,21 @@ def test_a_tracer_passed_to_a_helper_that_drops_it_keeps_records_immediate(caplo
         assert ktrace.trace(dropping).jit_fn is dropping
     assert "passes the tracer to helper without keeping its result" in caplog.text
     assert ktrace.trace(threading).jit_fn.ktrace_original is threading
+
+
+def test_init_imported_by_name_is_prepared_too():
+    import triton
+    import triton.language as tl
+
+    import ktrace.language as kl
+    from ktrace.language import init
+
+    @triton.jit
+    def k(x, ktrace_buf=None, KTRACE: tl.constexpr = 0):
+        kt = init(ktrace_buf, KTRACE)
+        kt = kl.mark(kt, "m")
+        tl.store(x, 1)
+
+    src = ktrace.trace(k).jit_fn.src
+    assert "kt = _ktrace_language_.init_deferred(ktrace_buf, KTRACE)" in src
+    assert src.rstrip().endswith("_ktrace_language_.finish(kt)")
