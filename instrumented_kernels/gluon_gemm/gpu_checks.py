@@ -1,0 +1,199 @@
+"""The Gluon GEMM and ``ktrace.gluon``'s probes on a GPU (H100/H200), in one run.
+
+    python3 -m instrumented_kernels.gluon_gemm.gpu_checks OUT_DIR [--memcheck]
+
+Writes ``OUT_DIR/results.json`` (every check and figure) and the captures the CPU tests use
+(``gluon_gemm.ktrace``: the GEMM traced; ``gluon_gemm_slow_loader.ktrace``: the same with the
+loader slowed on purpose; ``gluon_handoff.ktrace``: the probe kernel). ``--memcheck`` runs the
+small traced cases only (for ``compute-sanitizer --tool memcheck``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+
+import numpy as np
+
+
+def _expected_slots(seq, cap):
+    """Written and dropped events of a lane whose probes take ``seq`` slots each, in order, with
+    ``cap`` slots (an event that does not fit whole is dropped; the cursor still advances)."""
+    cur = written = dropped = 0
+    for n in seq:
+        if cur + n <= cap:
+            written += 1
+        else:
+            dropped += 1
+        cur += n
+    return written, dropped
+
+
+def probes(out, res):
+    import torch
+
+    import ktrace
+    from ktrace.decode import decode_buffer
+    from tests import gluon_probe_kernels as gpk
+
+    n_iters, progs = 10, 3
+    x = torch.zeros(4, dtype=torch.int32, device="cuda")
+    r = {}
+    for cap in (64, 16, 7):
+        k = ktrace.trace(gpk.handoff_kernel, events_per_program=cap, lanes=(gpk._consumer, gpk._producer))
+        with ktrace.capture() as c:
+            k[(progs,)](x, n_iters, num_warps=4)
+        if cap == 64:
+            c.save(os.path.join(out, "gluon_handoff.ktrace"))
+        d = decode_buffer(c.launches[0].raw)
+        ev = d.events
+        # consumer: wait (2 slots), mark, counter, arrive (2); producer: wait (2), span, arrive (2)
+        want = {0: _expected_slots([2, 1, 1, 2] * n_iters, cap), 1: _expected_slots([2, 1, 2] * n_iters, cap)}
+        got = {}
+        for lane in (0, 1):
+            for p in range(progs):
+                m = (ev["program"] == p) & (ev["lane"] == lane)
+                got[(lane, p)] = (int(m.sum()), int(d.dropped_per_program[p * 2 + lane]))
+        ok = all(got[(l, p)] == want[l] for l in (0, 1) for p in range(progs))
+        r[f"cap{cap}"] = {"ok": ok, "want": {str(k): v for k, v in want.items()}, "got": {f"{l}/{p}": v for (l, p), v in got.items()},
+                          "end_ge_start": bool((ev["end"] >= ev["start"]).all()), "sms": sorted(set(int(h) for h in ev["hw"]))[:8]}
+    res["probes"] = r
+
+
+def gemm_checks(out, res, memcheck):
+    import torch
+
+    import ktrace
+    from instrumented_kernels import harness as H
+    from instrumented_kernels.gluon_gemm import reference as R
+    from instrumented_kernels.gluon_gemm.kernel import GluonGemm, GluonGemmConfig
+
+    shapes = R.SHAPES["test"] if memcheck else R.SHAPES["test"] + [{"M": 4096, "N": 4096, "K": 4096}]
+    r = {}
+    for sh in shapes:
+        M, N, K = sh["M"], sh["N"], sh["K"]
+        seed = H.fresh_seed()
+        inp = R.generate_input(0, 1, seed, M, N, K)
+        ref = R.reference(0, 1, seed, M, N, K)
+        for name, cfg, traced in (("untraced", GluonGemmConfig(), False), ("traced_stage", GluonGemmConfig(), True),
+                                  ("traced_tile", GluonGemmConfig(stage_probes=False), True)):
+            g = GluonGemm(M, N, K, cfg)
+            C = H.poison(torch.empty((M, N), dtype=torch.float16, device="cuda"))
+            if traced:
+                with ktrace.capture():
+                    g(inp["A"], inp["B"], C, traced=True)
+            else:
+                g(inp["A"], inp["B"], C)
+            torch.cuda.synchronize()
+            e = H.rel_err(C, ref)
+            r[f"{M}x{N}x{K}/{name}"] = {"rel_err": e, "ok": e <= R.TOL}
+    # drop counts: a small buffer drops exactly what an ample one records beyond it
+    M, N, K = 512, 512, 1024
+    inp = R.generate_input(0, 1, 7, M, N, K)
+    counts = {}
+    for cap in (None, 40):
+        g = GluonGemm(M, N, K, GluonGemmConfig(), programs=8, events_per_lane=cap)
+        C = torch.empty((M, N), dtype=torch.float16, device="cuda")
+        with ktrace.capture() as c:
+            g(inp["A"], inp["B"], C, traced=True)
+        from ktrace.decode import decode_buffer
+
+        d = decode_buffer(c.launches[0].raw)
+        ev = d.events
+        slots = np.zeros(d.dropped_per_program.size, np.int64)
+        np.add.at(slots, ev["program"] * 3 + ev["lane"], 1)
+        counts[cap] = (slots, d.dropped_per_program.astype(np.int64), d.header.capacity)
+    full, _, _ = counts[None]
+    small, dropped, cap = counts[40]
+    r["drops"] = {"ok": bool((small + dropped == full).all() and dropped.sum() > 0), "capacity": int(cap),
+                  "written_small": int(small.sum()), "dropped": int(dropped.sum()), "written_full": int(full.sum())}
+    res["gemm"] = r
+
+
+def captures(out, res):
+    import torch
+
+    import ktrace
+    from instrumented_kernels.gluon_gemm import reference as R
+    from instrumented_kernels.gluon_gemm.kernel import GluonGemm, GluonGemmConfig
+
+    M, N, K = 512, 512, 1024
+    inp = R.generate_input(0, 1, 11, M, N, K)
+    r = {}
+    for name, delay in (("gluon_gemm", 0), ("gluon_gemm_slow_loader", 2000)):
+        g = GluonGemm(M, N, K, GluonGemmConfig(loader_delay_ns=delay), programs=8)
+        C = torch.empty((M, N), dtype=torch.float16, device="cuda")
+        g(inp["A"], inp["B"], C, traced=False)  # compiled before the capture
+        with ktrace.capture() as c:
+            g(inp["A"], inp["B"], C, traced=True)
+        path = c.save(os.path.join(out, f"{name}.ktrace"))
+        r[name] = {"bytes": os.path.getsize(path), "events": int(c.events().size)}
+    res["captures"] = r
+
+
+def bench(out, res):
+    import torch
+
+    from instrumented_kernels import harness as H
+    from instrumented_kernels.common_gemm import matmul
+    from instrumented_kernels.gluon_gemm import reference as R
+    from instrumented_kernels.gluon_gemm.kernel import LANES, GluonGemm, GluonGemmConfig, gluon_gemm_kernel
+
+    r = {"device": torch.cuda.get_device_name()}
+    for sh in R.SHAPES["bench"]:
+        M, N, K = sh["M"], sh["N"], sh["K"]
+        inp = R.generate_input(0, 1, 5, M, N, K)
+        A, B = inp["A"], inp["B"]
+        C = torch.empty((M, N), dtype=torch.float16, device="cuda")
+        fns = {}
+        for dens, cfg in (("stage", GluonGemmConfig()), ("tile", GluonGemmConfig(stage_probes=False))):
+            g = GluonGemm(M, N, K, cfg)
+            cap = g.traced_kernel.events_per_program
+            buf = torch.zeros((64 + g.programs * len(LANES) * (cap * 32 + 4)) // 8 + 1, dtype=torch.int64, device="cuda")
+            descs = g.descriptors(A, B, C)
+
+            def launch(g=g, descs=descs, buf=buf, cap=cap, traced=True):
+                kw = dict(ktrace_buf=buf, KTRACE=cap, KTRACE_LANES=len(LANES)) if traced else {}
+                gluon_gemm_kernel[(g.programs,)](*descs, M, N, K, STAGES=g.cfg.STAGES, LOADER_DELAY_NS=0,
+                                                 STAGE_PROBES=g.cfg.stage_probes, num_warps=4, **kw)
+
+            fns[f"traced_{dens}"] = launch
+            if dens == "stage":
+                fns["untraced"] = lambda launch=launch: launch(traced=False)
+            r[f"{sh['name']}/buffer_bytes_{dens}"] = buf.numel() * 8
+        fns["triton_gemm"] = lambda: matmul(A, B, out=C)
+        fns["torch"] = lambda: torch.matmul(A, B, out=C)
+        t = H.time_interleaved(fns, reps=100, warmup=10)
+        row = {n: {"median_us": x.median_us, "p10_us": x.p10_us, "p90_us": x.p90_us} for n, x in t.items()}
+        for n in ("traced_stage", "traced_tile", "triton_gemm", "torch"):
+            row[f"{n}/untraced"] = H.paired_ratio(t, n, "untraced")
+        row["tflops_untraced"] = 2 * M * N * K / t["untraced"].median_us / 1e6
+        r[sh["name"]] = row
+    res["bench"] = r
+
+
+def main():
+    out = sys.argv[1]
+    memcheck = "--memcheck" in sys.argv
+    os.makedirs(out, exist_ok=True)
+    res = {}
+    steps = [probes, lambda o, r: gemm_checks(o, r, memcheck)] + ([] if memcheck else [captures, bench])
+    for step in steps:
+        t0 = time.time()
+        try:
+            step(out, res)
+        except Exception:
+            res.setdefault("errors", []).append(traceback.format_exc())
+            traceback.print_exc()
+        print(f"step done in {time.time() - t0:.1f}s", flush=True)
+    name = "results_memcheck.json" if memcheck else "results.json"
+    with open(os.path.join(out, name), "w") as f:
+        json.dump(res, f, indent=1, default=str)
+    print(json.dumps(res, indent=1, default=str)[:6000])
+
+
+if __name__ == "__main__":
+    main()

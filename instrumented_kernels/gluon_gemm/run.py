@@ -1,0 +1,55 @@
+"""``ktrace run gluon_gemm``: the warp-specialized Gluon GEMM traced per partition.
+
+    ktrace run gluon_gemm -s M=4096 -s N=4096 -s K=4096 -s loader_delay_ns=2000
+
+``SPEC`` and the driver follow :mod:`instrumented_kernels.runspec`. Each rank runs its own GEMM
+(no communication): the run shows the partitions as lanes and their mbarrier hand-offs.
+"""
+
+from __future__ import annotations
+
+from instrumented_kernels.runspec import Param, RunSpec
+
+
+class _Plan:
+    """``plan(A, B)``: the GEMM into a fresh output (poisoned first, so a missed tile shows)."""
+
+    def __init__(self, gemm):
+        self.gemm = gemm
+
+    def __call__(self, A, B):
+        import torch
+
+        from instrumented_kernels.harness import poison
+
+        C = poison(torch.empty((A.shape[0], B.shape[1]), dtype=torch.float16, device=A.device))
+        return self.gemm(A, B, C, traced=True)
+
+
+def build(dist, params: dict, fault, seed: int, timeout_ns: int | None):
+    """The GEMM on this rank (its inputs from ``seed``); ``fault`` and ``timeout_ns`` do not apply
+    (no cross-rank wait)."""
+    from instrumented_kernels import harness as H
+    from instrumented_kernels.common_gemm import GemmRunDriver
+    from instrumented_kernels.gluon_gemm import reference
+    from instrumented_kernels.gluon_gemm.kernel import GluonGemm, GluonGemmConfig
+
+    p = params
+    heap = H.heap(1 << 20)
+    cfg = GluonGemmConfig(loader_delay_ns=p["loader_delay_ns"], stage_probes=bool(p["stage_probes"]))
+    plan = _Plan(GluonGemm(p["M"], p["N"], p["K"], cfg))
+    return GemmRunDriver(dist, p, seed, heap, plan, reference)
+
+
+SPEC = RunSpec(
+    "gluon_gemm",
+    "warp-specialized Gluon GEMM (TMA loader, wgmma, epilogue partitions; Hopper)",
+    (
+        Param("M", int, 4096, "rows"),
+        Param("N", int, 4096, "columns (a multiple of 8)"),
+        Param("K", int, 4096, "depth (a multiple of 8)"),
+        Param("loader_delay_ns", int, 0, "slow the loader on purpose: ns spun before each stage's copies"),
+        Param("stage_probes", int, 1, "1: record every stage's hand-off; 0: per tile only", choices=(0, 1)),
+    ),
+    build=build,
+)
