@@ -333,6 +333,12 @@ def is_timeout(flags) -> np.ndarray:
     return (np.asarray(flags) & int(EventFlag.TIMEOUT)) != 0
 
 
+def is_local(flags) -> np.ndarray:
+    """Per event, whether it is a hand-off inside one program (the LOCAL flag: an mbarrier wait or
+    release, ``ktrace.gluon``) — the one test of it."""
+    return (np.asarray(flags) & int(EventFlag.LOCAL)) != 0
+
+
 def empty_aligned(n: int = 0) -> np.ndarray:
     """An aligned table (``ALIGNED_DTYPE``) of ``n`` zero rows."""
     return np.zeros(n, ALIGNED_DTYPE)
