@@ -533,7 +533,7 @@ class TracedKernel:
     def __init__(self, jit_fn, events_per_program: int | Callable[[dict], int] = DEFAULT_EVENTS_PER_PROGRAM, name: str | None = None,
                  lanes=None):
         if not hasattr(jit_fn, "arg_names") or not hasattr(jit_fn, "run"):
-            raise TypeError("@ktrace.trace wraps a @triton.jit or @gluon.jit function: put it above the jit decorator")
+            raise TypeError("@ktrace.trace wraps a @triton.jit or @gluon.jit function: put it above @triton.jit (or @gluon.jit)")
         want = ("ktrace_buf", "KTRACE") + (("KTRACE_LANES",) if lanes else ())
         missing = [p for p in want if p not in jit_fn.arg_names]
         if missing:
@@ -581,7 +581,8 @@ class TracedKernel:
         if cap <= 0:
             raise ValueError(f"{self.name}: events per program must be positive, got {cap}")
         device = _device_of(args, kwargs)
-        pl = session._new_launch(self, g, cap, device, self.lanes) if g[0] * g[1] * g[2] > 0 else None
+        lanes = {"lanes": self.lanes} if self.lanes else {}
+        pl = session._new_launch(self, g, cap, device, **lanes) if g[0] * g[1] * g[2] > 0 else None
         if pl is None:
             return self.jit_fn[grid](*args, **kwargs)
         kwargs = dict(kwargs, ktrace_buf=pl.buffer, KTRACE=cap)

@@ -140,37 +140,25 @@ def bench(out, res):
     from instrumented_kernels import harness as H
     from instrumented_kernels.common_gemm import matmul
     from instrumented_kernels.gluon_gemm import reference as R
-    from instrumented_kernels.gluon_gemm.kernel import LANES, GluonGemm, GluonGemmConfig, gluon_gemm_kernel
+    from instrumented_kernels.gluon_gemm.kernel import GluonGemm, GluonGemmConfig
 
-    r = {"device": torch.cuda.get_device_name()}
+    reps = int(os.environ.get("GLUON_BENCH_REPS", "100"))
+    r = {"device": torch.cuda.get_device_name(), "reps": reps}
     for sh in R.SHAPES["bench"]:
         M, N, K = sh["M"], sh["N"], sh["K"]
         inp = R.generate_input(0, 1, 5, M, N, K)
         A, B = inp["A"], inp["B"]
         C = torch.empty((M, N), dtype=torch.float16, device="cuda")
-        fns = {}
-        for dens, cfg in (("stage", GluonGemmConfig()), ("tile", GluonGemmConfig(stage_probes=False))):
-            g = GluonGemm(M, N, K, cfg)
-            cap = g.traced_kernel.events_per_program
-            buf = torch.zeros((64 + g.programs * len(LANES) * (cap * 32 + 4)) // 8 + 1, dtype=torch.int64, device="cuda")
-            descs = g.descriptors(A, B, C)
-
-            def launch(g=g, descs=descs, buf=buf, cap=cap, traced=True):
-                kw = dict(ktrace_buf=buf, KTRACE=cap, KTRACE_LANES=len(LANES)) if traced else {}
-                gluon_gemm_kernel[(g.programs,)](*descs, M, N, K, STAGES=g.cfg.STAGES, LOADER_DELAY_NS=0,
-                                                 STAGE_PROBES=g.cfg.stage_probes, num_warps=4, **kw)
-
-            fns[f"traced_{dens}"] = launch
-            if dens == "stage":
-                fns["untraced"] = lambda launch=launch: launch(traced=False)
-            r[f"{sh['name']}/buffer_bytes_{dens}"] = buf.numel() * 8
-        fns["triton_gemm"] = lambda: matmul(A, B, out=C)
-        fns["torch"] = lambda: torch.matmul(A, B, out=C)
-        t = H.time_interleaved(fns, reps=100, warmup=10)
+        tile = GluonGemm(M, N, K, GluonGemmConfig(stage_probes=False)).direct(A, B, C)
+        stage = GluonGemm(M, N, K, GluonGemmConfig(stage_probes=True)).direct(A, B, C)
+        fns = {"untraced": tile.untraced, "traced_tile": tile.traced, "traced_stage": stage.traced,
+               "triton_gemm": lambda: matmul(A, B, out=C), "torch": lambda: torch.matmul(A, B, out=C)}
+        t = H.time_interleaved(fns, reps=reps, warmup=10)
         row = {n: {"median_us": x.median_us, "p10_us": x.p10_us, "p90_us": x.p90_us} for n, x in t.items()}
-        for n in ("traced_stage", "traced_tile", "triton_gemm", "torch"):
+        for n in ("traced_tile", "traced_stage", "triton_gemm", "torch"):
             row[f"{n}/untraced"] = H.paired_ratio(t, n, "untraced")
         row["tflops_untraced"] = 2 * M * N * K / t["untraced"].median_us / 1e6
+        row["buffer_bytes"] = {"tile": tile.buffer.numel() * 8, "stage": stage.buffer.numel() * 8}
         r[sh["name"]] = row
     res["bench"] = r
 

@@ -219,9 +219,44 @@ class GluonGemm:
                 TensorDescriptor.from_tensor(B, [c.BK, c.BN], lay([c.BK, c.BN], gl.float16)),
                 TensorDescriptor.from_tensor(C, [c.BM, c.BN], lay([c.BM, c.BN], gl.float16)))
 
+    def direct(self, A, B, C) -> "DirectLaunch":
+        """Launches of ``C = A @ B`` with the descriptors made once and, for the traced one, an
+        event buffer allocated once and reused (no capture session): what benchmarks time."""
+        return DirectLaunch(self, A, B, C)
+
     def __call__(self, A, B, C, traced: bool = False):
         a, b, c = self.descriptors(A, B, C)
         k = self.traced_kernel if traced else gluon_gemm_kernel
         k[(self.programs,)](a, b, c, self.M, self.N, self.K, STAGES=self.cfg.STAGES,
                             LOADER_DELAY_NS=self.cfg.loader_delay_ns, STAGE_PROBES=self.cfg.stage_probes, num_warps=4)
         return C
+
+
+class DirectLaunch:
+    """``untraced()`` / ``traced()``: the GEMM launched with fixed operands (see :meth:`GluonGemm.direct`).
+
+    The traced launch writes into one buffer sized as a capture would size it (its records are
+    overwritten launch after launch: for timing, not for reading).
+    """
+
+    def __init__(self, gemm: GluonGemm, A, B, C):
+        import torch
+
+        from ktrace import schema
+
+        self.gemm = gemm
+        self.descs = gemm.descriptors(A, B, C)
+        self.capacity = gemm.traced_kernel.events_per_program
+        n_virtual = gemm.programs * len(LANES)
+        self.buffer = torch.zeros(-(-schema.buffer_bytes(n_virtual, self.capacity) // 8), dtype=torch.int64, device=A.device)
+
+    def _launch(self, **trace):
+        g = self.gemm
+        gluon_gemm_kernel[(g.programs,)](*self.descs, g.M, g.N, g.K, STAGES=g.cfg.STAGES, LOADER_DELAY_NS=g.cfg.loader_delay_ns,
+                                         STAGE_PROBES=g.cfg.stage_probes, num_warps=4, **trace)
+
+    def untraced(self):
+        self._launch()
+
+    def traced(self):
+        self._launch(ktrace_buf=self.buffer, KTRACE=self.capacity, KTRACE_LANES=len(LANES))

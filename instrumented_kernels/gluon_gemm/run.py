@@ -1,6 +1,6 @@
 """``ktrace run gluon_gemm``: the warp-specialized Gluon GEMM traced per partition.
 
-    ktrace run gluon_gemm -s M=4096 -s N=4096 -s K=4096 -s loader_delay_ns=2000
+    ktrace run gluon_gemm -s M=4096 -s N=4096 -s K=4096 -s loader_delay_us=2
 
 ``SPEC`` and the driver follow :mod:`instrumented_kernels.runspec`. Each rank runs its own GEMM
 (no communication): the run shows the partitions as lanes and their mbarrier hand-offs.
@@ -36,7 +36,7 @@ def build(dist, params: dict, fault, seed: int, timeout_ns: int | None):
 
     p = params
     heap = H.heap(1 << 20)
-    cfg = GluonGemmConfig(loader_delay_ns=p["loader_delay_ns"], stage_probes=bool(p["stage_probes"]))
+    cfg = GluonGemmConfig(loader_delay_ns=int(p["loader_delay_us"] * 1000), stage_probes=p["probes"] == "stage")
     plan = _Plan(GluonGemm(p["M"], p["N"], p["K"], cfg))
     return GemmRunDriver(dist, p, seed, heap, plan, reference)
 
@@ -48,8 +48,8 @@ SPEC = RunSpec(
         Param("M", int, 4096, "rows"),
         Param("N", int, 4096, "columns (a multiple of 8)"),
         Param("K", int, 4096, "depth (a multiple of 8)"),
-        Param("loader_delay_ns", int, 0, "slow the loader on purpose: ns spun before each stage's copies"),
-        Param("stage_probes", int, 1, "1: record every stage's hand-off; 0: per tile only", choices=(0, 1)),
+        Param("loader_delay_us", float, 0.0, "slow the loader on purpose: µs spun before each stage's copies"),
+        Param("probes", str, "stage", "stage: record every stage's hand-off; tile: per tile only", choices=("stage", "tile")),
     ),
     build=build,
 )
