@@ -652,7 +652,7 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
     tables = Tables(
         {"causes": cause_table, "wait_causes_by_rank": wc_totals, "waits": w, "stalls_by_rank": tot_rank,
          "workgroups": wg, "launch_timing": lt, "critical_path": path, "timeouts": to, "missing_notifies": missing,
-         "silent_programs": silent, "lane_holdups": held},
+         "silent_programs": silent, **({"lane_holdups": held} if trace.lanes else {})},
         {"stalls_by_peer": lambda: stalls.stall_totals(trace, "peer", w),
          "stalls_by_workgroup": lambda: stalls.stall_totals(trace, "workgroup", w),
          "stragglers": lambda: stalls.straggler_table(trace, "rank", w),

@@ -428,17 +428,18 @@ def fill_table(out: np.ndarray, columns: dict) -> np.ndarray:
     return out
 
 
-def _is_sorted(rank: np.ndarray, launch: np.ndarray, program: np.ndarray, slot: np.ndarray) -> bool:
-    dr, dl, dp, ds = (np.diff(np.asarray(c, np.int64)) for c in (rank, launch, program, slot))
-    if (dr < 0).any():
-        return False
-    up_r = dr > 0
-    if (~up_r & (dl < 0)).any():
-        return False
-    up_l = up_r | (dl > 0)
-    if (~up_l & (dp < 0)).any():
-        return False
-    return not (~up_l & (dp == 0) & (ds <= 0)).any()
+def _is_sorted(*cols: np.ndarray) -> bool:
+    """Whether rows are in lexicographic order of ``cols`` (rank, launch, program[, lane], slot),
+    the last strictly increasing among rows equal in the others."""
+    *keys, slot = cols
+    same = None  # rows equal to the one before in every key so far
+    for c in keys:
+        d = np.diff(np.asarray(c, np.int64))
+        if ((d < 0) if same is None else (same & (d < 0))).any():
+            return False
+        same = (d == 0) if same is None else (same & (d == 0))
+    ds = np.diff(np.asarray(slot, np.int64))
+    return not (same & (ds <= 0)).any()
 
 
 def _workgroups(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
