@@ -344,6 +344,74 @@ def expect(kt, bar, nbytes: gl.constexpr, phase, name: gl.constexpr, index=0, re
         return kt
 
 
+# ---------------------------------------------------------------------------------------------
+# flags across ranks (the symmetric heap: ``ktrace.shmem.gluon`` translates the pointers)
+# ---------------------------------------------------------------------------------------------
+
+_GE: gl.constexpr = gl.constexpr(int(_schema.Cmp.GE))
+_FLAG_TIMEOUT_SHIFT: gl.constexpr = gl.constexpr(_schema.KIND_BITS + int(_schema.EventFlag.TIMEOUT).bit_length() - 1)
+
+
+@gluon.jit
+def _load_acquire(ptr):
+    return gl.inline_asm_elementwise("ld.acquire.sys.global.b32 $0, [$1];", "=r,l,~{memory}", [ptr], dtype=gl.int32,
+                                     is_pure=False, pack=1)
+
+
+@gluon.jit
+def notify_flag(kt, remote, value, peer, offset, name: gl.constexpr = "notify"):
+    """Signal ``peer``: a barrier of the calling partition, then one release atomic exchange of ``value``
+    into ``remote`` (the peer's flag, a translated pointer) at system scope. Traced: a NOTIFY
+    (two slots: peer, value, the flag's heap ``offset``, the slot as sequence number) stored
+    after the release.
+
+    Ordering: the barrier orders every write of this partition's threads before the release;
+    a peer that reads the flag with acquire sees them. Cost: one barrier, one remote atomic;
+    traced, two timer reads and 64 bytes stored after the release.
+    """
+    gl.thread_barrier()
+    if kt.ON:
+        t0 = now()
+        gl.atomic_xchg(remote, value, sem="release", scope="sys")
+        t1 = now()
+        return _write_ext(kt, t0, t1, _tag(_NOTIFY, region(name), _kl._FLAG_DETAIL), _pack(gl.to_tensor(peer), gl.to_tensor(value)),
+                          gl.to_tensor(offset), kt.cur, gl.to_tensor(0))
+    else:
+        gl.atomic_xchg(remote, value, sem="release", scope="sys")
+        return kt
+
+
+@gluon.jit
+def wait_flag(kt, flag, expected, peer, offset, timeout_ns: gl.constexpr = 5_000_000_000, name: gl.constexpr = "wait"):
+    """Spin until this rank's ``flag`` (int32) is at least ``expected``, with acquire loads in
+    every thread, giving up after ``timeout_ns``. Traced: a WAIT (two slots: peer, spins, the
+    flag's heap ``offset``, the last value, expected, ``ge``; TIMEOUT when it gave up).
+
+    Returns ``(kt, ok)``. Cost: one acquire load when the flag is set; per further spin one
+    acquire load and one timer read; traced, 64 bytes stored after the spin. A wait that gives
+    up is in the trace only (not in the heap's error block, which ``ktrace.shmem``'s Triton
+    waits fill).
+    """
+    t0 = now()
+    v = _load_acquire(flag)
+    spins = gl.to_tensor(1)
+    ok = v >= expected
+    t1 = t0
+    stop = ok
+    while not stop:
+        v = _load_acquire(flag)
+        spins += 1
+        ok = v >= expected
+        t1 = now()
+        stop = ok | ((t1 - t0) > timeout_ns)
+    if kt.ON:
+        failed = (ok == 0).to(gl.int64)
+        tag = _tag(_WAIT, region(name), _kl._FLAG_DETAIL) | (failed << _FLAG_TIMEOUT_SHIFT)
+        kt = _write_ext(kt, t0, t1, tag, _pack(gl.to_tensor(peer), spins), gl.to_tensor(offset), v,
+                        _pack(gl.to_tensor(expected), gl.to_tensor(_GE)))
+    return kt, ok
+
+
 @gluon.jit
 def timestamp(kt):
     """The timer (int64 ns) if ``kt`` is on, else the constant 0 (no instruction)."""
@@ -354,4 +422,5 @@ def timestamp(kt):
 
 
 __all__ = ["Tracer", "NoTracer", "Span", "NoSpan", "init", "begin", "end", "mark", "counter", "wait", "arrive", "expect",
+           "notify_flag", "wait_flag",
            "now", "timestamp", "region"]

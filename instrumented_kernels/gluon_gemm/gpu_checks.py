@@ -63,6 +63,32 @@ def probes(out, res):
     res["probes"] = r
 
 
+def flags(out, res):
+    """The communication partition over the symmetric heap at one rank (peer = itself): every
+    program's notifies pair with its waiter's wait (rule 1, across lanes), nothing times out."""
+    import torch
+
+    import ktrace
+    from instrumented_kernels import harness as H
+    from ktrace.pairing import pair_table
+    from tests import gluon_probe_kernels as gpk
+
+    d = H.setup()
+    heap = H.heap(1 << 16)
+    progs, rounds = 4, 5
+    fl = heap.zeros(progs, dtype=torch.int32)
+    k = ktrace.trace(gpk.flag_kernel, events_per_program=32, lanes=(gpk._waiter, gpk._comm))
+    with ktrace.capture(heap=heap) as c:
+        k[(progs,)](fl, heap.rank, heap.rank, heap.bases, rounds, num_warps=4)
+    torch.cuda.synchronize()
+    c.save(os.path.join(out, "gluon_flags.ktrace"))
+    ev = c.events()
+    n, w, un, uw = pair_table(ev)
+    res["flags"] = {"flags": fl.tolist(), "waits": int((ev["kind"] == 4).sum()), "notifies": int((ev["kind"] == 5).sum()),
+                    "pairs": int(n.size), "unmatched_waits": int(uw), "timeouts": int(((ev["flags"] & 2) != 0).sum()),
+                    "ok": bool(fl.tolist() == [rounds] * progs and n.size == progs and uw == 0), "rank": d.rank}
+
+
 def gemm_checks(out, res, memcheck):
     import torch
 
@@ -168,7 +194,7 @@ def main():
     memcheck = "--memcheck" in sys.argv
     os.makedirs(out, exist_ok=True)
     res = {}
-    steps = [probes, lambda o, r: gemm_checks(o, r, memcheck)] + ([] if memcheck else [captures, bench])
+    steps = [probes, lambda o, r: gemm_checks(o, r, memcheck)] + ([] if memcheck else [flags, captures, bench])
     for step in steps:
         t0 = time.time()
         try:
