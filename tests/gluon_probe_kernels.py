@@ -50,22 +50,23 @@ traced_handoff = ktrace.trace(handoff_kernel, events_per_program=64, lanes=(_con
 
 
 @gluon.jit
-def _comm(flags, rank, peer, heap_bases, n_rounds, ktrace_buf, KTRACE: gl.constexpr, KTRACE_LANES: gl.constexpr):
+def _comm(flags, rank, dst, src, heap_bases, n_rounds, ktrace_buf, KTRACE: gl.constexpr, KTRACE_LANES: gl.constexpr):
     kt = kg.init(ktrace_buf, KTRACE, KTRACE_LANES, 1)
     for i in range(n_rounds):
-        kt = ksg.notify(kt, flags + gl.program_id(0), i + 1, rank, peer, heap_bases, name="comm notify")
+        kt = ksg.notify(kt, flags + gl.program_id(0), i + 1, rank, dst, heap_bases, name="comm notify")
 
 
 @gluon.jit
-def _waiter(flags, rank, peer, heap_bases, n_rounds, ktrace_buf, KTRACE: gl.constexpr, KTRACE_LANES: gl.constexpr):
+def _waiter(flags, rank, dst, src, heap_bases, n_rounds, ktrace_buf, KTRACE: gl.constexpr, KTRACE_LANES: gl.constexpr):
     kt = kg.init(ktrace_buf, KTRACE, KTRACE_LANES, 0)
-    kt, ok = ksg.wait(kt, flags + gl.program_id(0), n_rounds, rank, peer, heap_bases, timeout_ns=1_000_000_000, name="comm wait")
+    kt, ok = ksg.wait(kt, flags + gl.program_id(0), n_rounds, rank, src, heap_bases, timeout_ns=1_000_000_000, name="comm wait")
 
 
 @gluon.jit
-def flag_kernel(flags, rank, peer, heap_bases, n_rounds, ktrace_buf=None, KTRACE: gl.constexpr = 0, KTRACE_LANES: gl.constexpr = 1):
-    """A communication partition (worker, lane 1) signals ``peer``'s flag of this program
-    ``n_rounds`` times over the symmetric heap; the default partition (lane 0) waits for the
-    peer's last round on this rank's flag. At one rank the peer is the rank itself."""
-    gl.warp_specialize([(_waiter, (flags, rank, peer, heap_bases, n_rounds, ktrace_buf, KTRACE, KTRACE_LANES)),
-                        (_comm, (flags, rank, peer, heap_bases, n_rounds, ktrace_buf, KTRACE, KTRACE_LANES))], [1], [48])
+def flag_kernel(flags, rank, dst, src, heap_bases, n_rounds, ktrace_buf=None, KTRACE: gl.constexpr = 0,
+                KTRACE_LANES: gl.constexpr = 1):
+    """A communication partition (worker, lane 1) signals rank ``dst``'s flag of this program
+    ``n_rounds`` times over the symmetric heap; the default partition (lane 0) waits for rank
+    ``src``'s last round on this rank's flag. At one rank both are the rank itself."""
+    gl.warp_specialize([(_waiter, (flags, rank, dst, src, heap_bases, n_rounds, ktrace_buf, KTRACE, KTRACE_LANES)),
+                        (_comm, (flags, rank, dst, src, heap_bases, n_rounds, ktrace_buf, KTRACE, KTRACE_LANES))], [1], [48])

@@ -357,3 +357,28 @@ def test_the_lane_finding_s_numbers_come_from_the_raw_events():
         total += max(0, (e - s) - sum(max(0, min(e, b) - max(s, a)) for a, b in own))
     assert total == pytest.approx(f.data["worst_ns"])
     assert f"{f.data['worst_ns'] / 1000:.1f} µs" in f.text
+
+
+def test_the_communication_partition_s_notifies_release_the_waiting_partition():
+    """The flag kernel at one rank (peer = itself, H100): per program the waiter (lane 0) waited
+    for round 5 of the communication partition (lane 1) over the symmetric heap; pairing rule 1
+    pairs each wait with the notify that wrote 5, across lanes, on the heap's flag offsets."""
+    cap = read_capture(FIX / "gluon_flags.ktrace")
+    ev = cap.events()
+    n, w, _, unmatched = pair_table(ev)
+    assert unmatched == 0 and n.size == 4 and GPU["flags"]["ok"]
+    assert (ev["lane"][w] == 0).all() and (ev["lane"][n] == 1).all() and (ev["program"][n] == ev["program"][w]).all()
+    assert not (ev["flags"][w] & EventFlag.LOCAL).any()  # a heap flag, not an mbarrier
+    assert (ev["arg1"][n] == 5).all() and (ev["arg4"][w] == 5).all() and (ev["arg3"][w] == 5).all()
+    assert (ev["start"][n] <= ev["end"][w]).all()
+    assert cap.ranks[0].clock_samples  # the heap's calibration ran around it
+
+
+def test_flag_probes_compile_away_when_off_but_the_wait_keeps_its_bound():
+    sig = {"flags": "*i32", "rank": "i32", "dst": "i32", "src": "i32", "heap_bases": "*i64", "n_rounds": "i32", "ktrace_buf": "*i64"}
+    off = compile_asm(gpk.flag_kernel, sig, {"KTRACE": 0, "KTRACE_LANES": 2}, CUDA_SM90, num_warps=4)
+    on = compile_asm(gpk.flag_kernel, sig, {"KTRACE": 16, "KTRACE_LANES": 2}, CUDA_SM90, num_warps=4)
+    assert "st.global.v2.b64" not in off and "%smid" not in off and on.count("st.global.v2.b64") > 0
+    assert "ld.acquire.sys.global.b32" in off and "atom.global.sys.release.exch.b32" in off
+    # untraced, the timer is read only by the wait's bound; traced, the notify reads it too
+    assert 0 < off.count("%globaltimer") < on.count("%globaltimer")

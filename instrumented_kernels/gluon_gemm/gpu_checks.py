@@ -79,7 +79,7 @@ def flags(out, res):
     fl = heap.zeros(progs, dtype=torch.int32)
     k = ktrace.trace(gpk.flag_kernel, events_per_program=32, lanes=(gpk._waiter, gpk._comm))
     with ktrace.capture(heap=heap) as c:
-        k[(progs,)](fl, heap.rank, heap.rank, heap.bases, rounds, num_warps=4)
+        k[(progs,)](fl, heap.rank, heap.rank, heap.rank, heap.bases, rounds, num_warps=4)
     torch.cuda.synchronize()
     c.save(os.path.join(out, "gluon_flags.ktrace"))
     ev = c.events()

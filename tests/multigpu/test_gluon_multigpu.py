@@ -1,0 +1,46 @@
+"""Multi-GPU tier: the Gluon communication partition across ranks (``ktrace.shmem.gluon``).
+
+    python -m ktrace.testing.launch -n 2 -- python -m pytest -m multigpu tests/multigpu/test_gluon_multigpu.py
+
+Each rank's communication partition notifies the next rank's flags; its default partition waits
+for the previous rank's last round. The merged capture pairs every wait with the previous rank's
+notify (rule 1, across ranks) and no release comes after the wait it ended on the common clock.
+"""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.multigpu
+
+
+def test_gluon_notify_wait_pair_across_ranks(tmp_path):
+    from instrumented_kernels import harness as H
+    from ktrace.pairing import pair_table
+    from ktrace.events import aligned_events
+    from tests import gluon_probe_kernels as gpk
+
+    import ktrace
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU per rank")
+    d = H.setup()
+    if d.world_size < 2:
+        pytest.skip("needs 2+ ranks")
+    heap = H.heap(1 << 16)
+    progs, rounds = 4, 5
+    fl = heap.zeros(progs, dtype=torch.int32)
+    k = ktrace.trace(gpk.flag_kernel, events_per_program=32, lanes=(gpk._waiter, gpk._comm))
+    nxt, prev = (heap.rank + 1) % heap.world_size, (heap.rank - 1) % heap.world_size
+    with ktrace.capture(heap=heap) as cap:
+        k[(progs,)](fl, heap.rank, nxt, prev, heap.bases, rounds, num_warps=4)
+    torch.cuda.synchronize()
+    heap.check()
+    assert fl.tolist() == [rounds] * progs
+    merged = cap.gather()
+    if d.rank == 0:
+        ev = aligned_events(merged)
+        n, w, _, unmatched = pair_table(ev)
+        assert unmatched == 0 and n.size == progs * d.world_size
+        assert ((ev["rank"][n] + 1) % d.world_size == ev["rank"][w]).all()
+        assert (ev["start_ns"][n] <= ev["end_ns"][w]).all()
