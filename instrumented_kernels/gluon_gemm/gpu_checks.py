@@ -89,6 +89,45 @@ def flags(out, res):
                     "ok": bool(fl.tolist() == [rounds] * progs and n.size == progs and uw == 0), "rank": d.rank}
 
 
+def scatter(out, res):
+    """The GEMM + all-scatter at one rank (peer = itself): output vs torch (poisoned first),
+    traced and not; every wait paired (mbarrier waits by rule 3, the flag waits by rule 1)."""
+    import torch
+
+    import ktrace
+    from instrumented_kernels import harness as H
+    from instrumented_kernels.gluon_gemm import reference as R
+    from instrumented_kernels.gluon_gemm.scatter import GluonGemmScatter
+    from ktrace.pairing import pair_table
+
+    H.setup()
+    r = {}
+    for M, N, K in ((512, 512, 1024), (1000, 1096, 1000)):
+        heap = H.heap(2 * M * N * 2 + (1 << 20))
+        inp = R.generate_input(0, 1, 3, M, N, K)
+        ref = R.reference(0, 1, 3, M, N, K)
+        plan = GluonGemmScatter(heap, M, N, K, programs=8)
+        for traced in (False, True):
+            H.poison(plan.C)
+            heap.barrier()
+            if traced:
+                with ktrace.capture(heap=heap) as c:
+                    C = plan(inp["A"], inp["B"], traced=True)
+            else:
+                C = plan(inp["A"], inp["B"])
+            torch.cuda.synchronize()
+            heap.check()
+            e = H.rel_err(C, ref)
+            r[f"{M}x{N}x{K}/{'traced' if traced else 'untraced'}"] = {"rel_err": e, "ok": e <= R.TOL}
+        if M == 512:
+            c.save(os.path.join(out, "gluon_gemm_scatter.ktrace"))
+            ev = c.events()
+            n, w, _, uw = pair_table(ev)
+            r["pairs"] = {"pairs": int(n.size), "unmatched_waits": int(uw), "waits": int((ev["kind"] == 4).sum()),
+                          "flag_pairs": int(((ev["flags"][w] & 4) == 0).sum()), "lanes": sorted(set(ev["lane"].tolist()))}
+    res["scatter"] = r
+
+
 def gemm_checks(out, res, memcheck):
     import torch
 
@@ -194,7 +233,10 @@ def main():
     memcheck = "--memcheck" in sys.argv
     os.makedirs(out, exist_ok=True)
     res = {}
-    steps = [probes, lambda o, r: gemm_checks(o, r, memcheck)] + ([] if memcheck else [flags, captures, bench])
+    only = os.environ.get("GLUON_STEPS")
+    steps = [probes, lambda o, r: gemm_checks(o, r, memcheck)] + ([] if memcheck else [flags, scatter, captures, bench])
+    if only:  # e.g. GLUON_STEPS=scatter
+        steps = [{"probes": probes, "flags": flags, "scatter": scatter, "captures": captures, "bench": bench}[k] for k in only.split(",")]
     for step in steps:
         t0 = time.time()
         try:
