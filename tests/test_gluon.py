@@ -382,3 +382,48 @@ def test_flag_probes_compile_away_when_off_but_the_wait_keeps_its_bound():
     assert "ld.acquire.sys.global.b32" in off and "atom.global.sys.release.exch.b32" in off
     # untraced, the timer is read only by the wait's bound; traced, the notify reads it too
     assert 0 < off.count("%globaltimer") < on.count("%globaltimer")
+
+
+def _scatter_asm(slots: int) -> str:
+    import torch
+    from triton.backends.nvidia.compiler import CUDABackend
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from triton.runtime.jit import native_specialize_impl
+
+    from instrumented_kernels.gluon_gemm.scatter import gemm_scatter_kernel
+
+    a = torch.empty(256, 256, dtype=torch.float16)
+    lay = gl.NVMMASharedLayout.get_default_for
+    descs = [TensorDescriptor.from_tensor(a, s, lay(s, gl.float16)) for s in ([128, 64], [64, 128], [128, 128])]
+    sig = {n: native_specialize_impl(CUDABackend, d, False, True, True)[0] for n, d in zip(("a_desc", "b_desc", "c_desc"), descs)}
+    sig.update(c_all="*fp16", flags="*i32", M="i32", N="i32", K="i32", rank="i32", world="i32", heap_bases="*i64", ktrace_buf="*i64")
+    consts = {"STAGES": 4, "LOADER_DELAY_NS": 0, "STAGE_PROBES": True, "KTRACE": slots, "KTRACE_LANES": 4}
+    return compile_asm(gemm_scatter_kernel, sig, consts, CUDA_SM90, num_warps=4)
+
+
+def test_gemm_all_scatter_compiles_with_its_communication_partition():
+    off, on = _scatter_asm(0), _scatter_asm(64)
+    assert "st.global.v2.b64" not in off and "%smid" not in off and on.count("st.global.v2.b64") > off.count("st.global.v2.b64")
+    for asm in (off, on):  # the signals over the heap: release exchanges, acquire reads
+        assert "atom.global.sys.release.exch.b32" in asm and "ld.acquire.sys.global.b32" in asm
+
+
+def test_gemm_all_scatter_capture_pairs_every_wait():
+    """GEMM + all-scatter at one rank (H100; peer = the rank itself): output checked against
+    torch in that run; here every wait pairs. ``c_empty`` counts two arrivals (epilogue and
+    communication partition): each wait on it pairs with the later of the two."""
+    res = json.loads((FIX / "gpu_results_scatter.json").read_text())["scatter"]
+    assert all(v["ok"] for k, v in res.items() if k != "pairs")
+    cap = read_capture(FIX / "gluon_gemm_scatter.ktrace")
+    assert cap.ranks[0].launches[0].meta["lanes"] == ["mma_partition", "load_partition", "scatter_epilogue", "comm_partition"]
+    ev = cap.events()
+    n, w, _, unmatched = pair_table(ev)
+    assert unmatched == 0 and n.size == res["pairs"]["pairs"]
+    local = (ev["flags"][w] & EventFlag.LOCAL) != 0
+    assert (~local).sum() == 8 and (ev["lane"][w][~local] == 3).all()  # one 'tiles in' wait per program
+    ce = local & (ev["region"][w] == schema.region_id("c_empty"))
+    assert ce.any()
+    for ni, wi in zip(n[ce].tolist(), w[ce].tolist()):
+        same = ((ev["kind"] == EventKind.NOTIFY) & (ev["program"] == ev["program"][wi]) & (ev["arg2"] == ev["arg2"][wi])
+                & (ev["arg1"] == ev["arg4"][wi]))
+        assert same.sum() == 2 and ev["start"][ni] == ev["start"][same].max()
