@@ -16,7 +16,7 @@ import importlib
 from types import ModuleType
 
 #: The kernel folders, in the order tools list them (``ktrace run --list``, the benchmark table).
-KERNELS = ("all_to_all", "all_reduce", "gemm_all_scatter", "ag_gemm", "gemm_rs")
+KERNELS = ("all_to_all", "all_reduce", "gemm_all_scatter", "ag_gemm", "gemm_rs", "gluon_gemm")
 
 
 def folder_modules(part: str, only: list[str] | tuple[str, ...] | None = None) -> list[tuple[str, ModuleType]]:

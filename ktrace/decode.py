@@ -80,6 +80,9 @@ def read_header(buf) -> schema.Header:
         raise DecodeError(f"header grid {grid} does not hold its {n_programs} programs: corrupt header")
     if h["tick_hz"] <= 0:
         raise DecodeError("header tick rate is 0: corrupt header")
+    lanes = schema.header_lanes(h["lanes"])
+    if lanes > schema.MAX_LANES or grid[0] % lanes:
+        raise DecodeError(f"header says {lanes} lanes per program, which does not divide its grid's x extent {grid[0]}: corrupt header")
     return schema.Header(
         timer=timer,
         tick_hz=h["tick_hz"],
@@ -90,6 +93,7 @@ def read_header(buf) -> schema.Header:
         dropped=h["dropped"],
         version=version,
         layout=layout,
+        lanes=lanes,
     )
 
 
@@ -208,10 +212,12 @@ class _Slots:
         return f"program {int(p[0])}, slot {int(s[0])}"
 
 
-#: The columns :func:`decode_columns` can return (names and meanings of ``schema.EVENT_DTYPE``;
+#: The columns :func:`decode_columns` can return (names and meanings of ``schema.EVENT_DTYPE``:
+#: ``program`` the program of the launch grid, ``lane`` its lane (0 but in lane buffers, see
+#: ``ktrace.schema``), ``slot`` the place in that lane's slots;
 #: ``index``: the slot of the event's record among all the slots decoded together, for reading
 #: further fields of a few rows straight from the records).
-COLUMNS = ("program", "slot", "kind", "flags", "region", "hw", "start", "end", "arg0", "arg1", "arg2", "arg3", "arg4", "arg5")
+COLUMNS = ("program", "lane", "slot", "kind", "flags", "region", "hw", "start", "end", "arg0", "arg1", "arg2", "arg3", "arg4", "arg5")
 
 
 def _events(rec: np.ndarray, slots: _Slots, want) -> dict[str, np.ndarray]:
@@ -321,6 +327,8 @@ def decode_buffer(buf, *, rank: int = 0, launch: int = 0) -> DecodedBuffer:
     ev = np.zeros(n, schema.EVENT_DTYPE)  # (zero-filling is cheaper than writing the detail columns)
     ev["rank"] = rank
     ev["launch"] = launch
+    if header.lanes > 1:
+        cols["program"], ev["lane"] = np.divmod(cols["program"], header.lanes)
     for c in ("program", "slot", "kind", "flags", "region", "hw", "start", "end", "arg0", "arg1"):
         ev[c] = cols[c]
     wi = cols["_detail_rows"]
@@ -342,6 +350,7 @@ def decode_buffer(buf, *, rank: int = 0, launch: int = 0) -> DecodedBuffer:
         dropped=int(dropped.sum(dtype=np.int64)),
         version=header.version,
         layout=header.layout,
+        lanes=header.lanes,
     )
     return DecodedBuffer(header=header, events=ev, dropped_per_program=dropped)
 
@@ -407,7 +416,8 @@ def decode_columns(bufs, columns=COLUMNS, *, records: bool = False):
     ok = ((hdr["magic"] == schema.MAGIC) & (version >= 1) & (version <= schema.FORMAT_VERSION) & (hdr["header_bytes"] == schema.HEADER_BYTES)
           & (hdr["record_bytes"] == schema.RECORD_BYTES) & ((layout == schema.LAYOUT_DENSE) | ((layout == schema.LAYOUT_PACKED) & (version >= 2)))
           & np.isin(hdr["timer"], [int(t) for t in schema.TimerKind]) & (C_ > 0) & (P_ > 0) & (hdr["tick_hz"] > 0)
-          & (hdr["grid"].astype(np.int64).prod(axis=1) == P_))
+          & (hdr["grid"].astype(np.int64).prod(axis=1) == P_) & (hdr["lanes"] <= schema.MAX_LANES)
+          & (hdr["grid"][:, 0].astype(np.int64) % np.maximum(hdr["lanes"], 1) == 0))
     if not ok.all():
         blame(read_header)
     P, C, lay = int(P_[0]), int(C_[0]), int(layout[0])
@@ -441,8 +451,15 @@ def decode_columns(bufs, columns=COLUMNS, *, records: bool = False):
         raise
     stacked = cols["program"]
     counts = np.bincount(stacked // P, minlength=K).astype(np.int64) if K > 1 else np.array([stacked.size], np.int64)
-    if K > 1 and ("program" in columns or "slot" in columns):
+    if K > 1 and ("program" in columns or "slot" in columns or "lane" in columns):
         cols["program"] = stacked % P
+    lanes = np.maximum(hdr["lanes"].astype(np.int64), 1)
+    if "lane" in columns or ("program" in columns and (lanes > 1).any()):
+        # lane buffers: virtual program v is lane v % L of program v // L (``ktrace.schema``)
+        per_row = lanes[0] if (lanes == lanes[0]).all() else np.repeat(lanes, counts)
+        cols["program"], lane = np.divmod(cols["program"], per_row)
+        if "lane" in columns:
+            cols["lane"] = lane
     del cols["_detail_rows"]
     if "program" not in columns:
         del cols["program"]
@@ -451,8 +468,10 @@ def decode_columns(bufs, columns=COLUMNS, *, records: bool = False):
     drops = dropped.reshape(K, P).sum(axis=1, dtype=np.int64).tolist()
     timer = [schema.TimerKind(int(t)) for t in hdr["timer"].tolist()]
     out_headers = [
-        schema.Header(timer=t, tick_hz=hz, capacity=C, n_programs=P, grid=tuple(g), written=k, dropped=d, version=v, layout=lay)
-        for t, hz, g, k, d, v in zip(timer, hdr["tick_hz"].tolist(), hdr["grid"].tolist(), counts.tolist(), drops, version.tolist())
+        schema.Header(timer=t, tick_hz=hz, capacity=C, n_programs=P, grid=tuple(g), written=k, dropped=d, version=v, layout=lay,
+                      lanes=ln)
+        for t, hz, g, k, d, v, ln in zip(timer, hdr["tick_hz"].tolist(), hdr["grid"].tolist(), counts.tolist(), drops, version.tolist(),
+                                         lanes.tolist())
     ]
     return (out_headers, counts, cols, rec) if records else (out_headers, counts, cols)
 

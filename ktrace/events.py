@@ -27,7 +27,7 @@ from .clock.model import ClockModel, clock_model_of
 from .decode import BufferDecodeError, decode_columns
 
 #: Every column of an event: ``schema.EVENT_DTYPE``'s per-event fields and the common-clock times.
-COLUMNS = ("program", "slot", "kind", "flags", "region", "hw", "start", "end", *schema.ARG_COLUMNS, "start_ns", "end_ns")
+COLUMNS = ("program", "lane", "slot", "kind", "flags", "region", "hw", "start", "end", *schema.ARG_COLUMNS, "start_ns", "end_ns")
 #: Columns computed from others rather than decoded.
 _TIMES = ("start_ns", "end_ns")
 

@@ -27,6 +27,12 @@ arguments ``peer=B``, ``value=v``, ``flag=f``):
    sum, the value before the launch being what the wait that saw the most saw less the launch's
    adds, so that counters carried over launches and reset ones both pair); others as sets (the
    flag is the value written).
+3. **mbarrier hand-offs** (``local``: events with the LOCAL flag, ``ktrace.gluon``). A wait for
+   phase k of an mbarrier is released by what completed that phase in the same program: the
+   NOTIFY of the same rank, launch, program, barrier (``flag``) and phase (``value`` ==
+   ``expected``); of several (a barrier counting several arrivals), the last to start. A wait
+   for phase -1 (the free pass of a barrier just initialised) has no release and is not
+   counted unmatched. Local events never pair through rules 1 and 2, nor with remote ones.
 
 No time of one rank is compared with a time of another, except the adds of several ranks to one
 counter (rule 2), ordered by the ``start`` the caller gives (every caller passes aligned ns).
@@ -56,6 +62,10 @@ NOTIFY_COLUMNS = ("rank", "launch", "start", "peer", "value", "flag")
 #: producer's rank), ``flag``, ``value`` (the flag's value the wait saw; optional),
 #: ``expected`` and ``cmp``, and whether it timed out.
 WAIT_COLUMNS = ("rank", "launch", "program", "order", "peer", "flag", "value", "expected", "cmp", "timed_out")
+#: Optional columns for mbarrier hand-offs (rule 3): ``local`` (bool, on both sides: the LOCAL
+#: flag, ``schema.EventFlag.LOCAL``) and the notifies' ``program``. Without them every event
+#: pairs through rules 1 and 2.
+LOCAL_COLUMNS = ("local", "program")
 
 _LIMIT = 1 << 62
 #: Comparisons rule 2 pairs (a flag that reaches a value: ``>=``, ``>``, or ``==`` a count).
@@ -111,6 +121,10 @@ def pair(notifies: Mapping[str, np.ndarray], waits: Mapping[str, np.ndarray], *,
     """
     n_n = int(np.asarray(notifies["rank"]).size)
     n_w = int(np.asarray(waits["rank"]).size)
+    if "local" in notifies and "local" in waits:
+        ln, lw = np.asarray(notifies["local"], bool), np.asarray(waits["local"], bool)
+        if ln.any() or lw.any():
+            return _with_local(notifies, waits, ln, lw, fallback)
     timed_out = np.asarray(waits["timed_out"], bool) if n_w else np.zeros(0, bool)
     done = ~timed_out
     if n_n == 0 or n_w == 0:
@@ -259,6 +273,49 @@ def _first_reaching(g_sorted: np.ndarray, v: np.ndarray, gw: np.ndarray, need: n
     return np.where((p < hi[gw]) & (counts[gw] > 0), p, -1)
 
 
+def _with_local(notifies: Mapping, waits: Mapping, ln: np.ndarray, lw: np.ndarray, fallback: bool) -> Pairs:
+    """Rules 1-2 on the remote events and rule 3 on the local ones, as one :class:`Pairs`."""
+    rn, rw = np.flatnonzero(~ln), np.flatnonzero(~lw)
+    keep_n = [c for c in notifies if c not in LOCAL_COLUMNS]
+    keep_w = [c for c in waits if c != "local"]
+    remote = pair({c: np.asarray(notifies[c])[rn] for c in keep_n}, {c: np.asarray(waits[c])[rw] for c in keep_w},
+                  fallback=fallback)
+    li, lwi = np.flatnonzero(ln), np.flatnonzero(lw)
+    of = _local({c: np.asarray(notifies[c])[li] for c in ("rank", "launch", "program", "flag", "value", "start")},
+                {c: np.asarray(waits[c])[lwi] for c in ("rank", "launch", "program", "flag", "expected", "timed_out")})
+    got = of >= 0
+    free = np.asarray(waits["expected"])[lwi] < 0  # phase -1: released by the barrier's initialisation
+    done = ~np.asarray(waits["timed_out"], bool)[lwi]
+    w = np.concatenate([rw[remote.wait], lwi[got]])
+    n = np.concatenate([rn[remote.notify], li[of[got]]])
+    exact = np.concatenate([remote.exact, np.ones(int(got.sum()), bool)])
+    o = np.argsort(w, kind="stable")
+    released = np.zeros(li.size, bool)
+    released[of[got]] = True
+    return Pairs(n[o].astype(np.int64), w[o].astype(np.int64), exact[o], remote.unmatched_notifies + int((~released).sum()),
+                 remote.unmatched_waits + int((done & ~got & ~free).sum()))
+
+
+def _local(notifies: Mapping, waits: Mapping) -> np.ndarray:
+    """Rule 3: per local wait the index of its local notify, -1 where none (timed out: -1)."""
+    n_n = int(np.asarray(notifies["rank"]).size)
+    n_w = int(np.asarray(waits["rank"]).size)
+    if n_n == 0 or n_w == 0:
+        return np.full(n_w, -1, np.int64)
+    k, _ = group_index(*(np.concatenate([_i64(notifies[a]), _i64(waits[b])]) for a, b in
+                         (("rank", "rank"), ("launch", "launch"), ("program", "program"), ("flag", "flag"),
+                          ("value", "expected"))))
+    kn, kw = k[:n_n], k[n_n:]
+    o = lexorder(kn, _i64(notifies["start"]))  # each key's last notify ends its run
+    ks = kn[o]
+    last = np.r_[ks[1:] != ks[:-1], True]
+    best = np.full(int(k.max()) + 1, -1, np.int64)
+    best[ks[last]] = o[last]
+    out = best[kw]
+    out[np.asarray(waits["timed_out"], bool)] = -1
+    return out
+
+
 def _occurrence(sorted_keys: np.ndarray) -> np.ndarray:
     """0, 1, 2, ... within each run of equal values of a sorted array."""
     n = sorted_keys.size
@@ -288,13 +345,15 @@ def inputs(notify_col: Callable[[str], np.ndarray], wait_col: Callable[[str], np
     Returns:
         ``(notifies, waits)``, the :data:`NOTIFY_COLUMNS` and :data:`WAIT_COLUMNS`.
     """
-    from .schema import EventKind, arg_column, is_timeout
+    from .schema import EventKind, arg_column, is_local, is_timeout
 
     N, W = EventKind.NOTIFY, EventKind.WAIT
-    notifies = {"rank": notify_col("rank"), "launch": notify_col("launch"), "start": notify_col(start)}
+    notifies = {"rank": notify_col("rank"), "launch": notify_col("launch"), "start": notify_col(start),
+                "program": notify_col("program"), "local": is_local(notify_col("flags"))}
     notifies.update((a, notify_col(arg_column(N, a))) for a in ("peer", "value", "flag"))
     waits = {"rank": wait_col("rank"), "launch": wait_col("launch"), "program": wait_col("program"),
-             "order": wait_col("slot") if order is None else order, "timed_out": is_timeout(wait_col("flags"))}
+             "order": wait_col("slot") if order is None else order, "timed_out": is_timeout(wait_col("flags")),
+             "local": is_local(wait_col("flags"))}
     waits.update((a, wait_col(arg_column(W, a))) for a in ("peer", "flag", "value", "expected", "cmp"))
     return notifies, waits
 

@@ -25,6 +25,16 @@ fill slots in order, so what is cut is slots never written) and N is the sum of 
 Device buffers are sized for the worst case, so a real launch's packed buffer is often a
 quarter of its dense one or less.
 
+Lanes. A program of a warp-specialized kernel (``ktrace.gluon``) records per *lane*, a warp
+group or ``gl.warp_specialize`` partition, each with its own slots and dropped counter. A
+launch of G programs and L lanes is stored as P = G*L *virtual programs*: lane l of program g
+is virtual program ``g*L + l``, and the header's ``grid`` is the launch grid with its x extent
+multiplied by L (so ``grid``'s product is P, and every layout above holds unchanged). The
+header's ``lanes`` field says L; 0 (what every buffer before lanes holds in those bytes) and 1
+mean one lane, the program itself. The decoder gives ``program = v // L`` and ``lane = v % L``
+for virtual program v. The format version is unchanged: a reader that predates lanes reads a
+lane buffer as one of L times more programs, each lane one of them.
+
 A record is 32 bytes (RECORD_DTYPE)::
 
     t0   u64   start timestamp, raw timer ticks
@@ -98,6 +108,11 @@ class EventFlag(enum.IntFlag):
     DETAIL = 1
     #: A wait that gave up at its bound instead of seeing the value it waited for.
     TIMEOUT = 2
+    #: A hand-off inside one program (``ktrace.gluon``): an mbarrier wait (WAIT) or what
+    #: completes a phase of an mbarrier (NOTIFY: an arrive, or an expect-tx whose TMA copies
+    #: complete it). Its ``flag`` is the barrier (:func:`barrier_key`), ``value``/``expected`` the
+    #: phase; ``peer`` is -1. Paired by (rank, launch, program, barrier, phase), never across programs.
+    LOCAL = 4
 
 
 class TimerKind(enum.IntEnum):
@@ -140,7 +155,9 @@ HEADER_DTYPE = np.dtype(
         ("grid", "<u4", (3,)),
         ("written", "<u8"),  # events decoded (filled by the host when it decodes)
         ("dropped", "<u8"),  # events that did not fit (filled by the host when it decodes)
-        ("reserved1", "<u8"),
+        ("lanes", "<u2"),  # lanes per program (0 or 1: one; see Lanes above)
+        ("reserved1", "<u2"),
+        ("reserved2", "<u4"),
     ]
 )
 assert HEADER_DTYPE.itemsize == HEADER_BYTES, HEADER_DTYPE.itemsize
@@ -206,6 +223,7 @@ EVENT_DTYPE = np.dtype(
         ("rank", "<i4"),
         ("launch", "<i4"),
         ("program", "<i4"),
+        ("lane", "<i4"),
         ("slot", "<i4"),
         ("kind", "u1"),
         ("flags", "u1"),
@@ -315,9 +333,36 @@ def is_timeout(flags) -> np.ndarray:
     return (np.asarray(flags) & int(EventFlag.TIMEOUT)) != 0
 
 
+def is_local(flags) -> np.ndarray:
+    """Per event, whether it is a hand-off inside one program (the LOCAL flag: an mbarrier wait or
+    release, ``ktrace.gluon``) — the one test of it."""
+    return (np.asarray(flags) & int(EventFlag.LOCAL)) != 0
+
+
 def empty_aligned(n: int = 0) -> np.ndarray:
     """An aligned table (``ALIGNED_DTYPE``) of ``n`` zero rows."""
     return np.zeros(n, ALIGNED_DTYPE)
+
+
+#: Most lanes one program may have (the header's ``lanes`` is a u16; warp groups per program are far fewer).
+MAX_LANES = 64
+
+
+def header_lanes(value: int) -> int:
+    """Lanes per program a header's ``lanes`` field means (0, in buffers made before lanes: 1)."""
+    return max(1, int(value))
+
+
+def virtual_grid(grid, lanes: int) -> tuple[int, int, int]:
+    """The grid a buffer's header holds for a launch of ``grid`` with ``lanes`` lanes per program."""
+    gx, gy, gz = (tuple(int(g) for g in grid) + (1, 1))[:3]
+    return (gx * int(lanes), gy, gz)
+
+
+def barrier_key(region: int, index: int) -> int:
+    """The ``flag`` argument of a LOCAL hand-off: barrier ``index`` of the barrier array named by
+    ``region`` (its region id), unique within a program."""
+    return (int(region) << 32) | (int(index) & 0xFFFFFFFF)
 
 
 def tag_of(kind: int, region: int, flags: int = 0) -> int:
@@ -375,6 +420,8 @@ class Header:
     dropped: int = 0
     version: int = FORMAT_VERSION
     layout: int = LAYOUT_DENSE
+    #: lanes per program (1: the program is its one lane); ``grid`` is then the virtual grid
+    lanes: int = 1
 
     def __post_init__(self):
         if self.capacity <= 0 or self.n_programs <= 0:
@@ -384,6 +431,8 @@ class Header:
             raise ValueError(f"grid {self.grid} does not hold {self.n_programs} programs")
         if self.tick_hz <= 0:
             raise ValueError(f"tick_hz must be positive, got {self.tick_hz}")
+        if not 1 <= self.lanes <= MAX_LANES or gx % self.lanes:
+            raise ValueError(f"lanes must be 1..{MAX_LANES} and divide the grid's x extent {gx}, got {self.lanes}")
 
     def to_array(self) -> np.ndarray:
         h = np.zeros((), HEADER_DTYPE)
@@ -399,6 +448,7 @@ class Header:
         h["written"] = self.written
         h["dropped"] = self.dropped
         h["layout"] = self.layout
+        h["lanes"] = self.lanes
         return h
 
     def to_bytes(self) -> bytes:

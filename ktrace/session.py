@@ -126,6 +126,8 @@ class PendingLaunch:
     offset: int = 0  # int64 words into the arena
     stream: int = 0
     raw: np.ndarray | None = None
+    #: lanes per program (``ktrace.gluon``): names, one per lane; () for a program of one lane
+    lanes: tuple = ()
 
 
 @dataclass
@@ -309,7 +311,7 @@ class Session:
         return "no calibration kept: this rank stays on its own clock (not aligned)"
 
     # recording -------------------------------------------------------------------------------
-    def _new_launch(self, kernel: "TracedKernel", grid: tuple[int, int, int], capacity: int, device: int):
+    def _new_launch(self, kernel: "TracedKernel", grid: tuple[int, int, int], capacity: int, device: int, lanes: tuple = ()):
         torch = _torch()
 
         if self.closed:
@@ -319,6 +321,8 @@ class Session:
                 log.warning("[rank %s] ktrace: capture holds max_launches=%d; later launches run untraced", self.rank, self.max_launches)
                 self._warned_full = True
             return None
+        # a program of several lanes is that many virtual programs (``ktrace.schema``'s Lanes)
+        grid = schema.virtual_grid(grid, max(1, len(lanes)))
         n_prog = grid[0] * grid[1] * grid[2]
         words = (schema.buffer_bytes(n_prog, capacity) + 7) // 8
         stream = torch.cuda.current_stream(device)
@@ -346,6 +350,7 @@ class Session:
             arena=len(arenas) - 1,
             offset=off,
             stream=stream.cuda_stream,
+            lanes=tuple(lanes),
         )
         self.launches.append(pl)
         self.kernels.setdefault(kernel.name, kernel)
@@ -380,6 +385,7 @@ class Session:
                     capacity=pl.capacity,
                     n_programs=n_prog,
                     grid=pl.grid,
+                    lanes=max(1, len(pl.lanes)),
                 )
                 raw[: schema.HEADER_BYTES] = np.frombuffer(hdr.to_bytes(), np.uint8)
                 pl.raw = raw
@@ -426,7 +432,7 @@ class Session:
                     raw=pl.raw,
                     host_ns=pl.host_ns,
                     stream=pl.stream,
-                    meta={"device": pl.device},
+                    meta={"device": pl.device, **({"lanes": list(pl.lanes)} if pl.lanes else {})},
                 )
                 for pl in self.launches
             ],
@@ -727,15 +733,19 @@ class TracedKernel:
     that returns early is refused (:class:`KernelShapeError`).
     """
 
-    def __init__(self, jit_fn, events_per_program: int | Callable[[dict], int] = DEFAULT_EVENTS_PER_PROGRAM, name: str | None = None):
+    def __init__(self, jit_fn, events_per_program: int | Callable[[dict], int] = DEFAULT_EVENTS_PER_PROGRAM, name: str | None = None,
+                 lanes=None):
         if not hasattr(jit_fn, "arg_names") or not hasattr(jit_fn, "run"):
-            raise TypeError("@ktrace.trace wraps a @triton.jit function: put it above @triton.jit")
-        missing = [p for p in ("ktrace_buf", "KTRACE") if p not in jit_fn.arg_names]
+            raise TypeError("@ktrace.trace wraps a @triton.jit or @gluon.jit function: put it above @triton.jit (or @gluon.jit)")
+        want = ("ktrace_buf", "KTRACE") + (("KTRACE_LANES",) if lanes else ())
+        missing = [p for p in want if p not in jit_fn.arg_names]
         if missing:
             raise TypeError(
                 f"kernel {jit_fn.__name__} lacks the parameter(s) {missing}: "
                 "declare `ktrace_buf=None, KTRACE: tl.constexpr = 0` as its last parameters"
+                + (" and `KTRACE_LANES: gl.constexpr = 1` (a kernel traced per lane)" if lanes else "")
             )
+        self.lanes = _lane_names(lanes)
         if isinstance(events_per_program, int) and events_per_program <= 0:
             raise ValueError(f"events_per_program must be positive, got {events_per_program}")
         jit_fn = getattr(jit_fn, "ktrace_original", jit_fn)
@@ -775,10 +785,13 @@ class TracedKernel:
         if cap <= 0:
             raise ValueError(f"{self.name}: events per program must be positive, got {cap}")
         device = _device_of(args, kwargs)
-        pl = session._new_launch(self, g, cap, device) if g[0] * g[1] * g[2] > 0 else None
+        lanes = {"lanes": self.lanes} if self.lanes else {}
+        pl = session._new_launch(self, g, cap, device, **lanes) if g[0] * g[1] * g[2] > 0 else None
         if pl is None:
             return self.jit_fn[grid](*args, **kwargs)
         kwargs = dict(kwargs, ktrace_buf=pl.buffer, KTRACE=cap)
+        if self.lanes:
+            kwargs["KTRACE_LANES"] = len(self.lanes)
         if getattr(session, "profiler", None) is not None:  # a named range around the launch: its CUPTI record by correlation
             import torch
 
@@ -806,17 +819,38 @@ def _device_of(args, kwargs) -> int:
     return torch.cuda.current_device()
 
 
-def trace(fn=None, *, events_per_program: int | Callable[[dict], int] = DEFAULT_EVENTS_PER_PROGRAM, name: str | None = None):
-    """Decorate a ``@triton.jit`` kernel so that captures record its probes.
+def _lane_names(lanes) -> tuple[str, ...]:
+    """Lane names from the decorator's ``lanes``: strings, or the partition functions themselves
+    (named after them)."""
+    if not lanes:
+        return ()
+    names = []
+    for x in lanes:
+        fn = getattr(x, "fn", x)
+        name = x if isinstance(x, str) else getattr(fn, "__name__", None)
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"lanes: each lane is a name or a partition function, got {x!r}")
+        names.append(name)
+    if len(names) > schema.MAX_LANES:
+        raise ValueError(f"lanes: at most {schema.MAX_LANES} lanes per program, got {len(names)}")
+    return tuple(names)
 
-    Use as ``@ktrace.trace`` or ``@ktrace.trace(events_per_program=N)`` above ``@triton.jit``.
+
+def trace(fn=None, *, events_per_program: int | Callable[[dict], int] = DEFAULT_EVENTS_PER_PROGRAM, name: str | None = None,
+          lanes=None):
+    """Decorate a ``@triton.jit`` or ``@gluon.jit`` kernel so that captures record its probes.
+
+    Use as ``@ktrace.trace`` or ``@ktrace.trace(events_per_program=N)`` above the jit decorator.
 
     Args:
-        events_per_program: event slots each program owns (an int, or a function of the launch's
-            arguments by name). Waits and notifies take two slots. Events past it are dropped
-            and counted.
+        events_per_program: event slots each program (each lane, with ``lanes``) owns (an int,
+            or a function of the launch's arguments by name). Waits and notifies take two
+            slots. Events past it are dropped and counted.
         name: the kernel's name in traces (default: the function's name).
+        lanes: for a kernel traced per lane (``ktrace.gluon``): one entry per lane, in lane
+            order, each a name or the partition function (its name is the lane's). The kernel
+            then declares ``KTRACE_LANES: gl.constexpr = 1`` too, and gets ``len(lanes)``.
     """
     if fn is None:
-        return lambda f: TracedKernel(f, events_per_program=events_per_program, name=name)
-    return TracedKernel(fn, events_per_program=events_per_program, name=name)
+        return lambda f: TracedKernel(f, events_per_program=events_per_program, name=name, lanes=lanes)
+    return TracedKernel(fn, events_per_program=events_per_program, name=name, lanes=lanes)

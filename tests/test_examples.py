@@ -31,7 +31,7 @@ def test_examples_are_numbered_and_documented():
     names = sorted(p.name for p in EXAMPLES.glob("[0-9][0-9]_*.py"))
     assert names == ["01_trace_a_single_gpu_kernel.py", "02_all_to_all_stalls.py", "03_gemm_all_scatter_schedules.py",
                      "04_find_a_deadlock.py", "05_before_after_diff.py",
-                     "06_rank_captures_with_duckdb.py"]
+                     "06_rank_captures_with_duckdb.py", "07_trace_a_gluon_kernel.py"]
     for n in names:
         src = (EXAMPLES / n).read_text()
         assert src.startswith('"""' + n[:2] + " - "), n
@@ -68,6 +68,15 @@ def test_05_before_after_diff_from_the_bundled_pair(tmp_path):
     assert re.search(r"^\s*ktrace diff \S+a2a_delay200us_4xh200.ktrace \S+a2a_delay20us_4xh200.ktrace --html ", r.stdout, re.M)
 
 
+def test_06_gluon_kernel_from_the_recorded_capture(tmp_path):
+    r = _run("07_trace_a_gluon_kernel.py", "--from-capture", "--out", "out", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "lanes mma_partition, load_partition, epilogue_partition" in r.stdout
+    assert "partition load_partition (lane 1) held up the other partitions" in r.stdout
+    opened = _opened(r.stdout, tmp_path)
+    assert len(opened) == 1 and opened[0].is_file() and opened[0].suffix == ".pftrace"
+
+
 def test_05_wants_two_files_or_none(tmp_path):
     r = _run("05_before_after_diff.py", "--from-capture", "one.ktrace", cwd=tmp_path)
     assert r.returncode == 2 and "no file (the bundled pair) or two" in r.stderr
@@ -79,6 +88,7 @@ def test_05_wants_two_files_or_none(tmp_path):
     ("03_gemm_all_scatter_schedules.py", ("--nproc", "2")),
     ("04_find_a_deadlock.py", ("--nproc", "2")),
     ("05_before_after_diff.py", ("--nproc", "2")),
+    ("07_trace_a_gluon_kernel.py", ()),
 ])
 def test_gpu_paths_refuse_cleanly_without_a_gpu(tmp_path, name, args):
     torch = pytest.importorskip("torch")

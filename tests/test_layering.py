@@ -22,7 +22,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("ktrace", "ktrace._lazy", "ktrace._memory", "ktrace.schema", "ktrace.text"),  # layouts, names, words
     ("ktrace.device", "ktrace.dist_env", "ktrace.keys"),  # device and rank facts; sorting and grouping machinery
     ("ktrace.regions", "ktrace.decode", "ktrace.pairing"),  # region names, raw buffer -> columns, notify -> wait
-    ("ktrace.language", "ktrace.testing", "ktrace.testing.compile"),  # device probes (triton)
+    ("ktrace.language", "ktrace.gluon", "ktrace.testing", "ktrace.testing.compile"),  # device probes (triton, gluon)
     ("ktrace.captures",),  # capture files, synthetic captures, gathering ranks
     ("ktrace.clock",),  # calibration samples -> per-rank maps; the causality check
     ("ktrace.events",),  # the one decode: a capture's events as aligned columns

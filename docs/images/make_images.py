@@ -8,6 +8,10 @@ build that ``pip install 'ktrace[offline]'`` brings, in headless Chromium, throu
 at the dispatch launches: rank 3 expanded, the notify with the most arrows pinned and selected,
 so its arrows run to the ``acquired`` marks where rank 3's waits ended.
 ``report.png``: the HTML report of ``ktrace demo``, rendered by headless Chromium.
+``gluon_trace.png``: the warp-specialized Gluon GEMM with its loader slowed on purpose
+(``tests/fixtures/gluon/gluon_gemm_slow_loader.ktrace``, recorded on an H100) in the Perfetto UI:
+each program's three partitions as threads named after their functions, a loader's release of
+``ready`` selected, its arrow running to the end of the MMA partition's wait it released.
 Needs Node and Chromium (see ``.ci/run``).
 """
 
@@ -64,6 +68,28 @@ def trace_png(trace: Path, png: Path) -> str:
                 f"`acquired` marks of {to_rank[0]['name'].split(' ·')[0]}'s waits; window {k0}..{k1} ns")
 
 
+def gluon_png(trace: Path, png: Path) -> str:
+    """Screenshot a Gluon GEMM trace in the real Perfetto UI: rank 0 expanded, the loader's release of ``ready`` that ended the longest MMA wait selected; returns what
+    the picture shows, in words."""
+    from ktrace.testing.perfetto import PerfettoUI
+
+    with PerfettoUI(width=1600, height=1000) as ui:
+        state = ui.open(trace)
+        pick = ui.sql("""select n.id nid, w.ts wts, w.dur wdur, n.ts nts from flow f join slice n on n.id = f.slice_out
+                         join slice a on a.id = f.slice_in join slice w on w.track_id = a.track_id and w.ts + w.dur = a.ts
+                         and w.name = 'waiting for barrier ready' join thread_track tt on w.track_id = tt.id
+                         join thread t using (utid) where t.name = 'r0 p0 mma_partition' order by w.dur desc limit 1""")[0]
+        t0 = max(state.bounds[0], pick["nts"] - 3_000)
+        state = ui.open(trace, window=(t0, t0 + 12_000))
+        state = ui.expand([state.tracks[0].name])  # rank 0: its kernel, then p0's three partitions first
+        ui.show_sidebar(False)
+        state = ui.select_slice(pick["nid"])
+        ui.screenshot(png)
+        return (f"rank 0 expanded (p0's partitions on top); load_partition's release of 'ready' selected "
+                f"({len(state.flows)} arrow) to the end of mma_partition's {pick['wdur'] / 1000:.1f} µs wait; "
+                f"window {t0}..{t0 + 12_000} ns")
+
+
 def main() -> int:
     import os
 
@@ -74,7 +100,12 @@ def main() -> int:
         o = analyse(Path(BUNDLED_CAPTURE.name), tmp)
         _shot(o.html.as_uri(), HERE / "report.png", "1100,880")
         print(trace_png(o.trace, HERE / "trace.png"))
-    for p in ("trace.png", "report.png"):
+        from ktrace.export import write_perfetto
+        from ktrace.captures import read_capture
+
+        slow = HERE.parents[1] / "tests" / "fixtures" / "gluon" / "gluon_gemm_slow_loader.ktrace"
+        print(gluon_png(write_perfetto(read_capture(slow), Path(tmp) / "gluon.pftrace"), HERE / "gluon_trace.png"))
+    for p in ("trace.png", "report.png", "gluon_trace.png"):
         print(f"{HERE / p}: {(HERE / p).stat().st_size:,} bytes")
     return 0
 

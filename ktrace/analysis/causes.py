@@ -53,7 +53,7 @@ import numpy as np
 
 from .. import pairing
 from ..keys import dense_codes, group_median, lexorder
-from ..schema import EventKind, arg_column, is_timeout
+from ..schema import EventKind, arg_column, is_local, is_timeout
 from ..text import ranges_text
 from .intervals import last_at_or_before, segmented_cummax, segmented_cumsum
 from .names import OUTSIDE
@@ -443,11 +443,12 @@ def _late_pairs(trace: Trace) -> np.ndarray:
 
 def _compute_late_pairs(trace: Trace) -> np.ndarray:
     Wk, Nk = EventKind.WAIT, EventKind.NOTIFY
-    notifies = {"rank": trace.at(Nk, "rank"), "launch": trace.at(Nk, "launch"), "start": trace.at(Nk, "start_ns")}
+    notifies = {"rank": trace.at(Nk, "rank"), "launch": trace.at(Nk, "launch"), "start": trace.at(Nk, "start_ns"),
+                "program": trace.at(Nk, "program"), "local": is_local(trace.at(Nk, "flags"))}
     notifies.update((a, trace.at(Nk, arg_column(Nk, a))) for a in ("peer", "value", "flag"))
     wi = trace.rows_of(Wk)
     waits = {"rank": trace.at(Wk, "rank"), "launch": trace.at(Wk, "launch"), "program": trace.at(Wk, "program"),
-             "order": wi, "timed_out": np.zeros(wi.size, bool)}
+             "order": wi, "timed_out": np.zeros(wi.size, bool), "local": is_local(trace.at(Wk, "flags"))}
     waits.update((a, trace.at(Wk, arg_column(Wk, a))) for a in ("peer", "flag", "expected", "cmp"))
     p = pairing.pair(notifies, waits)
     out = np.full(wi.size, -1, np.int64)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import causes, hangs, load, stalls
+from . import causes, hangs, lanes, load, stalls
 from . import compare as _diff
 from . import timeline as overlap
 from ..text import fmt_ns, ranges_text, ranks_text
@@ -72,7 +72,8 @@ class Finding:
 
     Attributes:
         kind: a root cause (``hang``, ``late_launch``, ``late_notifies``, ``uneven_work``,
-            ``uneven_ranks``, ``slow_link``: ``ktrace.analysis.causes``), or ``critical_path``,
+            ``uneven_ranks``, ``slow_link``: ``ktrace.analysis.causes``), ``lane_holdup`` (the
+            partition of a kernel traced per lane that kept the others waiting), or ``critical_path``,
             ``overlap``, ``capture`` (information).
         severity: ``error`` (a hang), ``warning`` (a cause that would save at least
             ``CauseConfig.min_share`` of the capture's kernel time) or ``info``.
@@ -491,6 +492,43 @@ def _capture_findings(trace: Trace, silent: np.ndarray, hang_launches: set) -> l
     return out
 
 
+def _lane_findings(trace: Trace, held: np.ndarray, cfg: ReportConfig) -> list[Finding]:
+    """Per (rank, lane) of a kernel traced per lane (``ktrace.gluon``), the partition whose own
+    work kept the others of its programs waiting (``lanes.holdups``), in its worst program of its
+    worst launch; a warning when that is ``min_share`` of the launch or more."""
+    out: list[Finding] = []
+    if not held.size:
+        return out
+    lids, spans = causes.launch_makespans(trace)
+    span_of = dict(zip(lids.tolist(), spans.tolist()))
+    seen: set = set()
+    for row in held:  # (most first: the first of each (rank, lane name) is its worst launch)
+        r, ln, lane = int(row["rank"]), int(row["launch"]), int(row["lane"])
+        name = lanes.lane_name(trace, r, ln, lane)
+        if (r, name) in seen or row["worst_ns"] <= 0:
+            continue
+        seen.add((r, name))
+        total = float(span_of.get(ln, 0))
+        kernel = trace.kernels.get((r, ln), "the kernel")
+        waiter = lanes.lane_name(trace, r, ln, int(row["waiter_lane"]))
+        share = f" ({100 * float(row['worst_ns']) / total:.0f}% of that launch's {fmt_ns(total)})" if total > 0 else ""
+        text = (f"partition {name} (lane {lane}) held up the other partitions of {kernel} on rank {r}: in its worst program "
+                f"(p{int(row['worst_program'])}, launch {ln}) they waited {fmt_ns(row['worst_ns'])} on its releases while it "
+                f"was not waiting itself{share}, {waiter} {fmt_ns(row['waiter_ns'])} of it on barrier "
+                f"'{trace.regions.get(int(row['barrier']), row['barrier'])}'; {int(row['programs'])} programs, "
+                f"{fmt_ns(row['held_ns'])} in all.")
+        sev = "warning" if total > 0 and row["worst_ns"] >= cfg.causes.min_share * total else "info"
+        kt = stalls.kernel_time(trace)
+        mine = kt[(kt["launch"] == ln) & (kt["rank"] == r)]
+        lo = _rel(trace, mine["start_ns"][0]) if mine.size else None
+        hi = _rel(trace, mine["end_ns"][0]) if mine.size else None
+        out.append(Finding("lane_holdup", sev, float(row["worst_ns"]), text, (r,), lo, hi,
+                           data={"lane": lane, "partition": name, "launch": ln, "program": int(row["worst_program"]),
+                                 "held_ns": float(row["held_ns"]), "worst_ns": float(row["worst_ns"]),
+                                 "waiter": waiter, "waiter_ns": float(row["waiter_ns"])}))
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # the report
 # ---------------------------------------------------------------------------------------------
@@ -571,7 +609,8 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
     total_wait = float(w["wait_ns"].sum())
     hang_launches = set(missing["launch"].tolist()) if missing.size else set()
     n_launches = int(causes.launch_makespans(trace)[0].size)
-    findings = (_deadlock_findings(cycles) + _cause_findings(trace, found, config, wg, to)
+    held = lanes.holdups(trace)
+    findings = (_deadlock_findings(cycles) + _cause_findings(trace, found, config, wg, to) + _lane_findings(trace, held, config)
                 + _path_findings(trace, path) + _overlap_findings(trace, ov_sample, sample.size, n_launches)
                 + _capture_findings(trace, silent, hang_launches))
     findings.sort(key=lambda f: (_SEVERITY[f.severity], f.kind not in causes.KINDS, -f.cost_ns,
@@ -613,7 +652,7 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
     tables = Tables(
         {"causes": cause_table, "wait_causes_by_rank": wc_totals, "waits": w, "stalls_by_rank": tot_rank,
          "workgroups": wg, "launch_timing": lt, "critical_path": path, "timeouts": to, "missing_notifies": missing,
-         "silent_programs": silent},
+         "silent_programs": silent, **({"lane_holdups": held} if trace.lanes else {})},
         {"stalls_by_peer": lambda: stalls.stall_totals(trace, "peer", w),
          "stalls_by_workgroup": lambda: stalls.stall_totals(trace, "workgroup", w),
          "stragglers": lambda: stalls.straggler_table(trace, "rank", w),

@@ -38,7 +38,7 @@ from ..keys import (
     group_median_max,
     group_sum,
 )
-from ..schema import arg_column, is_timeout
+from ..schema import arg_column, is_local, is_timeout
 from .spans import enclosing_span, preceding_span, rank_launch_starts
 from .trace import AnalysisError, ColumnTable, Trace, fill_table
 
@@ -99,11 +99,12 @@ def _release_pairs(trace: Trace) -> pairing.Pairs:
     """``ktrace.pairing.pair`` on the trace's notifies and waits (indices among each kind's rows)."""
     N, W = EventKind.NOTIFY, EventKind.WAIT
     wi = trace.rows_of(W)
-    notifies = {"rank": trace.at(N, "rank"), "launch": trace.at(N, "launch"), "start": trace.at(N, "start_ns")}
+    notifies = {"rank": trace.at(N, "rank"), "launch": trace.at(N, "launch"), "start": trace.at(N, "start_ns"),
+                "program": trace.at(N, "program"), "local": is_local(trace.at(N, "flags"))}
     notifies.update((a, trace.at(N, arg_column(N, a))) for a in ("peer", "value", "flag"))
     # rows are in (rank, launch, program, slot) order: a wait's row is its place in record order
     waits = {"rank": trace.at(W, "rank"), "launch": trace.at(W, "launch"), "program": trace.at(W, "program"), "order": wi,
-             "timed_out": is_timeout(trace.at(W, "flags"))}
+             "timed_out": is_timeout(trace.at(W, "flags")), "local": is_local(trace.at(W, "flags"))}
     waits.update((a, trace.at(W, arg_column(W, a))) for a in ("peer", "flag", "expected", "cmp"))
     return pairing.pair(notifies, waits)
 

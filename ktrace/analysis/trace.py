@@ -76,6 +76,9 @@ class Trace:
         world_size: ranks the capture was taken on.
         kernels: (rank, launch) -> kernel name.
         n_programs: (rank, launch) -> programs in the launch grid (0 when unknown).
+        lanes: (rank, launch) -> the names of its programs' lanes, in lane order (``ktrace.gluon``;
+            absent for a launch whose programs are one lane each). Events carry their lane in the
+            ``lane`` column (0 in a table without one).
         partial: the capture misses ranks or was marked partial.
         clock: the ``ClockModel`` the events were aligned with (None for a given table).
         source: where it came from (a file name), for reports.
@@ -89,7 +92,9 @@ class Trace:
                  kernels: dict[tuple[int, int], str] | None = None, n_programs: dict[tuple[int, int], int] | None = None,
                  partial: bool = False, clock: object | None = None, source: str = "", wg: np.ndarray | None = None,
                  wg_keys: np.ndarray | None = None, *, columns: "_Columns | None" = None,
-                 load_events: Callable[[], np.ndarray] | None = None, meta: dict | None = None):
+                 load_events: Callable[[], np.ndarray] | None = None, meta: dict | None = None,
+                 lanes: dict[tuple[int, int], tuple[str, ...]] | None = None):
+        self.lanes = lanes if lanes is not None else {}
         self.regions = regions if regions is not None else {}
         self.world_size = world_size
         self.kernels = kernels if kernels is not None else {}
@@ -124,9 +129,11 @@ class Trace:
             self._n = int(ev.shape[0])
             if ev.size:
                 # the columns are copied out once (blocked); sortedness is checked on the copies
-                cols = [self.column(c) for c in ("rank", "launch", "program")]
+                # (rows of a lane buffer: each lane's slots in order, lanes of a program in order)
+                lane = ("lane",) if "lane" in names else ()
+                cols = [self.column(c) for c in ("rank", "launch", "program", *lane)]
                 if not _is_sorted(*cols, np.asarray(ev["slot"])):
-                    order = np.lexsort((ev["slot"], ev["program"], ev["launch"], ev["rank"]))
+                    order = np.lexsort((ev["slot"], *(ev[c] for c in lane), ev["program"], ev["launch"], ev["rank"]))
                     self._events = ev[order]
                     self._cache.clear()
         if self.wg is None:
@@ -182,7 +189,10 @@ class Trace:
                 self._copy_columns([n for n in _COPIED if n in (self.events.dtype.names or ())])
                 c = self._cache.get(("col", name))
             if c is None:
-                c = np.ascontiguousarray(self.events[name])
+                if name == "lane" and "lane" not in (self.events.dtype.names or ()):
+                    c = np.zeros(self._n, np.int32)  # (a table from before lanes: every program one lane)
+                else:
+                    c = np.ascontiguousarray(self.events[name])
                 self._cache[("col", name)] = c
         return c
 
@@ -270,7 +280,7 @@ class Trace:
 
 
 #: Columns copied out of the event table together (see :meth:`Trace.column`).
-_COPIED = ("rank", "launch", "program", "kind", "flags", "region", "hw", "start_ns", "end_ns")
+_COPIED = ("rank", "launch", "program", "lane", "kind", "flags", "region", "hw", "start_ns", "end_ns")
 #: Columns copied at the same time only at the rows of these kinds (see :meth:`Trace.at`).
 _COPIED_AT = (("arg0", "arg1", "arg2", "arg3", "arg4", "arg5"), (EventKind.WAIT, EventKind.NOTIFY))
 #: Rows per block when copying columns out of (or into) a structured table: a block of the
@@ -418,17 +428,18 @@ def fill_table(out: np.ndarray, columns: dict) -> np.ndarray:
     return out
 
 
-def _is_sorted(rank: np.ndarray, launch: np.ndarray, program: np.ndarray, slot: np.ndarray) -> bool:
-    dr, dl, dp, ds = (np.diff(np.asarray(c, np.int64)) for c in (rank, launch, program, slot))
-    if (dr < 0).any():
-        return False
-    up_r = dr > 0
-    if (~up_r & (dl < 0)).any():
-        return False
-    up_l = up_r | (dl > 0)
-    if (~up_l & (dp < 0)).any():
-        return False
-    return not (~up_l & (dp == 0) & (ds <= 0)).any()
+def _is_sorted(*cols: np.ndarray) -> bool:
+    """Whether rows are in lexicographic order of ``cols`` (rank, launch, program[, lane], slot),
+    the last strictly increasing among rows equal in the others."""
+    *keys, slot = cols
+    same = None  # rows equal to the one before in every key so far
+    for c in keys:
+        d = np.diff(np.asarray(c, np.int64))
+        if ((d < 0) if same is None else (same & (d < 0))).any():
+            return False
+        same = (d == 0) if same is None else (same & (d == 0))
+    ds = np.diff(np.asarray(slot, np.int64))
+    return not (same & (ds <= 0)).any()
 
 
 def _workgroups(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
@@ -490,18 +501,23 @@ def _from_capture(cap, regions: dict[int, str] | None, name: str, reload: Callab
     columns = _aligned_columns(cap, model)
     kernels: dict[tuple[int, int], str] = {}
     n_programs: dict[tuple[int, int], int] = {}
+    lanes: dict[tuple[int, int], tuple[str, ...]] = {}
     for r, rc in cap.ranks.items():
         for ln in rc.launches:
             kernels[(r, ln.index)] = ln.kernel
             g = tuple(ln.grid)
-            n_programs[(r, ln.index)] = int(g[0] * g[1] * g[2]) if len(g) == 3 else 0
+            names = tuple(str(x) for x in ((ln.meta or {}).get("lanes") or ()))
+            if names:
+                lanes[(r, ln.index)] = names
+            # (a lane buffer's grid counts each lane as a program: ``ktrace.schema``)
+            n_programs[(r, ln.index)] = int(g[0] * g[1] * g[2]) // max(1, len(names)) if len(g) == 3 else 0
     regs = dict(cap.regions)
     regs.update(regions or {})
     partial = bool(cap.partial or cap.missing_ranks)
     if partial:
         log.warning("capture is partial (missing ranks %s): stall pairing misses the absent ranks' notifies", cap.missing_ranks)
     meta = dict(regions=regs, world_size=cap.world_size, kernels=kernels, n_programs=n_programs, partial=partial,
-                clock=model, source=name, meta=dict(cap.meta or {}))
+                clock=model, source=name, meta=dict(cap.meta or {}), lanes=lanes)
     if columns is None:  # rows out of order: the whole table, sorted by Trace
         return Trace(events=_align(cap, model)[0], **meta)
     return Trace(columns=columns, load_events=functools.partial(_events_of, reload, model), **meta)
@@ -518,7 +534,7 @@ class _Columns:
 
 #: The columns the analyses take from ``ktrace.events`` batches (the rank and launch columns are
 #: made from the batches' launches).
-_DECODED = ("program", "kind", "flags", "region", "hw", *schema.ARG_COLUMNS, "start_ns", "end_ns")
+_DECODED = ("program", "lane", "kind", "flags", "region", "hw", *schema.ARG_COLUMNS, "start_ns", "end_ns")
 
 
 def _aligned_columns(cap, model) -> _Columns | None:
@@ -571,7 +587,7 @@ def _aligned_columns(cap, model) -> _Columns | None:
         dest = np.arange(b.size, dtype=np.int64) + np.repeat(start_of[lis] - b.offsets[:-1], counts)
         cols["rank"][dest] = b.rank
         cols["launch"][dest] = b.per_row([refs[li][1].index for li in batch])
-        for c in ("program", "kind", "flags", "region", "hw", "start_ns", "end_ns"):
+        for c in ("program", "lane", "kind", "flags", "region", "hw", "start_ns", "end_ns"):
             cols[c][dest] = b.cols[c]
         kind = b.cols["kind"]
         which = np.repeat(np.arange(lis.size), counts)

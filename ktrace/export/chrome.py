@@ -30,8 +30,8 @@ from ..clock.model import ClockModel
 from ..events import Batch
 from ..schema import EventKind, is_timeout
 from . import _rows
-from .layout import (ACQUIRED, CLASS_KIND, COUNTER, INSTANT, NOTIFY, SPAN, WAIT, batch_flows, batch_lanes, event_class, notify_flow_ids,
-                     notify_name, track_name, wait_name)
+from .layout import (ACQUIRED, CLASS_KIND, COUNTER, INSTANT, NOTIFY, SPAN, WAIT, batch_flows, batch_lanes, event_class,
+                     handoff_name, handoff_name_keys, notify_flow_ids)
 from .plan import TracePlan
 from .writer import write
 
@@ -58,7 +58,7 @@ def _meta_events(plan: TracePlan, tracks: dict[int, set]) -> list[dict]:
         for local in sorted(tracks[r]):
             g, prog, lane = rp.track(local)
             tid = int(rp.thread_id(local))
-            out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": track_name(r, g, prog, lane)}})
+            out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": rp.track_title(g, prog, lane)}})
             out.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": local}})
     for lp in plan.launches:
         if not lp.n_events:
@@ -79,7 +79,7 @@ def _names(keys: np.ndarray, make) -> _rows.Pick:
 
 
 #: The columns the rows are made of.
-_COLUMNS = ("program", "region", "hw", "arg0", "arg1", "arg2", "arg3", "arg4", "arg5")
+_COLUMNS = ("program", "lane", "region", "hw", "arg0", "arg1", "arg2", "arg3", "arg4", "arg5")
 
 
 def _arg_parts(kind: EventKind, ev: dict, idx: np.ndarray) -> list:
@@ -111,9 +111,10 @@ def _batch_rows(plan: TracePlan, b: Batch, out) -> np.ndarray:
     s_ns, e_ns = ev["start_ns"], ev["end_ns"]
     n_all = b.size
     pid = str(rp.pid).encode()
-    lanes = batch_lanes(b, plan.launches[b.launches[0]].n_programs)
+    track = rp.track_program(ev["program"], ev["lane"])  # (the program, or its (program, lane))
+    lanes = batch_lanes(b, rp.max_programs, track)
     groups = [plan.launches[li].group for li in b.launches]
-    local = rp.tids(groups[0] if len(set(groups)) == 1 else b.per_row(groups), ev["program"], lanes)
+    local = rp.tids(groups[0] if len(set(groups)) == 1 else b.per_row(groups), track, lanes)
     tids = rp.thread_id(local)
     launch = b.per_row([plan.launches[li].index for li in b.launches])
     flows = batch_flows(plan.flows, b)
@@ -148,8 +149,8 @@ def _batch_rows(plan: TracePlan, b: Batch, out) -> np.ndarray:
                                 + _arg_parts(kind, ev, idx) + where)])
             elif cls == WAIT:
                 to = is_timeout(ev["flags"][idx]).astype(np.int64)
-                peer = ev[schema.arg_column(kind, "peer")][idx].astype(np.int64)
-                name = _names((peer << 1) | to, lambda k: wait_name(k >> 1, bool(k & 1)))
+                name = _names(handoff_name_keys(kind, ev[schema.arg_column(kind, "peer")][idx], ev["flags"][idx], ev["region"][idx]),
+                              lambda k: handoff_name(EventKind.WAIT, k, region_name))
                 cat = _rows.Pick(_rows.table([b'"wait"', b'"wait,timeout"'] if to.any() else [b'"wait"']), to)
                 fl = flow_in[idx]
                 has = np.flatnonzero(fl)
@@ -159,8 +160,9 @@ def _batch_rows(plan: TracePlan, b: Batch, out) -> np.ndarray:
                 fl = flow_out[idx]
                 has = np.flatnonzero(fl)
                 flow = _rows.Optional(n, has, [b',"bind_id":', _rows.Ints(fl[has]), b',"flow_out":true'])
-                peer = ev[schema.arg_column(kind, "peer")][idx]
-                out([_rows.rows(n, head + [flow, b',"name":', _names(peer, notify_name), b',"cat":"notify",']
+                name = _names(handoff_name_keys(kind, ev[schema.arg_column(kind, "peer")][idx], ev["flags"][idx], ev["region"][idx]),
+                              lambda k: handoff_name(EventKind.NOTIFY, k, region_name))
+                out([_rows.rows(n, head + [flow, b',"name":', name, b',"cat":"notify",']
                                 + _arg_parts(kind, ev, idx) + where)])
     marks = np.flatnonzero(flows["marker"])
     for c0 in range(0, marks.size, CHUNK):

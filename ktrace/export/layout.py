@@ -153,6 +153,12 @@ class RankPlan:
     tid_stride: int = 10_000
     #: what the ``hw`` column says, as named arguments: ``(name, shift, mask)`` each
     hw_fields: tuple = (("sm", 0, 0xFFFFFFFF),)
+    #: lanes per program of the rank's launches traced per lane (``ktrace.gluon``; 1: none): a
+    #: track is then a (program, lane), numbered ``program * lane_radix + lane`` (``max_programs``
+    #: counts those), and named after its lane (:attr:`lane_names`)
+    lane_radix: int = 1
+    #: the lanes' names (the partition functions), in lane order
+    lane_names: tuple = ()
 
     def __post_init__(self):
         slots = self.n_groups * self.max_programs
@@ -161,6 +167,20 @@ class RankPlan:
                              f"x counters ({self.counter_regions.size}) to number tracks")
         if (self.rank + 2) * self.tid_stride >= 2**31:
             raise ValueError(f"rank {self.rank}: too many ranks x tracks to give each track a thread id below 2**31")
+
+    def track_program(self, program: np.ndarray, lane) -> np.ndarray:
+        """The track key of each event's (program, lane): the program itself without lanes."""
+        if self.lane_radix == 1:
+            return program
+        return program.astype(np.int64) * self.lane_radix + lane
+
+    def track_title(self, group: int, key: int, lane: int) -> str:
+        """The name of the track of track key ``key`` (see :meth:`track_program`), overlap lane ``lane``."""
+        if self.lane_radix == 1:
+            return track_name(self.rank, group, key, lane)
+        p, k = divmod(key, self.lane_radix)
+        part = self.lane_names[k] if k < len(self.lane_names) else f"lane {k}"
+        return track_name(self.rank, group, p, lane, part)
 
     @property
     def pid(self) -> int:
@@ -225,10 +245,12 @@ def hw_fields(devices) -> tuple:
     return (("hw", 0, 0xFFFFFFFF),)
 
 
-def track_name(rank: int, group: int, program: int, lane: int) -> str:
+def track_name(rank: int, group: int, program: int, lane: int, partition: str | None = None) -> str:
     """A workgroup's track: ``r<rank> p<program>`` (the rank in it too: a pinned track says
-    where it is), ``lane<k>`` for spans that overlap without nesting, the stream group."""
-    return f"r{rank} p{program}" + (f" lane{lane}" if lane else "") + (f" [stream group {group}]" if group else "")
+    where it is), the partition of a program traced per lane (``ktrace.gluon``: its function's
+    name), ``lane<k>`` for spans that overlap without nesting, the stream group."""
+    return (f"r{rank} p{program}" + (f" {partition}" if partition else "") + (f" lane{lane}" if lane else "")
+            + (f" [stream group {group}]" if group else ""))
 
 
 #: Names of waits, timeouts and notifies. The Perfetto UI colours a slice by a hash of its name
@@ -257,6 +279,11 @@ def ui_startup_commands(ranks) -> list[dict]:
     return cmds + [{"id": "dev.perfetto.SwitchWorkspace", "args": [RANKS_WORKSPACE]}]
 
 
+#: Names of mbarrier waits and releases (``ktrace.gluon``: the LOCAL flag), by barrier name.
+BARRIER_WAIT_NAME = "waiting for barrier {barrier}"
+BARRIER_RELEASE_NAME = "releasing barrier {barrier}"
+
+
 def wait_name(peer: int, timed_out: bool) -> str:
     return (TIMEOUT_NAME if timed_out else WAIT_NAME).format(peer=peer)
 
@@ -265,22 +292,44 @@ def notify_name(peer: int) -> str:
     return NOTIFY_NAME.format(peer=peer)
 
 
+def handoff_name_keys(kind: int, arg0: np.ndarray, flags: np.ndarray, region: np.ndarray) -> np.ndarray:
+    """A key per wait (``kind`` WAIT) or notify naming it (see :func:`handoff_name`): the peer
+    and, for a wait, whether it timed out; for an mbarrier hand-off (LOCAL) its barrier's region."""
+    from ..schema import is_local, is_timeout
+
+    peer = arg0.astype(np.int64)
+    key = (peer << 1) | (is_timeout(flags).astype(np.int64) if kind == EventKind.WAIT else 0)
+    return np.where(is_local(flags), (region.astype(np.int64) << 1) | 1, key << 1)
+
+
+def handoff_name(kind: int, key: int, region_name) -> str:
+    """The name of a wait or notify from its :func:`handoff_name_keys` key."""
+    if key & 1:
+        barrier = region_name(key >> 1)
+        return (BARRIER_WAIT_NAME if kind == EventKind.WAIT else BARRIER_RELEASE_NAME).format(barrier=barrier)
+    k = key >> 1
+    return wait_name(k >> 1, bool(k & 1)) if kind == EventKind.WAIT else notify_name(k)
+
+
 def rank_title(rank: int, device: dict) -> str:
     dev = device.get("name") or "unknown GPU"
     where = f" (gpu {device['index']})" if "index" in device else ""
     return f"rank {rank} · {dev}{where}"
 
 
-def batch_lanes(b: Batch, n_programs: int) -> np.ndarray:
+def batch_lanes(b: Batch, n_programs: int, program: np.ndarray | None = None) -> np.ndarray:
     """Lane of every event of a batch (spans, waits, notifies of non-zero length; 0 for others).
 
-    Lanes are per (launch, program): launches of one group never overlap in time.
+    Lanes are per (launch, program): launches of one group never overlap in time. ``program``:
+    the track key of each row when it is not the program (``RankPlan.track_program``; below
+    ``n_programs``).
     """
     kind, s_ns, e_ns = b.cols["kind"], b.cols["start_ns"], b.cols["end_ns"]
+    program = b.cols["program"] if program is None else program
     span_like = np.flatnonzero(((kind == EventKind.SPAN) | (kind == EventKind.WAIT) | (kind == EventKind.NOTIFY)) & (e_ns > s_ns))
     lanes = np.zeros(b.size, np.uint8)
     if span_like.size > 1:
-        key = b.per_row(np.arange(len(b.launches), dtype=np.int64) * n_programs)[span_like] + b.cols["program"][span_like]
+        key = b.per_row(np.arange(len(b.launches), dtype=np.int64) * n_programs)[span_like] + program[span_like]
         lanes[span_like] = lanes_of(key, s_ns[span_like], e_ns[span_like])
     return lanes
 

@@ -47,7 +47,7 @@ from ..schema import EventKind, is_timeout
 from . import _rows
 from . import pool as _pool
 from .layout import (ACQUIRED, CLASS_KIND, COUNTER, HW_FIELDS, INSTANT, NOTIFY, SPAN, WAIT, batch_flows, batch_lanes, event_class,
-                     notify_name, track_name, wait_name)
+                     handoff_name, handoff_name_keys)
 from .plan import TracePlan
 from .writer import write
 
@@ -448,7 +448,7 @@ class _Writer:
                 new_tids.append(tid0)
             self.described.add(pu | _COUNTER_BIT | code)
             out.append(_desc(self.seq, uuid=pu | _COUNTER_BIT | code, parent_uuid=pu | tid0,
-                             name=f"r{rp.rank} p{prog} {self.plan.region_name(region)}", counter=CounterDescriptor()))
+                             name=f"{rp.track_title(g, prog, 0)} {self.plan.region_name(region)}", counter=CounterDescriptor()))
         tracks = []
         for tid in sorted(set(new_tids)):
             self.described.add(pu | tid)
@@ -456,7 +456,7 @@ class _Writer:
             # a thread of the rank's process: the process's summary row shows it, and the UI lists
             # threads by tid (program order)
             tracks.append(_desc(self.seq, uuid=pu | tid, thread=ThreadDescriptor(pid=rp.pid, tid=int(rp.thread_id(tid)),
-                                                                                 thread_name=track_name(rp.rank, g, prog, lane))))
+                                                                                 thread_name=rp.track_title(g, prog, lane))))
         return tracks + out
 
     def batch(self, b: Batch, sink=None) -> list[bytes]:
@@ -471,10 +471,11 @@ class _Writer:
         s_ns, e_ns = ev["start_ns"] - plan.base_ns, ev["end_ns"] - plan.base_ns
         n_all = b.size
         pu = _proc_uuid(b.rank)
-        lanes = batch_lanes(b, plan.launches[b.launches[0]].n_programs)
+        track = rp.track_program(ev["program"], ev["lane"])  # (the program, or its (program, lane))
+        lanes = batch_lanes(b, rp.max_programs, track)
         groups = [plan.launches[li].group for li in b.launches]
         group = groups[0] if len(set(groups)) == 1 else b.per_row(groups)
-        tids = rp.tids(group, ev["program"], lanes)
+        tids = rp.tids(group, track, lanes)
         uuids = tids | pu
         flows = batch_flows(plan.flows, b)
         out_rows, out_ids = flows["out_rows"], flows["out_ids"]
@@ -497,17 +498,18 @@ class _Writer:
             if idx.size == 0:
                 continue
             if cls == COUNTER:
-                codes = rp.counter_code(group if np.ndim(group) == 0 else group[idx], ev["program"][idx], ev["region"][idx])
+                codes = rp.counter_code(group if np.ndim(group) == 0 else group[idx], track[idx], ev["region"][idx])
                 counter_codes = np.unique(codes)
                 groups_.append(("counter", s_ns[idx], codes | (pu | _COUNTER_BIT), 1, np.zeros(idx.size, np.int64), idx, {"v": ev["arg0"][idx]}, None))
                 continue
             if cls in (SPAN, INSTANT):
                 names = self.names.ids(ev["region"][idx], region_name)
-            elif cls == WAIT:
-                to = is_timeout(ev["flags"][idx]).astype(np.int64)
-                names = self.names.ids((ev["arg0"][idx].astype(np.int64) << 1) | to, lambda k: wait_name(k >> 1, bool(k & 1)))
             else:
-                names = self.names.ids(ev["arg0"][idx], notify_name)
+                if cls == WAIT:
+                    to = is_timeout(ev["flags"][idx]).astype(np.int64)
+                k_ = CLASS_KIND[cls]
+                names = self.names.ids(handoff_name_keys(k_, ev["arg0"][idx], ev["flags"][idx], ev["region"][idx]),
+                                       lambda k, k_=k_: handoff_name(k_, k, region_name))
             zero = e_ns[idx] == s_ns[idx]
             flows_ = flow_in if cls == WAIT else flow_out if cls == NOTIFY else None
             for shape, part in (("begin", np.flatnonzero(~zero)), ("instant", np.flatnonzero(zero))):

@@ -26,13 +26,13 @@ import numpy as np
 from .. import pairing
 from ..clock.model import ClockModel, clock_model_of
 from ..events import Batch, launch_refs, make_batches, read_batch, record_slots
-from ..schema import EventKind
+from ..schema import EventKind, is_local
 from . import pool as _pool
 from .layout import RankPlan, hw_fields, rank_title, tid_stride
 
 #: The columns the writers use, as the store keeps them (the narrowest type that holds each:
 #: a counter's 64-bit value lives in ``arg0``).
-STORE_COLUMNS = (("program", "<i4"), ("kind", "u1"), ("flags", "u1"), ("region", "<u4"), ("hw", "<u4"), ("arg0", "<i8"),
+STORE_COLUMNS = (("program", "<i4"), ("lane", "u1"), ("kind", "u1"), ("flags", "u1"), ("region", "<u4"), ("hw", "<u4"), ("arg0", "<i8"),
                  ("arg1", "<i4"), ("arg2", "<i8"), ("arg3", "<i8"), ("arg4", "<i4"), ("arg5", "<i4"), ("start_ns", "<i8"),
                  ("end_ns", "<i8"))
 _DECODE = tuple(c for c, _ in STORE_COLUMNS)
@@ -241,11 +241,17 @@ def _plan(capture, model: ClockModel, refs: list, workers: int, batches: list, s
                 group_end.append(lp.end_ns)
         n_groups[r] = max(1, len(group_end))
     counter_regions = np.unique(np.concatenate(counter_regions))
-    max_programs = {r: max([lp.n_programs for lp in launches if lp.rank == r], default=1) for r in capture.ranks}
+    # lanes (``ktrace.gluon``): a rank's tracks are (program, lane), ``lane_radix`` lanes per program
+    lane_names = {r: [tuple((ln.meta or {}).get("lanes") or ()) for ln in rc.launches] for r, rc in capture.ranks.items()}
+    radix = {r: max([len(x) for x in names] + [1]) for r, names in lane_names.items()}
+    n_lanes = [max(1, len((ln.meta or {}).get("lanes") or ())) for _, ln in refs]
+    max_programs = {r: max([lp.n_programs // nl for lp, nl in zip(launches, n_lanes) if lp.rank == r], default=1) * radix[r]
+                    for r in capture.ranks}
     stride = tid_stride(max(((n_groups[r] * max_programs[r]) << 8) + 2 + 255 for r in capture.ranks) if capture.ranks else 0)
     hw = hw_fields(rc.device for rc in capture.ranks.values())
     ranks = {r: RankPlan(rank=r, name=rank_title(r, rc.device), n_groups=n_groups[r], counter_regions=counter_regions,
-                         max_programs=max_programs[r], tid_stride=stride, hw_fields=hw)
+                         max_programs=max_programs[r], tid_stride=stride, hw_fields=hw, lane_radix=radix[r],
+                         lane_names=next((x for x in lane_names[r] if len(x) == radix[r]), ()))
              for r, rc in sorted(capture.ranks.items())}
     flows = _plan_flows(capture, refs, batches, store, pool)
     return TracePlan(
@@ -277,7 +283,9 @@ def _pair_rank(state: dict, task: tuple[int, list, int]) -> int:
         a = int(store.at[k])
         rows = store.wn_row[a : a + n]
         peer = cols["arg0"][rows]
-        sel = np.flatnonzero(np.where(cols["kind"][rows] == EventKind.NOTIFY, peer, rank) == dst)
+        # (an mbarrier release, LOCAL, releases waits of its own rank)
+        remote_notify = (cols["kind"][rows] == EventKind.NOTIFY) & ~is_local(cols["flags"][rows])
+        sel = np.flatnonzero(np.where(remote_notify, peer, rank) == dst)
         picks.append(np.stack([rows[sel], store.wn_li[a : a + n][sel]]))
         ranks.append(np.full(sel.size, rank, np.int32))
     got = np.concatenate(picks, axis=1) if picks else np.zeros((2, 0), np.int64)

@@ -1,4 +1,4 @@
-"""Compile a ``@triton.jit`` kernel for a target without a GPU and return its assembly.
+"""Compile a ``@triton.jit`` (or ``@gluon.jit``) kernel for a target without a GPU and return its assembly.
 
 Triton compiles for ``GPUTarget("cuda", 90, 32)`` and ``GPUTarget("hip", "gfx942", 64)`` on a
 CPU-only machine; this is how the AMD path is verified here (by compilation, not execution).
@@ -30,7 +30,12 @@ def compile_asm(fn, signature: dict, constexprs: dict, target: GPUTarget, stage:
     sig = dict(signature)
     for k in constexprs:
         sig[k] = "constexpr"
-    src = ASTSource(fn, sig, constexprs=dict(constexprs))
+    if getattr(fn, "is_gluon", lambda: False)():  # a @gluon.jit kernel: its own source class
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        src = GluonASTSource(fn, sig, constexprs=dict(constexprs))
+    else:
+        src = ASTSource(fn, sig, constexprs=dict(constexprs))
     kernel = triton.compile(src, target=target, options=options or None)
     if stage is not None:
         return kernel.asm[stage]

@@ -169,8 +169,8 @@ def test_counter_waits_pair_with_the_notify_that_reaches_expected():
     """CONSTRUCTED: a 'ge' wait for 3 on a counter that rank 1 increments by 1 three times."""
     t = empty_event_table(4)
     for i in range(3):  # rank 1 adds 1 to rank 0's flag 64 at 100, 200, 300
-        t[i] = (1, 0, 0, i, EventKind.NOTIFY, 0, 1, 0, 100 * (i + 1), 100 * (i + 1) + 10, 0, 1, 64, i, 0, 0, 100 * (i + 1), 100 * (i + 1) + 10)
-    t[3] = (0, 0, 0, 0, EventKind.WAIT, 0, 2, 0, 50, 400, 1, 20, 64, 3, 3, 3, 50, 400)
+        t[i] = (1, 0, 0, 0, i, EventKind.NOTIFY, 0, 1, 0, 100 * (i + 1), 100 * (i + 1) + 10, 0, 1, 64, i, 0, 0, 100 * (i + 1), 100 * (i + 1) + 10)
+    t[3] = (0, 0, 0, 0, 0, EventKind.WAIT, 0, 2, 0, 50, 400, 1, 20, 64, 3, 3, 3, 50, 400)
     t = t[np.lexsort((t["slot"], t["program"], t["launch"], t["rank"]))]
     tr = Trace(events=t)
     n, w = release_pairs(tr)
@@ -184,8 +184,8 @@ def test_overlap_hidden_and_exposed_exact():
     t = empty_event_table(2)
     from ktrace.schema import region_id
 
-    t[0] = (0, 0, 0, 0, EventKind.SPAN, 0, region_id("gemm"), 0, 0, 100, 0, 0, 0, 0, 0, 0, 0, 100)
-    t[1] = (0, 0, 1, 0, EventKind.SPAN, 0, region_id("put"), 0, 50, 200, 0, 0, 0, 0, 0, 0, 50, 200)
+    t[0] = (0, 0, 0, 0, 0, EventKind.SPAN, 0, region_id("gemm"), 0, 0, 100, 0, 0, 0, 0, 0, 0, 0, 100)
+    t[1] = (0, 0, 1, 0, 0, EventKind.SPAN, 0, region_id("put"), 0, 50, 200, 0, 0, 0, 0, 0, 0, 50, 200)
     tr = Trace(events=t, regions={region_id("gemm"): "gemm", region_id("put"): "put"})
     ov = overlap(tr)
     assert (ov["comm_ns"][0], ov["compute_ns"][0], ov["hidden_ns"][0], ov["exposed_ns"][0]) == (150, 100, 50, 100)

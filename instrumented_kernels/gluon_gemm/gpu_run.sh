@@ -1,0 +1,16 @@
+#!/bin/bash
+# One device run: checks + benchmark + captures, then memcheck on the small cases.
+# Usage (from the repository root): bash instrumented_kernels/gluon_gemm/gpu_run.sh OUT_DIR
+set -u
+OUT=${1:?out dir}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+# one rank (the flag kernel's symmetric heap: peer = itself)
+export RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29517 GLUON_BENCH_REPS=${GLUON_BENCH_REPS:-300}
+timeout 240 python3 -m instrumented_kernels.gluon_gemm.gpu_checks "$OUT" 2>&1 | tail -150
+CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+if [ -n "$CS" ]; then
+  timeout 140 "$CS" --tool memcheck --print-limit 20 python3 -m instrumented_kernels.gluon_gemm.gpu_checks "$OUT/mc" --memcheck > "$OUT/memcheck.log" 2>&1
+  echo "memcheck rc=$?"; tail -5 "$OUT/memcheck.log"
+else
+  echo "no compute-sanitizer"
+fi
