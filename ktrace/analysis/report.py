@@ -25,8 +25,9 @@ import numpy as np
 from . import causes, hangs, load, stalls
 from . import compare as _diff
 from . import timeline as overlap
-from ..text import fmt_ns, ranges_text, ranks_text
-from .names import OUTSIDE, flag_name, region_label
+from . import timeline as _path
+from ..text import fmt_ns
+from .names import OUTSIDE
 from .trace import Progress, Trace, prepare, table_to_records
 
 PERFETTO_UI = "https://ui.perfetto.dev"
@@ -82,6 +83,9 @@ class Finding:
         ranks: the ranks involved.
         start_ns, end_ns: the time range to look at, relative to ``Report.origin_ns``.
         data: the numbers behind the text.
+        label: a few words naming it (lists, plots).
+        claims: every statement of ``text`` as data (``causes.Claim.to_dict``: kind, the agents it
+            names, its numbers); a test checks each against the capture's raw events.
     """
 
     kind: str
@@ -92,15 +96,18 @@ class Finding:
     start_ns: int | None = None
     end_ns: int | None = None
     data: dict = field(default_factory=dict)
+    label: str = ""
+    claims: list = field(default_factory=list)
 
     def perfetto_url(self, trace_url: str | None = None, trace_end_ns: int | None = None, ranks=None) -> str:
         return perfetto_link(self.start_ns, self.end_ns, trace_url, trace_end_ns, ranks)
 
     def to_dict(self, trace_url: str | None = None, trace_end_ns: int | None = None, ranks=None) -> dict:
         return {"kind": self.kind, "severity": self.severity, "cost_ns": self.cost_ns, "text": self.text,
-                "ranks": list(self.ranks), "start_ns": self.start_ns, "end_ns": self.end_ns,
+                "label": self.label or self.kind, "ranks": list(self.ranks), "start_ns": self.start_ns,
+                "end_ns": self.end_ns,
                 "perfetto": self.perfetto_url(trace_url, trace_end_ns, ranks) if self.start_ns is not None else None,
-                "data": _jsonable(self.data)}
+                "claims": _jsonable(self.claims), "data": _jsonable(self.data)}
 
 
 class Tables(Mapping):
@@ -219,38 +226,25 @@ def _share_text(saving: float, total: float) -> str:
     return f"{100 * saving / total:.0f}% of its kernel time" if total > 0 else "of its kernel time"
 
 
-def _launches_text(n: int, of: int) -> str:
-    return f"in {n:,} of {of:,} launch{'es' if of != 1 else ''}"
-
-
-def _saving_text(c: causes.Cause, what: str, total: float, n_launches_all: int) -> str:
-    """"<what>, the capture would be X (Y% of its kernel time) shorter per launch" and its consequences."""
-    n = max(int(c.launches.size), 1)
-    per = c.saving_ns / n
-    if c.saving_ns <= 0:
-        text = f"{what}, the capture would not be shorter: other work ends at the same time."
-    else:
-        text = (f"{what}, the capture would be {fmt_ns(per)} shorter per launch ({fmt_ns(c.saving_ns)} in all, "
-                f"{_share_text(c.saving_ns, total)})")
-        text += "." if c.saving_launches >= n else f"; shorter in {c.saving_launches:,} of those launches."
-    if c.waiting_removed_ns > 0 and c.waits_affected:
-        text += (f" With it go {fmt_ns(c.waiting_removed_ns)} of waiting by {c.waits_affected:,} waits on "
-                 f"{ranks_text(c.waiting_ranks)}.")
-    if c.sampled and c.sampled < c.launches.size:
-        text += f" (Priced by replaying {c.sampled} of its {c.launches.size:,} launches.)"
-    if not c.converged:
-        text += " (The replay did not settle: an estimate.)"
-    return text
-
-
 def _severity(c: causes.Cause, total: float, cfg: ReportConfig) -> str:
     if c.kind == "hang":
         return "error"
     return "warning" if total > 0 and c.saving_ns >= cfg.causes.min_share * total and c.saving_ns > 0 else "info"
 
 
+def _lists(x):
+    """Tuples as lists, all the way down (the data reads as its JSON does)."""
+    if isinstance(x, dict):
+        return {k: _lists(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_lists(v) for v in x]
+    return x
+
+
 def _cause_data(c: causes.Cause, total: float, n_launches_all: int) -> dict:
-    d = {k: v for k, v in c.detail.items() if k != "rows"}
+    d = _lists(dataclasses.asdict(c.detail) if dataclasses.is_dataclass(c.detail) else dict(c.detail or {}))
+    for k in ("rows", "workgroups"):  # (what the replay needed: event rows, not for readers)
+        d.pop(k, None)
     d.update(kind=c.kind, rank=c.rank, ranks=list(c.ranks), saving_ns=c.saving_ns,
              saving_per_launch_ns=c.saving_ns / max(c.launches.size, 1),
              share=c.saving_ns / total if total > 0 else None, n_launches=int(c.launches.size),
@@ -259,142 +253,19 @@ def _cause_data(c: causes.Cause, total: float, n_launches_all: int) -> dict:
     return d
 
 
-def _cause_findings(trace: Trace, found: list, cfg: ReportConfig, wg: np.ndarray, to: np.ndarray) -> list[Finding]:
-    lids, spans = causes.launch_makespans(trace)
-    total = float(spans.sum())
-    L = int(lids.size)
+def _cause_findings(ctx: causes.Context, found: list, cfg: ReportConfig) -> list[Finding]:
+    """One finding per cause, in the words of its kind's module (``causes.registry``)."""
+    total = ctx.kernel_time_ns
+    L = ctx.n_launches
     out = []
     for c in found:
         if c.launches.size == 0:
             continue
-        d = c.detail
-        n = int(c.launches.size)
-        first_l = int(c.launches.min())
-        start = end = None
-        if c.kind == "hang":
-            rid = d.get("region_id", -1)
-            where = f" in {region_label(trace, rid)}" if rid is not None and rid >= 0 else ""
-            cmp = d.get("cmp", ">=")
-            sent = (f"its last notify on that flag wrote {d['last_value_sent']}" if d["last_value_sent"] >= 0
-                    else "it sent no notify on that flag")
-            if d["producer_stuck"]:
-                state = f"; rank {d['producer']} was itself stuck waiting"
-            elif d["producer_last_event_ns"] >= 0:
-                state = (f"; rank {d['producer']} was not waiting on anything (its last event ended at "
-                         f"+{fmt_ns(_rel(trace, d['producer_last_event_ns']))})")
-            else:
-                state = ""
-            text = (f"HANG: rank {d['consumer']} {_progs(d['programs'])}"
-                    + (f" (SM {d['sm']})" if d.get("sm", -1) >= 0 else "")
-                    + f" waited on flag {flag_name(trace, d['flag'])}{where} for value {cmp} {d['expected']} from rank "
-                    f"{d['producer']} and gave up after {fmt_ns(d['waited_ns'])}: rank {d['producer']} never sent it "
-                    f"({sent}){state}; {_launches_text(n, L)}.")
-            if d.get("cut_short"):
-                text += (f" Its cascade: {d['cut_short']} more wait{'s' if d['cut_short'] != 1 else ''} on "
-                         f"{ranks_text(d['cut_ranks'])} gave up with it (cut short by the first timeout on their rank, "
-                         f"not missing signals themselves).")
-            text += " " + _saving_text(c, "Sent on time", total, L)
-            start = _rel(trace, d["since_ns"])
-            end = _rel(trace, d["gave_up_ns"]) if d.get("gave_up_ns", -1) >= 0 else None
-        elif c.kind == "late_launch":
-            first = f"rank {d['first_rank']}" if d.get("first_rank", -1) >= 0 else "the first rank"
-            rng = (f"; {fmt_ns(d['min_ns'])} to {fmt_ns(d['max_ns'])}" if d["max_ns"] - d["min_ns"] > 0.05 * d["magnitude_ns"]
-                   else "")
-            text = (f"rank {c.rank} launched late: it started {fmt_ns(d['magnitude_ns'])} after {first} "
-                    f"(median {_launches_text(n, L)}{rng}) while its GPU was idle; its peers waited for it. "
-                    + _saving_text(c, "Started on time", total, L))
-            lt = causes_launch_extent(trace, first_l, c.rank)
-            start, end = lt
-        elif c.kind == "late_notifies":
-            rid = d["region_id"]
-            base = (f", beyond the {fmt_ns(d['baseline_ns'])} the other ranks take" if np.isfinite(d.get("baseline_ns", np.nan))
-                    else "")
-            rounds = ranges_text(d["rounds"], 3)
-            text = (f"rank {c.rank} notified late: it held {d['n_late']:,} of its {d['n_notifies']:,} notifies "
-                    f"{region_label(trace, rid)} back {fmt_ns(d['magnitude_ns'])} each (median; up to "
-                    f"{fmt_ns(d['max_ns'])}) after it was ready (time outside any region{base}): {_progs(d['programs'])}, "
-                    f"round{'s' if len(d['rounds']) != 1 else ''} {rounds} of each program's notifies, "
-                    f"{_launches_text(n, L)}. " + _saving_text(c, "Notified on time", total, L))
-            rows = d.get("rows")
-            if rows is not None and rows.size:
-                hx = causes._holds(trace)
-                pos = np.searchsorted(hx["row"], rows)
-                pos = pos[hx["launch"][pos] == first_l] if (hx["launch"][pos] == first_l).any() else pos
-                worst = pos[np.argmax(hx["held_excess_ns"][pos])]
-                s_n = int(hx["start_ns"][worst])
-                start, end = _rel(trace, s_n - int(hx["held_ns"][worst])), _rel(trace, s_n)
-        elif c.kind == "uneven_work":
-            progs = "; ".join(f"rank {r} {_progs(p, 4)}" for r, p in d["programs"].items())
-            nwg = sum(len(p) for p in d["programs"].values())
-            items, med_items = d["items"], d["median_items"]
-            why = (f"{items:.1f} work items vs {med_items:.0f}: uneven work distribution" if items > 1.05 * med_items
-                   else f"as many work items ({med_items:.0f}) as the others: its work went slower" if nwg == 1
-                   else f"as many work items ({med_items:.0f}) as the others: their work went slower")
-            reg = d.get("region") or ""
-            rid = _region_id_of(trace, reg)
-            where = (f"; most of the extra in {region_label(trace, rid)}" if reg and reg != OUTSIDE and rid is not None
-                     else f"; most of the extra {OUTSIDE}" if reg == OUTSIDE else "")
-            if np.isfinite(d.get("region_excess_ns", np.nan)) and where:
-                where += f" (+{fmt_ns(d['region_excess_ns'])})"
-            who = progs if nwg <= 8 else f"{nwg:,} workgroups ({progs})"
-            text = (f"uneven work ({d['role']}): {who} worked {fmt_ns(d['work_ns'])} vs the median workgroup's "
-                    f"{fmt_ns(d['median_work_ns'])} ({d['work_ns'] / max(d['median_work_ns'], 1):.2f}x), {why}{where}; "
-                    f"{_launches_text(n, L)}. " + _saving_text(c, "At the median work", total, L))
-            sel = wg[wg["overloaded"] & (wg["launch"] == first_l) & np.isin(wg["rank"], list(c.ranks))]
-            if sel.size:
-                start, end = _rel(trace, sel["start_ns"].min()), _rel(trace, sel["end_ns"].max())
-        elif c.kind == "uneven_ranks":
-            rw, ri = d["rank_work_ns"], d["rank_items"]
-            heavy = d["heavy"]
-            parts = ", ".join(f"rank {r} {fmt_ns(rw[r])} ({ri[r]:.0f} item{'s' if ri[r] != 1 else ''})" for r in sorted(rw))
-            reg = d.get("region") or ""
-            rid = _region_id_of(trace, reg)
-            where = f"; most of the difference in {region_label(trace, rid)}" if reg and rid is not None else ""
-            text = (f"uneven work across ranks ({d['role']}): the median workgroup of {ranks_text(heavy)} worked "
-                    f"{d['ratio']:.1f}x as long as rank {d['light_rank']}'s: {parts}{where}; {_launches_text(n, L)}. "
-                    + _saving_text(c, "Spread evenly over the ranks", total, L))
-        elif c.kind == "slow_link":
-            text = (f"slow link: signals from rank {c.rank} to rank {d['consumer']} took {fmt_ns(d['magnitude_ns'])} "
-                    f"(median over {d['n_waits']:,} waits) vs {fmt_ns(d['calibrated_ns'])} one way measured by the "
-                    f"capture's clock calibration; {_launches_text(n, L)}. " + _saving_text(c, "At the calibrated latency",
-                                                                                         total, L))
-        else:
-            continue
-        out.append(Finding(c.kind, _severity(c, total, cfg), float(c.saving_ns), text, tuple(int(x) for x in c.ranks),
-                           start, end, _cause_data(c, total, L)))
+        desc = causes.BY_KIND[c.kind].describe(c, ctx)
+        out.append(Finding(c.kind, _severity(c, total, cfg), float(c.saving_ns), desc.text,
+                           tuple(int(x) for x in c.ranks), desc.start_ns, desc.end_ns, _cause_data(c, total, L),
+                           label=desc.label, claims=[cl.to_dict() for cl in desc.claims]))
     return out
-
-
-def _progs(progs, limit: int = 8) -> str:
-    """``[5]`` -> "program 5"; ``[2, 3, 4, 5]`` -> "programs 2-5"; many -> the first runs and a count."""
-    ps = sorted({int(p) for p in progs})
-    if len(ps) == 1:
-        return f"program {ps[0]}"
-    runs = ranges_text(ps, 3).split(", ")
-    if len(runs) <= limit:
-        return f"programs {', '.join(runs)}"
-    shown = runs[:limit]
-    n_shown = sum(int(r.split("-")[1]) - int(r.split("-")[0]) + 1 if "-" in r else 1 for r in shown)
-    return f"programs {', '.join(shown)} and {len(ps) - n_shown} more"
-
-
-def _region_id_of(trace: Trace, name: str):
-    if not name:
-        return None
-    for rid, n in trace.regions.items():
-        if n == name:
-            return int(rid)
-    return None
-
-
-def causes_launch_extent(trace: Trace, launch: int, rank: int) -> tuple[int | None, int | None]:
-    """From the first rank's start of ``launch`` to ``rank``'s start (relative to the origin)."""
-    kt = stalls.kernel_time(trace)
-    sel = kt[kt["launch"] == launch]
-    if sel.size == 0:
-        return None, None
-    mine = sel[sel["rank"] == rank]
-    return _rel(trace, sel["start_ns"].min()), (_rel(trace, mine["start_ns"][0]) if mine.size else None)
 
 
 def _deadlock_findings(cycles: list[list[int]]) -> list[Finding]:
@@ -428,36 +299,81 @@ def _overlap_findings(trace: Trace, ov: np.ndarray, sampled: int, n_launches: in
                     tuple(int(r) for r in keys[sig]), data={"exposed_ns": exp[sig].tolist(), "ranks": keys[sig].tolist()})]
 
 
-def _path_findings(trace: Trace, path: np.ndarray) -> list[Finding]:
-    """One finding for all launches: who holds the critical path, and in what (time outside any
-    region named as such)."""
+#: Run segments a critical-path claim lists (beyond this the claim keeps its totals only).
+MAX_CLAIM_SEGMENTS = 2000
+
+
+def _event_key(trace: Trace, rows: np.ndarray) -> list[list[int]]:
+    """Events named the way a reader of the raw capture finds them: (rank, launch, program, slot)."""
+    return [[int(a), int(b), int(c), int(d)] for a, b, c, d in zip(
+        trace.column("rank")[rows].tolist(), trace.column("launch")[rows].tolist(),
+        trace.column("program")[rows].tolist(), trace.column("slot")[rows].tolist())]
+
+
+def _path_findings(trace: Trace, path: np.ndarray, w) -> list[Finding]:
+    """One finding for all launches: the hand-offs on the critical path (between ranks, between
+    programs of one rank), who holds it, and where its holder's time went (waits included)."""
     if path.size == 0:
         return []
-    sig = path[path["kind"] == "signal"]
     launches = np.unique(path["launch"])
-    crossing = np.unique(sig["launch"]) if sig.size else np.zeros(0, np.int64)
+    L = launches.size
+    sig = path[path["kind"] == "signal"]
+    claims: list = []
+    parts = []
+    if sig.size:
+        wrow = sig["wait_row"].astype(np.int64)
+        k = np.clip(np.searchsorted(w["row"], wrow), 0, max(w.size - 1, 0))
+        nrow = np.where(w["row"][k] == wrow, w["notify_row"][k], -1)
+        ok = nrow >= 0
+        wrow, nrow, sl = wrow[ok], nrow[ok], sig["launch"][ok]
+        cross_rank = trace.column("rank")[nrow] != trace.column("rank")[wrow]
+        cross_prog = ~cross_rank & (trace.wg[nrow] != trace.wg[wrow])
+        for sel, what in ((cross_rank, "ranks"), (cross_prog, "programs of one rank")):
+            ls = np.unique(sl[sel])
+            if ls.size:
+                first = np.flatnonzero(sel)[np.unique(sl[sel], return_index=True)[1]]  # one per launch
+                parts.append(f"it crosses {what} in {ls.size:,} of {L:,} launch{'es' if L != 1 else ''}")
+                claims.append({"kind": "crosses_ranks" if what == "ranks" else "crosses_programs", "agents": [],
+                               "values": {"launches": ls.size, "of": L,
+                                          "handoffs": [[wk, nk] for wk, nk in zip(_event_key(trace, wrow[first]),
+                                                                                   _event_key(trace, nrow[first]))]}})
+    if not parts:
+        parts.append(f"no hand-off on it in {'any of the' if L != 1 else 'the'} {L:,} launch{'es' if L != 1 else ''}: "
+                     f"each launch's last program ran on its own")
     tot = float(path["dur_ns"].sum())
+    key = path["rank"].astype(np.int64) * (1 << 32) + path["program"].astype(np.int64)
+    ak, ainv = np.unique(key, return_inverse=True)
+    per_agent = np.bincount(ainv.reshape(-1), weights=path["dur_ns"].astype(float), minlength=ak.size)
     rk, rinv = np.unique(path["rank"], return_inverse=True)
     per_rank = np.bincount(rinv.reshape(-1), weights=path["dur_ns"].astype(float), minlength=rk.size)
     top_r = int(rk[np.argmax(per_rank)])
-    runs = path[(path["kind"] == "run") & (path["rank"] == top_r)]
+    mine = path[path["rank"] == top_r]
+    top_a = int(ak[np.argmax(np.where((ak >> 32) == top_r, per_agent, -1))] & 0xFFFFFFFF)
+    a_share = float(per_agent[ak == (top_r << 32) + top_a][0]) / max(tot, 1)
+    r_share = float(per_rank.max()) / max(tot, 1)
+    holder = (f"rank {top_r} program {top_a} holds {100 * a_share:.0f}% of its time" if a_share >= 0.995 * r_share
+              else f"rank {top_r} holds {100 * r_share:.0f}% of its time (program {top_a} {100 * a_share:.0f}%)")
+    claims.append({"kind": "holds_path", "agents": [[top_r, -1, top_a, 0]],
+                   "values": {"rank_share": r_share, "program_share": a_share}})
+    names, ns = _path.path_region_time(trace, mine)
     reg = ""
-    if runs.size:
-        names = np.where(runs["region"].astype(str) == "", OUTSIDE, runs["region"].astype(str))
-        u, inv = np.unique(names, return_inverse=True)
-        by = np.bincount(inv.reshape(-1), weights=runs["dur_ns"].astype(float))
-        reg = str(u[np.argmax(by)])
-        reg_share = float(by.max()) / max(float(runs["dur_ns"].sum()), 1)
-    text = (f"critical path: it crosses ranks in {crossing.size:,} of {launches.size:,} launch"
-            f"{'es' if launches.size != 1 else ''}; rank {top_r} holds {100 * per_rank.max() / max(tot, 1):.0f}% of its time")
-    if reg:
-        text += (f", {100 * reg_share:.0f}% of that {OUTSIDE}" if reg == OUTSIDE
-                 else f", {100 * reg_share:.0f}% of that in '{reg}'")
+    text = "critical path: " + "; ".join(parts) + "; " + holder
+    if names.size and ns.sum() > 0:
+        reg = str(names[0])
+        share = float(ns[0]) / float(ns.sum())
+        text += f", {100 * share:.0f}% of that " + (reg if reg.startswith(("(", "waiting")) else f"in '{reg}'")
+        runs = mine[mine["kind"] == "run"]
+        seg = ([[int(p), int(l), int(a_) - trace.origin_ns, int(b_) - trace.origin_ns] for p, l, a_, b_ in zip(
+            runs["program"].tolist(), runs["launch"].tolist(), runs["start_ns"].tolist(), runs["end_ns"].tolist())]
+            if runs.size <= MAX_CLAIM_SEGMENTS else None)
+        claims.append({"kind": "region_share", "agents": [[top_r, -1, -1, 0]],
+                       "values": {"region": reg, "share": share, "run_ns": float(ns.sum()), "segments": seg}})
     text += "."
     return [Finding("critical_path", "info", 0.0, text, tuple(int(r) for r in rk),
-                    data={"launches_crossing": int(crossing.size), "share": {int(k): v / max(tot, 1) for k, v in
-                                                                             zip(rk.tolist(), per_rank.tolist())},
-                          "top_rank": top_r, "top_region": reg})]
+                    data={"launches_crossing": int(sum(c["values"]["launches"] for c in claims if c["kind"] == "crosses_ranks")),
+                          "share": {int(k): v / max(tot, 1) for k, v in zip(rk.tolist(), per_rank.tolist())},
+                          "top_rank": top_r, "top_program": top_a, "top_region": reg},
+                    label="critical path", claims=claims)]
 
 
 def _capture_findings(trace: Trace, silent: np.ndarray, hang_launches: set) -> list[Finding]:
@@ -563,16 +479,16 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
     cycles = hangs.wait_for_cycles(missing)
     silent = hangs.silent_programs(trace)
     step("causes")
-    found = causes.root_causes(trace, ccfg, workgroups=wg, timeouts=to, missing=missing,
-                               min_excess=config.load.min_excess)
+    ctx = causes.context(trace, ccfg, workgroups=wg, timeouts=to, missing=missing, min_excess=config.load.min_excess)
+    found = causes.find(ctx)
     cause_table = causes.causes_table(trace, found)
     wc_totals = causes.wait_cause_totals(trace, sample)
     step("findings")
     total_wait = float(w["wait_ns"].sum())
     hang_launches = set(missing["launch"].tolist()) if missing.size else set()
     n_launches = int(causes.launch_makespans(trace)[0].size)
-    findings = (_deadlock_findings(cycles) + _cause_findings(trace, found, config, wg, to)
-                + _path_findings(trace, path) + _overlap_findings(trace, ov_sample, sample.size, n_launches)
+    findings = (_deadlock_findings(cycles) + _cause_findings(ctx, found, config)
+                + _path_findings(trace, path, w) + _overlap_findings(trace, ov_sample, sample.size, n_launches)
                 + _capture_findings(trace, silent, hang_launches))
     findings.sort(key=lambda f: (_SEVERITY[f.severity], f.kind not in causes.KINDS, -f.cost_ns,
                                  -float(f.data.get("excess_ns", 0.0) or 0.0) if f.kind in causes.KINDS else 0.0))
@@ -610,6 +526,10 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
         "healthy": not worst,
         "verdict": _verdict(worst, top_info, kernel_total, config),
     }
+    unreleased = np.flatnonzero(~paired & ~w["timed_out"])
+    summary["claims"] = [{"kind": "without_notify", "agents": [], "values": {
+        "waits": int(unreleased.size),
+        "events": _event_key(trace, w["row"][unreleased]) if unreleased.size <= MAX_CLAIM_SEGMENTS else None}}]
     tables = Tables(
         {"causes": cause_table, "wait_causes_by_rank": wc_totals, "waits": w, "stalls_by_rank": tot_rank,
          "workgroups": wg, "launch_timing": lt, "critical_path": path, "timeouts": to, "missing_notifies": missing,
@@ -638,7 +558,8 @@ def _verdict(worst: list, top_info, total: float, cfg: ReportConfig) -> str:
                 f"{fmt_ns(f.cost_ns)} ({_share_text(f.cost_ns, total)}).")
     limit = f"{100 * cfg.causes.min_share:.0f}%"
     if top_info is None:
-        return "Nothing is wrong: no hang, and no root cause (late launch, late notify, uneven work, slow link) found."
+        kinds = ", ".join(m.TITLE for m in causes.MODULES if m.KIND != "hang")
+        return f"Nothing is wrong: no hang, and no root cause ({kinds}) found."
     return (f"Nothing is wrong: no hang, and no root cause would shorten the capture by {limit} or more of its kernel "
             f"time (the largest would save {fmt_ns(top_info.cost_ns)}, {_share_text(top_info.cost_ns, total)}).")
 

@@ -40,7 +40,7 @@ from ..keys import (
 )
 from ..schema import arg_column, is_timeout
 from .spans import enclosing_span, preceding_span, rank_launch_starts
-from .trace import AnalysisError, ColumnTable, Trace, fill_table
+from .trace import AnalysisError, ColumnTable, Trace, agent_of, fill_table
 
 #: One row per WAIT event (see the module docstring for the two parts of ``wait_ns``).
 WAIT_DTYPE = np.dtype(
@@ -366,10 +366,13 @@ def notify_holds(trace: Trace) -> np.ndarray:
     sleeps or is descheduled before notifying holds it longer, and every waiter on that flag
     waits the extra time (cumulatively, when one program holds several notifies in a row).
 
-    ``baseline_ns`` is what the other ranks hold their notifies in the same launch: the median,
-    over the other ranks, of each rank's median ``held_ns`` there; ``held_excess_ns`` =
-    ``held_ns`` - ``baseline_ns`` is how late the notify was (NaN with no other rank to compare
-    with). These are durations measured on one rank each, so clock alignment cannot bias them;
+    ``baseline_ns`` is what such a notify is held when nothing holds it back, judged per agent
+    (``agent_of``: a program, a lane of it once programs have several) and call site (the
+    notify's region): the smaller of the agent's own median hold at that site and the median
+    over the agents of the same role (all agents notifying at that site in the launch, on every
+    rank). ``held_excess_ns`` = ``held_ns`` - ``baseline_ns`` is how late the notify was: a few
+    rounds held back stand out against the agent's other rounds, an agent that held every round
+    back against its peers, at one rank as at many. These are durations measured on one rank each, so clock alignment cannot bias them;
     which waits a late notify held up, and for how long, is measured across ranks on the aligned
     clock (:func:`waits`, ``producer_late_ns``).
 
@@ -403,29 +406,28 @@ def _compute_holds(trace: Trace) -> dict:
         held[~has] = np.nan
         ready = pe.astype(np.float64)
         ready[~has] = np.nan
-        # per (rank, launch): the median hold (rows are sorted by rank, launch: contiguous groups)
-        first = np.r_[True, (rank[1:] != rank[:-1]) | (launch[1:] != launch[:-1])]
-        gid = np.cumsum(first) - 1
         ok = np.flatnonzero(has)
         if ok.size:
-            G = int(gid[-1]) + 1
-            med = group_median(gid[ok], held[ok], G)
-            g_rank, g_launch = rank[first].astype(np.int64), launch[first].astype(np.int64)
-            li, _ = dense_codes(g_launch)
-            ri, rvals = dense_codes(g_rank)
-            table = np.full((int(li.max()) + 1, rvals.size), np.nan)
-            table[li, ri] = med
-            base = np.full_like(table, np.nan)
-            # the baseline of a rank is the other ranks' median in the same launch
-            for j in range(rvals.size):  # ranks: a handful
-                others = np.delete(table, j, axis=1)
-                has_other = np.isfinite(others).any(axis=1)
-                if has_other.any():
-                    base[has_other, j] = np.nanmedian(others[has_other], axis=1)
-            base_of = base[li, ri][gid]
-            base_of[~has] = np.nan
+            base_of[ok] = _hold_baseline(agent_of(trace, rows[ok]), launch[ok].astype(np.int64),
+                                         trace.at(N, "region")[ok].astype(np.int64), held[ok])
     cols.update(ready_ns=ready, held_ns=held, baseline_ns=base_of, held_excess_ns=held - base_of)
     return cols
+
+
+def _hold_baseline(agent: np.ndarray, launch: np.ndarray, site: np.ndarray, held: np.ndarray) -> np.ndarray:
+    """Per notify, the hold it is judged against: the smaller of its agent's median hold at the
+    same call site (its other rounds: a few rounds held back stand out) and the median, over the
+    agents of the same role (every agent notifying at that call site in the launch, on any
+    rank), of their median holds there (an agent that held every round back stands out). Never
+    the other ranks only: it works at one rank, and when every rank holds the same rounds."""
+    inv, keys = group_index(agent, site)  # (agent, call site)
+    own = group_median(inv, held, keys.shape[0])
+    # the agents of one role: same launch and call site (an agent belongs to one launch)
+    a_first = np.zeros(keys.shape[0], np.int64)
+    a_first[inv] = np.arange(inv.size)
+    r_inv, r_keys = group_index(launch[a_first], keys[:, 1])
+    role = group_median(r_inv, own, r_keys.shape[0])
+    return np.minimum(own, role[r_inv])[inv]
 
 
 #: One row per producer rank (``stragglers(...)[0]``) or producer workgroup (``[1]``).
