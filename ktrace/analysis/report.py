@@ -526,10 +526,20 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
         "healthy": not worst,
         "verdict": _verdict(worst, top_info, kernel_total, config),
     }
+    # completed waits the pairing matched to no notify: those whose flag got no notify at all
+    # before they ended, and those whose flag did (a counter fed by several notifies)
     unreleased = np.flatnonzero(~paired & ~w["timed_out"])
+    on_flag = stalls.latest_flag_notify(trace, unreleased) >= 0
+    none, unmatched = unreleased[~on_flag], unreleased[on_flag]
+    summary["waits_unreleased"] = int(none.size)
+    summary["waits_unmatched"] = int(unmatched.size)
     summary["claims"] = [{"kind": "without_notify", "agents": [], "values": {
-        "waits": int(unreleased.size),
-        "events": _event_key(trace, w["row"][unreleased]) if unreleased.size <= MAX_CLAIM_SEGMENTS else None}}]
+        "waits": int(none.size),
+        "events": _event_key(trace, w["row"][none]) if none.size <= MAX_CLAIM_SEGMENTS else None}}]
+    if unmatched.size:
+        summary["claims"].append({"kind": "notify_on_flag", "agents": [], "values": {
+            "waits": int(unmatched.size),
+            "events": _event_key(trace, w["row"][unmatched]) if unmatched.size <= MAX_CLAIM_SEGMENTS else None}})
     tables = Tables(
         {"causes": cause_table, "wait_causes_by_rank": wc_totals, "waits": w, "stalls_by_rank": tot_rank,
          "workgroups": wg, "launch_timing": lt, "critical_path": path, "timeouts": to, "missing_notifies": missing,
@@ -588,7 +598,10 @@ def render_text(rep: Report, *, max_findings: int = 10) -> str:
         f"Waits: {s['waits']:,} waited {fmt_ns(s['wait_ns'])} in total: producer late {fmt_ns(s['producer_late_ns'])}, "
         f"signal latency {fmt_ns(s['signal_latency_ns'])} (of which {fmt_ns(s.get('unexplained_ns'))} beyond the "
         f"calibrated link latency or with no captured notify: unexplained); {s['waits_unreleased']} completed waits "
-        f"without a captured notify; {s['timeouts']} timed out.",
+        f"without a captured notify"
+        + (f", {s['waits_unmatched']} more not matched to one notify (notifies on their flag were captured: "
+           f"released in the replay by the last before their end)" if s.get("waits_unmatched") else "")
+        + f"; {s['timeouts']} timed out.",
     ]
     wc = rep.tables.get("wait_causes_by_rank")
     if wc is not None and wc.size:

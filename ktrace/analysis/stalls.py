@@ -176,6 +176,39 @@ def _waits_table(trace: Trace) -> ColumnTable:
                        {"wait_ns": wait_ns, "signal_latency_ns": lambda idx: wait_ns(idx) - late[idx]})
 
 
+def latest_flag_notify(trace: Trace, wpos: np.ndarray) -> np.ndarray:
+    """For waits (positions in :func:`waits`), the row of the last notify on the same flag, from
+    the rank waited on to the waiting rank in the same launch, that started before the wait
+    ended (-1: none was captured). What a wait the pairing did not match (a counter fed by
+    several notifies) waited for at the latest: the replay releases it with that notify, so a
+    late producer is not hidden behind a wait held fixed."""
+    Nk = EventKind.NOTIFY
+    out = np.full(wpos.size, -1, np.int64)
+    nrows = trace.rows_of(Nk)
+    if wpos.size == 0 or nrows.size == 0:
+        return out
+    w = waits(trace)
+    nk = [trace.at(Nk, "launch"), trace.at(Nk, "rank"), trace.at(Nk, arg_column(Nk, "peer")), trace.at(Nk, arg_column(Nk, "flag"))]
+    wk = [w["launch"][wpos], w["peer"][wpos], w["rank"][wpos], w["flag"][wpos]]
+    inv, _ = group_index(*(np.concatenate([a.astype(np.int64), b.astype(np.int64)]) for a, b in zip(nk, wk)))
+    gn, gw = inv[: nrows.size], inv[nrows.size :]
+    ns = trace.at(Nk, "start_ns").astype(np.int64)
+    o = np.lexsort((ns, gn))
+    gno, nso = gn[o], ns[o]
+    we = w["end_ns"][wpos].astype(np.int64)
+    # the last notify of the wait's group starting at or before its end: search (group, end)
+    lo = np.searchsorted(gno, gw, side="left")
+    hi = np.searchsorted(gno, gw, side="right")
+    # within each group the starts are sorted: count those <= end by a search on a shifted key
+    span = int(max(nso.max() - nso.min(), we.max() - nso.min(), 0)) + 1
+    key_n = gno * span + (nso - nso.min())
+    key_w = gw * span + np.clip(we - nso.min(), -1, span - 1)
+    k = np.searchsorted(key_n, key_w, side="right") - 1
+    ok = (hi > lo) & (k >= lo) & (k < hi)
+    out[ok] = nrows[o[k[ok]]]
+    return out
+
+
 def kernel_time(trace: Trace) -> np.ndarray:
     """Per (rank, launch), the launch's extent on that rank: first event start to last event end.
 

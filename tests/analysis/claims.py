@@ -46,6 +46,7 @@ class Raw:
         self.agents = sorted(set(zip(self.rank.tolist(), self.launch.tolist(), self.program.tolist())))
         self._leaf = None
         self._holds = None
+        self._parts = None
 
     def arg(self, kind: int, name: str) -> np.ndarray:
         return self.e[arg_column(EventKind(kind), name)].astype(np.int64)
@@ -220,10 +221,25 @@ def _work(raw: Raw, a) -> float:
     return busy - min(raw._holds[tuple(a[:3])], busy)
 
 
+def _role(raw: Raw, v) -> list[tuple]:
+    """The agents a workgroup is compared with: those of the same kernel's launches, and of the same
+    part in hand-offs (2 x notifies + waits) when the claim says the kernel's programs differ in it."""
+    agents = [x for x in raw.agents if x[1] in set(v["role_launches"])]
+    if v.get("role_part", -1) < 0:
+        return agents
+    if raw._parts is None:
+        raw._parts = defaultdict(int)
+        for k, bit in ((N, 2), (W, 1)):
+            for a in set(zip(raw.rank[raw.kind == k].tolist(), raw.launch[raw.kind == k].tolist(),
+                             raw.program[raw.kind == k].tolist())):
+                raw._parts[a] |= bit
+    return [a for a in agents if raw._parts[a] == v["role_part"]]
+
+
 def _worked_longer(raw: Raw, c) -> list[str]:
     v = c["values"]
     named = [a[:3] for a in _agents(c)]
-    role = [x for x in raw.agents if x[1] in set(v["role_launches"])]
+    role = _role(raw, v)
     mine = np.mean([_work(raw, a) for a in named])
     med = np.median([_work(raw, a) for a in role])
     claimed = v["work_ns"] / max(v["median_work_ns"], 1)
@@ -241,7 +257,7 @@ def _extra_in_region(raw: Raw, c) -> list[str]:
     v = c["values"]
     rid = schema.region_id(v["region"])
     named = [a[:3] for a in _agents(c)]
-    role = [x for x in raw.agents if x[1] in set(v["role_launches"])]
+    role = _role(raw, v)
     ex = np.mean([raw.region_time(a, rid) for a in named]) - np.median([raw.region_time(a, rid) for a in role])
     bad = []
     if not (ex > 0 and close(ex, v["excess_ns"])):
@@ -314,6 +330,11 @@ def _gave_up(raw: Raw, c) -> list[str]:
         if not m.any():
             return [f"rank {a[0]} program {a[2]} has no wait on flag {v['flag']} that gave up in launch {a[1]}"]
         durs.append(float((raw.t[m] - raw.s[m]).max()))
+        if v.get("round", -1) >= 0:  # the wait that gave up is that program's round-th wait at its call site
+            at_site = np.flatnonzero(raw.sel(a[0], a[1], a[2], W) & (raw.region == v["region_id"]))
+            first = np.flatnonzero(m)[0]
+            if int(np.count_nonzero(at_site < first)) != v["round"]:
+                return [f"the wait that gave up is wait {int(np.count_nonzero(at_site < first))} there, the claim says round {v['round']}"]
     return [] if close(np.median(durs), v["waited_ns"]) else [f"gave up after {np.median(durs):.0f} ns, the claim says {v['waited_ns']:.0f}"]
 
 
@@ -367,6 +388,16 @@ def _not_shorter(raw: Raw, c) -> list[str]:
         if max(raw.extent(a)[1] for a in others) >= max(raw.extent(a)[1] for a in named) - v["magnitude_ns"] - ABS_NS:
             return []
     return ["in every launch of the cause, the named agents end last by more than the cause's size"]
+
+
+def _not_shorter_balanced(raw: Raw, c) -> list[str]:
+    """Spreading the work evenly would make the light rank work longer: the mean workgroup's work
+    is above the light rank's median."""
+    v = c["values"]
+    role = [x for x in raw.agents if x[1] in set(v["role_launches"])]
+    mean = np.mean([_work(raw, a) for a in role])
+    light = np.median([_work(raw, a) for a in role if a[0] == v["light_rank"]])
+    return [] if mean > light else [f"the mean workgroup works {mean:.0f} ns, not more than rank {v['light_rank']}'s {light:.0f}"]
 
 
 def _waiting_removed(raw: Raw, c) -> list[str]:
@@ -462,6 +493,22 @@ def _without_notify(raw: Raw, c) -> list[str]:
     return bad[:5] + ([f"... and {len(bad) - 5} more"] if len(bad) > 5 else [])
 
 
+def _notify_on_flag(raw: Raw, c) -> list[str]:
+    """Waits said to have notifies on their flag (not matched to one): each has one before its end."""
+    v = c["values"]
+    if v["events"] is None:
+        return []
+    peer, flag = raw.arg(N, "peer"), raw.arg(N, "flag")
+    bad = []
+    for wk in v["events"]:
+        i = raw.key[tuple(wk)]
+        m = ((raw.kind == N) & (raw.rank == raw.arg(W, "peer")[i]) & (peer == raw.rank[i]) & (flag == raw.arg(W, "flag")[i])
+             & (raw.launch == raw.launch[i]) & (raw.s <= raw.t[i]))
+        if not m.any():
+            bad.append(f"wait {wk} has no notify on its flag before it ended")
+    return bad[:5]
+
+
 def _slow_signals(raw: Raw, c) -> list[str]:
     v = c["values"]
     m = (raw.kind == W) & (raw.rank == v["consumer"]) & (raw.arg(W, "peer") == v["producer"])
@@ -474,10 +521,10 @@ CHECKS = {
     "program_started_late": _program_started_late, "worked_longer": _worked_longer, "extra_in_region": _extra_in_region,
     "ranks_worked_longer": _ranks_worked_longer, "difference_in_region": _difference_in_region,
     "never_sent": _never_sent, "gave_up": _gave_up, "stuck_waiting": _stuck_waiting, "not_waiting": _not_waiting,
-    "saving": _saving, "not_shorter": _not_shorter, "waiting_removed": _waiting_removed,
+    "saving": _saving, "not_shorter": _not_shorter, "not_shorter_balanced": _not_shorter_balanced, "waiting_removed": _waiting_removed,
     "crosses_ranks": lambda raw, c: _handoffs(raw, c, True), "crosses_programs": lambda raw, c: _handoffs(raw, c, False),
     "holds_path": _holds_path, "region_share": _region_share, "without_notify": _without_notify,
-    "slow_signals": _slow_signals,
+    "slow_signals": _slow_signals, "notify_on_flag": _notify_on_flag,
 }
 #: Numbers a claim states as amounts: none of them may be zero (a claim with nothing behind it is not written).
 AMOUNTS = ("magnitude_ns", "excess_ns", "saving_ns", "waiting_ns", "waited_ns")
@@ -489,5 +536,5 @@ def check(raw: Raw, claim: dict) -> list[str]:
     if fn is None:
         return [f"no check for claims of kind {claim['kind']!r}"]
     bad = [f"{k} = {claim['values'][k]} states nothing" for k in AMOUNTS
-           if k in claim["values"] and claim["kind"] != "not_shorter" and not (claim["values"][k] or 0) > 0]
+           if k in claim["values"] and not claim["kind"].startswith("not_shorter") and not (claim["values"][k] or 0) > 0]
     return bad + fn(raw, claim)

@@ -41,13 +41,15 @@ class Detail:
     since_ns: int  # its waits' earliest start (absolute)
     gave_up_ns: int
     last_value_sent: int
-    senders: tuple  # producer programs that send on that flag (in any launch); () if none ever did
+    senders: tuple  # producer programs that send on that flag (in any launch), or that fed the waiters' other waits
+    feeders: bool  # (senders are those feeders: nobody ever sent on that flag)
     candidates: tuple  # the producer agents judged: senders, else the producer rank's other programs
     stuck: tuple  # of those, the programs that were waiting while the consumer waited
     stuck_since_ns: int  # their earliest such wait's start (-1)
     stuck_until_ns: int  # and its end
     last_event_ns: int  # else: the candidates' last event end in that launch (-1 when they recorded none)
     region_id: int
+    round: int  # the first waiter's wait is its round-th wait at that call site in the launch (-1)
     sm: int
     cut_short: int
     cut_ranks: tuple
@@ -55,7 +57,10 @@ class Detail:
 
 def _producer_state(ctx: Context, launch: int, prod: int, cons: int, flag: int, waiting: tuple, since: int,
                     gave_up: int) -> tuple:
-    """``(senders, candidates, stuck, stuck_since, stuck_until, last_event)`` of a missing notify."""
+    """``(senders, feeders, candidates, stuck, stuck_since, stuck_until, last_event)`` of a missing
+    notify: the producer's programs that send on that flag (or, ``feeders``, none ever did and these
+    released the waiting programs' other waits), those judged, which were stuck and when, else
+    when the last of them ended."""
     trace = ctx.trace
     N = EventKind.NOTIFY
     nr, npg = trace.at(N, "rank"), trace.at(N, "program")
@@ -64,11 +69,17 @@ def _producer_state(ctx: Context, launch: int, prod: int, cons: int, flag: int, 
     keys = trace.wg_keys
     here = (keys[:, 0] == prod) & (keys[:, 1] == launch)
     progs = set(keys[here, 2].tolist())
+    w = _waits(trace)
+    if not senders:  # a flag nobody ever notified: the programs that released the waiters' other waits
+        fed = (w["rank"] == cons) & np.isin(w["program"], list(waiting)) & (w["notify_rank"] == prod)
+        senders = tuple(sorted(set(w["notify_program"][fed].tolist())))
+        feeders = True
+    else:
+        feeders = False
     if senders:
         cands = tuple(p for p in senders if p in progs) or senders
     else:
         cands = tuple(sorted(progs - (set(waiting) if prod == cons else set())))
-    w = _waits(trace)
     mine = (w["rank"] == prod) & (w["launch"] == launch) & np.isin(w["program"], list(cands))
     if prod == cons:
         mine &= ~np.isin(w["program"], list(waiting))
@@ -85,7 +96,7 @@ def _producer_state(ctx: Context, launch: int, prod: int, cons: int, flag: int, 
             from ..stalls import workgroup_extent
 
             last = int(workgroup_extent(trace)[1][sel].max())
-    return senders, cands, stuck, s0, s1, last
+    return senders, feeders, cands, stuck, s0, s1, last
 
 
 def detect(ctx: Context) -> list[Cause]:
@@ -105,7 +116,7 @@ def detect(ctx: Context) -> list[Cause]:
         mine = sel_to[sel_to["launch"] == first["launch"]]
         gave_up = int(mine["gave_up_ns"].max()) if mine.size else int(first["since_ns"])
         waiting = tuple(sorted(set(mine["program"].tolist())))
-        senders, cands, stuck, s0, s1, last = _producer_state(ctx, int(first["launch"]), prod, cons, flag, waiting,
+        senders, feeders, cands, stuck, s0, s1, last = _producer_state(ctx, int(first["launch"]), prod, cons, flag, waiting,
                                                               int(first["since_ns"]), gave_up)
 
         def changes(sub, launches=launches):
@@ -113,6 +124,14 @@ def detect(ctx: Context) -> list[Cause]:
             return Changes(release_timeouts=in_l)
 
         programs = sorted({p for ps in rows["programs"] for p in ps})
+        rnd = -1
+        if mine.size:
+            f0 = mine[np.argmin(mine["since_ns"])]
+            w = _waits(trace)
+            reg = trace.column("region")
+            same = (w["rank"] == f0["rank"]) & (w["launch"] == f0["launch"]) & (w["program"] == f0["program"])
+            same &= reg[w["row"]] == reg[f0["row"]]
+            rnd = int(np.count_nonzero(same & (w["row"] < f0["row"])))
         med = float(np.median(sel_to["waited_ns"])) if sel_to.size else math.nan
         f = sel_to[np.argmin(sel_to["since_ns"])] if sel_to.size else None
         out.append(Cause(KIND, prod, (cons, prod), launches, changes=changes, excess_ns=float(sel_to["waited_ns"].sum()),
@@ -121,9 +140,10 @@ def detect(ctx: Context) -> list[Cause]:
                              cmp=str(rows["cmp"][0]), programs=tuple(programs), n_waiters=int(rows["n_waiters"].sum()),
                              waited_ns=med, magnitude_ns=med, launch=int(first["launch"]), since_ns=int(first["since_ns"]),
                              gave_up_ns=int(f["gave_up_ns"]) if f is not None else -1,
-                             last_value_sent=int(rows["last_value_sent"].max()), senders=senders, candidates=cands,
+                             last_value_sent=int(rows["last_value_sent"].max()), senders=senders, feeders=feeders,
+                             candidates=cands,
                              stuck=stuck, stuck_since_ns=s0, stuck_until_ns=s1, last_event_ns=last,
-                             region_id=int(trace.column("region")[f["row"]]) if f is not None else -1,
+                             region_id=int(trace.column("region")[f["row"]]) if f is not None else -1, round=rnd,
                              sm=int(f["sm"]) if f is not None else -1, cut_short=int(cut.size),
                              cut_ranks=tuple(sorted(set(cut["rank"].tolist()))))))
     return out
@@ -140,11 +160,13 @@ def describe(c: Cause, ctx: Context) -> Description:
     sent = (f"its last notify on that flag wrote {d.last_value_sent}" if d.last_value_sent >= 0
             else "it sent no notify on that flag")
     claims = [Claim("gave_up", consumer, {"launch": d.launch, "flag": d.flag, "peer": d.producer,
-                                          "waited_ns": d.waited_ns}),
+                                          "waited_ns": d.waited_ns, "round": d.round if len(d.programs) == 1 else -1,
+                                          "region_id": d.region_id}),
               Claim("never_sent", (producer,), {"launch": d.launch, "consumer": d.consumer, "flag": d.flag,
                                                 "expected": d.expected, "cmp": d.cmp,
                                                 "last_value_sent": d.last_value_sent})]
-    who = (f"rank {d.producer} {progs_text(d.senders)} (which send{'s' if len(d.senders) == 1 else ''} on that flag)"
+    sends = "which released its other waits" if d.feeders else f"which send{'s' if len(d.senders) == 1 else ''} on that flag"
+    who = (f"rank {d.producer} {progs_text(d.senders)} ({sends})"
            if d.senders else f"rank {d.producer} {progs_text(d.candidates)}" if d.candidates else "")
     state = ""
     if d.stuck:
@@ -161,7 +183,8 @@ def describe(c: Cause, ctx: Context) -> Description:
                                                      "gave_up_ns": ctx.rel(d.gave_up_ns),
                                                      "last_event_ns": ctx.rel(d.last_event_ns)}))
     text = (f"HANG: rank {d.consumer} {progs_text(d.programs)}" + (f" (SM {d.sm})" if d.sm >= 0 else "")
-            + f" waited on flag {flag_name(trace, d.flag)}{where} for value {d.cmp} {d.expected} from rank "
+            + f" waited{f' (its wait of round {d.round} there)' if d.round >= 0 and len(d.programs) == 1 else ''}"
+            f" on flag {flag_name(trace, d.flag)}{where} for value {d.cmp} {d.expected} from rank "
             f"{d.producer} and gave up after {fmt_ns(d.waited_ns)}: rank {d.producer} never sent it ({sent}){state}; "
             f"{launches_text(n, L)}.")
     if d.cut_short:

@@ -58,7 +58,7 @@ from ...text import ranges_text
 from ..intervals import last_at_or_before, segmented_cummax, segmented_cumsum
 from ..names import OUTSIDE
 from ..spans import coverage, covered
-from ..stalls import _holds, kernel_time, workgroup_extent
+from ..stalls import latest_flag_notify, workgroup_extent
 from ..stalls import waits as _waits
 from ..trace import Sparse, Trace, fill_table
 
@@ -367,6 +367,18 @@ def _build_model(trace: Trace, launches: np.ndarray | None = None) -> _Model:
     pair = np.where((n_row >= 0) & (pair < nr.size) & (nr[np.minimum(pair, max(nr.size - 1, 0))] == n_row)
                     if nr.size else np.zeros(nw, bool), pair, -1)
     external = (n_row >= 0) & (pair < 0)  # released by a notify of a launch not in the model
+    # a completed wait the pairing did not match is released by the last notify on its flag
+    # that came before its end (a counter's last increment), when one was captured: held fixed,
+    # it would make any delay of that producer look free
+    to_ = w["timed_out"][wo]
+    guess = np.flatnonzero((n_row < 0) & ~to_)
+    if guess.size and nr.size:
+        g_row = latest_flag_notify(trace, wo[guess])
+        gp = np.searchsorted(nr, g_row)
+        hit = (g_row >= 0) & (gp < nr.size) & (nr[np.minimum(gp, nr.size - 1)] == g_row)
+        n_row = n_row.copy()
+        n_row[guess[hit]] = g_row[hit]
+        pair[guess[hit]] = gp[hit]
     to = w["timed_out"][wo]
     late_ns = np.nan_to_num(w["producer_late_ns"])[wo]
     # a notify that starts after the wait it released ended (the clocks disagree by more than
@@ -390,6 +402,10 @@ def _build_model(trace: Trace, launches: np.ndarray | None = None) -> _Model:
     n_start_all = trace.at(N_, "start_ns")
     n_start_of = np.where(n_row >= 0, n_start_all[np.maximum(np.searchsorted(nr_all, n_row), 0)] - origin
                           if nr_all.size else 0, 0)
+    if guess.size:  # (their producer's lateness, as the waits table has it for matched ones)
+        late_ns = late_ns.copy()
+        gl = guess[n_row[guess] >= 0]
+        late_ns[gl] = np.maximum(n_start_of[gl] - w_s[gl], 0)
     lat_obs = (w_e - n_start_of).astype(np.float64)
     lat_obs[n_row < 0] = np.nan
     rank_w = w["rank"].astype(np.int64)[wo]

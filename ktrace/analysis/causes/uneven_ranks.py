@@ -114,5 +114,7 @@ def describe(c: Cause, ctx: Context) -> Description:
                                                             "diff_ns": d.region_diff_ns}))
     text = (f"uneven work across ranks ({d.role}): the median workgroup of {ranks_text(d.heavy)} worked "
             f"{d.ratio:.1f}x as long as rank {d.light_rank}'s: {parts}{where}; {launches_text(n, L)}. ")
-    saving, more = saving_text(c, "Spread evenly over the ranks", ctx, named)
+    saving, more = saving_text(c, "Spread evenly over the ranks", ctx, named,
+                               ("the other ranks would work longer by as much", "not_shorter_balanced",
+                                {"role_launches": role_launches, "light_rank": d.light_rank}))
     return Description(text + saving, f"uneven work across ranks ({ranks_text(d.heavy)})", None, None, claims + more)

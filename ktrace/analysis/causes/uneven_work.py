@@ -13,6 +13,7 @@ import numpy as np
 
 from ...keys import group_median
 from ...text import fmt_ns
+from ..load import _HANDOFF_ROLES
 from ..names import OUTSIDE, region_label
 from ..trace import Sparse
 from .model import Cause, Changes, Claim, Context, Description, _object_codes, _role_codes
@@ -113,8 +114,10 @@ def describe(c: Cause, ctx: Context) -> Description:
     role_inv, role_codes = _role_codes(wg)
     ri = int(np.searchsorted(role_codes, d.role))
     role_launches = sorted(set(wg["launch"][role_inv == ri].tolist()))
+    part = next((i for i, n in sorted(enumerate(_HANDOFF_ROLES), key=lambda x: -len(x[1])) if d.role.endswith(" " + n)), -1)
     launches = [int(x) for x in c.launches.tolist()]
-    claims = [Claim("worked_longer", named, {"launches": launches, "role_launches": role_launches, "role": d.role,
+    claims = [Claim("worked_longer", named, {"launches": launches, "role_launches": role_launches, "role_part": part,
+                                             "role": d.role,
                                              "work_ns": d.work_ns,
                                              "median_work_ns": d.median_work_ns, "items": d.items,
                                              "median_items": d.median_items, "n_workgroups": d.n_workgroups})]
@@ -129,7 +132,7 @@ def describe(c: Cause, ctx: Context) -> Description:
         most = "most of the extra" if d.region_excess_ns >= 0.5 * extra else "the largest part of the extra"
         where = f"; {most} in {name} (+{fmt_ns(d.region_excess_ns)})"
         claims.append(Claim("extra_in_region", named, {"launches": launches, "role_launches": role_launches,
-                                                       "role": d.role, "region": d.region,
+                                                       "role_part": part, "role": d.role, "region": d.region,
                                                        "excess_ns": d.region_excess_ns, "extra_ns": d.magnitude_ns,
                                                        "most": d.region_excess_ns >= 0.5 * extra}))
     who = progs if nwg <= 8 else f"{nwg:,} workgroups ({progs})"

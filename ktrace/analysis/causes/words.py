@@ -42,9 +42,12 @@ def agents(rank: int, programs, launch: int = -1) -> tuple:
     return tuple((int(rank), int(launch), int(p), 0) for p in sorted({int(p) for p in programs}))
 
 
-def saving_text(c: Cause, what: str, ctx: Context, named: tuple = ()) -> tuple[str, list[Claim]]:
+def saving_text(c: Cause, what: str, ctx: Context, named: tuple = (),
+                why_not: tuple[str, str, dict] = ("other work ends at the same time", "not_shorter", {})
+                ) -> tuple[str, list[Claim]]:
     """"<what>, the capture would be X (Y% of its kernel time) shorter per launch" and its
-    consequences, with their claims (``named``: the agents the cause is about)."""
+    consequences, with their claims (``named``: the agents the cause is about; ``why_not``: what
+    to say, and claim, when it would save nothing)."""
     total = ctx.kernel_time_ns
     n = max(int(c.launches.size), 1)
     per = c.saving_ns / n
@@ -52,8 +55,8 @@ def saving_text(c: Cause, what: str, ctx: Context, named: tuple = ()) -> tuple[s
     mag = float(getattr(c.detail, "magnitude_ns", 0.0) or 0.0)
     launches = [int(x) for x in c.launches.tolist()]
     if c.saving_ns <= 0:
-        text = f"{what}, the capture would not be shorter: other work ends at the same time."
-        claims.append(Claim("not_shorter", named, {"launches": launches, "magnitude_ns": mag}))
+        text = f"{what}, the capture would not be shorter: {why_not[0]}."
+        claims.append(Claim(why_not[1], named, {"launches": launches, "magnitude_ns": mag, **why_not[2]}))
     else:
         text = (f"{what}, the capture would be {fmt_ns(per)} shorter per launch ({fmt_ns(c.saving_ns)} in all, "
                 f"{share_text(c.saving_ns, total)})")
