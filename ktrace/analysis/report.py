@@ -14,9 +14,7 @@ trace (:func:`perfetto_link`).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -28,9 +26,10 @@ from . import timeline as overlap
 from . import timeline as _path
 from ..text import fmt_ns
 from .names import OUTSIDE
+from .document import MIN_LINK_NS, PERFETTO_UI, Finding, link_range, perfetto_link
+from .document import jsonable as _jsonable
 from .trace import Progress, Trace, prepare, table_to_records
 
-PERFETTO_UI = "https://ui.perfetto.dev"
 _SEVERITY = {"error": 0, "warning": 1, "info": 2}
 
 
@@ -65,49 +64,6 @@ class ReportConfig:
             raise ValueError(f"ReportConfig.min_late_ns must be >= 0, got {self.min_late_ns}")
         if self.max_rows < 1:
             raise ValueError(f"ReportConfig.max_rows must be >= 1, got {self.max_rows}")
-
-
-@dataclass
-class Finding:
-    """One thing the report wants the reader to know.
-
-    Attributes:
-        kind: a root cause (``hang``, ``late_launch``, ``late_notifies``, ``uneven_work``,
-            ``uneven_ranks``, ``slow_link``: ``ktrace.analysis.causes``), or ``critical_path``,
-            ``overlap``, ``capture`` (information).
-        severity: ``error`` (a hang), ``warning`` (a cause that would save at least
-            ``CauseConfig.min_share`` of the capture's kernel time) or ``info``.
-        cost_ns: for a cause, the time a replay of the capture without it saves (launch
-            durations summed; how findings are ranked); else what it accounts for.
-        text: the finding in plain words.
-        ranks: the ranks involved.
-        start_ns, end_ns: the time range to look at, relative to ``Report.origin_ns``.
-        data: the numbers behind the text.
-        label: a few words naming it (lists, plots).
-        claims: every statement of ``text`` as data (``causes.Claim.to_dict``: kind, the agents it
-            names, its numbers); a test checks each against the capture's raw events.
-    """
-
-    kind: str
-    severity: str
-    cost_ns: float
-    text: str
-    ranks: tuple[int, ...] = ()
-    start_ns: int | None = None
-    end_ns: int | None = None
-    data: dict = field(default_factory=dict)
-    label: str = ""
-    claims: list = field(default_factory=list)
-
-    def perfetto_url(self, trace_url: str | None = None, trace_end_ns: int | None = None, ranks=None) -> str:
-        return perfetto_link(self.start_ns, self.end_ns, trace_url, trace_end_ns, ranks)
-
-    def to_dict(self, trace_url: str | None = None, trace_end_ns: int | None = None, ranks=None) -> dict:
-        return {"kind": self.kind, "severity": self.severity, "cost_ns": self.cost_ns, "text": self.text,
-                "label": self.label or self.kind, "ranks": list(self.ranks), "start_ns": self.start_ns,
-                "end_ns": self.end_ns,
-                "perfetto": self.perfetto_url(trace_url, trace_end_ns, ranks) if self.start_ns is not None else None,
-                "claims": _jsonable(self.claims), "data": _jsonable(self.data)}
 
 
 class Tables(Mapping):
@@ -149,68 +105,11 @@ class Report:
     tables: Mapping
     config: ReportConfig
     trace: Trace | None = field(default=None, repr=False)
+    views: Mapping = field(default_factory=dict, repr=False)
 
-
-#: A finding's range shorter than this is widened to it (around its middle) in a link: the UI
-#: opens only a window of positive length.
-MIN_LINK_NS = 1_000
-
-
-def link_range(start_ns: int, end_ns: int, trace_end_ns: int | None = None) -> tuple[int, int]:
-    """The window a link opens for a finding's range (ns since the capture's first event, the
-    traces' time 0): the range itself, clamped to the trace ``[0, trace_end_ns]`` (the Perfetto
-    UI ignores a window that reaches outside the trace); a range shorter than
-    :data:`MIN_LINK_NS` is widened to it around its middle, within the trace."""
-    end = None if trace_end_ns is None else max(int(trace_end_ns), 1)
-    lo, hi = max(int(start_ns), 0), int(end_ns)
-    if end is not None:
-        lo, hi = min(lo, end), min(hi, end)
-    if hi - lo < MIN_LINK_NS:
-        mid = (lo + hi) // 2
-        lo, hi = mid - MIN_LINK_NS // 2, mid + MIN_LINK_NS // 2
-        if lo < 0:
-            lo, hi = 0, hi - lo
-        if end is not None and hi > end:
-            lo, hi = max(lo - (hi - end), 0), end
-    return lo, max(hi, lo + 1)
-
-
-def perfetto_link(start_ns: int | None, end_ns: int | None, trace_url: str | None = None, trace_end_ns: int | None = None,
-                  ranks=None, ui: str = PERFETTO_UI) -> str:
-    """A Perfetto UI link that opens ``trace_url`` (when given) showing [start, end].
-
-    The range is in ns since the capture's first event, which is the time base of both trace
-    formats ktrace writes, so the UI's ``visStart``/``visEnd`` take it as it is
-    (:func:`link_range` clamps it to the trace). With ``ranks``, the link also lists them in
-    rank order (``ktrace.export.layout.ui_startup_commands``). Without ``trace_url`` the link
-    opens the UI only; ``ktrace open TRACE --finding N`` serves the trace and opens the
-    finding's range.
-    """
-    from ..export.layout import ui_startup_commands
-
-    args = {}
-    if trace_url:
-        args["url"] = trace_url
-    if start_ns is not None and end_ns is not None:
-        lo, hi = link_range(start_ns, end_ns, trace_end_ns)
-        args["visStart"], args["visEnd"] = str(lo), str(hi)
-    if trace_url and ranks:
-        args["startupCommands"] = json.dumps(ui_startup_commands(ranks), separators=(",", ":"), ensure_ascii=False)
-    return f"{ui}/#!/" + (("?" + urllib.parse.urlencode(args, safe=":/")) if args else "")
-
-
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return _jsonable(x.tolist())
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
+    def document(self) -> dict:
+        """The report as its closed JSON document (:func:`report_json`): what renderers read."""
+        return report_json(self)
 
 
 def _rel(trace: Trace, t) -> int:
@@ -340,12 +239,14 @@ def _path_findings(trace: Trace, path: np.ndarray, w) -> list[Finding]:
     if not parts:
         parts.append(f"no hand-off on it in {'any of the' if L != 1 else 'the'} {L:,} launch{'es' if L != 1 else ''}: "
                      f"each launch's last program ran on its own")
-    tot = float(path["dur_ns"].sum())
+    # (a signal step whose notify starts after its wait ended, within the clocks' bound, is no time)
+    dur = np.maximum(path["dur_ns"], 0).astype(float)
+    tot = float(dur.sum())
     key = path["rank"].astype(np.int64) * (1 << 32) + path["program"].astype(np.int64)
     ak, ainv = np.unique(key, return_inverse=True)
-    per_agent = np.bincount(ainv.reshape(-1), weights=path["dur_ns"].astype(float), minlength=ak.size)
+    per_agent = np.bincount(ainv.reshape(-1), weights=dur, minlength=ak.size)
     rk, rinv = np.unique(path["rank"], return_inverse=True)
-    per_rank = np.bincount(rinv.reshape(-1), weights=path["dur_ns"].astype(float), minlength=rk.size)
+    per_rank = np.bincount(rinv.reshape(-1), weights=dur, minlength=rk.size)
     top_r = int(rk[np.argmax(per_rank)])
     mine = path[path["rank"] == top_r]
     top_a = int(ak[np.argmax(np.where((ak >> 32) == top_r, per_agent, -1))] & 0xFFFFFFFF)
@@ -551,11 +452,93 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
          "notify_lateness": lambda: stalls.notify_lateness(trace, w),
          "imbalance": lambda: load.imbalance(trace, wg), "per_sm": lambda: load.per_sm(trace, wg),
          "overlap": (lambda: ov_sample) if sample.size == n_launches else (lambda: overlap.overlap(trace, config.classes)),
-         "critical_path_summary": lambda: overlap.critical_path_summary(path)})
+         "critical_path_summary": lambda: overlap.critical_path_summary(path),
+         "outlier_workgroups": lambda: _outliers(wg)})
+    views = Tables({}, {"launch": lambda: _launch_view(trace, wg, w, findings), "heat": lambda: _heat_view(wg),
+                        "wait_hist": lambda: _hist_view(w)})
     if progress:
         progress("done", len(steps), len(steps))
     return Report(source=trace.source, origin_ns=trace.origin_ns, summary=summary, findings=findings, tables=tables,
-                  config=config, trace=trace)
+                  config=config, trace=trace, views=views)
+
+
+def _outliers(wg):
+    """The outlier workgroups, most work first."""
+    over = wg[wg["outlier"]]
+    return over[np.argsort(-over["work_ns"], kind="stable")]
+
+
+def _focus_launch(trace: Trace, wg, findings: list) -> int | None:
+    """The launch a report shows in detail: the first finding's (the launch alive at its start),
+    else the longest."""
+    if wg.size == 0:
+        return None
+    for f in findings:
+        if f.start_ns is not None:
+            t = f.start_ns + trace.origin_ns
+            hit = (wg["start_ns"] <= t + 1) & (wg["end_ns"] >= t)
+            if hit.any():
+                return int(np.bincount(wg["launch"][hit]).argmax())
+    lids, spans = causes.launch_makespans(trace)
+    return int(lids[np.argmax(spans)]) if lids.size else None
+
+
+#: A launch whose grid has at most this many workgroups in all is drawn one lane per workgroup.
+MAX_LANES = 64
+
+
+def _launch_view(trace: Trace, wg, w, findings: list) -> dict:
+    """One launch for the HTML plots: its workgroups, waits and (small grids) notifies, times in
+    ns since the capture's first event."""
+    ln = _focus_launch(trace, wg, findings)
+    if ln is None:
+        return {}
+    o = trace.origin_ns
+    sel = np.flatnonzero(wg["launch"] == ln)
+    ws = w[w["launch"] == ln]
+    out = {"launch": ln, "role": str(wg["role"][sel[0]]) if sel.size else "",
+           "workgroups": {"rank": wg["rank"][sel], "program": wg["program"][sel], "start_ns": wg["start_ns"][sel] - o,
+                          "end_ns": wg["end_ns"][sel] - o},
+           "waits": {"rank": ws["rank"], "program": ws["program"], "start_ns": ws["start_ns"] - o,
+                     "end_ns": ws["end_ns"] - o, "late": np.nan_to_num(ws["producer_late_ns"]) > 0}}
+    if 0 < sel.size <= MAX_LANES:
+        from ..schema import EventKind
+
+        n = trace.at(EventKind.NOTIFY, "launch") == ln
+        out["notifies"] = {"rank": trace.at(EventKind.NOTIFY, "rank")[n], "program": trace.at(EventKind.NOTIFY, "program")[n],
+                           "start_ns": trace.at(EventKind.NOTIFY, "start_ns")[n] - o}
+    return _jsonable(out)
+
+
+def _heat_view(wg) -> dict:
+    """Mean busy and wait time per workgroup (µs) per rank and program (binned to 256 columns)."""
+    if wg.size == 0:
+        return {}
+    ranks = np.unique(wg["rank"])
+    n_prog = int(wg["program"].max()) + 1
+    bins = min(n_prog, 256)
+    key = np.searchsorted(ranks, wg["rank"]) * bins + (wg["program"].astype(np.int64) * bins) // n_prog
+    cnt = np.bincount(key, minlength=ranks.size * bins)
+    out = {"ranks": ranks, "n_programs": n_prog, "bins": bins}
+    for col in ("busy_ns", "wait_ns"):
+        tot = np.bincount(key, weights=wg[col].astype(float), minlength=ranks.size * bins)
+        out[col.replace("_ns", "_us")] = (np.where(cnt > 0, tot / np.maximum(cnt, 1), np.nan) / 1e3).reshape(ranks.size, bins)
+    return _jsonable(out)
+
+
+def _hist_view(w) -> dict:
+    """Wait times per rank on 40 log-spaced bins (waits of 0 ns apart)."""
+    d = w["wait_ns"].astype(float)
+    pos = d > 0
+    if not pos.any():
+        return {}
+    edges = np.logspace(np.log10(max(d[pos].min(), 1.0)), np.log10(d[pos].max()) + 1e-9, 41)
+    ranks = {}
+    for r in np.unique(w["rank"]).tolist():
+        mine = w["rank"] == r
+        ranks[int(r)] = {"counts": np.histogram(d[mine & pos], bins=edges)[0], "positive": int((mine & pos).sum()),
+                         "waits": int(mine.sum())}
+    return _jsonable({"edges": edges, "ranks": ranks})
 
 
 def _verdict(worst: list, top_info, total: float, cfg: ReportConfig) -> str:
@@ -630,8 +613,9 @@ def report_json(rep: Report) -> dict:
     for name, t in rep.tables.items():
         tables[name] = {"rows_total": int(t.size), "columns": list(t.dtype.names or ()),
                         "rows": _jsonable(table_to_records(t, rep.config.max_rows))}
-    return {"format": "ktrace-report", "version": 1, "source": rep.source, "origin_ns": rep.origin_ns,
-            "summary": _jsonable(rep.summary),
+    return {"format": "ktrace-report", "version": 2, "source": rep.source, "origin_ns": rep.origin_ns,
+            "trace_url": rep.config.trace_url, "summary": _jsonable(rep.summary),
+            "views": {k: rep.views[k] for k in rep.views},
             "findings": [f.to_dict(rep.config.trace_url, rep.summary.get("trace_end_ns"), rep.summary.get("ranks")) for f in rep.findings],
             "tables": tables}
 
