@@ -141,9 +141,10 @@ def _lists(x):
 
 
 def _cause_data(c: causes.Cause, total: float, n_launches_all: int) -> dict:
-    d = _lists(dataclasses.asdict(c.detail) if dataclasses.is_dataclass(c.detail) else dict(c.detail or {}))
-    for k in ("rows", "workgroups"):  # (what the replay needed: event rows, not for readers)
-        d.pop(k, None)
+    # (rows and workgroup ids are what the replay needed, not for readers)
+    det = c.detail
+    d = _lists({f.name: getattr(det, f.name) for f in dataclasses.fields(det) if f.name not in ("rows", "workgroups")}
+               if dataclasses.is_dataclass(det) else dict(det or {}))
     d.update(kind=c.kind, rank=c.rank, ranks=list(c.ranks), saving_ns=c.saving_ns,
              saving_per_launch_ns=c.saving_ns / max(c.launches.size, 1),
              share=c.saving_ns / total if total > 0 else None, n_launches=int(c.launches.size),

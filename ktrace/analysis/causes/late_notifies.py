@@ -37,7 +37,7 @@ class Detail:
     n_notifies: int  # the rank's notifies at that call site
     programs: tuple
     rounds: tuple
-    rows: tuple  # the late notifies' rows
+    rows: np.ndarray  # the late notifies' rows
 
 
 def notify_rounds(trace: Trace) -> np.ndarray:
@@ -85,7 +85,7 @@ def detect(ctx: Context) -> list[Cause]:
             baseline_ns=float(np.nanmedian(base)) if np.isfinite(base).any() else math.nan,
             n_late=int(sel.size), n_notifies=int(mine.sum()),
             programs=tuple(sorted(set(h["program"][sel].tolist()))), rounds=tuple(sorted(set(rounds[sel].tolist()))),
-            rows=tuple(int(x) for x in h["row"][sel]))))
+            rows=h["row"][sel])))
     return out
 
 

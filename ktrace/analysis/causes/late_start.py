@@ -19,7 +19,7 @@ import numpy as np
 from ...keys import group_median, lexorder
 from ...text import fmt_ns
 from .model import Cause, Changes, Claim, Context, Description
-from .words import launches_text, progs_text, saving_text
+from .words import launches_text, progs_text, saving_text, workgroup_agents
 
 KIND = "late_start"
 TITLE = "late program start"
@@ -32,7 +32,7 @@ class Detail:
     programs: tuple  # the late programs of the rank
     baseline_ns: float  # the rank's median program start after its SM was free
     n_late: int  # (program, launch) pairs that started late
-    workgroups: tuple  # their workgroup ids (the replay shifts them)
+    workgroups: np.ndarray  # their workgroup ids (the replay shifts them)
 
 
 def _late_starts(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
@@ -94,7 +94,7 @@ def detect(ctx: Context) -> list[Cause]:
             magnitude_ns=float(np.median(vals)), max_ns=float(vals.max()),
             programs=tuple(sorted(set(wg["program"][sel].tolist()))),
             baseline_ns=float(np.median(off[mine] - excess[mine])), n_late=int(sel.size),
-            workgroups=tuple(int(x) for x in ids))))
+            workgroups=ids)))
     return out
 
 
@@ -104,10 +104,10 @@ def describe(c: Cause, ctx: Context) -> Description:
     who = f"rank {c.rank} {progs_text(d.programs)}"
     wg = ctx.workgroups
     ids = np.asarray(d.workgroups, np.int64)
-    named = tuple((int(r), int(l), int(p), 0) for r, l, p in zip(wg["rank"][ids].tolist(), wg["launch"][ids].tolist(),
-                                                                 wg["program"][ids].tolist()))
+    named, n_agents = workgroup_agents(wg, ids)
     launches = [int(x) for x in c.launches.tolist()]
-    claims = [Claim("program_started_late", named, {"launches": launches, "magnitude_ns": d.magnitude_ns,
+    claims = [Claim("program_started_late", named, {"launches": launches, "n_agents": n_agents,
+                                                    "magnitude_ns": d.magnitude_ns,
                                                     "max_ns": d.max_ns, "n_late": d.n_late})]
     rng = f", up to {fmt_ns(d.max_ns)}" if d.max_ns > 1.05 * d.magnitude_ns else ""
     text = (f"{who} started late: {fmt_ns(d.magnitude_ns)} (median{rng}) after the other programs of its launch "

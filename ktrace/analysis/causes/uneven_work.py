@@ -17,7 +17,7 @@ from ..load import _HANDOFF_ROLES
 from ..names import OUTSIDE, region_label
 from ..trace import Sparse
 from .model import Cause, Changes, Claim, Context, Description, _object_codes, _role_codes
-from .words import launches_text, progs_text, saving_text
+from .words import launches_text, workgroup_agents, progs_text, saving_text
 
 KIND = "uneven_work"
 TITLE = "uneven work"
@@ -35,7 +35,7 @@ class Detail:
     items: float  # their mean work items (innermost spans)
     median_items: float
     programs: dict  # rank -> programs
-    workgroups: tuple  # their workgroup ids
+    workgroups: np.ndarray  # their workgroup ids
 
 
 def _extra_region(ctx: Context, sel: np.ndarray, members: np.ndarray) -> tuple[str, float]:
@@ -49,7 +49,11 @@ def _extra_region(ctx: Context, sel: np.ndarray, members: np.ndarray) -> tuple[s
     if rids.size == 0 or sel.size == 0:
         return "", float("nan")
     mine = mtx[sel].astype(np.float64).mean(axis=0)
-    med = np.median(mtx[members].astype(np.float64), axis=0)
+
+    def medians():  # per region, the role's median (a column at a time: no copy of the role's rows)
+        return np.array([np.median(mtx[members, j]) for j in range(rids.size)])
+
+    med = ctx.trace.cached(("role_region_median", members.size, int(members[0]) if members.size else -1), medians)
     ex = mine - med
     ex[np.isin(rids, ctx.trace.at(EventKind.WAIT, "region"))] = -np.inf  # (time in waits is not work)
     j = int(np.argmax(ex))
@@ -90,7 +94,7 @@ def detect(ctx: Context) -> list[Cause]:
                                        n_workgroups=int(sel.size), work_ns=work, median_work_ns=float(med[ri]),
                                        magnitude_ns=work - float(med[ri]),
                                        items=float(np.mean(wg["work_items"][sel])), median_items=float(med_items[ri]),
-                                       programs=progs, workgroups=tuple(int(x) for x in sel))))
+                                       programs=progs, workgroups=np.asarray(sel, np.int64))))
     return out
 
 
@@ -109,14 +113,14 @@ def describe(c: Cause, ctx: Context) -> Description:
     nwg = sum(len(p) for p in d.programs.values())
     wg = ctx.workgroups
     ids = np.asarray(d.workgroups, np.int64)
-    named = tuple((int(r), int(l), int(p), 0) for r, l, p in zip(wg["rank"][ids].tolist(), wg["launch"][ids].tolist(),
-                                                                 wg["program"][ids].tolist()))
+    named, n_agents = workgroup_agents(wg, ids)
     role_inv, role_codes = _role_codes(wg)
     ri = int(np.searchsorted(role_codes, d.role))
     role_launches = sorted(set(wg["launch"][role_inv == ri].tolist()))
     part = next((i for i, n in sorted(enumerate(_HANDOFF_ROLES), key=lambda x: -len(x[1])) if d.role.endswith(" " + n)), -1)
     launches = [int(x) for x in c.launches.tolist()]
-    claims = [Claim("worked_longer", named, {"launches": launches, "role_launches": role_launches, "role_part": part,
+    claims = [Claim("worked_longer", named, {"launches": launches, "n_agents": n_agents, "role_launches": role_launches,
+                                             "role_part": part,
                                              "role": d.role,
                                              "work_ns": d.work_ns,
                                              "median_work_ns": d.median_work_ns, "items": d.items,
@@ -131,7 +135,8 @@ def describe(c: Cause, ctx: Context) -> Description:
         extra = max(d.magnitude_ns, 1.0)
         most = "most of the extra" if d.region_excess_ns >= 0.5 * extra else "the largest part of the extra"
         where = f"; {most} in {name} (+{fmt_ns(d.region_excess_ns)})"
-        claims.append(Claim("extra_in_region", named, {"launches": launches, "role_launches": role_launches,
+        claims.append(Claim("extra_in_region", named, {"launches": launches, "n_agents": n_agents,
+                                                       "role_launches": role_launches,
                                                        "role_part": part, "role": d.role, "region": d.region,
                                                        "excess_ns": d.region_excess_ns, "extra_ns": d.magnitude_ns,
                                                        "most": d.region_excess_ns >= 0.5 * extra}))

@@ -6,6 +6,8 @@ sentence that is not also data (``Description.claims``).
 
 from __future__ import annotations
 
+import numpy as np
+
 from ...text import fmt_ns, ranges_text, ranks_text
 from .model import Cause, Claim, Context
 
@@ -42,6 +44,19 @@ def agents(rank: int, programs, launch: int = -1) -> tuple:
     return tuple((int(rank), int(launch), int(p), 0) for p in sorted({int(p) for p in programs}))
 
 
+#: Agents a claim lists one by one at most (beyond: the first ones, and ``n_agents`` says how many).
+MAX_AGENTS = 2000
+
+
+def workgroup_agents(wg, ids) -> tuple[tuple, int]:
+    """``(agents, how many)`` of workgroups ``ids`` of a workgroups table: ``(rank, launch, program, 0)``
+    each, the first :data:`MAX_AGENTS` of them."""
+    ids = np.asarray(ids, np.int64)
+    k = ids[:MAX_AGENTS]
+    return tuple((int(r), int(l), int(p), 0) for r, l, p in zip(wg["rank"][k].tolist(), wg["launch"][k].tolist(),
+                                                              wg["program"][k].tolist())), int(ids.size)
+
+
 def saving_text(c: Cause, what: str, ctx: Context, named: tuple = (),
                 why_not: tuple[str, str, dict] = ("other work ends at the same time", "not_shorter", {})
                 ) -> tuple[str, list[Claim]]:
@@ -76,4 +91,4 @@ def saving_text(c: Cause, what: str, ctx: Context, named: tuple = (),
     return text, claims
 
 
-__all__ = ["agent_text", "agents", "launches_text", "progs_text", "saving_text", "share_text"]
+__all__ = ["MAX_AGENTS", "agent_text", "agents", "workgroup_agents", "launches_text", "progs_text", "saving_text", "share_text"]
