@@ -421,6 +421,7 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
         "timeouts": int(w["timed_out"].sum()),
         "clock": (getattr(trace.clock, "method", None) if trace.clock is not None else "given table"),
         "clock_bound_ns": (float(trace.clock.max_rtt_ns / 2 + trace.clock.max_residual_ns) if trace.clock is not None else None),
+        "clock_bounds": trace.clock.bounds_text() if hasattr(trace.clock, "bounds_text") else None,
         "partial": trace.partial,
         # the traces' time 0 is origin_ns; they end here (what links are clamped to)
         "trace_end_ns": int(trace.column("end_ns").max()) - trace.origin_ns if trace.n_events else 0,
@@ -558,27 +559,42 @@ def _verdict(worst: list, top_info, total: float, cfg: ReportConfig) -> str:
             f"time (the largest would save {fmt_ns(top_info.cost_ns)}, {_share_text(top_info.cost_ns, total)}).")
 
 
-def render_text(rep: Report, *, max_findings: int = 10) -> str:
+def render_text(rep, *, max_findings: int = 10) -> str:
     """The terminal summary: the verdict, the findings (at most ``max_findings``) in plain words,
-    then the headline numbers."""
-    s = rep.summary
+    then the headline numbers. Made from the report's data alone: a :class:`Report`, or its JSON
+    document (``report_json``, parsed) give the same text."""
+    if isinstance(rep, dict):
+        s, findings = rep["summary"], rep["findings"]
+
+        def rows(name):
+            return ((rep.get("tables") or {}).get(name) or {}).get("rows") or []
+    else:
+        s = rep.summary
+        findings = [{"severity": f.severity, "text": f.text, "start_ns": f.start_ns, "end_ns": f.end_ns}
+                    for f in rep.findings]
+
+        def rows(name):
+            t = rep.tables.get(name) if name in rep.tables else None
+            return _jsonable(table_to_records(t)) if t is not None and t.size else []
     lines = [f"ktrace report: {s['source']}", "", s.get("verdict", "")]
-    if rep.findings:
+    if findings:
         lines.append("")
         lines.append("Findings (hangs first, then by the time they would save):")
-        for i, f in enumerate(rep.findings[:max_findings], 1):
-            tag = {"error": "!!", "warning": " !", "info": "  "}[f.severity]
-            where = f" [+{fmt_ns(f.start_ns)} .. +{fmt_ns(f.end_ns)}]" if f.start_ns is not None and f.end_ns is not None else ""
-            lines.append(f"{tag} {i}. {f.text}{where}")
-        if len(rep.findings) > max_findings:
-            lines.append(f"   ... and {len(rep.findings) - max_findings} more (see --json / --html)")
+        for i, f in enumerate(findings[:max_findings], 1):
+            tag = {"error": "!!", "warning": " !", "info": "  "}[f["severity"]]
+            where = (f" [+{fmt_ns(f['start_ns'])} .. +{fmt_ns(f['end_ns'])}]"
+                     if f.get("start_ns") is not None and f.get("end_ns") is not None else "")
+            lines.append(f"{tag} {i}. {f['text']}{where}")
+        if len(findings) > max_findings:
+            lines.append(f"   ... and {len(findings) - max_findings} more (see --json / --html)")
     lines += [
         "",
         f"Capture: {s['world_size']} ranks ({', '.join(map(str, s['ranks']))}), {s['launches']:,} launches of "
         f"{', '.join(s['kernels']) or '?'}, {s['events']:,} events, {s['workgroups']:,} workgroups; kernel time "
         f"{fmt_ns(s.get('kernel_time_ns'))} (launch durations summed)"
         + (" (PARTIAL)" if s["partial"] else ""),
-        f"Clock: {s['clock']}" + (f", ranks aligned within ~{fmt_ns(s['clock_bound_ns'])}" if s.get("clock_bound_ns") else "") + (f" ({rep.trace.clock.bounds_text()})" if rep.trace is not None and hasattr(rep.trace.clock, "bounds_text") else ""),
+        f"Clock: {s['clock']}" + (f", ranks aligned within ~{fmt_ns(s['clock_bound_ns'])}" if s.get("clock_bound_ns") else "")
+        + (f" ({s['clock_bounds']})" if s.get("clock_bounds") else ""),
         f"Waits: {s['waits']:,} waited {fmt_ns(s['wait_ns'])} in total: producer late {fmt_ns(s['producer_late_ns'])}, "
         f"signal latency {fmt_ns(s['signal_latency_ns'])} (of which {fmt_ns(s.get('unexplained_ns'))} beyond the "
         f"calibrated link latency or with no captured notify: unexplained); {s['waits_unreleased']} completed waits "
@@ -587,22 +603,20 @@ def render_text(rep: Report, *, max_findings: int = 10) -> str:
            f"released in the replay by the last before their end)" if s.get("waits_unmatched") else "")
         + f"; {s['timeouts']} timed out.",
     ]
-    wc = rep.tables.get("wait_causes_by_rank")
-    if wc is not None and wc.size:
-        allw = wc[wc["rank"] == -1]
-        if allw.size and allw["producer_late_ns"][0] > 0:
-            a = allw[0]
-            lines.append(
-                f"Producers were late: not started {fmt_ns(a['late_not_started_ns'])}, waiting themselves "
-                f"{fmt_ns(a['late_waiting_ns'])}, working in a region {fmt_ns(a['late_in_region_ns'])}, outside any "
-                f"region {fmt_ns(a['late_outside_ns'])}, never signalled (waits that gave up) "
-                f"{fmt_ns(a['late_missing_ns'])}" + (f" (on {s['sampled_launches'][0]:,} of {s['sampled_launches'][1]:,} "
-                                                     f"launches)." if s['sampled_launches'][0] < s['sampled_launches'][1] else "."))
-    tr = rep.tables["stalls_by_rank"]
-    if tr.size:
+    allw = [r for r in rows("wait_causes_by_rank") if r["rank"] == -1]
+    if allw and (allw[0]["producer_late_ns"] or 0) > 0:
+        a = allw[0]
+        lines.append(
+            f"Producers were late: not started {fmt_ns(a['late_not_started_ns'])}, waiting themselves "
+            f"{fmt_ns(a['late_waiting_ns'])}, working in a region {fmt_ns(a['late_in_region_ns'])}, outside any "
+            f"region {fmt_ns(a['late_outside_ns'])}, never signalled (waits that gave up) "
+            f"{fmt_ns(a['late_missing_ns'])}" + (f" (on {s['sampled_launches'][0]:,} of {s['sampled_launches'][1]:,} "
+                                                 f"launches)." if s['sampled_launches'][0] < s['sampled_launches'][1] else "."))
+    tr = sorted(rows("stalls_by_rank"), key=lambda r: r["rank"])
+    if tr:
         lines.append("Waiting per rank: " + ", ".join(
-            f"r{r['rank']} {fmt_ns(r['wait_ns'])} ({100 * r['wait_frac']:.0f}% of program time)" if np.isfinite(r["wait_frac"])
-            else f"r{r['rank']} {fmt_ns(r['wait_ns'])}" for r in np.sort(tr, order="rank")))
+            f"r{r['rank']} {fmt_ns(r['wait_ns'])} ({100 * r['wait_frac']:.0f}% of program time)" if r.get("wait_frac") is not None
+            else f"r{r['rank']} {fmt_ns(r['wait_ns'])}" for r in tr))
     lines.append("Times are relative to the capture's first event (time 0 of its Perfetto trace).")
     return "\n".join(lines)
 
