@@ -204,10 +204,15 @@ MAX_CLAIM_SEGMENTS = 2000
 
 
 def _event_key(trace: Trace, rows: np.ndarray) -> list[list[int]]:
-    """Events named the way a reader of the raw capture finds them: (rank, launch, program, slot)."""
+    """Events named the way a reader of the raw capture finds them: (rank, launch, program, k), the
+    k-th event its program recorded (in slot order; the trace's own columns, not the full table)."""
+    from .spans import workgroup_starts
+
+    rows = np.asarray(rows, np.int64)
+    k = rows - workgroup_starts(trace)[trace.wg[rows]]
     return [[int(a), int(b), int(c), int(d)] for a, b, c, d in zip(
         trace.column("rank")[rows].tolist(), trace.column("launch")[rows].tolist(),
-        trace.column("program")[rows].tolist(), trace.column("slot")[rows].tolist())]
+        trace.column("program")[rows].tolist(), k.tolist())]
 
 
 def _path_findings(trace: Trace, path: np.ndarray, w) -> list[Finding]:

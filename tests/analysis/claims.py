@@ -40,8 +40,15 @@ class Raw:
         self.rank, self.launch, self.program = (e[c].astype(np.int64) for c in ("rank", "launch", "program"))
         self.region = e["region"].astype(np.int64)
         self.timeout = schema.is_timeout(e["flags"])
+        # events named (rank, launch, program, k): the k-th its program recorded, in slot order
+        o = np.lexsort((e["slot"], e["program"], e["launch"], e["rank"]))
+        k, last = np.zeros(e.size, np.int64), None
+        for n, i in enumerate(o.tolist()):
+            a = (int(e["rank"][i]), int(e["launch"][i]), int(e["program"][i]))
+            k[i] = 0 if a != last else k[o[n - 1]] + 1
+            last = a
         self.key = {(int(a), int(b), int(c), int(d)): i for i, (a, b, c, d) in
-                    enumerate(zip(e["rank"].tolist(), e["launch"].tolist(), e["program"].tolist(), e["slot"].tolist()))}
+                    enumerate(zip(e["rank"].tolist(), e["launch"].tolist(), e["program"].tolist(), k.tolist()))}
         # per agent (rank, launch, program): first start, last end, leaf span time per region
         self.agents = sorted(set(zip(self.rank.tolist(), self.launch.tolist(), self.program.tolist())))
         self._leaf = None

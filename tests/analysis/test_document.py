@@ -35,3 +35,12 @@ def test_text_and_html_from_the_json_alone(path):
 def test_not_a_report_document():
     with pytest.raises(ValueError):
         load({"format": "something else"})
+
+
+def test_the_report_never_builds_the_full_event_table():
+    """A report of a capture reads the columns it needs: the full table (every field of every
+    event, several times the raw buffers at 10 M events) is never built, JSON and claims included."""
+    rep = build_report(str(ROOT / "tests/fixtures/scenarios/w1_handoff_late_tiles.ktrace"))
+    report_json(rep)
+    render_text(rep)
+    assert rep.trace._events is None
