@@ -399,9 +399,12 @@ def critical_path(trace: Trace, launch: int | None = None, *, min_late_ns: int =
 def _clipped(trace: Trace, rows: np.ndarray, g: np.ndarray, s0: np.ndarray, e0: np.ndarray):
     """The events ``rows`` (sorted) of each segment's workgroup ``g`` over [s0, e0]: ``(segment,
     row, time inside the segment)`` per (segment, event) pair, vectorised."""
-    wgl = trace.wg[rows]
-    a = np.searchsorted(wgl, g, side="left")
-    cnt = np.searchsorted(wgl, g, side="right") - a
+    # (rows are in workgroup order: bounded by the workgroups' first rows, no workgroup per row)
+    first = _spans.workgroup_starts(trace)
+    lo = first[g]
+    hi = np.where(g + 1 < first.size, first[np.minimum(g + 1, first.size - 1)], trace.n_events)
+    a = np.searchsorted(rows, lo, side="left")
+    cnt = np.searchsorted(rows, hi, side="left") - a
     total = int(cnt.sum())
     seg = np.repeat(np.arange(g.size), cnt)
     idx = np.arange(total) - np.repeat(np.cumsum(cnt) - cnt, cnt) + np.repeat(a, cnt)

@@ -52,6 +52,7 @@ def detect(ctx: Context) -> list[Cause]:
     late = np.clip(np.minimum(skew, idle - np.where(np.isfinite(min_idle[lcode]), min_idle[lcode], 0.0)), 0, None)
     queued = skew - late
     w = _waits(trace)
+    w_peer = w["peer"]
     out = []
     for r in np.unique(kt["rank"]).tolist():  # ranks: a handful
         sel = (kt["rank"] == r) & (late >= cfg.min_skew_ns) & (n_ranks[lcode] > 1)
@@ -63,11 +64,12 @@ def detect(ctx: Context) -> list[Cause]:
         firsts = kt[(np.isin(lcode, codes)) & (skew == 0)]["rank"]
         ref = int(np.bincount(firsts).argmax()) if firsts.size else -1
         # the waits of other ranks on this one that began before it started (its peers waited)
-        mine_start = np.full(L, np.iinfo(np.int64).max)
+        mine_start = np.full(L, np.iinfo(np.int64).min)  # (other launches: no wait counts)
         mine_start[codes] = kt["start_ns"][sel]
-        wl = np.searchsorted(all_l, w["launch"])
-        on_it = (w["peer"] == r) & (w["rank"] != r) & np.isin(wl, codes)
-        waited = int(np.count_nonzero(on_it & (w["start_ns"] < mine_start[np.clip(wl, 0, L - 1)])))
+        on = np.flatnonzero(w_peer == r)  # (the waits on this rank only: few of all)
+        on = on[w["rank"][on] != r]
+        wl = np.clip(np.searchsorted(all_l, w["launch"][on]), 0, L - 1)
+        waited = int(np.count_nonzero(w["start_ns"][on] < mine_start[wl]))
 
         def changes(sub, r=r, per_launch=per_launch):
             sh = np.where(sub.wg_rank == r, per_launch[np.searchsorted(all_l, sub.launch_ids)][sub.wg_launch], 0.0)

@@ -19,7 +19,7 @@ from ...schema import EventKind
 from ...text import fmt_ns, ranges_text
 from ..names import region_label
 from ..stalls import _holds
-from ..trace import Sparse, Trace, agent_of
+from ..trace import Sparse, Trace, agent_of, has_lanes
 from .model import Cause, Changes, Claim, Context, Description
 from .words import agents, launches_text, progs_text, saving_text
 
@@ -40,9 +40,24 @@ class Detail:
     rows: np.ndarray  # the late notifies' rows
 
 
-def notify_rounds(trace: Trace) -> np.ndarray:
-    """Per notify (row order), its place among its agent's notifies of the same region."""
+def notify_rounds(trace: Trace, pos: np.ndarray | None = None) -> np.ndarray:
+    """Per notify (row order; or at positions ``pos`` among them), its place among its agent's
+    notifies of the same region."""
     N = EventKind.NOTIFY
+    if pos is not None and not has_lanes(trace):
+        # an agent is a workgroup, its notifies contiguous: per region, a running count of that
+        # region's notifies, less the count before the workgroup's first notify
+        rows = trace.rows_of(N)
+        reg = trace.at(N, "region")
+        g = trace.wg[rows]
+        start = np.searchsorted(g, g[pos], side="left")
+        out = np.zeros(pos.size, np.int64)
+        for rid in np.unique(reg[pos]).tolist():  # (the regions of the late notifies: a handful)
+            c = np.cumsum(reg == rid, dtype=np.int32)
+            here = reg[pos] == rid
+            before = np.where(start[here] > 0, c[np.maximum(start[here] - 1, 0)], 0)
+            out[here] = c[pos[here]] - before - 1
+        return out
     g = agent_of(trace, trace.rows_of(N))
     reg = trace.at(N, "region").astype(np.int64)
     rc, _ = dense_codes(reg)
@@ -66,9 +81,10 @@ def detect(ctx: Context) -> list[Cause]:
         return []
     reg = trace.at(EventKind.NOTIFY, "region").astype(np.int64)
     rank = h["rank"].astype(np.int64)
-    rounds = notify_rounds(trace)
     out = []
     li = np.flatnonzero(late)
+    rounds = np.zeros(late.size, np.int64)
+    rounds[li] = notify_rounds(trace, li)
     gk = rank[li] * (1 << 24) + reg[li]
     for key in np.unique(gk).tolist():  # (rank, call site): a handful
         sel = li[gk == key]

@@ -35,6 +35,30 @@ class Detail:
     workgroups: np.ndarray  # their workgroup ids (the replay shifts them)
 
 
+#: Workgroups per block in :func:`_late_starts`.
+_BLOCK = 1 << 16
+
+
+def _block(rank, launch, sm, start, end) -> tuple[np.ndarray, np.ndarray]:
+    """``_late_starts`` of a block of whole (rank, launch) groups."""
+    n = rank.size
+    o = lexorder(rank, launch, sm, start)
+    ro, lo, so = rank[o], launch[o], sm[o]
+    same_rl = np.r_[False, (ro[1:] == ro[:-1]) & (lo[1:] == lo[:-1])]
+    same_sm = same_rl & np.r_[False, so[1:] == so[:-1]]
+    del ro, lo, so
+    grp = np.cumsum(~same_rl) - 1
+    st = start[o].astype(np.int64)
+    t0 = np.minimum.reduceat(st, np.flatnonzero(~same_rl))[grp]
+    prev_end = np.where(same_sm, np.r_[0, end[o][:-1]], t0)
+    off = np.empty(n)
+    off[o] = (st - np.maximum(t0, np.minimum(prev_end, st))).astype(np.float64)
+    g = np.empty(n, np.int64)
+    g[o] = grp
+    med = group_median(g, off, int(grp.max()) + 1)
+    return off, off - med[g]
+
+
 def _late_starts(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
     """Per workgroup of ``ctx.workgroups``: its start after its SM was free, and that beyond the
     median of its rank and launch (cached)."""
@@ -42,24 +66,17 @@ def _late_starts(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
 
     def build():
         n = wg.size
+        off, excess = np.zeros(n), np.zeros(n)
         if n == 0:
-            return np.zeros(0), np.zeros(0)
-        rank, launch = wg["rank"].astype(np.int64), wg["launch"].astype(np.int64)
-        start, end, sm = wg["start_ns"].astype(np.int64), wg["end_ns"].astype(np.int64), wg["sm"].astype(np.int64)
-        o = lexorder(rank, launch, sm, start)
-        same_rl = np.r_[False, (rank[o][1:] == rank[o][:-1]) & (launch[o][1:] == launch[o][:-1])]
-        same_sm = same_rl & np.r_[False, sm[o][1:] == sm[o][:-1]]
-        # the rank's first start in the launch
-        grp = np.cumsum(~same_rl) - 1
-        t0 = np.minimum.reduceat(start[o], np.flatnonzero(~same_rl))[grp]
-        prev_end = np.where(same_sm, np.r_[0, end[o][:-1]], t0)
-        free = np.maximum(t0, np.minimum(prev_end, start[o]))
-        off = np.empty(n)
-        off[o] = (start[o] - free).astype(np.float64)
-        g = np.empty(n, np.int64)
-        g[o] = grp
-        med = group_median(g, off, int(grp.max()) + 1)
-        return off, off - med[g]
+            return off, excess
+        # the rows are in (rank, launch, program) order: blocks of whole (rank, launch) groups,
+        # each sorted on its own (a few temporaries of a block, not of a million workgroups)
+        rank, launch = wg["rank"], wg["launch"]
+        head = np.flatnonzero(np.r_[True, (rank[1:] != rank[:-1]) | (launch[1:] != launch[:-1])])
+        bounds = np.r_[head[:: max(1, int(np.ceil(head.size * _BLOCK / n)))], n] if n > _BLOCK else np.r_[0, n]
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            off[a:b], excess[a:b] = _block(rank[a:b], launch[a:b], wg["sm"][a:b], wg["start_ns"][a:b], wg["end_ns"][a:b])
+        return off, excess
 
     return ctx.trace.cached(("late_starts", id(wg)), build)
 

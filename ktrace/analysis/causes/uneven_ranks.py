@@ -101,7 +101,7 @@ def describe(c: Cause, ctx: Context) -> Description:
     launches = [int(x) for x in c.launches.tolist()]
     role_inv, role_codes = _role_codes(ctx.workgroups)
     ri = int(np.searchsorted(role_codes, d.role))
-    role_launches = sorted(set(ctx.workgroups["launch"][role_inv == ri].tolist()))
+    role_launches = np.unique(ctx.workgroups["launch"][role_inv == ri]).tolist()
     claims = [Claim("ranks_worked_longer", named, {"launches": launches, "role_launches": role_launches,
                                                    "role": d.role, "rank_work_ns": {str(k): v for k, v in rw.items()},
                                                    "ratio": d.ratio, "light_rank": d.light_rank})]
