@@ -129,7 +129,8 @@ def describe(c: Cause, ctx: Context) -> Description:
            else f"as many work items ({d.median_items:.0f}) as the others: its work went slower" if nwg == 1
            else f"as many work items ({d.median_items:.0f}) as the others: their work went slower")
     where = ""
-    if d.region and np.isfinite(d.region_excess_ns) and d.region_excess_ns > 0:
+    # a region is named only when it holds a real part of the extra (a tenth at least)
+    if d.region and np.isfinite(d.region_excess_ns) and d.region_excess_ns >= 0.1 * max(d.magnitude_ns, 1.0):
         rid = _region_id_of(trace, d.region)
         name = region_label(trace, rid) if d.region != OUTSIDE and rid is not None else repr(d.region)
         extra = max(d.magnitude_ns, 1.0)
