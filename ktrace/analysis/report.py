@@ -194,9 +194,14 @@ def _overlap_findings(trace: Trace, ov: np.ndarray, sampled: int, n_launches: in
     parts = ", ".join(f"rank {r} {fmt_ns(e)} ({100 * e / k:.0f}% of its kernel time)" for r, e, k, s_ in
                       zip(keys.tolist(), exp.tolist(), kern.tolist(), sig.tolist()) if s_)
     on = f" (measured on {sampled:,} of {n_launches:,} launches)" if sampled < n_launches else ""
+    launches = np.unique(ov["launch"]).tolist()
+    claims = [{"kind": "exposed_communication", "agents": [[int(r), -1, -1, 0]],
+               "values": {"launches": launches, "exposed_ns": float(e), "kernel_ns": float(k)}}
+              for r, e, k, s_ in zip(keys.tolist(), exp.tolist(), kern.tolist(), sig.tolist()) if s_]
     return [Finding("overlap", "info", float(exp[sig].sum()),
                     f"communication exposed (no compute running on the rank to hide it): {parts}{on}.",
-                    tuple(int(r) for r in keys[sig]), data={"exposed_ns": exp[sig].tolist(), "ranks": keys[sig].tolist()})]
+                    tuple(int(r) for r in keys[sig]), data={"exposed_ns": exp[sig].tolist(), "ranks": keys[sig].tolist()},
+                    label="exposed communication", claims=claims)]
 
 
 #: Run segments a critical-path claim lists (beyond this the claim keeps its totals only).
@@ -309,8 +314,13 @@ def _capture_findings(trace: Trace, silent: np.ndarray, hang_launches: set) -> l
         text = (f"programs that recorded nothing (no work, never started, or never finished): {parts}{more} "
                 f"({silent.size} (rank, launch) pairs"
                 + (f"; {int(in_hang.sum())} of them in launches that hung" if in_hang.any() else "") + ").")
+        claims = [{"kind": "silent_programs", "agents": [[int(r), int(l), -1, 0]],
+                   "values": {"n_programs": int(n), "n_silent": int(k)}}
+                  for r, l, n, k in zip(silent["rank"].tolist(), silent["launch"].tolist(), silent["n_programs"].tolist(),
+                                        silent["n_silent"].tolist())][:MAX_CLAIM_SEGMENTS]
         out.append(Finding("capture", "info", 0.0, text, tuple(sorted(set(silent["rank"].tolist()))),
-                           data={"n": int(silent.size), "in_hang": int(in_hang.sum())}))
+                           data={"n": int(silent.size), "in_hang": int(in_hang.sum())}, label="programs that recorded nothing",
+                           claims=claims))
     return out
 
 

@@ -31,7 +31,8 @@ class Raw:
     """A capture's events, decoded on their own, and the sums the checks need."""
 
     def __init__(self, path):
-        e = aligned_events(read_capture(path))
+        self.capture = read_capture(path)
+        e = aligned_events(self.capture)
         self.e = e
         self.origin = int(e["start_ns"].min()) if e.size else 0
         self.s = (e["start_ns"] - self.origin).astype(np.int64)
@@ -516,6 +517,37 @@ def _notify_on_flag(raw: Raw, c) -> list[str]:
     return bad[:5]
 
 
+def _exposed_communication(raw: Raw, c) -> list[str]:
+    """The rank's kernel time over the launches measured is the one stated, and the exposed part is
+    within it (and as large a share as the text says)."""
+    v = c["values"]
+    r = _agents(c)[0][0]
+    kern = 0
+    for l in v["launches"]:
+        m = (raw.rank == r) & (raw.launch == l)
+        if m.any():
+            kern += int(raw.t[m].max() - raw.s[m].min())
+    bad = []
+    if not close(kern, v["kernel_ns"], rel=0.01, abs_ns=64 * len(v["launches"])):
+        bad.append(f"rank {r}'s kernel time over those launches is {kern} ns, the claim says {v['kernel_ns']:.0f}")
+    if not 0 < v["exposed_ns"] <= kern + 64:
+        bad.append(f"{v['exposed_ns']:.0f} ns exposed of a kernel time of {kern} ns")
+    return bad
+
+
+def _silent_programs(raw: Raw, c) -> list[str]:
+    """That many programs of the launch's grid recorded no event."""
+    v = c["values"]
+    r, l = _agents(c)[0][:2]
+    ln = next(x for x in raw.capture.ranks[r].launches if x.index == l)
+    grid = int(np.prod(ln.grid))
+    recorded = np.unique(raw.program[(raw.rank == r) & (raw.launch == l)]).size
+    if grid != v["n_programs"] or grid - recorded != v["n_silent"]:
+        return [f"rank {r} launch {l}: {grid} programs, {grid - recorded} silent; the claim says {v['n_programs']}, "
+                f"{v['n_silent']}"]
+    return []
+
+
 def _slow_signals(raw: Raw, c) -> list[str]:
     v = c["values"]
     m = (raw.kind == W) & (raw.rank == v["consumer"]) & (raw.arg(W, "peer") == v["producer"])
@@ -532,6 +564,7 @@ CHECKS = {
     "crosses_ranks": lambda raw, c: _handoffs(raw, c, True), "crosses_programs": lambda raw, c: _handoffs(raw, c, False),
     "holds_path": _holds_path, "region_share": _region_share, "without_notify": _without_notify,
     "slow_signals": _slow_signals, "notify_on_flag": _notify_on_flag,
+    "exposed_communication": _exposed_communication, "silent_programs": _silent_programs,
 }
 #: Numbers a claim states as amounts: none of them may be zero (a claim with nothing behind it is not written).
 AMOUNTS = ("magnitude_ns", "excess_ns", "saving_ns", "waiting_ns", "waited_ns")

@@ -28,10 +28,10 @@ def test_every_claim_holds_in_the_raw_events(path):
     claims += [("summary", c) for c in doc["summary"]["claims"]]
     false = [f"{where}: {c['kind']} {c['agents']}: {msg}" for where, c in claims for msg in check(raw, c)]
     assert not false, "\n".join(false)
-    # every cause finding says something checkable
+    # every finding says something checkable (the two capture warnings, a partial capture and
+    # ranks without clock calibration, are about the file, not its events)
     for f in doc["findings"]:
-        if f["kind"] in ("hang", "late_launch", "late_start", "late_notifies", "uneven_work", "uneven_ranks", "slow_link"):
-            assert f["claims"], f["text"]
+        assert f["claims"] or f["severity"] == "warning" and f["kind"] == "capture", f["text"]
 
 
 def test_a_false_claim_is_caught():
