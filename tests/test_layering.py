@@ -132,3 +132,22 @@ def test_the_floors_test_can_fail(tmp_path):
     probe.write_text("import numpy\n\n\ndef f():\n    from ..export import write_trace\n")
     got = _imports("ktrace.clock.probe", probe)
     assert got == [(5, "ktrace.export")] and _floor_of("ktrace.export") > _floor_of("ktrace.clock.probe")
+
+
+#: What ``viewers`` may import of ``ktrace.analysis``: the report's types and document, nothing
+#: that reaches the trace or the causal model.
+VIEWERS_MAY_IMPORT = {"ktrace.analysis.document"}
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m == "viewers" or m.startswith("viewers.")))
+def test_viewers_render_from_the_report_document_alone(module):
+    bad = [(line, m) for line, m in _imports(module, MODULES[module])
+           if (m == "ktrace.analysis" or m.startswith("ktrace.analysis.")) and m not in VIEWERS_MAY_IMPORT]
+    assert not bad, f"{module} imports {bad}: renderers read the report's document only"
+
+
+def test_the_viewers_rule_can_fail(tmp_path):
+    bad = tmp_path / "v.py"
+    bad.write_text("from ktrace.analysis.causes import launch_makespans\nfrom ktrace.analysis import document\n")
+    found = [m for _, m in _imports("viewers.v", bad)]
+    assert "ktrace.analysis.causes" in found and "ktrace.analysis.document" in found

@@ -370,14 +370,14 @@ def finding_range(report: str | os.PathLike | dict, number: int) -> tuple[int, i
 
 def finding_windows(report: str | os.PathLike | dict, number: int | None = None) -> dict[int, tuple[int, int]]:
     """Finding number -> the window a link opens for it (``visStart``/``visEnd``): its range,
-    clamped to the trace (``ktrace.analysis.report.link_range``, as the report's own links).
+    clamped to the trace (``ktrace.analysis.document.link_range``, as the report's own links).
 
     Args:
         report: a report JSON file of the trace's capture, or its parsed content.
         number: only this finding (raises ValueError when it has no range); default: every
             finding that has a range.
     """
-    from ktrace.analysis.report import link_range
+    from ktrace.analysis.document import link_range
 
     rep = _load_report(report)
     end = (rep.get("summary") or {}).get("trace_end_ns")

@@ -44,12 +44,13 @@ class LoadConfig:
             span region: for kernels whose programs are specialised, e.g. producers and
             consumers). A program that does two kinds of work (a combine program that runs the
             experts on received rows and then sums its own tokens) is overloaded precisely when
-            it has more of them than the others, so by default the kernel is the role.
+            it has more of them than the others, so by default the kernel is the role, split by
+            the part its programs take in hand-offs where they differ (producers, consumers).
     """
 
     work_region: str | None = None
     z: float = 3.5
-    min_excess: float = 0.5
+    min_excess: float = 0.25
     roles: str = "kernel"
 
     def __post_init__(self):
@@ -166,6 +167,36 @@ def _kernel_codes(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return trace.cached(("kernel_codes",), build)
 
 
+#: A workgroup's part in the hand-offs of its kernel: whether it notifies (2) and whether it waits (1).
+_HANDOFF_ROLES = ("without hand-offs", "consumers", "producers", "producers and consumers")
+
+
+def _handoff_roles(trace: Trace, kcode: np.ndarray, knames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Roles by kernel, split by the part a workgroup takes in hand-offs where the kernel's
+    programs are specialised (producer programs that only notify, consumer programs that only
+    wait: each compared with its own kind); a kernel whose programs both notify and wait keeps
+    one role, its name."""
+    W = kcode.size
+    if W == 0:
+        return kcode, knames
+    part = 2 * (np.bincount(trace.wg[trace.rows_of(EventKind.NOTIFY)], minlength=W) > 0) + \
+        (np.bincount(trace.wg[trace.rows_of(EventKind.WAIT)], minlength=W) > 0)
+    K = knames.size
+    seen = np.zeros((K, 4), bool)
+    seen[kcode, part] = True
+    # split only kernels whose programs are specialised: some only notify, others only wait
+    # (a kernel whose programs do both, or vary in how much, keeps one role)
+    mixed = seen[:, 1] & seen[:, 2] & ~seen[:, 3]
+    key = kcode * 4 + np.where(mixed[kcode], part, 0)
+    u, inv = np.unique(key, return_inverse=True)
+    names = np.array([f"{knames[k // 4]} {_HANDOFF_ROLES[k % 4]}" if mixed[k // 4] else knames[k // 4] for k in u.tolist()],
+                     dtype=object)
+    o = np.argsort(names, kind="stable")  # (sorted names, as the codes of a column are)
+    rank_of = np.empty(o.size, np.int64)
+    rank_of[o] = np.arange(o.size)
+    return rank_of[inv.reshape(-1)], names[o]
+
+
 def kernel_names(trace: Trace) -> np.ndarray:
     """Per workgroup, the name of its kernel (object array; ``?`` when the capture does not say)."""
     codes, names = _kernel_codes(trace)
@@ -223,7 +254,7 @@ def workgroups(trace: Trace, config: LoadConfig = LoadConfig()) -> ColumnTable:
         rkeys, rinv = np.unique(role, return_inverse=True)
         rinv = rinv.reshape(-1)
     else:
-        rinv, rkeys = _kernel_codes(trace)
+        rinv, rkeys = _handoff_roles(trace, *_kernel_codes(trace))
     G = rkeys.size
     n_role = group_count(rinv, G)[rinv] >= 3
     robust = {}  # per role, the median and the scaled median absolute deviation of a column

@@ -14,9 +14,7 @@ trace (:func:`perfetto_link`).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -25,11 +23,13 @@ import numpy as np
 from . import causes, hangs, lanes, load, stalls
 from . import compare as _diff
 from . import timeline as overlap
-from ..text import fmt_ns, ranges_text, ranks_text
-from .names import OUTSIDE, flag_name, region_label
+from . import timeline as _path
+from ..text import fmt_ns
+from .names import OUTSIDE
+from .document import MIN_LINK_NS, PERFETTO_UI, Finding, link_range, perfetto_link
+from .document import jsonable as _jsonable
 from .trace import Progress, Trace, prepare, table_to_records
 
-PERFETTO_UI = "https://ui.perfetto.dev"
 _SEVERITY = {"error": 0, "warning": 1, "info": 2}
 
 
@@ -64,44 +64,6 @@ class ReportConfig:
             raise ValueError(f"ReportConfig.min_late_ns must be >= 0, got {self.min_late_ns}")
         if self.max_rows < 1:
             raise ValueError(f"ReportConfig.max_rows must be >= 1, got {self.max_rows}")
-
-
-@dataclass
-class Finding:
-    """One thing the report wants the reader to know.
-
-    Attributes:
-        kind: a root cause (``hang``, ``late_launch``, ``late_notifies``, ``uneven_work``,
-            ``uneven_ranks``, ``slow_link``: ``ktrace.analysis.causes``), ``lane_holdup`` (the
-            partition of a kernel traced per lane that kept the others waiting), or ``critical_path``,
-            ``overlap``, ``capture`` (information).
-        severity: ``error`` (a hang), ``warning`` (a cause that would save at least
-            ``CauseConfig.min_share`` of the capture's kernel time) or ``info``.
-        cost_ns: for a cause, the time a replay of the capture without it saves (launch
-            durations summed; how findings are ranked); else what it accounts for.
-        text: the finding in plain words.
-        ranks: the ranks involved.
-        start_ns, end_ns: the time range to look at, relative to ``Report.origin_ns``.
-        data: the numbers behind the text.
-    """
-
-    kind: str
-    severity: str
-    cost_ns: float
-    text: str
-    ranks: tuple[int, ...] = ()
-    start_ns: int | None = None
-    end_ns: int | None = None
-    data: dict = field(default_factory=dict)
-
-    def perfetto_url(self, trace_url: str | None = None, trace_end_ns: int | None = None, ranks=None) -> str:
-        return perfetto_link(self.start_ns, self.end_ns, trace_url, trace_end_ns, ranks)
-
-    def to_dict(self, trace_url: str | None = None, trace_end_ns: int | None = None, ranks=None) -> dict:
-        return {"kind": self.kind, "severity": self.severity, "cost_ns": self.cost_ns, "text": self.text,
-                "ranks": list(self.ranks), "start_ns": self.start_ns, "end_ns": self.end_ns,
-                "perfetto": self.perfetto_url(trace_url, trace_end_ns, ranks) if self.start_ns is not None else None,
-                "data": _jsonable(self.data)}
 
 
 class Tables(Mapping):
@@ -143,68 +105,11 @@ class Report:
     tables: Mapping
     config: ReportConfig
     trace: Trace | None = field(default=None, repr=False)
+    views: Mapping = field(default_factory=dict, repr=False)
 
-
-#: A finding's range shorter than this is widened to it (around its middle) in a link: the UI
-#: opens only a window of positive length.
-MIN_LINK_NS = 1_000
-
-
-def link_range(start_ns: int, end_ns: int, trace_end_ns: int | None = None) -> tuple[int, int]:
-    """The window a link opens for a finding's range (ns since the capture's first event, the
-    traces' time 0): the range itself, clamped to the trace ``[0, trace_end_ns]`` (the Perfetto
-    UI ignores a window that reaches outside the trace); a range shorter than
-    :data:`MIN_LINK_NS` is widened to it around its middle, within the trace."""
-    end = None if trace_end_ns is None else max(int(trace_end_ns), 1)
-    lo, hi = max(int(start_ns), 0), int(end_ns)
-    if end is not None:
-        lo, hi = min(lo, end), min(hi, end)
-    if hi - lo < MIN_LINK_NS:
-        mid = (lo + hi) // 2
-        lo, hi = mid - MIN_LINK_NS // 2, mid + MIN_LINK_NS // 2
-        if lo < 0:
-            lo, hi = 0, hi - lo
-        if end is not None and hi > end:
-            lo, hi = max(lo - (hi - end), 0), end
-    return lo, max(hi, lo + 1)
-
-
-def perfetto_link(start_ns: int | None, end_ns: int | None, trace_url: str | None = None, trace_end_ns: int | None = None,
-                  ranks=None, ui: str = PERFETTO_UI) -> str:
-    """A Perfetto UI link that opens ``trace_url`` (when given) showing [start, end].
-
-    The range is in ns since the capture's first event, which is the time base of both trace
-    formats ktrace writes, so the UI's ``visStart``/``visEnd`` take it as it is
-    (:func:`link_range` clamps it to the trace). With ``ranks``, the link also lists them in
-    rank order (``ktrace.export.layout.ui_startup_commands``). Without ``trace_url`` the link
-    opens the UI only; ``ktrace open TRACE --finding N`` serves the trace and opens the
-    finding's range.
-    """
-    from ..export.layout import ui_startup_commands
-
-    args = {}
-    if trace_url:
-        args["url"] = trace_url
-    if start_ns is not None and end_ns is not None:
-        lo, hi = link_range(start_ns, end_ns, trace_end_ns)
-        args["visStart"], args["visEnd"] = str(lo), str(hi)
-    if trace_url and ranks:
-        args["startupCommands"] = json.dumps(ui_startup_commands(ranks), separators=(",", ":"), ensure_ascii=False)
-    return f"{ui}/#!/" + (("?" + urllib.parse.urlencode(args, safe=":/")) if args else "")
-
-
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return _jsonable(x.tolist())
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
+    def document(self) -> dict:
+        """The report as its closed JSON document (:func:`report_json`): what renderers read."""
+        return report_json(self)
 
 
 def _rel(trace: Trace, t) -> int:
@@ -220,38 +125,26 @@ def _share_text(saving: float, total: float) -> str:
     return f"{100 * saving / total:.0f}% of its kernel time" if total > 0 else "of its kernel time"
 
 
-def _launches_text(n: int, of: int) -> str:
-    return f"in {n:,} of {of:,} launch{'es' if of != 1 else ''}"
-
-
-def _saving_text(c: causes.Cause, what: str, total: float, n_launches_all: int) -> str:
-    """"<what>, the capture would be X (Y% of its kernel time) shorter per launch" and its consequences."""
-    n = max(int(c.launches.size), 1)
-    per = c.saving_ns / n
-    if c.saving_ns <= 0:
-        text = f"{what}, the capture would not be shorter: other work ends at the same time."
-    else:
-        text = (f"{what}, the capture would be {fmt_ns(per)} shorter per launch ({fmt_ns(c.saving_ns)} in all, "
-                f"{_share_text(c.saving_ns, total)})")
-        text += "." if c.saving_launches >= n else f"; shorter in {c.saving_launches:,} of those launches."
-    if c.waiting_removed_ns > 0 and c.waits_affected:
-        text += (f" With it go {fmt_ns(c.waiting_removed_ns)} of waiting by {c.waits_affected:,} waits on "
-                 f"{ranks_text(c.waiting_ranks)}.")
-    if c.sampled and c.sampled < c.launches.size:
-        text += f" (Priced by replaying {c.sampled} of its {c.launches.size:,} launches.)"
-    if not c.converged:
-        text += " (The replay did not settle: an estimate.)"
-    return text
-
-
 def _severity(c: causes.Cause, total: float, cfg: ReportConfig) -> str:
     if c.kind == "hang":
         return "error"
     return "warning" if total > 0 and c.saving_ns >= cfg.causes.min_share * total and c.saving_ns > 0 else "info"
 
 
+def _lists(x):
+    """Tuples as lists, all the way down (the data reads as its JSON does)."""
+    if isinstance(x, dict):
+        return {k: _lists(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_lists(v) for v in x]
+    return x
+
+
 def _cause_data(c: causes.Cause, total: float, n_launches_all: int) -> dict:
-    d = {k: v for k, v in c.detail.items() if k != "rows"}
+    # (rows and workgroup ids are what the replay needed, not for readers)
+    det = c.detail
+    d = _lists({f.name: getattr(det, f.name) for f in dataclasses.fields(det) if f.name not in ("rows", "workgroups")}
+               if dataclasses.is_dataclass(det) else dict(det or {}))
     d.update(kind=c.kind, rank=c.rank, ranks=list(c.ranks), saving_ns=c.saving_ns,
              saving_per_launch_ns=c.saving_ns / max(c.launches.size, 1),
              share=c.saving_ns / total if total > 0 else None, n_launches=int(c.launches.size),
@@ -260,142 +153,19 @@ def _cause_data(c: causes.Cause, total: float, n_launches_all: int) -> dict:
     return d
 
 
-def _cause_findings(trace: Trace, found: list, cfg: ReportConfig, wg: np.ndarray, to: np.ndarray) -> list[Finding]:
-    lids, spans = causes.launch_makespans(trace)
-    total = float(spans.sum())
-    L = int(lids.size)
+def _cause_findings(ctx: causes.Context, found: list, cfg: ReportConfig) -> list[Finding]:
+    """One finding per cause, in the words of its kind's module (``causes.registry``)."""
+    total = ctx.kernel_time_ns
+    L = ctx.n_launches
     out = []
     for c in found:
         if c.launches.size == 0:
             continue
-        d = c.detail
-        n = int(c.launches.size)
-        first_l = int(c.launches.min())
-        start = end = None
-        if c.kind == "hang":
-            rid = d.get("region_id", -1)
-            where = f" in {region_label(trace, rid)}" if rid is not None and rid >= 0 else ""
-            cmp = d.get("cmp", ">=")
-            sent = (f"its last notify on that flag wrote {d['last_value_sent']}" if d["last_value_sent"] >= 0
-                    else "it sent no notify on that flag")
-            if d["producer_stuck"]:
-                state = f"; rank {d['producer']} was itself stuck waiting"
-            elif d["producer_last_event_ns"] >= 0:
-                state = (f"; rank {d['producer']} was not waiting on anything (its last event ended at "
-                         f"+{fmt_ns(_rel(trace, d['producer_last_event_ns']))})")
-            else:
-                state = ""
-            text = (f"HANG: rank {d['consumer']} {_progs(d['programs'])}"
-                    + (f" (SM {d['sm']})" if d.get("sm", -1) >= 0 else "")
-                    + f" waited on flag {flag_name(trace, d['flag'])}{where} for value {cmp} {d['expected']} from rank "
-                    f"{d['producer']} and gave up after {fmt_ns(d['waited_ns'])}: rank {d['producer']} never sent it "
-                    f"({sent}){state}; {_launches_text(n, L)}.")
-            if d.get("cut_short"):
-                text += (f" Its cascade: {d['cut_short']} more wait{'s' if d['cut_short'] != 1 else ''} on "
-                         f"{ranks_text(d['cut_ranks'])} gave up with it (cut short by the first timeout on their rank, "
-                         f"not missing signals themselves).")
-            text += " " + _saving_text(c, "Sent on time", total, L)
-            start = _rel(trace, d["since_ns"])
-            end = _rel(trace, d["gave_up_ns"]) if d.get("gave_up_ns", -1) >= 0 else None
-        elif c.kind == "late_launch":
-            first = f"rank {d['first_rank']}" if d.get("first_rank", -1) >= 0 else "the first rank"
-            rng = (f"; {fmt_ns(d['min_ns'])} to {fmt_ns(d['max_ns'])}" if d["max_ns"] - d["min_ns"] > 0.05 * d["magnitude_ns"]
-                   else "")
-            text = (f"rank {c.rank} launched late: it started {fmt_ns(d['magnitude_ns'])} after {first} "
-                    f"(median {_launches_text(n, L)}{rng}) while its GPU was idle; its peers waited for it. "
-                    + _saving_text(c, "Started on time", total, L))
-            lt = causes_launch_extent(trace, first_l, c.rank)
-            start, end = lt
-        elif c.kind == "late_notifies":
-            rid = d["region_id"]
-            base = (f", beyond the {fmt_ns(d['baseline_ns'])} the other ranks take" if np.isfinite(d.get("baseline_ns", np.nan))
-                    else "")
-            rounds = ranges_text(d["rounds"], 3)
-            text = (f"rank {c.rank} notified late: it held {d['n_late']:,} of its {d['n_notifies']:,} notifies "
-                    f"{region_label(trace, rid)} back {fmt_ns(d['magnitude_ns'])} each (median; up to "
-                    f"{fmt_ns(d['max_ns'])}) after it was ready (time outside any region{base}): {_progs(d['programs'])}, "
-                    f"round{'s' if len(d['rounds']) != 1 else ''} {rounds} of each program's notifies, "
-                    f"{_launches_text(n, L)}. " + _saving_text(c, "Notified on time", total, L))
-            rows = d.get("rows")
-            if rows is not None and rows.size:
-                hx = causes._holds(trace)
-                pos = np.searchsorted(hx["row"], rows)
-                pos = pos[hx["launch"][pos] == first_l] if (hx["launch"][pos] == first_l).any() else pos
-                worst = pos[np.argmax(hx["held_excess_ns"][pos])]
-                s_n = int(hx["start_ns"][worst])
-                start, end = _rel(trace, s_n - int(hx["held_ns"][worst])), _rel(trace, s_n)
-        elif c.kind == "uneven_work":
-            progs = "; ".join(f"rank {r} {_progs(p, 4)}" for r, p in d["programs"].items())
-            nwg = sum(len(p) for p in d["programs"].values())
-            items, med_items = d["items"], d["median_items"]
-            why = (f"{items:.1f} work items vs {med_items:.0f}: uneven work distribution" if items > 1.05 * med_items
-                   else f"as many work items ({med_items:.0f}) as the others: its work went slower" if nwg == 1
-                   else f"as many work items ({med_items:.0f}) as the others: their work went slower")
-            reg = d.get("region") or ""
-            rid = _region_id_of(trace, reg)
-            where = (f"; most of the extra in {region_label(trace, rid)}" if reg and reg != OUTSIDE and rid is not None
-                     else f"; most of the extra {OUTSIDE}" if reg == OUTSIDE else "")
-            if np.isfinite(d.get("region_excess_ns", np.nan)) and where:
-                where += f" (+{fmt_ns(d['region_excess_ns'])})"
-            who = progs if nwg <= 8 else f"{nwg:,} workgroups ({progs})"
-            text = (f"uneven work ({d['role']}): {who} worked {fmt_ns(d['work_ns'])} vs the median workgroup's "
-                    f"{fmt_ns(d['median_work_ns'])} ({d['work_ns'] / max(d['median_work_ns'], 1):.2f}x), {why}{where}; "
-                    f"{_launches_text(n, L)}. " + _saving_text(c, "At the median work", total, L))
-            sel = wg[wg["overloaded"] & (wg["launch"] == first_l) & np.isin(wg["rank"], list(c.ranks))]
-            if sel.size:
-                start, end = _rel(trace, sel["start_ns"].min()), _rel(trace, sel["end_ns"].max())
-        elif c.kind == "uneven_ranks":
-            rw, ri = d["rank_work_ns"], d["rank_items"]
-            heavy = d["heavy"]
-            parts = ", ".join(f"rank {r} {fmt_ns(rw[r])} ({ri[r]:.0f} item{'s' if ri[r] != 1 else ''})" for r in sorted(rw))
-            reg = d.get("region") or ""
-            rid = _region_id_of(trace, reg)
-            where = f"; most of the difference in {region_label(trace, rid)}" if reg and rid is not None else ""
-            text = (f"uneven work across ranks ({d['role']}): the median workgroup of {ranks_text(heavy)} worked "
-                    f"{d['ratio']:.1f}x as long as rank {d['light_rank']}'s: {parts}{where}; {_launches_text(n, L)}. "
-                    + _saving_text(c, "Spread evenly over the ranks", total, L))
-        elif c.kind == "slow_link":
-            text = (f"slow link: signals from rank {c.rank} to rank {d['consumer']} took {fmt_ns(d['magnitude_ns'])} "
-                    f"(median over {d['n_waits']:,} waits) vs {fmt_ns(d['calibrated_ns'])} one way measured by the "
-                    f"capture's clock calibration; {_launches_text(n, L)}. " + _saving_text(c, "At the calibrated latency",
-                                                                                         total, L))
-        else:
-            continue
-        out.append(Finding(c.kind, _severity(c, total, cfg), float(c.saving_ns), text, tuple(int(x) for x in c.ranks),
-                           start, end, _cause_data(c, total, L)))
+        desc = causes.BY_KIND[c.kind].describe(c, ctx)
+        out.append(Finding(c.kind, _severity(c, total, cfg), float(c.saving_ns), desc.text,
+                           tuple(int(x) for x in c.ranks), desc.start_ns, desc.end_ns, _cause_data(c, total, L),
+                           label=desc.label, claims=[cl.to_dict() for cl in desc.claims]))
     return out
-
-
-def _progs(progs, limit: int = 8) -> str:
-    """``[5]`` -> "program 5"; ``[2, 3, 4, 5]`` -> "programs 2-5"; many -> the first runs and a count."""
-    ps = sorted({int(p) for p in progs})
-    if len(ps) == 1:
-        return f"program {ps[0]}"
-    runs = ranges_text(ps, 3).split(", ")
-    if len(runs) <= limit:
-        return f"programs {', '.join(runs)}"
-    shown = runs[:limit]
-    n_shown = sum(int(r.split("-")[1]) - int(r.split("-")[0]) + 1 if "-" in r else 1 for r in shown)
-    return f"programs {', '.join(shown)} and {len(ps) - n_shown} more"
-
-
-def _region_id_of(trace: Trace, name: str):
-    if not name:
-        return None
-    for rid, n in trace.regions.items():
-        if n == name:
-            return int(rid)
-    return None
-
-
-def causes_launch_extent(trace: Trace, launch: int, rank: int) -> tuple[int | None, int | None]:
-    """From the first rank's start of ``launch`` to ``rank``'s start (relative to the origin)."""
-    kt = stalls.kernel_time(trace)
-    sel = kt[kt["launch"] == launch]
-    if sel.size == 0:
-        return None, None
-    mine = sel[sel["rank"] == rank]
-    return _rel(trace, sel["start_ns"].min()), (_rel(trace, mine["start_ns"][0]) if mine.size else None)
 
 
 def _deadlock_findings(cycles: list[list[int]]) -> list[Finding]:
@@ -424,41 +194,98 @@ def _overlap_findings(trace: Trace, ov: np.ndarray, sampled: int, n_launches: in
     parts = ", ".join(f"rank {r} {fmt_ns(e)} ({100 * e / k:.0f}% of its kernel time)" for r, e, k, s_ in
                       zip(keys.tolist(), exp.tolist(), kern.tolist(), sig.tolist()) if s_)
     on = f" (measured on {sampled:,} of {n_launches:,} launches)" if sampled < n_launches else ""
+    launches = np.unique(ov["launch"]).tolist()
+    claims = [{"kind": "exposed_communication", "agents": [[int(r), -1, -1, 0]],
+               "values": {"launches": launches, "exposed_ns": float(e), "kernel_ns": float(k)}}
+              for r, e, k, s_ in zip(keys.tolist(), exp.tolist(), kern.tolist(), sig.tolist()) if s_]
     return [Finding("overlap", "info", float(exp[sig].sum()),
                     f"communication exposed (no compute running on the rank to hide it): {parts}{on}.",
-                    tuple(int(r) for r in keys[sig]), data={"exposed_ns": exp[sig].tolist(), "ranks": keys[sig].tolist()})]
+                    tuple(int(r) for r in keys[sig]), data={"exposed_ns": exp[sig].tolist(), "ranks": keys[sig].tolist()},
+                    label="exposed communication", claims=claims)]
 
 
-def _path_findings(trace: Trace, path: np.ndarray) -> list[Finding]:
-    """One finding for all launches: who holds the critical path, and in what (time outside any
-    region named as such)."""
+#: Run segments a critical-path claim lists (beyond this the claim keeps its totals only).
+MAX_CLAIM_SEGMENTS = 2000
+
+
+def _event_key(trace: Trace, rows: np.ndarray) -> list[list[int]]:
+    """Events named the way a reader of the raw capture finds them: (rank, launch, program, k), the
+    k-th event its program recorded (in slot order; the trace's own columns, not the full table)."""
+    from .spans import workgroup_starts
+
+    rows = np.asarray(rows, np.int64)
+    k = rows - workgroup_starts(trace)[trace.wg[rows]]
+    return [[int(a), int(b), int(c), int(d)] for a, b, c, d in zip(
+        trace.column("rank")[rows].tolist(), trace.column("launch")[rows].tolist(),
+        trace.column("program")[rows].tolist(), k.tolist())]
+
+
+def _path_findings(trace: Trace, path: np.ndarray, w) -> list[Finding]:
+    """One finding for all launches: the hand-offs on the critical path (between ranks, between
+    programs of one rank), who holds it, and where its holder's time went (waits included)."""
     if path.size == 0:
         return []
-    sig = path[path["kind"] == "signal"]
     launches = np.unique(path["launch"])
-    crossing = np.unique(sig["launch"]) if sig.size else np.zeros(0, np.int64)
-    tot = float(path["dur_ns"].sum())
+    L = launches.size
+    sig = path[path["kind"] == "signal"]
+    claims: list = []
+    parts = []
+    if sig.size:
+        wrow = sig["wait_row"].astype(np.int64)
+        k = np.clip(np.searchsorted(w["row"], wrow), 0, max(w.size - 1, 0))
+        nrow = np.where(w["row"][k] == wrow, w["notify_row"][k], -1)
+        ok = nrow >= 0
+        wrow, nrow, sl = wrow[ok], nrow[ok], sig["launch"][ok]
+        cross_rank = trace.column("rank")[nrow] != trace.column("rank")[wrow]
+        cross_prog = ~cross_rank & (trace.wg[nrow] != trace.wg[wrow])
+        for sel, what in ((cross_rank, "ranks"), (cross_prog, "programs of one rank")):
+            ls = np.unique(sl[sel])
+            if ls.size:
+                first = np.flatnonzero(sel)[np.unique(sl[sel], return_index=True)[1]]  # one per launch
+                parts.append(f"it crosses {what} in {ls.size:,} of {L:,} launch{'es' if L != 1 else ''}")
+                claims.append({"kind": "crosses_ranks" if what == "ranks" else "crosses_programs", "agents": [],
+                               "values": {"launches": ls.size, "of": L,
+                                          "handoffs": [[wk, nk] for wk, nk in zip(_event_key(trace, wrow[first]),
+                                                                                   _event_key(trace, nrow[first]))]}})
+    if not parts:
+        parts.append(f"no hand-off on it in {'any of the' if L != 1 else 'the'} {L:,} launch{'es' if L != 1 else ''}: "
+                     f"each launch's last program ran on its own")
+    # (a signal step whose notify starts after its wait ended, within the clocks' bound, is no time)
+    dur = np.maximum(path["dur_ns"], 0).astype(float)
+    tot = float(dur.sum())
+    key = path["rank"].astype(np.int64) * (1 << 32) + path["program"].astype(np.int64)
+    ak, ainv = np.unique(key, return_inverse=True)
+    per_agent = np.bincount(ainv.reshape(-1), weights=dur, minlength=ak.size)
     rk, rinv = np.unique(path["rank"], return_inverse=True)
-    per_rank = np.bincount(rinv.reshape(-1), weights=path["dur_ns"].astype(float), minlength=rk.size)
+    per_rank = np.bincount(rinv.reshape(-1), weights=dur, minlength=rk.size)
     top_r = int(rk[np.argmax(per_rank)])
-    runs = path[(path["kind"] == "run") & (path["rank"] == top_r)]
+    mine = path[path["rank"] == top_r]
+    top_a = int(ak[np.argmax(np.where((ak >> 32) == top_r, per_agent, -1))] & 0xFFFFFFFF)
+    a_share = float(per_agent[ak == (top_r << 32) + top_a][0]) / max(tot, 1)
+    r_share = float(per_rank.max()) / max(tot, 1)
+    holder = (f"rank {top_r} program {top_a} holds {100 * a_share:.0f}% of its time" if a_share >= 0.995 * r_share
+              else f"rank {top_r} holds {100 * r_share:.0f}% of its time (program {top_a} {100 * a_share:.0f}%)")
+    claims.append({"kind": "holds_path", "agents": [[top_r, -1, top_a, 0]],
+                   "values": {"rank_share": r_share, "program_share": a_share}})
+    names, ns = _path.path_region_time(trace, mine)
     reg = ""
-    if runs.size:
-        names = np.where(runs["region"].astype(str) == "", OUTSIDE, runs["region"].astype(str))
-        u, inv = np.unique(names, return_inverse=True)
-        by = np.bincount(inv.reshape(-1), weights=runs["dur_ns"].astype(float))
-        reg = str(u[np.argmax(by)])
-        reg_share = float(by.max()) / max(float(runs["dur_ns"].sum()), 1)
-    text = (f"critical path: it crosses ranks in {crossing.size:,} of {launches.size:,} launch"
-            f"{'es' if launches.size != 1 else ''}; rank {top_r} holds {100 * per_rank.max() / max(tot, 1):.0f}% of its time")
-    if reg:
-        text += (f", {100 * reg_share:.0f}% of that {OUTSIDE}" if reg == OUTSIDE
-                 else f", {100 * reg_share:.0f}% of that in '{reg}'")
+    text = "critical path: " + "; ".join(parts) + "; " + holder
+    if names.size and ns.sum() > 0:
+        reg = str(names[0])
+        share = float(ns[0]) / float(ns.sum())
+        text += f", {100 * share:.0f}% of that " + (reg if reg.startswith(("(", "waiting")) else f"in '{reg}'")
+        runs = mine[mine["kind"] == "run"]
+        seg = ([[int(p), int(l), int(a_) - trace.origin_ns, int(b_) - trace.origin_ns] for p, l, a_, b_ in zip(
+            runs["program"].tolist(), runs["launch"].tolist(), runs["start_ns"].tolist(), runs["end_ns"].tolist())]
+            if runs.size <= MAX_CLAIM_SEGMENTS else None)
+        claims.append({"kind": "region_share", "agents": [[top_r, -1, -1, 0]],
+                       "values": {"region": reg, "share": share, "run_ns": float(ns.sum()), "segments": seg}})
     text += "."
     return [Finding("critical_path", "info", 0.0, text, tuple(int(r) for r in rk),
-                    data={"launches_crossing": int(crossing.size), "share": {int(k): v / max(tot, 1) for k, v in
-                                                                             zip(rk.tolist(), per_rank.tolist())},
-                          "top_rank": top_r, "top_region": reg})]
+                    data={"launches_crossing": int(sum(c["values"]["launches"] for c in claims if c["kind"] == "crosses_ranks")),
+                          "share": {int(k): v / max(tot, 1) for k, v in zip(rk.tolist(), per_rank.tolist())},
+                          "top_rank": top_r, "top_program": top_a, "top_region": reg},
+                    label="critical path", claims=claims)]
 
 
 def _capture_findings(trace: Trace, silent: np.ndarray, hang_launches: set) -> list[Finding]:
@@ -487,8 +314,13 @@ def _capture_findings(trace: Trace, silent: np.ndarray, hang_launches: set) -> l
         text = (f"programs that recorded nothing (no work, never started, or never finished): {parts}{more} "
                 f"({silent.size} (rank, launch) pairs"
                 + (f"; {int(in_hang.sum())} of them in launches that hung" if in_hang.any() else "") + ").")
+        claims = [{"kind": "silent_programs", "agents": [[int(r), int(l), -1, 0]],
+                   "values": {"n_programs": int(n), "n_silent": int(k)}}
+                  for r, l, n, k in zip(silent["rank"].tolist(), silent["launch"].tolist(), silent["n_programs"].tolist(),
+                                        silent["n_silent"].tolist())][:MAX_CLAIM_SEGMENTS]
         out.append(Finding("capture", "info", 0.0, text, tuple(sorted(set(silent["rank"].tolist()))),
-                           data={"n": int(silent.size), "in_hang": int(in_hang.sum())}))
+                           data={"n": int(silent.size), "in_hang": int(in_hang.sum())}, label="programs that recorded nothing",
+                           claims=claims))
     return out
 
 
@@ -601,8 +433,8 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
     cycles = hangs.wait_for_cycles(missing)
     silent = hangs.silent_programs(trace)
     step("causes")
-    found = causes.root_causes(trace, ccfg, workgroups=wg, timeouts=to, missing=missing,
-                               min_excess=config.load.min_excess)
+    ctx = causes.context(trace, ccfg, workgroups=wg, timeouts=to, missing=missing, min_excess=config.load.min_excess)
+    found = causes.find(ctx)
     cause_table = causes.causes_table(trace, found)
     wc_totals = causes.wait_cause_totals(trace, sample)
     step("findings")
@@ -610,8 +442,8 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
     hang_launches = set(missing["launch"].tolist()) if missing.size else set()
     n_launches = int(causes.launch_makespans(trace)[0].size)
     held = lanes.holdups(trace)
-    findings = (_deadlock_findings(cycles) + _cause_findings(trace, found, config, wg, to) + _lane_findings(trace, held, config)
-                + _path_findings(trace, path) + _overlap_findings(trace, ov_sample, sample.size, n_launches)
+    findings = (_deadlock_findings(cycles) + _cause_findings(ctx, found, config) + _lane_findings(trace, held, config)
+                + _path_findings(trace, path, w) + _overlap_findings(trace, ov_sample, sample.size, n_launches)
                 + _capture_findings(trace, silent, hang_launches))
     findings.sort(key=lambda f: (_SEVERITY[f.severity], f.kind not in causes.KINDS, -f.cost_ns,
                                  -float(f.data.get("excess_ns", 0.0) or 0.0) if f.kind in causes.KINDS else 0.0))
@@ -642,6 +474,7 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
         "timeouts": int(w["timed_out"].sum()),
         "clock": (getattr(trace.clock, "method", None) if trace.clock is not None else "given table"),
         "clock_bound_ns": (float(trace.clock.max_rtt_ns / 2 + trace.clock.max_residual_ns) if trace.clock is not None else None),
+        "clock_bounds": trace.clock.bounds_text() if hasattr(trace.clock, "bounds_text") else None,
         "partial": trace.partial,
         # the traces' time 0 is origin_ns; they end here (what links are clamped to)
         "trace_end_ns": int(trace.column("end_ns").max()) - trace.origin_ns if trace.n_events else 0,
@@ -649,6 +482,20 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
         "healthy": not worst,
         "verdict": _verdict(worst, top_info, kernel_total, config),
     }
+    # completed waits the pairing matched to no notify: those whose flag got no notify at all
+    # before they ended, and those whose flag did (a counter fed by several notifies)
+    unreleased = np.flatnonzero(~paired & ~w["timed_out"])
+    on_flag = stalls.latest_flag_notify(trace, unreleased) >= 0
+    none, unmatched = unreleased[~on_flag], unreleased[on_flag]
+    summary["waits_unreleased"] = int(none.size)
+    summary["waits_unmatched"] = int(unmatched.size)
+    summary["claims"] = [{"kind": "without_notify", "agents": [], "values": {
+        "waits": int(none.size),
+        "events": _event_key(trace, w["row"][none]) if none.size <= MAX_CLAIM_SEGMENTS else None}}]
+    if unmatched.size:
+        summary["claims"].append({"kind": "notify_on_flag", "agents": [], "values": {
+            "waits": int(unmatched.size),
+            "events": _event_key(trace, w["row"][unmatched]) if unmatched.size <= MAX_CLAIM_SEGMENTS else None}})
     tables = Tables(
         {"causes": cause_table, "wait_causes_by_rank": wc_totals, "waits": w, "stalls_by_rank": tot_rank,
          "workgroups": wg, "launch_timing": lt, "critical_path": path, "timeouts": to, "missing_notifies": missing,
@@ -660,11 +507,93 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
          "notify_lateness": lambda: stalls.notify_lateness(trace, w),
          "imbalance": lambda: load.imbalance(trace, wg), "per_sm": lambda: load.per_sm(trace, wg),
          "overlap": (lambda: ov_sample) if sample.size == n_launches else (lambda: overlap.overlap(trace, config.classes)),
-         "critical_path_summary": lambda: overlap.critical_path_summary(path)})
+         "critical_path_summary": lambda: overlap.critical_path_summary(path),
+         "outlier_workgroups": lambda: _outliers(wg)})
+    views = Tables({}, {"launch": lambda: _launch_view(trace, wg, w, findings), "heat": lambda: _heat_view(wg),
+                        "wait_hist": lambda: _hist_view(w)})
     if progress:
         progress("done", len(steps), len(steps))
     return Report(source=trace.source, origin_ns=trace.origin_ns, summary=summary, findings=findings, tables=tables,
-                  config=config, trace=trace)
+                  config=config, trace=trace, views=views)
+
+
+def _outliers(wg):
+    """The outlier workgroups, most work first."""
+    over = wg[wg["outlier"]]
+    return over[np.argsort(-over["work_ns"], kind="stable")]
+
+
+def _focus_launch(trace: Trace, wg, findings: list) -> int | None:
+    """The launch a report shows in detail: the first finding's (the launch alive at its start),
+    else the longest."""
+    if wg.size == 0:
+        return None
+    for f in findings:
+        if f.start_ns is not None:
+            t = f.start_ns + trace.origin_ns
+            hit = (wg["start_ns"] <= t + 1) & (wg["end_ns"] >= t)
+            if hit.any():
+                return int(np.bincount(wg["launch"][hit]).argmax())
+    lids, spans = causes.launch_makespans(trace)
+    return int(lids[np.argmax(spans)]) if lids.size else None
+
+
+#: A launch whose grid has at most this many workgroups in all is drawn one lane per workgroup.
+MAX_LANES = 64
+
+
+def _launch_view(trace: Trace, wg, w, findings: list) -> dict:
+    """One launch for the HTML plots: its workgroups, waits and (small grids) notifies, times in
+    ns since the capture's first event."""
+    ln = _focus_launch(trace, wg, findings)
+    if ln is None:
+        return {}
+    o = trace.origin_ns
+    sel = np.flatnonzero(wg["launch"] == ln)
+    ws = w[w["launch"] == ln]
+    out = {"launch": ln, "role": str(wg["role"][sel[0]]) if sel.size else "",
+           "workgroups": {"rank": wg["rank"][sel], "program": wg["program"][sel], "start_ns": wg["start_ns"][sel] - o,
+                          "end_ns": wg["end_ns"][sel] - o},
+           "waits": {"rank": ws["rank"], "program": ws["program"], "start_ns": ws["start_ns"] - o,
+                     "end_ns": ws["end_ns"] - o, "late": np.nan_to_num(ws["producer_late_ns"]) > 0}}
+    if 0 < sel.size <= MAX_LANES:
+        from ..schema import EventKind
+
+        n = trace.at(EventKind.NOTIFY, "launch") == ln
+        out["notifies"] = {"rank": trace.at(EventKind.NOTIFY, "rank")[n], "program": trace.at(EventKind.NOTIFY, "program")[n],
+                           "start_ns": trace.at(EventKind.NOTIFY, "start_ns")[n] - o}
+    return _jsonable(out)
+
+
+def _heat_view(wg) -> dict:
+    """Mean busy and wait time per workgroup (µs) per rank and program (binned to 256 columns)."""
+    if wg.size == 0:
+        return {}
+    ranks = np.unique(wg["rank"])
+    n_prog = int(wg["program"].max()) + 1
+    bins = min(n_prog, 256)
+    key = np.searchsorted(ranks, wg["rank"]) * bins + (wg["program"].astype(np.int64) * bins) // n_prog
+    cnt = np.bincount(key, minlength=ranks.size * bins)
+    out = {"ranks": ranks, "n_programs": n_prog, "bins": bins}
+    for col in ("busy_ns", "wait_ns"):
+        tot = np.bincount(key, weights=wg[col].astype(float), minlength=ranks.size * bins)
+        out[col.replace("_ns", "_us")] = (np.where(cnt > 0, tot / np.maximum(cnt, 1), np.nan) / 1e3).reshape(ranks.size, bins)
+    return _jsonable(out)
+
+
+def _hist_view(w) -> dict:
+    """Wait times per rank on 40 log-spaced bins (waits of 0 ns apart)."""
+    d = w["wait_ns"].astype(float)
+    pos = d > 0
+    if not pos.any():
+        return {}
+    edges = np.logspace(np.log10(max(d[pos].min(), 1.0)), np.log10(d[pos].max()) + 1e-9, 41)
+    ranks = {}
+    for r in np.unique(w["rank"]).tolist():
+        mine = w["rank"] == r
+        ranks[int(r)] = {"counts": np.histogram(d[mine & pos], bins=edges)[0], "positive": int((mine & pos).sum()),
+                         "waits": int(mine.sum())}
+    return _jsonable({"edges": edges, "ranks": ranks})
 
 
 def _verdict(worst: list, top_info, total: float, cfg: ReportConfig) -> str:
@@ -677,53 +606,70 @@ def _verdict(worst: list, top_info, total: float, cfg: ReportConfig) -> str:
                 f"{fmt_ns(f.cost_ns)} ({_share_text(f.cost_ns, total)}).")
     limit = f"{100 * cfg.causes.min_share:.0f}%"
     if top_info is None:
-        return "Nothing is wrong: no hang, and no root cause (late launch, late notify, uneven work, slow link) found."
+        kinds = ", ".join(m.TITLE for m in causes.MODULES if m.KIND != "hang")
+        return f"Nothing is wrong: no hang, and no root cause ({kinds}) found."
     return (f"Nothing is wrong: no hang, and no root cause would shorten the capture by {limit} or more of its kernel "
             f"time (the largest would save {fmt_ns(top_info.cost_ns)}, {_share_text(top_info.cost_ns, total)}).")
 
 
-def render_text(rep: Report, *, max_findings: int = 10) -> str:
+def render_text(rep, *, max_findings: int = 10) -> str:
     """The terminal summary: the verdict, the findings (at most ``max_findings``) in plain words,
-    then the headline numbers."""
-    s = rep.summary
+    then the headline numbers. Made from the report's data alone: a :class:`Report`, or its JSON
+    document (``report_json``, parsed) give the same text."""
+    if isinstance(rep, dict):
+        s, findings = rep["summary"], rep["findings"]
+
+        def rows(name):
+            return ((rep.get("tables") or {}).get(name) or {}).get("rows") or []
+    else:
+        s = rep.summary
+        findings = [{"severity": f.severity, "text": f.text, "start_ns": f.start_ns, "end_ns": f.end_ns}
+                    for f in rep.findings]
+
+        def rows(name):
+            t = rep.tables.get(name) if name in rep.tables else None
+            return _jsonable(table_to_records(t)) if t is not None and t.size else []
     lines = [f"ktrace report: {s['source']}", "", s.get("verdict", "")]
-    if rep.findings:
+    if findings:
         lines.append("")
         lines.append("Findings (hangs first, then by the time they would save):")
-        for i, f in enumerate(rep.findings[:max_findings], 1):
-            tag = {"error": "!!", "warning": " !", "info": "  "}[f.severity]
-            where = f" [+{fmt_ns(f.start_ns)} .. +{fmt_ns(f.end_ns)}]" if f.start_ns is not None and f.end_ns is not None else ""
-            lines.append(f"{tag} {i}. {f.text}{where}")
-        if len(rep.findings) > max_findings:
-            lines.append(f"   ... and {len(rep.findings) - max_findings} more (see --json / --html)")
+        for i, f in enumerate(findings[:max_findings], 1):
+            tag = {"error": "!!", "warning": " !", "info": "  "}[f["severity"]]
+            where = (f" [+{fmt_ns(f['start_ns'])} .. +{fmt_ns(f['end_ns'])}]"
+                     if f.get("start_ns") is not None and f.get("end_ns") is not None else "")
+            lines.append(f"{tag} {i}. {f['text']}{where}")
+        if len(findings) > max_findings:
+            lines.append(f"   ... and {len(findings) - max_findings} more (see --json / --html)")
     lines += [
         "",
         f"Capture: {s['world_size']} ranks ({', '.join(map(str, s['ranks']))}), {s['launches']:,} launches of "
         f"{', '.join(s['kernels']) or '?'}, {s['events']:,} events, {s['workgroups']:,} workgroups; kernel time "
         f"{fmt_ns(s.get('kernel_time_ns'))} (launch durations summed)"
         + (" (PARTIAL)" if s["partial"] else ""),
-        f"Clock: {s['clock']}" + (f", ranks aligned within ~{fmt_ns(s['clock_bound_ns'])}" if s.get("clock_bound_ns") else "") + (f" ({rep.trace.clock.bounds_text()})" if rep.trace is not None and hasattr(rep.trace.clock, "bounds_text") else ""),
+        f"Clock: {s['clock']}" + (f", ranks aligned within ~{fmt_ns(s['clock_bound_ns'])}" if s.get("clock_bound_ns") else "")
+        + (f" ({s['clock_bounds']})" if s.get("clock_bounds") else ""),
         f"Waits: {s['waits']:,} waited {fmt_ns(s['wait_ns'])} in total: producer late {fmt_ns(s['producer_late_ns'])}, "
         f"signal latency {fmt_ns(s['signal_latency_ns'])} (of which {fmt_ns(s.get('unexplained_ns'))} beyond the "
         f"calibrated link latency or with no captured notify: unexplained); {s['waits_unreleased']} completed waits "
-        f"without a captured notify; {s['timeouts']} timed out.",
+        f"without a captured notify"
+        + (f", {s['waits_unmatched']} more not matched to one notify (notifies on their flag were captured: "
+           f"released in the replay by the last before their end)" if s.get("waits_unmatched") else "")
+        + f"; {s['timeouts']} timed out.",
     ]
-    wc = rep.tables.get("wait_causes_by_rank")
-    if wc is not None and wc.size:
-        allw = wc[wc["rank"] == -1]
-        if allw.size and allw["producer_late_ns"][0] > 0:
-            a = allw[0]
-            lines.append(
-                f"Producers were late: not started {fmt_ns(a['late_not_started_ns'])}, waiting themselves "
-                f"{fmt_ns(a['late_waiting_ns'])}, working in a region {fmt_ns(a['late_in_region_ns'])}, outside any "
-                f"region {fmt_ns(a['late_outside_ns'])}, never signalled (waits that gave up) "
-                f"{fmt_ns(a['late_missing_ns'])}" + (f" (on {s['sampled_launches'][0]:,} of {s['sampled_launches'][1]:,} "
-                                                     f"launches)." if s['sampled_launches'][0] < s['sampled_launches'][1] else "."))
-    tr = rep.tables["stalls_by_rank"]
-    if tr.size:
+    allw = [r for r in rows("wait_causes_by_rank") if r["rank"] == -1]
+    if allw and (allw[0]["producer_late_ns"] or 0) > 0:
+        a = allw[0]
+        lines.append(
+            f"Producers were late: not started {fmt_ns(a['late_not_started_ns'])}, waiting themselves "
+            f"{fmt_ns(a['late_waiting_ns'])}, working in a region {fmt_ns(a['late_in_region_ns'])}, outside any "
+            f"region {fmt_ns(a['late_outside_ns'])}, never signalled (waits that gave up) "
+            f"{fmt_ns(a['late_missing_ns'])}" + (f" (on {s['sampled_launches'][0]:,} of {s['sampled_launches'][1]:,} "
+                                                 f"launches)." if s['sampled_launches'][0] < s['sampled_launches'][1] else "."))
+    tr = sorted(rows("stalls_by_rank"), key=lambda r: r["rank"])
+    if tr:
         lines.append("Waiting per rank: " + ", ".join(
-            f"r{r['rank']} {fmt_ns(r['wait_ns'])} ({100 * r['wait_frac']:.0f}% of program time)" if np.isfinite(r["wait_frac"])
-            else f"r{r['rank']} {fmt_ns(r['wait_ns'])}" for r in np.sort(tr, order="rank")))
+            f"r{r['rank']} {fmt_ns(r['wait_ns'])} ({100 * r['wait_frac']:.0f}% of program time)" if r.get("wait_frac") is not None
+            else f"r{r['rank']} {fmt_ns(r['wait_ns'])}" for r in tr))
     lines.append("Times are relative to the capture's first event (time 0 of its Perfetto trace).")
     return "\n".join(lines)
 
@@ -735,8 +681,9 @@ def report_json(rep: Report) -> dict:
     for name, t in rep.tables.items():
         tables[name] = {"rows_total": int(t.size), "columns": list(t.dtype.names or ()),
                         "rows": _jsonable(table_to_records(t, rep.config.max_rows))}
-    return {"format": "ktrace-report", "version": 1, "source": rep.source, "origin_ns": rep.origin_ns,
-            "summary": _jsonable(rep.summary),
+    return {"format": "ktrace-report", "version": 2, "source": rep.source, "origin_ns": rep.origin_ns,
+            "trace_url": rep.config.trace_url, "summary": _jsonable(rep.summary),
+            "views": {k: rep.views[k] for k in rep.views},
             "findings": [f.to_dict(rep.config.trace_url, rep.summary.get("trace_end_ns"), rep.summary.get("ranks")) for f in rep.findings],
             "tables": tables}
 

@@ -40,7 +40,7 @@ from ..keys import (
 )
 from ..schema import arg_column, is_local, is_timeout
 from .spans import enclosing_span, preceding_span, rank_launch_starts
-from .trace import AnalysisError, ColumnTable, Trace, fill_table
+from .trace import AnalysisError, ColumnTable, Trace, agent_of, fill_table
 
 #: One row per WAIT event (see the module docstring for the two parts of ``wait_ns``).
 WAIT_DTYPE = np.dtype(
@@ -175,6 +175,39 @@ def _waits_table(trace: Trace) -> ColumnTable:
 
     return ColumnTable(WAIT_DTYPE, cols, lazy,
                        {"wait_ns": wait_ns, "signal_latency_ns": lambda idx: wait_ns(idx) - late[idx]})
+
+
+def latest_flag_notify(trace: Trace, wpos: np.ndarray) -> np.ndarray:
+    """For waits (positions in :func:`waits`), the row of the last notify on the same flag, from
+    the rank waited on to the waiting rank in the same launch, that started before the wait
+    ended (-1: none was captured). What a wait the pairing did not match (a counter fed by
+    several notifies) waited for at the latest: the replay releases it with that notify, so a
+    late producer is not hidden behind a wait held fixed."""
+    Nk = EventKind.NOTIFY
+    out = np.full(wpos.size, -1, np.int64)
+    nrows = trace.rows_of(Nk)
+    if wpos.size == 0 or nrows.size == 0:
+        return out
+    w = waits(trace)
+    nk = [trace.at(Nk, "launch"), trace.at(Nk, "rank"), trace.at(Nk, arg_column(Nk, "peer")), trace.at(Nk, arg_column(Nk, "flag"))]
+    wk = [w["launch"][wpos], w["peer"][wpos], w["rank"][wpos], w["flag"][wpos]]
+    inv, _ = group_index(*(np.concatenate([a.astype(np.int64), b.astype(np.int64)]) for a, b in zip(nk, wk)))
+    gn, gw = inv[: nrows.size], inv[nrows.size :]
+    ns = trace.at(Nk, "start_ns").astype(np.int64)
+    o = np.lexsort((ns, gn))
+    gno, nso = gn[o], ns[o]
+    we = w["end_ns"][wpos].astype(np.int64)
+    # the last notify of the wait's group starting at or before its end: search (group, end)
+    lo = np.searchsorted(gno, gw, side="left")
+    hi = np.searchsorted(gno, gw, side="right")
+    # within each group the starts are sorted: count those <= end by a search on a shifted key
+    span = int(max(nso.max() - nso.min(), we.max() - nso.min(), 0)) + 1
+    key_n = gno * span + (nso - nso.min())
+    key_w = gw * span + np.clip(we - nso.min(), -1, span - 1)
+    k = np.searchsorted(key_n, key_w, side="right") - 1
+    ok = (hi > lo) & (k >= lo) & (k < hi)
+    out[ok] = nrows[o[k[ok]]]
+    return out
 
 
 def kernel_time(trace: Trace) -> np.ndarray:
@@ -367,10 +400,13 @@ def notify_holds(trace: Trace) -> np.ndarray:
     sleeps or is descheduled before notifying holds it longer, and every waiter on that flag
     waits the extra time (cumulatively, when one program holds several notifies in a row).
 
-    ``baseline_ns`` is what the other ranks hold their notifies in the same launch: the median,
-    over the other ranks, of each rank's median ``held_ns`` there; ``held_excess_ns`` =
-    ``held_ns`` - ``baseline_ns`` is how late the notify was (NaN with no other rank to compare
-    with). These are durations measured on one rank each, so clock alignment cannot bias them;
+    ``baseline_ns`` is what such a notify is held when nothing holds it back, judged per agent
+    (``agent_of``: a program, a lane of it once programs have several) and call site (the
+    notify's region): the smaller of the agent's own median hold at that site and the median
+    over the agents of the same role (all agents notifying at that site in the launch, on every
+    rank). ``held_excess_ns`` = ``held_ns`` - ``baseline_ns`` is how late the notify was: a few
+    rounds held back stand out against the agent's other rounds, an agent that held every round
+    back against its peers, at one rank as at many. These are durations measured on one rank each, so clock alignment cannot bias them;
     which waits a late notify held up, and for how long, is measured across ranks on the aligned
     clock (:func:`waits`, ``producer_late_ns``).
 
@@ -404,29 +440,28 @@ def _compute_holds(trace: Trace) -> dict:
         held[~has] = np.nan
         ready = pe.astype(np.float64)
         ready[~has] = np.nan
-        # per (rank, launch): the median hold (rows are sorted by rank, launch: contiguous groups)
-        first = np.r_[True, (rank[1:] != rank[:-1]) | (launch[1:] != launch[:-1])]
-        gid = np.cumsum(first) - 1
         ok = np.flatnonzero(has)
         if ok.size:
-            G = int(gid[-1]) + 1
-            med = group_median(gid[ok], held[ok], G)
-            g_rank, g_launch = rank[first].astype(np.int64), launch[first].astype(np.int64)
-            li, _ = dense_codes(g_launch)
-            ri, rvals = dense_codes(g_rank)
-            table = np.full((int(li.max()) + 1, rvals.size), np.nan)
-            table[li, ri] = med
-            base = np.full_like(table, np.nan)
-            # the baseline of a rank is the other ranks' median in the same launch
-            for j in range(rvals.size):  # ranks: a handful
-                others = np.delete(table, j, axis=1)
-                has_other = np.isfinite(others).any(axis=1)
-                if has_other.any():
-                    base[has_other, j] = np.nanmedian(others[has_other], axis=1)
-            base_of = base[li, ri][gid]
-            base_of[~has] = np.nan
+            base_of[ok] = _hold_baseline(agent_of(trace, rows[ok]), launch[ok].astype(np.int64),
+                                         trace.at(N, "region")[ok].astype(np.int64), held[ok])
     cols.update(ready_ns=ready, held_ns=held, baseline_ns=base_of, held_excess_ns=held - base_of)
     return cols
+
+
+def _hold_baseline(agent: np.ndarray, launch: np.ndarray, site: np.ndarray, held: np.ndarray) -> np.ndarray:
+    """Per notify, the hold it is judged against: the smaller of its agent's median hold at the
+    same call site (its other rounds: a few rounds held back stand out) and the median, over the
+    agents of the same role (every agent notifying at that call site in the launch, on any
+    rank), of their median holds there (an agent that held every round back stands out). Never
+    the other ranks only: it works at one rank, and when every rank holds the same rounds."""
+    inv, keys = group_index(agent, site)  # (agent, call site)
+    own = group_median(inv, held, keys.shape[0])
+    # the agents of one role: same launch and call site (an agent belongs to one launch)
+    a_first = np.zeros(keys.shape[0], np.int64)
+    a_first[inv] = np.arange(inv.size)
+    r_inv, r_keys = group_index(launch[a_first], keys[:, 1])
+    role = group_median(r_inv, own, r_keys.shape[0])
+    return np.minimum(own, role[r_inv])[inv]
 
 
 #: One row per producer rank (``stragglers(...)[0]``) or producer workgroup (``[1]``).

@@ -396,6 +396,23 @@ def critical_path(trace: Trace, launch: int | None = None, *, min_late_ns: int =
     return out
 
 
+def _clipped(trace: Trace, rows: np.ndarray, g: np.ndarray, s0: np.ndarray, e0: np.ndarray):
+    """The events ``rows`` (sorted) of each segment's workgroup ``g`` over [s0, e0]: ``(segment,
+    row, time inside the segment)`` per (segment, event) pair, vectorised."""
+    # (rows are in workgroup order: bounded by the workgroups' first rows, no workgroup per row)
+    first = _spans.workgroup_starts(trace)
+    lo = first[g]
+    hi = np.where(g + 1 < first.size, first[np.minimum(g + 1, first.size - 1)], trace.n_events)
+    a = np.searchsorted(rows, lo, side="left")
+    cnt = np.searchsorted(rows, hi, side="left") - a
+    total = int(cnt.sum())
+    seg = np.repeat(np.arange(g.size), cnt)
+    idx = np.arange(total) - np.repeat(np.cumsum(cnt) - cnt, cnt) + np.repeat(a, cnt)
+    r = rows[idx]
+    ls, le = trace.column("start_ns")[r], trace.column("end_ns")[r]
+    return seg, r, (np.clip(le, s0[seg], e0[seg]) - np.clip(ls, s0[seg], e0[seg])).astype(np.float64)
+
+
 def _dominant_regions(trace: Trace, g: np.ndarray, s0: np.ndarray, e0: np.ndarray) -> np.ndarray:
     """Per run segment (workgroup ``g`` over [s0, e0]): the leaf span region with the most time in
     it (the smallest region id at a tie; "" if none), or ``(outside any region)`` when the time in
@@ -403,18 +420,9 @@ def _dominant_regions(trace: Trace, g: np.ndarray, s0: np.ndarray, e0: np.ndarra
     from .names import OUTSIDE
 
     out = np.full(g.size, "", dtype=object)
-    lr = leaf_spans(trace)
-    wgl = trace.wg[lr]
-    a = np.searchsorted(wgl, g, side="left")
-    cnt = np.searchsorted(wgl, g, side="right") - a
     best = np.zeros(g.size)
-    total = int(cnt.sum())
-    if total:
-        seg = np.repeat(np.arange(g.size), cnt)
-        idx = np.arange(total) - np.repeat(np.cumsum(cnt) - cnt, cnt) + np.repeat(a, cnt)
-        rows = lr[idx]
-        ls, le = trace.column("start_ns")[rows], trace.column("end_ns")[rows]
-        d = (np.clip(le, s0[seg], e0[seg]) - np.clip(ls, s0[seg], e0[seg])).astype(np.float64)
+    seg, rows, d = _clipped(trace, leaf_spans(trace), g, s0, e0)
+    if rows.size:
         rc, rids = dense_codes(trace.column("region")[rows])
         R = rids.size
         tot = np.bincount(seg * R + rc, weights=d, minlength=g.size * R).reshape(g.size, R)
@@ -445,3 +453,55 @@ def critical_path_summary(path: np.ndarray) -> np.ndarray:
     tot = np.bincount(lk.reshape(-1), weights=path["dur_ns"].astype(np.float64))
     out["share"] = out["dur_ns"] / np.maximum(tot[np.searchsorted(linv, out["launch"])], 1)
     return out[np.argsort(-out["dur_ns"], kind="stable")]
+
+
+#: Critical-path time in a span that holds other events (outside its parts), or in a notify.
+IN_CONTAINERS = "(in notifies and enclosing spans)"
+
+
+def path_region_time(trace: Trace, path: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where the run segments of a critical path (rows of :func:`critical_path`) spent their
+    time, exactly: ``(names, ns)`` over leaf span regions, waits (named ``"waiting in 'NAME'"``)
+    and ``(outside any region)``, largest first. A segment holding a wait that timed out shows
+    that wait, not the span beside it."""
+    from .names import OUTSIDE
+
+    run = path[path["kind"] == "run"]
+    if run.size == 0:
+        return np.zeros(0, object), np.zeros(0)
+    gk = trace.wg_keys
+    code = (gk[:, 0] * (int(gk[:, 1].max()) + 1) + gk[:, 1]) * (int(gk[:, 2].max()) + 1) + gk[:, 2]
+    order = np.argsort(code, kind="stable")
+    q = (run["rank"].astype(np.int64) * (int(gk[:, 1].max()) + 1) + run["launch"]) * (int(gk[:, 2].max()) + 1) + run["program"]
+    g = order[np.clip(np.searchsorted(code[order], q), 0, code.size - 1)]
+    s0, e0 = run["start_ns"].astype(np.int64), run["end_ns"].astype(np.int64)
+    waits = trace.rows_of(EventKind.WAIT)
+    names_out, ns_out = [], []
+    # leaf spans and waits (each sorted: looked up apart, no union of millions of rows)
+    parts = [_clipped(trace, rows, g, s0, e0)[1:] for rows in (leaf_spans(trace), waits)]
+    r = np.concatenate([p[0] for p in parts])
+    d = np.concatenate([p[1] for p in parts])
+    if r.size:
+        is_wait = np.repeat([0, 1], [parts[0][0].size, parts[1][0].size])
+        key = trace.column("region")[r].astype(np.int64) * 2 + is_wait
+        u, inv = np.unique(key, return_inverse=True)
+        by = np.bincount(inv.reshape(-1), weights=d, minlength=u.size)
+        for k, v in zip(u.tolist(), by.tolist()):
+            if v > 0:
+                nm = trace.region_name(k >> 1)
+                names_out.append(f"waiting in '{nm}'" if k & 1 else nm)
+                ns_out.append(v)
+    origin = trace.origin_ns
+    blocks = _spans.coverage(trace, g)
+    covered_ns = float(np.sum(_spans.covered(blocks, g, e0 - origin) - _spans.covered(blocks, g, s0 - origin)))
+    outside = float((e0 - s0).sum()) - covered_ns
+    if outside > 0:
+        names_out.append(OUTSIDE)
+        ns_out.append(outside)
+    rest = covered_ns - float(np.sum(ns_out[: len(ns_out) - (outside > 0)]))
+    if rest > 0:  # in a span that holds other events, or in a notify
+        names_out.append(IN_CONTAINERS)
+        ns_out.append(rest)
+    ns = np.array(ns_out)
+    o = np.argsort(-ns, kind="stable")
+    return np.array(names_out, dtype=object)[o], ns[o]

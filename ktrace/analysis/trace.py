@@ -288,6 +288,44 @@ _COPIED_AT = (("arg0", "arg1", "arg2", "arg3", "arg4", "arg5"), (EventKind.WAIT,
 _BLOCK = 1 << 16
 
 
+#: What an agent is: the producer or the consumer of a hand-off. A program of a launch on a
+#: rank now; a lane of it (a warp group, a partition) once programs record several: a capture
+#: whose events have a ``lane`` column gives it, others are lane 0.
+AGENT_FIELDS = ("rank", "launch", "program", "lane")
+
+
+def has_lanes(trace: Trace) -> bool:
+    """Whether the trace's programs have several lanes (a kernel traced per lane, or events that
+    name a lane other than 0): only then is an agent more than its workgroup."""
+    got = trace._cache.get("has_lanes")
+    if got is None:
+        ev = trace._events
+        known = ("col", "lane") in trace._cache or (ev is not None and "lane" in (ev.dtype.names or ()))
+        got = bool(trace.lanes) or (known and trace._n > 0 and int(trace.column("lane").max()) > 0)
+        trace._cache["has_lanes"] = got
+    return got
+
+
+def agent_of(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """Per event row, a dense-enough agent id: its workgroup, times the lanes when there are
+    several (ids compare and group; :func:`agent_keys` names them)."""
+    g = trace.wg[rows].astype(np.int64)
+    if not has_lanes(trace):
+        return g
+    lane = trace.column("lane")[rows].astype(np.int64)
+    return g * (int(trace.column("lane").max(initial=0)) + 1) + lane
+
+
+def agent_keys(trace: Trace, agents: np.ndarray) -> np.ndarray:
+    """``(rank, launch, program, lane)`` of agent ids made by :func:`agent_of` (shape (n, 4))."""
+    agents = np.asarray(agents, np.int64)
+    n_lanes = int(trace.column("lane").max(initial=0)) + 1 if has_lanes(trace) else 1
+    out = np.zeros((agents.size, 4), np.int64)
+    out[:, :3] = trace.wg_keys[agents // n_lanes]
+    out[:, 3] = agents % n_lanes
+    return out
+
+
 class ColumnTable:
     """A table kept as plain columns, read like a structured array of ``dtype``.
 

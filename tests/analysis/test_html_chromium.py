@@ -72,7 +72,7 @@ def test_html_is_self_contained(pages):
     assert "view in Perfetto" in text and "ui.perfetto.dev" in text
     # the real capture: its first finding, its verdict and the launch plots are there
     rtext = real.read_text(encoding="utf-8")
-    assert "rank 1 notified late" in rtext and "1 cause worth fixing" in rtext
+    assert "rank 1 programs 2-5 notified late" in rtext and "1 cause worth fixing" in rtext
     assert len(re.findall(r"<div class='plot'><svg", rtext)) >= 6
     assert "<svg" in diff_html.read_text(encoding="utf-8")
 

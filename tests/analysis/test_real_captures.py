@@ -84,7 +84,8 @@ def test_delayed_rank_is_the_first_finding_with_its_delay(path):
     assert first.kind == "late_notifies", render_text(rep)
     assert first.data["rank"] == late
     assert abs(first.data["magnitude_ns"] - D) <= 0.1 * D, first.text  # the true lateness of its notifies
-    assert first.text.startswith(f"rank {late} notified late: it held ")
+    # the producer agents named: every program of the late rank (each held every round back)
+    assert first.text.startswith(f"rank {late} programs 0-{first.data['programs'][-1]} notified late: "), first.text
     by_rank = rep.tables["stragglers"]
     assert int(by_rank["rank"][0]) == late
     others = by_rank[by_rank["rank"] != late]
@@ -149,7 +150,14 @@ def test_skewed_overloaded_receive_workgroups_flagged_exactly(path):
     assert 0 < len(expected) < len(recorded) / 2
     flagged = {(int(r), int(l), int(p)) for r, l, p, o in zip(wg["rank"], wg["launch"], wg["program"], wg["overloaded"])
                if o and (int(r), int(l), int(p)) in items}
-    assert flagged == expected
+    assert expected <= flagged
+    # the others flagged have no more items than the median but worked at least 1.25x its time
+    # (LoadConfig.min_excess): their work went slower
+    key = {(int(r), int(l), int(p)): i for i, (r, l, p) in enumerate(zip(wg["rank"], wg["launch"], wg["program"]))}
+    comb = [key[k] for k in recorded]
+    med_work = np.median(wg["work_ns"][comb])
+    for k in flagged - expected:
+        assert items[k] <= med and wg["work_ns"][key[k]] >= 1.25 * med_work, (k, items[k], wg["work_ns"][key[k]], med_work)
     # and the report says so, as uneven work distribution
     named = set()
     for f in rep.findings:

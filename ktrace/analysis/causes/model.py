@@ -51,21 +51,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import pairing
-from ..keys import dense_codes, group_median, lexorder
-from ..schema import EventKind, arg_column, is_local, is_timeout
-from ..text import ranges_text
-from .intervals import last_at_or_before, segmented_cummax, segmented_cumsum
-from .names import OUTSIDE
-from .spans import coverage, covered
-from .stalls import _holds, kernel_time, workgroup_extent
-from .stalls import waits as _waits
-from .trace import Sparse, Trace, fill_table
+from ... import pairing
+from ...keys import dense_codes, group_median, lexorder
+from ...schema import EventKind, arg_column, is_local, is_timeout
+from ...text import ranges_text
+from ..intervals import last_at_or_before, segmented_cummax, segmented_cumsum
+from ..names import OUTSIDE
+from ..spans import coverage, covered
+from ..stalls import latest_flag_notify, workgroup_extent
+from ..stalls import waits as _waits
+from ..trace import Sparse, Trace, fill_table
 
 log = logging.getLogger("ktrace")
 
-#: The kinds of root cause.
-KINDS = ("hang", "late_launch", "late_notifies", "uneven_work", "uneven_ranks", "slow_link")
 #: Wait kinds in the replay model.
 _PAIRED, _EXTERNAL, _MISSING, _CUT = 0, 1, 2, 3
 #: A release time that never binds (far below any time relative to the capture's start).
@@ -369,6 +367,18 @@ def _build_model(trace: Trace, launches: np.ndarray | None = None) -> _Model:
     pair = np.where((n_row >= 0) & (pair < nr.size) & (nr[np.minimum(pair, max(nr.size - 1, 0))] == n_row)
                     if nr.size else np.zeros(nw, bool), pair, -1)
     external = (n_row >= 0) & (pair < 0)  # released by a notify of a launch not in the model
+    # a completed wait the pairing did not match is released by the last notify on its flag
+    # that came before its end (a counter's last increment), when one was captured: held fixed,
+    # it would make any delay of that producer look free
+    to_ = w["timed_out"][wo]
+    guess = np.flatnonzero((n_row < 0) & ~to_)
+    if guess.size and nr.size:
+        g_row = latest_flag_notify(trace, wo[guess])
+        gp = np.searchsorted(nr, g_row)
+        hit = (g_row >= 0) & (gp < nr.size) & (nr[np.minimum(gp, nr.size - 1)] == g_row)
+        n_row = n_row.copy()
+        n_row[guess[hit]] = g_row[hit]
+        pair[guess[hit]] = gp[hit]
     to = w["timed_out"][wo]
     late_ns = np.nan_to_num(w["producer_late_ns"])[wo]
     # a notify that starts after the wait it released ended (the clocks disagree by more than
@@ -392,6 +402,10 @@ def _build_model(trace: Trace, launches: np.ndarray | None = None) -> _Model:
     n_start_all = trace.at(N_, "start_ns")
     n_start_of = np.where(n_row >= 0, n_start_all[np.maximum(np.searchsorted(nr_all, n_row), 0)] - origin
                           if nr_all.size else 0, 0)
+    if guess.size:  # (their producer's lateness, as the waits table has it for matched ones)
+        late_ns = late_ns.copy()
+        gl = guess[n_row[guess] >= 0]
+        late_ns[gl] = np.maximum(n_start_of[gl] - w_s[gl], 0)
     lat_obs = (w_e - n_start_of).astype(np.float64)
     lat_obs[n_row < 0] = np.nan
     rank_w = w["rank"].astype(np.int64)[wo]
@@ -719,9 +733,8 @@ class Cause:
     """One root cause and the replay that prices it.
 
     Attributes:
-        kind: ``hang``, ``late_launch``, ``late_notifies``, ``uneven_work`` (workgroups with more
-            work than their peers), ``uneven_ranks`` (a rank's workgroups with more work than the
-            other ranks') or ``slow_link``.
+        kind: the name of the module of ``ktrace.analysis.causes`` that found it (its ``KIND``;
+            the registry, ``causes.registry.KINDS``, lists them).
         rank: the rank at fault (the producer, the late rank, the overloaded workgroups' rank;
             -1 when several).
         ranks: every rank involved.
@@ -734,14 +747,15 @@ class Cause:
         excess_ns: the time the cause itself put into the capture, wherever it landed (holds,
             extra work, late starts, waits given up): how causes that save the same are ordered.
         waits_affected: waits that would end earlier.
-        detail: what the report says about it (programs, rounds, region, magnitude, ...).
+        detail: what its kind found, typed by the kind's module (a frozen dataclass with at least
+            ``magnitude_ns``: the cause's own size; the report's data and text come from it).
     """
 
     kind: str
     rank: int
     ranks: tuple
     launches: np.ndarray
-    detail: dict = field(default_factory=dict)
+    detail: object = None
     saving_ns: float = 0.0
     saving_launches: int = 0
     sampled: int = 0
@@ -759,6 +773,82 @@ CAUSE_DTYPE = np.dtype(
      ("sampled_launches", "<i8"), ("magnitude_ns", "<f8"), ("programs", "O"), ("rounds", "O"), ("region", "O"),
      ("waiting_removed_ns", "<f8"), ("waits_affected", "<i8")]
 )
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a kind's ``detect`` and ``describe`` read: the capture and the tables the report
+    computed once for every kind.
+
+    Attributes:
+        trace: the prepared capture.
+        config: thresholds and replay limits.
+        workgroups: ``load.workgroups(trace)``.
+        timeouts, missing: ``hangs.timeouts`` and ``hangs.missing_notifies``.
+        min_excess: ``LoadConfig.min_excess`` (how much more work counts as uneven).
+    """
+
+    trace: Trace
+    config: CauseConfig
+    workgroups: np.ndarray
+    timeouts: np.ndarray
+    missing: np.ndarray
+    min_excess: float = 0.5
+
+    @property
+    def kernel_time_ns(self) -> float:
+        return kernel_time_total(self.trace)
+
+    @property
+    def n_launches(self) -> int:
+        return int(launch_makespans(self.trace)[0].size)
+
+    def rel(self, t) -> int:
+        """An absolute time as ns since the capture's first event (the traces' time 0)."""
+        return int(t) - self.trace.origin_ns
+
+
+#: Who a claim is about: (rank, launch, program, lane); -1 in a field: every one (a whole rank,
+#: every launch of the cause).
+Agent = tuple
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One thing a finding's text states, as data: what kind of statement, about which agents,
+    with which numbers (``tests/analysis/test_claims.py`` checks each against the raw events).
+
+    Attributes:
+        kind: the statement (``held_back``, ``started_late``, ``never_sent``, ...; the claim
+            kinds are listed in ``docs/analyses.md``).
+        agents: the agents it names, ``(rank, launch, program, lane)`` each (-1: any).
+        values: its numbers and names (ns, counts, region names, event rows).
+    """
+
+    kind: str
+    agents: tuple = ()
+    values: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "agents": [list(a) for a in self.agents], "values": dict(self.values)}
+
+
+@dataclass
+class Description:
+    """What a kind's ``describe`` says about one cause.
+
+    Attributes:
+        text: the finding in plain words (every statement in it is one of ``claims``).
+        label: a short name for lists and plots ("rank 1 program 0 notified late").
+        start_ns, end_ns: the time range to look at (ns since the capture's first event), or None.
+        claims: the statements of ``text``, as data.
+    """
+
+    text: str
+    label: str
+    start_ns: int | None = None
+    end_ns: int | None = None
+    claims: list = field(default_factory=list)
 
 
 def _sample(codes: np.ndarray, k: int) -> np.ndarray:
@@ -798,141 +888,6 @@ def _codes_of(m: _Model, launch_values) -> np.ndarray:
     return np.unique(k[m.launch_ids[k] == v]) if m.launch_ids.size else np.zeros(0, np.int64)
 
 
-def _late_launch_causes(trace: Trace, cfg: CauseConfig) -> list[Cause]:
-    """A rank that starts a launch after the first rank did, by more than the GPU being busy
-    with its previous launch explains (a launch queued right behind a long one starts late
-    because of that one: its cause is that launch's, not the host's)."""
-    kt = kernel_time(trace)
-    if kt.size == 0 or trace.world_size < 2:
-        return []
-    all_l = launch_makespans(trace)[0]
-    lcode = np.searchsorted(all_l, kt["launch"])
-    L = all_l.size
-    first = np.full(L, np.iinfo(np.int64).max)
-    np.minimum.at(first, lcode, kt["start_ns"])
-    skew = (kt["start_ns"] - first[lcode]).astype(np.float64)
-    n_ranks = np.bincount(lcode, minlength=L)
-    # idle time of the rank's GPU before the launch (kt is in (rank, launch) order)
-    same = np.r_[False, kt["rank"][1:] == kt["rank"][:-1]]
-    idle = np.where(same, kt["start_ns"] - np.r_[0, kt["end_ns"][:-1]], np.inf).astype(np.float64)
-    min_idle = np.full(L, np.inf)
-    np.minimum.at(min_idle, lcode, idle)
-    late = np.clip(np.minimum(skew, idle - np.where(np.isfinite(min_idle[lcode]), min_idle[lcode], 0.0)), 0, None)
-    queued = skew - late
-    out = []
-    for r in np.unique(kt["rank"]).tolist():  # ranks: a handful
-        sel = (kt["rank"] == r) & (late >= cfg.min_skew_ns) & (n_ranks[lcode] > 1)
-        if not sel.any():
-            continue
-        codes = lcode[sel]
-        per_launch = np.zeros(L)
-        per_launch[codes] = late[sel]
-        firsts = kt[(np.isin(lcode, codes)) & (skew == 0)]["rank"]
-        ref = int(np.bincount(firsts).argmax()) if firsts.size else -1
-
-        def changes(sub, r=r, per_launch=per_launch):
-            sh = np.where(sub.wg_rank == r, per_launch[np.searchsorted(all_l, sub.launch_ids)][sub.wg_launch], 0.0)
-            return Changes(shift=sh)
-
-        out.append(Cause("late_launch", int(r), (int(r),), all_l[codes], changes=changes, excess_ns=float(late[sel].sum()),
-                         detail={"magnitude_ns": float(np.median(late[sel])), "min_ns": float(late[sel].min()),
-                                 "max_ns": float(late[sel].max()), "first_rank": ref,
-                                 "queued_ns": float(queued[sel].max())}))
-    return out
-
-
-def _notify_rounds(trace: Trace) -> np.ndarray:
-    """Per notify (row order), its place among its workgroup's notifies of the same region."""
-    N = EventKind.NOTIFY
-    g = trace.wg[trace.rows_of(N)]
-    reg = trace.at(N, "region").astype(np.int64)
-    rc, _ = dense_codes(reg)
-    key = g * (int(rc.max()) + 1 if rc.size else 1) + rc
-    o = np.argsort(key, kind="stable")
-    ks = key[o]
-    idx = np.arange(ks.size)
-    first = np.r_[True, ks[1:] != ks[:-1]] if ks.size else np.zeros(0, bool)
-    occ = idx - np.maximum.accumulate(np.where(first, idx, 0)) if ks.size else idx
-    out = np.empty(ks.size, np.int64)
-    out[o] = occ
-    return out
-
-
-def _late_notify_causes(trace: Trace, cfg: CauseConfig) -> list[Cause]:
-    h = _holds(trace)
-    hx = h["held_excess_ns"]
-    late = np.isfinite(hx) & (hx >= cfg.min_late_ns)
-    if not late.any():
-        return []
-    N = EventKind.NOTIFY
-    reg = trace.at(N, "region").astype(np.int64)
-    rank = h["rank"].astype(np.int64)
-    rounds = _notify_rounds(trace)
-    out = []
-    li = np.flatnonzero(late)
-    gk = rank[li] * (1 << 24) + reg[li]
-    for key in np.unique(gk).tolist():  # (rank, region): a handful
-        sel = li[gk == key]
-        r, rid = key >> 24, key & ((1 << 24) - 1)
-        mine = (rank == r) & (reg == rid)
-        n_launch_mine = np.unique(h["launch"][mine]).size
-        codes = np.unique(h["launch"][sel]).astype(np.int64)
-
-        def changes(sub, hold=Sparse(sel, hx[sel], 0.0)):  # (sel: sorted positions among the notifies)
-            return Changes(hold=hold(np.searchsorted(h["row"], sub.n_row)))
-
-        base = h["baseline_ns"][sel]
-        out.append(Cause("late_notifies", int(r), (int(r),), codes, changes=changes, excess_ns=float(hx[sel].sum()), detail={
-            "region_id": int(rid), "magnitude_ns": float(np.median(hx[sel])), "max_ns": float(hx[sel].max()),
-            "baseline_ns": float(np.nanmedian(base)) if np.isfinite(base).any() else math.nan,
-            "n_late": int(sel.size), "n_notifies": int(mine.sum()),
-            "per_launch_late": sel.size / max(np.unique(h["launch"][sel]).size, 1),
-            "per_launch": int(mine.sum()) / max(n_launch_mine, 1),
-            "programs": sorted(set(h["program"][sel].tolist())), "rounds": sorted(set(rounds[sel].tolist())),
-            "rows": h["row"][sel]}))
-    return out
-
-
-def _uneven_work_causes(trace: Trace, wg: np.ndarray | None) -> list[Cause]:
-    if wg is None or wg.size == 0 or not wg["overloaded"].any():
-        return []
-    over = np.flatnonzero(wg["overloaded"])
-    ov = wg[over]  # the overloaded workgroups' rows (few)
-    role_inv, role_codes = _role_codes(wg)
-    med = group_median(role_inv, wg["work_ns"].astype(np.float64), role_codes.size)
-    med_items = group_median(role_inv, wg["work_items"].astype(np.float64), role_codes.size)
-    reg_inv, reg_names = _object_codes(ov["top_region"])
-    key = role_inv[over] * max(reg_names.size, 1) + reg_inv
-    out = []
-    for k in np.unique(key).tolist():  # (role, region): a handful
-        mine = key == k
-        sel = over[mine]
-        ri = int(role_inv[sel[0]])
-        region = str(reg_names[k % max(reg_names.size, 1)])
-        factor = np.minimum(med[ri] / np.maximum(wg["work_ns"][sel].astype(np.float64), 1.0), 1.0)
-        codes = np.unique(wg["launch"][sel]).astype(np.int64)
-
-        def changes(sub, factor=Sparse(sel, factor, 1.0)):  # (sel: sorted workgroup ids)
-            return Changes(scale=factor(sub.wg_id))
-
-        # the busy time a workgroup spends per item: how much longer its items took, if as many
-        items = wg["work_items"][sel].astype(np.float64)
-        ranks = tuple(sorted(set(wg["rank"][sel].tolist())))
-        rp = np.unique(wg["rank"][sel].astype(np.int64) * (1 << 32) + wg["program"][sel].astype(np.int64))
-        progs = {int(r): (rp[(rp >> 32) == r] & 0xFFFFFFFF).tolist() for r in ranks}
-        excess = float(np.clip(wg["work_ns"][sel] - med[ri], 0, None).sum())
-        out.append(Cause("uneven_work", ranks[0] if len(ranks) == 1 else -1, ranks, codes, changes=changes,
-                         excess_ns=excess, detail={
-            "role": str(role_codes[ri]), "region": region, "n_workgroups": int(sel.size),
-            "work_ns": float(np.mean(wg["work_ns"][sel])), "median_work_ns": float(med[ri]),
-            "magnitude_ns": float(np.mean(wg["work_ns"][sel]) - med[ri]),
-            "items": float(np.mean(items)), "median_items": float(med_items[ri]),
-            "region_excess_ns": float(np.nanmean(ov["top_region_excess_ns"][mine]))
-            if np.isfinite(ov["top_region_excess_ns"][mine]).any() else math.nan,
-            "programs": progs}))
-    return out
-
-
 def _role_codes(wg) -> tuple[np.ndarray, np.ndarray]:
     """``(codes, roles)`` of a workgroups table's ``role`` column (given by ``load.workgroups``'
     table; made from the column for another table)."""
@@ -955,197 +910,11 @@ def _object_codes(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return head_codes[np.cumsum(new) - 1], np.array(names, dtype=object)
 
 
-def _uneven_rank_causes(trace: Trace, wg: np.ndarray | None, min_excess: float, cfg: CauseConfig) -> list[Cause]:
-    """Ranks whose workgroups of one kernel work much longer than the other ranks' (uneven
-    routing of an all-to-all, a rank with a larger shard): priced by a replay with the kernel's
-    work spread evenly over the ranks (each rank's workgroups scaled to the mean over all of
-    them, the total unchanged)."""
-    if wg is None or wg.size == 0 or trace.world_size < 2:
-        return []
-    from .load import region_time
-
-    role_inv, role_codes = _role_codes(wg)
-    rank = wg["rank"].astype(np.int64)
-    R = int(rank.max()) + 1
-    out = []
-    for ri, role in enumerate(role_codes.tolist()):  # kernels: a handful
-        sel = role_inv == ri
-        ranks_here = np.unique(rank[sel])
-        if ranks_here.size < 2:
-            continue
-        work = wg["work_ns"][sel].astype(np.float64)
-        med = group_median(rank[sel], work, R)
-        items = group_median(rank[sel], wg["work_items"][sel].astype(np.float64), R)
-        meds = med[ranks_here]
-        lo_r, hi_r = ranks_here[np.argmin(meds)], ranks_here[np.argmax(meds)]
-        if not (med[hi_r] >= (1 + min_excess) * max(med[lo_r], 1.0) and med[hi_r] - med[lo_r] >= cfg.min_late_ns):
-            continue
-        balanced = float(work.mean())
-        heavy = [int(r) for r in ranks_here if med[r] >= 1.25 * balanced]
-        factor = np.ones(wg.size)
-        per_rank = np.where(med > 0, balanced / np.maximum(med, 1.0), 1.0)
-        factor[sel] = per_rank[rank[sel]]
-        codes = np.unique(wg["launch"][sel]).astype(np.int64)
-        # the region where the heavy ranks spend most beyond the others
-        mtx, rids = region_time(trace)
-        region = ""
-        if rids.size:
-            hv = sel & np.isin(rank, heavy)
-            lt = sel & ~np.isin(rank, heavy)
-            if hv.any() and lt.any():
-                # (means as products: no copy of the workgroups' rows of the matrix)
-                diff = (hv.astype(np.float64) @ mtx) / hv.sum() - (lt.astype(np.float64) @ mtx) / lt.sum()
-                region = trace.region_name(rids[int(np.argmax(diff))])
-
-        def changes(sub, factor=factor):
-            return Changes(scale=factor[sub.wg_id])
-
-        hv_sel = sel & np.isin(rank, heavy)
-        excess = float(np.clip(wg["work_ns"][hv_sel] - balanced, 0, None).sum())
-        out.append(Cause("uneven_ranks", heavy[0] if len(heavy) == 1 else -1, tuple(heavy), codes, changes=changes,
-                         excess_ns=excess,
-                         detail={"role": role, "region": region, "heavy": heavy,
-                                 "rank_work_ns": {int(r): float(med[r]) for r in ranks_here},
-                                 "rank_items": {int(r): float(items[r]) for r in ranks_here},
-                                 "balanced_ns": balanced, "magnitude_ns": float(med[hi_r] - balanced),
-                                 "ratio": float(med[hi_r] / max(med[lo_r], 1.0)), "light_rank": int(lo_r)}))
-    return out
-
-
-def _hang_causes(trace: Trace, to: np.ndarray | None, missing: np.ndarray | None) -> list[Cause]:
-    if to is None or missing is None or missing.size == 0:
-        return []
-    out = []
-    keyed: dict = {}
-    for i, row in enumerate(missing):
-        keyed.setdefault((int(row["producer"]), int(row["consumer"]), int(row["flag"])), []).append(i)
-    for (prod, cons, flag), idx in keyed.items():
-        rows = missing[idx]
-        launches = np.unique(rows["launch"]).astype(np.int64)
-        codes = launches
-        sel_to = to[(to["rank"] == cons) & (to["peer"] == prod) & (to["flag"] == flag) & (to["status"] == "never signalled")]
-        cut = to[np.isin(to["launch"], launches) & (to["status"] != "never signalled")]
-
-        def changes(sub, launches=launches):
-            in_l = np.isin(sub.launch_ids[sub.wg_launch[sub.w_wg]], launches)
-            return Changes(release_timeouts=in_l)
-
-        programs = sorted({p for ps in rows["programs"] for p in ps})
-        out.append(Cause("hang", prod, (cons, prod), codes, changes=changes, excess_ns=float(sel_to["waited_ns"].sum()), detail={
-            "consumer": cons, "producer": prod, "flag": flag, "expected": int(rows["expected"][0]),
-            "cmp": str(rows["cmp"][0]), "programs": programs, "n_waiters": int(rows["n_waiters"].sum()),
-            "waited_ns": float(np.median(sel_to["waited_ns"])) if sel_to.size else math.nan,
-            "magnitude_ns": float(np.median(sel_to["waited_ns"])) if sel_to.size else math.nan,
-            "since_ns": int(rows["since_ns"][0]), "last_value_sent": int(rows["last_value_sent"].max()),
-            "producer_stuck": bool(rows["producer_stuck"].any()),
-            "producer_last_event_ns": int(rows["producer_last_event_ns"][0]),
-            "region_id": int(trace.column("region")[sel_to["row"][0]]) if sel_to.size else -1,
-            "sm": int(sel_to["sm"][0]) if sel_to.size else -1,
-            "cut_short": int(cut.size), "cut_ranks": sorted(set(cut["rank"].tolist())),
-            "gave_up_ns": int(sel_to["gave_up_ns"][np.argmin(sel_to["since_ns"])]) if sel_to.size else -1}))
-    return out
-
-
-def _slow_link_causes(trace: Trace, cfg: CauseConfig) -> list[Cause]:
-    ow = one_way_latency_ns(trace)
-    w = _waits(trace)
-    if w.size == 0 or not np.isfinite(ow).any():
-        return []
-    late = np.nan_to_num(w["producer_late_ns"]) > 0
-    sig = w["signal_latency_ns"]
-    ok = late & np.isfinite(sig)
-    rank = w["rank"].astype(np.int64)
-    peer = w["peer"].astype(np.int64)
-    R = ow.shape[0]
-    out = []
-    for p in range(R):
-        for c in range(R):
-            if p == c or not np.isfinite(ow[p, c]):
-                continue
-            sel = ok & (peer == p) & (rank == c)
-            if sel.sum() < 3:
-                continue
-            med = float(np.median(sig[sel]))
-            if med < cfg.slow_link_factor * ow[p, c] or med < ow[p, c] + cfg.min_late_ns:
-                continue
-            codes = np.unique(w["launch"][sel]).astype(np.int64)
-
-            def changes(sub, p=p, c=c, v=float(ow[p, c])):
-                mine = (sub.w_peer == p) & (sub.wg_rank[sub.w_wg] == c)
-                return Changes(latency=np.where(mine, v, np.nan))
-
-            out.append(Cause("slow_link", p, (p, c), codes, changes=changes, excess_ns=float((sig[sel] - ow[p, c]).sum()),
-                             detail={"consumer": c, "magnitude_ns": med, "calibrated_ns": float(ow[p, c]),
-                                     "n_waits": int(sel.sum())}))
-    return out
-
-
-def root_causes(trace: Trace, config: CauseConfig = CauseConfig(), *, workgroups: np.ndarray | None = None,
-                timeouts: np.ndarray | None = None, missing: np.ndarray | None = None,
-                min_excess: float = 0.5) -> list[Cause]:
-    """Find the root causes in a capture and price each by a replay without it.
-
-    Args:
-        trace: the prepared capture.
-        config: thresholds and replay limits.
-        workgroups: ``load.workgroups(trace)`` (its overloaded workgroups are the uneven-work
-            candidates; computed when not given).
-        timeouts, missing: ``hangs.timeouts`` and ``hangs.missing_notifies`` (computed when not
-            given).
-        min_excess: ranks count as unevenly loaded when one rank's median workgroup works
-            ``1 + min_excess`` times another's (``LoadConfig.min_excess``).
-
-    Returns:
-        The causes: hangs first, then by saving, then by the time they put in (``excess_ns``).
-    """
-    from . import hangs, load
-
-    if workgroups is None:
-        workgroups = load.workgroups(trace)
-    if timeouts is None:
-        timeouts = hangs.timeouts(trace)
-    if missing is None:
-        missing = hangs.missing_notifies(trace, timeouts)
-    found = (_hang_causes(trace, timeouts, missing) + _late_launch_causes(trace, config)
-             + _late_notify_causes(trace, config) + _uneven_work_causes(trace, workgroups)
-             + _uneven_rank_causes(trace, workgroups, min_excess, config) + _slow_link_causes(trace, config))
-    found = [c for c in found if c.launches.size]
-    # one model of every launch some cause is priced on, each cause replayed on its own sample
-    samples = [_sample(np.unique(c.launches), config.max_replay_launches) for c in found]
-    if found:
-        m = replay_model(trace, np.unique(np.concatenate(samples)))
-        for c, smp in zip(found, samples):
-            _price(m, c, smp, config)
-    found.sort(key=lambda c: (c.kind != "hang", -c.saving_ns, -c.excess_ns))
-    return found
-
-
-def causes_table(trace: Trace, found: list[Cause]) -> np.ndarray:
-    """The root causes as a table (``CAUSE_DTYPE``), in the order given."""
-    lids, spans = launch_makespans(trace)
-    total = float(spans.sum())
-    out = np.zeros(len(found), CAUSE_DTYPE)
-    for i, c in enumerate(found):
-        d = c.detail
-        progs = d.get("programs", ())
-        if isinstance(progs, dict):
-            progs = "; ".join(f"rank {r}: {ranges_text(p, 3)}" for r, p in progs.items())
-        else:
-            progs = ranges_text(progs, 3)
-        rid = d.get("region_id")
-        region = d.get("region", trace.region_name(rid) if rid is not None and rid >= 0 else "")
-        out[i] = (c.kind, c.rank, tuple(c.ranks), c.launches.size, lids.size, c.saving_ns,
-                  c.saving_ns / max(c.launches.size, 1), c.saving_ns / total if total > 0 else math.nan,
-                  c.saving_launches, c.sampled, d.get("magnitude_ns", math.nan), progs, ranges_text(d.get("rounds", ()), 3),
-                  region, c.waiting_removed_ns, c.waits_affected)
-    return out
-
-
 def kernel_time_total(trace: Trace) -> float:
     """The capture's kernel time: every launch's duration (first start to last end over ranks), summed."""
     return float(launch_makespans(trace)[1].sum())
 
 
-__all__ = ["CAUSE_DTYPE", "KINDS", "Cause", "CauseConfig", "Changes", "ReplayResult", "WAIT_CAUSE_DTYPE", "causes_table",
-           "kernel_time_total", "launch_makespans", "one_way_latency_ns", "replay", "replay_model", "root_causes",
+__all__ = ["CAUSE_DTYPE", "Cause", "CauseConfig", "Changes", "Claim", "Context", "Description", "ReplayResult",
+           "WAIT_CAUSE_DTYPE", "kernel_time_total", "launch_makespans", "one_way_latency_ns", "replay", "replay_model",
            "sample_launches", "wait_cause_totals", "wait_causes"]

@@ -1,0 +1,583 @@
+"""Every claim a report makes, re-checked against the capture's RAW events.
+
+The events are read with ``ktrace.events.aligned_events`` (the one decode, on the common clock)
+and nothing of ``ktrace.analysis`` is used: each check recomputes what the claim states from the
+events of the agents it names (rank, launch, program, lane), with its own code. A claim kind
+with no check here fails the test, so a new kind of sentence cannot go unchecked.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from ktrace import schema
+from ktrace.captures import read_capture
+from ktrace.events import aligned_events
+from ktrace.schema import Cmp, EventKind, arg_column
+
+W, N, S = int(EventKind.WAIT), int(EventKind.NOTIFY), int(EventKind.SPAN)
+#: A stated number agrees with the events when within this share of it, or this many ns.
+REL, ABS_NS = 0.10, 300.0
+OUTSIDE = "(outside any region)"
+
+
+def close(a: float, b: float, rel: float = REL, abs_ns: float = ABS_NS) -> bool:
+    return abs(float(a) - float(b)) <= max(rel * max(abs(float(a)), abs(float(b))), abs_ns)
+
+
+class Raw:
+    """A capture's events, decoded on their own, and the sums the checks need."""
+
+    def __init__(self, path):
+        self.capture = read_capture(path)
+        e = aligned_events(self.capture)
+        self.e = e
+        self.origin = int(e["start_ns"].min()) if e.size else 0
+        self.s = (e["start_ns"] - self.origin).astype(np.int64)
+        self.t = (e["end_ns"] - self.origin).astype(np.int64)
+        self.kind = e["kind"].astype(np.int64)
+        self.rank, self.launch, self.program = (e[c].astype(np.int64) for c in ("rank", "launch", "program"))
+        self.region = e["region"].astype(np.int64)
+        self.timeout = schema.is_timeout(e["flags"])
+        # events named (rank, launch, program, k): the k-th its program recorded, in slot order
+        o = np.lexsort((e["slot"], e["program"], e["launch"], e["rank"]))
+        k, last = np.zeros(e.size, np.int64), None
+        for n, i in enumerate(o.tolist()):
+            a = (int(e["rank"][i]), int(e["launch"][i]), int(e["program"][i]))
+            k[i] = 0 if a != last else k[o[n - 1]] + 1
+            last = a
+        self.key = {(int(a), int(b), int(c), int(d)): i for i, (a, b, c, d) in
+                    enumerate(zip(e["rank"].tolist(), e["launch"].tolist(), e["program"].tolist(), k.tolist()))}
+        # per agent (rank, launch, program): first start, last end, leaf span time per region
+        self.agents = sorted(set(zip(self.rank.tolist(), self.launch.tolist(), self.program.tolist())))
+        self._leaf = None
+        self._holds = None
+        self._parts = None
+
+    def arg(self, kind: int, name: str) -> np.ndarray:
+        return self.e[arg_column(EventKind(kind), name)].astype(np.int64)
+
+    def sel(self, rank=-1, launch=-1, program=-1, kind=None) -> np.ndarray:
+        m = np.ones(self.e.size, bool)
+        for col, v in ((self.rank, rank), (self.launch, launch), (self.program, program)):
+            if v is not None and v >= 0:
+                m &= col == v
+        if kind is not None:
+            m &= self.kind == kind
+        return m
+
+    def extent(self, a) -> tuple[int, int]:
+        m = self.sel(a[0], a[1], a[2])
+        return int(self.s[m].min()), int(self.t[m].max())
+
+    def leaf(self) -> np.ndarray:
+        """Per event, whether it is a span no other event of its program starts inside."""
+        if self._leaf is None:
+            out = np.zeros(self.e.size, bool)
+            grp = defaultdict(list)
+            for i, a in enumerate(zip(self.rank.tolist(), self.launch.tolist(), self.program.tolist())):
+                grp[a].append(i)
+            for rows in grp.values():
+                rows = np.array(rows)
+                s = self.s[rows]
+                for j in rows[self.kind[rows] == S]:
+                    inside = (s > self.s[j]) & (s < self.t[j])
+                    out[j] = not inside.any()
+            self._leaf = out
+        return self._leaf
+
+    def region_time(self, a, rid: int, waits: bool = False) -> float:
+        m = self.sel(a[0], a[1], a[2]) & (self.region == rid) & ((self.kind == W) if waits else self.leaf())
+        return float((self.t[m] - self.s[m]).sum())
+
+
+def _agents(claim) -> list[tuple]:
+    return [tuple(int(x) for x in a) for a in claim["agents"]]
+
+
+# ---------------------------------------------------------------------------------------------
+# the checks: each returns a list of what is false (empty: the claim holds)
+# ---------------------------------------------------------------------------------------------
+
+
+def raw_holds(raw: Raw, rid: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per notify (of call site ``rid``, or of each call site): ``(rows, round, held beyond its
+    baseline)``: the time from the program's previous event's end to the notify, less the smaller
+    of the program's median there and the median over the programs notifying there in the launch."""
+    nm = (raw.kind == N) if rid is None else (raw.kind == N) & (raw.region == rid)
+    idx = np.flatnonzero(nm)
+    prev = idx - 1
+    ok = (prev >= 0) & (raw.rank[prev] == raw.rank[idx]) & (raw.launch[prev] == raw.launch[idx]) & \
+        (raw.program[prev] == raw.program[idx])
+    idx, prev = idx[ok], prev[ok]
+    held = np.maximum(raw.s[idx] - raw.t[prev], 0).astype(float)
+    agent = list(zip(raw.rank[idx].tolist(), raw.launch[idx].tolist(), raw.program[idx].tolist(), raw.region[idx].tolist()))
+    by_agent = defaultdict(list)
+    for i, a in enumerate(agent):
+        by_agent[a].append(i)
+    own = {a: float(np.median(held[ix])) for a, ix in by_agent.items()}
+    by_role = defaultdict(list)
+    for a, m in own.items():
+        by_role[(a[1], a[3])].append(m)
+    role = {k: float(np.median(ms)) for k, ms in by_role.items()}
+    rnd = np.zeros(idx.size, int)
+    for a, ix in by_agent.items():
+        rnd[np.array(ix)] = np.arange(len(ix))
+    excess = np.array([held[i] - min(own[a], role[(a[1], a[3])]) for i, a in enumerate(agent)])
+    return idx, rnd, excess
+
+
+def _held_back(raw: Raw, c) -> list[str]:
+    v = c["values"]
+    rid = int(v["region_id"])
+    nm = (raw.kind == N) & (raw.region == rid)
+    idx, rnd, excess = raw_holds(raw, rid)
+    r = _agents(c)[0][0]
+    late = (excess >= 1000) & (raw.rank[idx] == r)
+    bad = []
+    if int(late.sum()) != int(v["n_late"]):
+        bad.append(f"{int(late.sum())} notifies held back in the events, the claim says {v['n_late']}")
+    progs = sorted(set(raw.program[idx][late].tolist()))
+    if progs != sorted(a[2] for a in _agents(c)):
+        bad.append(f"programs holding back {progs}, the claim names {[a[2] for a in _agents(c)]}")
+    rounds = sorted(set(rnd[late].tolist()))
+    if rounds != sorted(v["rounds"]):
+        bad.append(f"rounds held back {rounds}, the claim says {v['rounds']}")
+    if late.any():
+        if not close(np.median(excess[late]), v["magnitude_ns"]):
+            bad.append(f"held back {np.median(excess[late]):.0f} ns (median), the claim says {v['magnitude_ns']:.0f}")
+        if not close(excess[late].max(), v["max_ns"]):
+            bad.append(f"held back up to {excess[late].max():.0f} ns, the claim says {v['max_ns']:.0f}")
+    if int((raw.rank[idx] == r).sum()) + int(((raw.rank == r) & nm).sum() - (raw.rank[idx] == r).sum()) != v["n_notifies"]:
+        bad.append(f"rank {r} has {int(((raw.rank == r) & nm).sum())} notifies there, the claim says {v['n_notifies']}")
+    return bad
+
+
+def _first_starts(raw: Raw, launch: int) -> dict:
+    out = {}
+    for r in np.unique(raw.rank[raw.launch == launch]).tolist():
+        out[r] = int(raw.s[(raw.rank == r) & (raw.launch == launch)].min())
+    return out
+
+
+def _started_late(raw: Raw, c) -> list[str]:
+    v = c["values"]
+    r = _agents(c)[0][0]
+    skews = []
+    for l in v["launches"]:
+        fs = _first_starts(raw, l)
+        skews.append(fs[r] - min(fs.values()))
+    med = float(np.median(skews))
+    # the late start counts only the GPU's idle time: it is at most the skew, and equal unless queued
+    if not (v["magnitude_ns"] <= med + ABS_NS and (close(med, v["magnitude_ns"]) or v.get("queued_ns", 0) > 0)):
+        return [f"rank {r} started {med:.0f} ns after the first rank (median), the claim says {v['magnitude_ns']:.0f}"]
+    if v["first_rank"] >= 0:
+        fs = _first_starts(raw, v["launches"][0])
+        if fs.get(v["first_rank"]) != min(fs.values()) and len(v["launches"]) == 1:
+            return [f"rank {v['first_rank']} did not start first in launch {v['launches'][0]}"]
+    return []
+
+
+def _waited_for(raw: Raw, c) -> list[str]:
+    v = c["values"]
+    r = _agents(c)[0][0]
+    n = 0
+    for l in v["launches"]:
+        start = _first_starts(raw, l)[r]
+        m = raw.sel(-1, l, -1, W) & (raw.rank != r) & (raw.arg(W, "peer") == r) & (raw.s < start)
+        n += int(m.sum())
+    return [] if n == v["waits"] else [f"{n} waits on rank {r} began before it started, the claim says {v['waits']}"]
+
+
+def _program_started_late(raw: Raw, c) -> list[str]:
+    v = c["values"]
+    lates = []
+    for a in _agents(c):
+        r, l, p = a[0], a[1], a[2]
+        launches = [l] if l >= 0 else v["launches"]
+        for ll in launches:
+            progs = [x for x in raw.agents if x[0] == r and x[1] == ll]
+            starts = {x[2]: raw.extent(x)[0] for x in progs}
+            if p not in starts:
+                continue
+            # after the rank's first program started, beyond the median program
+            offs = np.array([s - min(starts.values()) for s in starts.values()])
+            lates.append(starts[p] - min(starts.values()) - float(np.median(offs)))
+    lates = np.array(lates)
+    late = lates[lates >= 1000]
+    bad = []
+    if late.size == 0:
+        return [f"no named program started >= 1 µs after its rank's median program ({lates.tolist()})"]
+    if not close(np.median(late), v["magnitude_ns"]):
+        bad.append(f"named programs started {np.median(late):.0f} ns late (median), the claim says {v['magnitude_ns']:.0f}")
+    return bad
+
+
+def _work(raw: Raw, a) -> float:
+    """A workgroup's work: its life less its waits and the time it held notifies back."""
+    if raw._holds is None:
+        idx, _, excess = raw_holds(raw)
+        raw._holds = defaultdict(float)
+        for i, x in zip(idx.tolist(), excess.tolist()):
+            raw._holds[(int(raw.rank[i]), int(raw.launch[i]), int(raw.program[i]))] += max(x, 0.0)
+    m = raw.sel(a[0], a[1], a[2])
+    w = m & (raw.kind == W)
+    life = float(raw.t[m].max() - raw.s[m].min())
+    busy = life - min(float((raw.t[w] - raw.s[w]).sum()), life)
+    return busy - min(raw._holds[tuple(a[:3])], busy)
+
+
+def _role(raw: Raw, v) -> list[tuple]:
+    """The agents a workgroup is compared with: those of the same kernel's launches, and of the same
+    part in hand-offs (2 x notifies + waits) when the claim says the kernel's programs differ in it."""
+    agents = [x for x in raw.agents if x[1] in set(v["role_launches"])]
+    if v.get("role_part", -1) < 0:
+        return agents
+    if raw._parts is None:
+        raw._parts = defaultdict(int)
+        for k, bit in ((N, 2), (W, 1)):
+            for a in set(zip(raw.rank[raw.kind == k].tolist(), raw.launch[raw.kind == k].tolist(),
+                             raw.program[raw.kind == k].tolist())):
+                raw._parts[a] |= bit
+    return [a for a in agents if raw._parts[a] == v["role_part"]]
+
+
+def _worked_longer(raw: Raw, c) -> list[str]:
+    v = c["values"]
+    named = [a[:3] for a in _agents(c)]
+    role = _role(raw, v)
+    mine = np.mean([_work(raw, a) for a in named])
+    med = np.median([_work(raw, a) for a in role])
+    claimed = v["work_ns"] / max(v["median_work_ns"], 1)
+    got = mine / max(med, 1)
+    life = np.mean([np.subtract(*raw.extent(a)[::-1]) for a in named])
+    bad = []
+    if not (got > 1.0 and close(got, claimed, rel=0.25, abs_ns=0.1)):
+        bad.append(f"the named workgroups' time not waiting is {got:.2f}x the median, the claim says {claimed:.2f}x")
+    if life < 0.9 * v["work_ns"]:
+        bad.append(f"the named workgroups lived {life:.0f} ns, less than the {v['work_ns']:.0f} ns of work claimed")
+    return bad
+
+
+def _extra_in_region(raw: Raw, c) -> list[str]:
+    v = c["values"]
+    rid = schema.region_id(v["region"])
+    named = [a[:3] for a in _agents(c)]
+    role = _role(raw, v)
+    ex = np.mean([raw.region_time(a, rid) for a in named]) - np.median([raw.region_time(a, rid) for a in role])
+    bad = []
+    if not (ex > 0 and close(ex, v["excess_ns"])):
+        bad.append(f"the named workgroups spent {ex:.0f} ns more in '{v['region']}' than the median, the claim says "
+                   f"{v['excess_ns']:.0f}")
+    if v["most"] and ex < 0.45 * v["extra_ns"]:
+        bad.append(f"'most of the extra' ({v['extra_ns']:.0f} ns) in '{v['region']}', but only {ex:.0f} ns")
+    return bad
+
+
+def _ranks_worked_longer(raw: Raw, c) -> list[str]:
+    v = c["values"]
+    role = [x for x in raw.agents if x[1] in set(v["role_launches"])]
+    med = {r: float(np.median([_work(raw, a) for a in role if a[0] == r])) for r in {a[0] for a in role}}
+    heavy = [a[0] for a in _agents(c)]
+    light = v["light_rank"]
+    bad = []
+    for h in heavy:
+        if not med[h] > med[light]:
+            bad.append(f"rank {h}'s median workgroup ({med[h]:.0f} ns) did not work longer than rank {light}'s ({med[light]:.0f})")
+    return bad
+
+
+def _difference_in_region(raw: Raw, c) -> list[str]:
+    v = c["values"]
+    role = [x for x in raw.agents if x[1] in set(v["role_launches"])]
+    heavy = {a[0] for a in _agents(c)}
+    rids = np.unique(raw.region[(raw.kind == S) | (raw.kind == W)])
+
+    def t(a, rid):
+        return raw.region_time(a, rid) + raw.region_time(a, rid, waits=True)
+
+    diff = {int(rid): np.mean([t(a, rid) for a in role if a[0] in heavy]) - np.mean([t(a, rid) for a in role if a[0] not in heavy])
+            for rid in rids.tolist()}
+    best = max(diff, key=diff.get)
+    want = schema.region_id(v["region"])
+    if best != want and not close(diff[best], diff.get(want, -1e18), rel=0.02, abs_ns=50):
+        return [f"the heavy ranks differ most in region {best}, not '{v['region']}' ({diff.get(want):.0f} vs {diff[best]:.0f} ns)"]
+    return []
+
+
+def _never_sent(raw: Raw, c) -> list[str]:
+    v = c["values"]
+    a = _agents(c)[0]
+    m = raw.sel(a[0], a[1], -1, N) & (raw.arg(N, "peer") == v["consumer"]) & (raw.arg(N, "flag") == v["flag"])
+    vals = raw.arg(N, "value")[m][np.argsort(raw.s[m], kind="stable")]
+    if _reaches(vals, int(v["expected"]), v["cmp"]):
+        return [f"rank {a[0]} sent notifies on flag {v['flag']} reaching {v['cmp']} {v['expected']}: {vals.tolist()}"]
+    last = int(vals.max()) if vals.size else -1
+    return [] if last == v["last_value_sent"] else [f"its largest value sent is {last}, the claim says {v['last_value_sent']}"]
+
+
+_CMP = {"==": np.equal, "!=": np.not_equal, ">=": np.greater_equal, ">": np.greater, "<=": np.less_equal, "<": np.less}
+
+
+def _reaches(vals: np.ndarray, expected: int, cmp: str) -> bool:
+    """Whether notifies writing ``vals`` (in time order) bring a flag to ``cmp expected``: as values set, or as
+    increments added (a counter)."""
+    if vals.size == 0:
+        return False
+    op = _CMP[cmp]
+    return bool(op(vals, expected).any() or op(np.cumsum(vals), expected).any())
+
+
+def _gave_up(raw: Raw, c) -> list[str]:
+    v = c["values"]
+    durs = []
+    for a in _agents(c):
+        m = raw.sel(a[0], a[1], a[2], W) & raw.timeout & (raw.arg(W, "flag") == v["flag"]) & (raw.arg(W, "peer") == v["peer"])
+        if not m.any():
+            return [f"rank {a[0]} program {a[2]} has no wait on flag {v['flag']} that gave up in launch {a[1]}"]
+        durs.append(float((raw.t[m] - raw.s[m]).max()))
+        if v.get("round", -1) >= 0:  # the wait that gave up is that program's round-th wait at its call site
+            at_site = np.flatnonzero(raw.sel(a[0], a[1], a[2], W) & (raw.region == v["region_id"]))
+            first = np.flatnonzero(m)[0]
+            if int(np.count_nonzero(at_site < first)) != v["round"]:
+                return [f"the wait that gave up is wait {int(np.count_nonzero(at_site < first))} there, the claim says round {v['round']}"]
+    return [] if close(np.median(durs), v["waited_ns"]) else [f"gave up after {np.median(durs):.0f} ns, the claim says {v['waited_ns']:.0f}"]
+
+
+def _waiting_during(raw: Raw, a, since: int, until: int) -> bool:
+    m = raw.sel(a[0], a[1], a[2], W)
+    ov = np.minimum(raw.t[m], until) - np.maximum(raw.s[m], since)
+    return bool((ov >= 0.5 * max(until - since, 1)).any())
+
+
+def _stuck_waiting(raw: Raw, c) -> list[str]:
+    v = c["values"]
+    return [f"rank {a[0]} program {a[2]} was not waiting while the consumer waited" for a in _agents(c)
+            if not _waiting_during(raw, a, v["since_ns"], v["gave_up_ns"])]
+
+
+def _not_waiting(raw: Raw, c) -> list[str]:
+    v = c["values"]
+    bad = [f"rank {a[0]} program {a[2]} was waiting while the consumer waited" for a in _agents(c)
+           if _waiting_during(raw, a, v["since_ns"], v["gave_up_ns"])]
+    last = max(raw.extent(a)[1] for a in _agents(c) if raw.sel(a[0], a[1], a[2]).any())
+    if abs(last - v["last_event_ns"]) > 64:
+        bad.append(f"their last event ended at {last}, the claim says {v['last_event_ns']}")
+    return bad
+
+
+def _launch_span(raw: Raw, l: int) -> int:
+    m = raw.launch == l
+    return int(raw.t[m].max() - raw.s[m].min())
+
+
+def _saving(raw: Raw, c) -> list[str]:
+    v = c["values"]
+    longest = max(_launch_span(raw, l) for l in v["launches"])
+    if not 0 < v["saving_per_launch_ns"] <= longest:
+        return [f"a saving of {v['saving_per_launch_ns']:.0f} ns per launch, launches last at most {longest} ns"]
+    return []
+
+
+def _not_shorter(raw: Raw, c) -> list[str]:
+    """Without the cause the launch ends no earlier: some agent it does not name ends within the
+    cause's own size of the named ones' end."""
+    v = c["values"]
+    for l in v["launches"]:
+        named = [a for a in raw.agents if a[1] == l and any(
+            (n[0] in (-1, a[0])) and (n[2] in (-1, a[2])) and (n[1] in (-1, l)) for n in _agents(c))]
+        others = [a for a in raw.agents if a[1] == l and a not in named]
+        if not named:  # the named agents recorded nothing there: other work ends the launch
+            return []
+        if not others:
+            continue
+        if max(raw.extent(a)[1] for a in others) >= max(raw.extent(a)[1] for a in named) - v["magnitude_ns"] - ABS_NS:
+            return []
+    return ["in every launch of the cause, the named agents end last by more than the cause's size"]
+
+
+def _not_shorter_balanced(raw: Raw, c) -> list[str]:
+    """Spreading the work evenly would make the light rank work longer: the mean workgroup's work
+    is above the light rank's median."""
+    v = c["values"]
+    role = [x for x in raw.agents if x[1] in set(v["role_launches"])]
+    mean = np.mean([_work(raw, a) for a in role])
+    light = np.median([_work(raw, a) for a in role if a[0] == v["light_rank"]])
+    return [] if mean > light else [f"the mean workgroup works {mean:.0f} ns, not more than rank {v['light_rank']}'s {light:.0f}"]
+
+
+def _waiting_removed(raw: Raw, c) -> list[str]:
+    v = c["values"]
+    m = (raw.kind == W) & np.isin(raw.rank, v["ranks"])
+    total = float((raw.t[m] - raw.s[m]).sum())
+    return [] if 0 < v["waiting_ns"] <= 1.01 * total + ABS_NS else [f"{v['waiting_ns']:.0f} ns of waiting removed, ranks "
+                                                                      f"{v['ranks']} waited {total:.0f} ns in all"]
+
+
+def _handoffs(raw: Raw, c, cross_rank: bool) -> list[str]:
+    v = c["values"]
+    bad = []
+    launches = set()
+    for wk, nk in v["handoffs"]:
+        i, j = raw.key.get(tuple(wk)), raw.key.get(tuple(nk))
+        if i is None or j is None or raw.kind[i] != W or raw.kind[j] != N:
+            bad.append(f"hand-off {wk} <- {nk} is not a wait and a notify")
+            continue
+        same_rank = raw.rank[i] == raw.rank[j]
+        if cross_rank == bool(same_rank) or (not cross_rank and raw.program[i] == raw.program[j]):
+            bad.append(f"hand-off {wk} <- {nk} does not cross {'ranks' if cross_rank else 'programs'}")
+        if raw.arg(N, "peer")[j] != raw.rank[i] or raw.arg(N, "flag")[j] != raw.arg(W, "flag")[i]:
+            bad.append(f"notify {nk} is not on wait {wk}'s flag")
+        if raw.s[j] > raw.t[i] + 1000:
+            bad.append(f"notify {nk} starts after wait {wk} ended")
+        launches.add(int(raw.launch[i]))
+    if len(launches) != v["launches"]:
+        bad.append(f"hand-offs in {len(launches)} launches, the claim says {v['launches']}")
+    return bad
+
+
+def _holds_path(raw: Raw, c) -> list[str]:
+    v = c["values"]
+    a = _agents(c)[0]
+    ok = 0 < v["program_share"] <= v["rank_share"] + 1e-9 <= 1 + 1e-9 and raw.sel(a[0], -1, a[2]).any()
+    return [] if ok else [f"shares {v} of an agent {a} that has no events"]
+
+
+def _region_share(raw: Raw, c) -> list[str]:
+    v = c["values"]
+    if v["segments"] is None:  # (a path too long to list: its totals only)
+        return []
+    r = _agents(c)[0][0]
+    tot = defaultdict(float)
+    run = covered = 0.0
+    leaf = raw.leaf()
+    for p, l, a, b in v["segments"]:
+        m = raw.sel(r, l, p)
+        run += b - a
+        for kind_ok, label in ((leaf & m, None), (m & (raw.kind == W), "waiting")):
+            ix = np.flatnonzero(kind_ok)
+            d = np.clip(raw.t[ix], a, b) - np.clip(raw.s[ix], a, b)
+            for rid, x in zip(raw.region[ix].tolist(), d.tolist()):
+                if x > 0:
+                    tot[(label, rid)] += x
+        # the time any event of the program covers (the union of its intervals)
+        ix = np.flatnonzero(m & np.isin(raw.kind, (S, W, N)))
+        iv = sorted(zip(np.clip(raw.s[ix], a, b).tolist(), np.clip(raw.t[ix], a, b).tolist()))
+        end = a
+        for x0, x1 in iv:
+            if x1 > max(x0, end):
+                covered += x1 - max(x0, end)
+                end = x1
+    named = v["region"]
+    if named == OUTSIDE:
+        got = run - covered
+    elif named.startswith("(in "):
+        got = covered - sum(tot.values())
+    elif named.startswith("waiting in '"):
+        got = tot[("waiting", schema.region_id(named[len("waiting in '"):-1]))]
+    else:
+        got = tot[(None, schema.region_id(named))]
+    share = got / max(run, 1)
+    return [] if abs(share - v["share"]) <= 0.03 else [f"{100 * share:.1f}% of the path's run time in {named}, the claim "
+                                                         f"says {100 * v['share']:.1f}%"]
+
+
+def _without_notify(raw: Raw, c) -> list[str]:
+    v = c["values"]
+    if v["events"] is None:
+        return []
+    bad = []
+    peer, flag = raw.arg(N, "peer"), raw.arg(N, "flag")
+    cmp_names = {int(k): s for k, s in schema.CMP_SYMBOLS.items()}
+    for wk in v["events"]:
+        i = raw.key[tuple(wk)]
+        m = ((raw.kind == N) & (raw.rank == raw.arg(W, "peer")[i]) & (peer == raw.rank[i]) & (flag == raw.arg(W, "flag")[i])
+             & (raw.launch == raw.launch[i]) & (raw.s <= raw.t[i]))
+        vals = raw.arg(N, "value")[m][np.argsort(raw.s[m], kind="stable")]
+        if _reaches(vals, int(raw.arg(W, "expected")[i]), cmp_names.get(int(raw.arg(W, "cmp")[i]), ">=")):
+            bad.append(f"wait {wk} has notifies in the capture that satisfy it ({vals.tolist()[:8]})")
+    return bad[:5] + ([f"... and {len(bad) - 5} more"] if len(bad) > 5 else [])
+
+
+def _notify_on_flag(raw: Raw, c) -> list[str]:
+    """Waits said to have notifies on their flag (not matched to one): each has one before its end."""
+    v = c["values"]
+    if v["events"] is None:
+        return []
+    peer, flag = raw.arg(N, "peer"), raw.arg(N, "flag")
+    bad = []
+    for wk in v["events"]:
+        i = raw.key[tuple(wk)]
+        m = ((raw.kind == N) & (raw.rank == raw.arg(W, "peer")[i]) & (peer == raw.rank[i]) & (flag == raw.arg(W, "flag")[i])
+             & (raw.launch == raw.launch[i]) & (raw.s <= raw.t[i]))
+        if not m.any():
+            bad.append(f"wait {wk} has no notify on its flag before it ended")
+    return bad[:5]
+
+
+def _exposed_communication(raw: Raw, c) -> list[str]:
+    """The rank's kernel time over the launches measured is the one stated, and the exposed part is
+    within it (and as large a share as the text says)."""
+    v = c["values"]
+    r = _agents(c)[0][0]
+    kern = 0
+    for l in v["launches"]:
+        m = (raw.rank == r) & (raw.launch == l)
+        if m.any():
+            kern += int(raw.t[m].max() - raw.s[m].min())
+    bad = []
+    if not close(kern, v["kernel_ns"], rel=0.01, abs_ns=64 * len(v["launches"])):
+        bad.append(f"rank {r}'s kernel time over those launches is {kern} ns, the claim says {v['kernel_ns']:.0f}")
+    if not 0 < v["exposed_ns"] <= kern + 64:
+        bad.append(f"{v['exposed_ns']:.0f} ns exposed of a kernel time of {kern} ns")
+    return bad
+
+
+def _silent_programs(raw: Raw, c) -> list[str]:
+    """That many programs of the launch's grid recorded no event."""
+    v = c["values"]
+    r, l = _agents(c)[0][:2]
+    ln = next(x for x in raw.capture.ranks[r].launches if x.index == l)
+    grid = int(np.prod(ln.grid))
+    recorded = np.unique(raw.program[(raw.rank == r) & (raw.launch == l)]).size
+    if grid != v["n_programs"] or grid - recorded != v["n_silent"]:
+        return [f"rank {r} launch {l}: {grid} programs, {grid - recorded} silent; the claim says {v['n_programs']}, "
+                f"{v['n_silent']}"]
+    return []
+
+
+def _slow_signals(raw: Raw, c) -> list[str]:
+    v = c["values"]
+    m = (raw.kind == W) & (raw.rank == v["consumer"]) & (raw.arg(W, "peer") == v["producer"])
+    return [] if int(m.sum()) >= v["n_waits"] and v["median_ns"] > v["calibrated_ns"] else [
+        f"{int(m.sum())} waits of rank {v['consumer']} on rank {v['producer']}, the claim counts {v['n_waits']}"]
+
+
+CHECKS = {
+    "held_back": _held_back, "started_late": _started_late, "waited_for": _waited_for,
+    "program_started_late": _program_started_late, "worked_longer": _worked_longer, "extra_in_region": _extra_in_region,
+    "ranks_worked_longer": _ranks_worked_longer, "difference_in_region": _difference_in_region,
+    "never_sent": _never_sent, "gave_up": _gave_up, "stuck_waiting": _stuck_waiting, "not_waiting": _not_waiting,
+    "saving": _saving, "not_shorter": _not_shorter, "not_shorter_balanced": _not_shorter_balanced, "waiting_removed": _waiting_removed,
+    "crosses_ranks": lambda raw, c: _handoffs(raw, c, True), "crosses_programs": lambda raw, c: _handoffs(raw, c, False),
+    "holds_path": _holds_path, "region_share": _region_share, "without_notify": _without_notify,
+    "slow_signals": _slow_signals, "notify_on_flag": _notify_on_flag,
+    "exposed_communication": _exposed_communication, "silent_programs": _silent_programs,
+}
+#: Numbers a claim states as amounts: none of them may be zero (a claim with nothing behind it is not written).
+AMOUNTS = ("magnitude_ns", "excess_ns", "saving_ns", "waiting_ns", "waited_ns")
+
+
+def check(raw: Raw, claim: dict) -> list[str]:
+    """What is false in ``claim`` (a ``Claim.to_dict``) about the events of ``raw``."""
+    if claim["values"].get("n_agents", len(claim["agents"])) != len(claim["agents"]):
+        return [f"a claim about {claim['values']['n_agents']} agents lists {len(claim['agents'])}: this test's captures "
+                f"are small enough to list them all"]
+    fn = CHECKS.get(claim["kind"])
+    if fn is None:
+        return [f"no check for claims of kind {claim['kind']!r}"]
+    bad = [f"{k} = {claim['values'][k]} states nothing" for k in AMOUNTS
+           if k in claim["values"] and not claim["kind"].startswith("not_shorter") and not (claim["values"][k] or 0) > 0]
+    return bad + fn(raw, claim)
