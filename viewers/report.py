@@ -69,7 +69,9 @@ def _plt():
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9,
+    # text.parse_math off: names from a capture are drawn as they are ("$x$" is not TeX, and a
+    # lone "$" is not an error)
+    plt.rcParams.update({"text.parse_math": False, "svg.fonttype": "none", "font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9,
                          "axes.spines.top": False, "axes.spines.right": False, "figure.dpi": 100})
     return plt
 
@@ -458,9 +460,9 @@ def render_html(rep) -> str:
 
 def write_html(rep, path: str | os.PathLike) -> Path:
     """Write :func:`render_html` to ``path`` (UTF-8); returns the path."""
-    p = Path(path)
-    p.write_text(render_html(rep), encoding="utf-8")
-    return p
+    from ktrace.fileio import write_bytes
+
+    return write_bytes(path, render_html(rep).encode("utf-8"))
 
 
 def _diff_bars(t: np.ndarray, n: int = 15) -> str:
@@ -505,6 +507,6 @@ def render_diff_html(d) -> str:
 
 
 def write_diff_html(d, path: str | os.PathLike) -> Path:
-    p = Path(path)
-    p.write_text(render_diff_html(d), encoding="utf-8")
-    return p
+    from ktrace.fileio import write_bytes
+
+    return write_bytes(path, render_diff_html(d).encode("utf-8"))

@@ -25,6 +25,7 @@ import numpy as np
 from .. import schema
 from ..keys import dense_codes
 from ..schema import EventKind
+from ..text import printable
 
 log = logging.getLogger("ktrace")
 
@@ -483,25 +484,52 @@ def _same(x):
     return x
 
 
+def _screened(cap, bad: dict, name: str):
+    """``cap`` without the launches ``bad`` names (their times impossible), with one warning line."""
+    from ..events import without_launches
+
+    kept = sum(len(rc.launches) for rc in cap.ranks.values()) - len(bad)
+    items = sorted(bad.items())
+    said = "; ".join(f"rank {r} launch {i}: {why}" for (r, i), why in items[:4]) + (f"; and {len(items) - 4} more" if len(items) > 4 else "")
+    if kept <= 0:
+        raise AnalysisError(f"{name}: every launch has impossible times, nothing to analyse ({said})")
+    log.warning("%s: %d launch%s left out of the analysis, %s times impossible: %s", name, len(items), "" if len(items) == 1 else "es",
+                "its" if len(items) == 1 else "their", said)
+    return without_launches(cap, bad)
+
+
+def _screened_reload(reload, bad):
+    from ..events import without_launches
+
+    return without_launches(reload(), bad)
+
+
 def _from_capture(cap, regions: dict[int, str] | None, name: str, reload: Callable[[], object]) -> Trace:
     from ..clock.model import clock_model_of
+    from ..events import impossible_launches
 
+    bad = impossible_launches(cap)  # launches whose times no probe records: left out, said in one line
+    if bad:
+        cap = _screened(cap, bad, name)
+        reload = functools.partial(_screened_reload, reload, bad)
     model = clock_model_of(cap)
     columns = _aligned_columns(cap, model)
     kernels: dict[tuple[int, int], str] = {}
     n_programs: dict[tuple[int, int], int] = {}
     for r, rc in cap.ranks.items():
         for ln in rc.launches:
-            kernels[(r, ln.index)] = ln.kernel
+            kernels[(r, ln.index)] = printable(ln.kernel)
             g = tuple(ln.grid)
             n_programs[(r, ln.index)] = int(g[0] * g[1] * g[2]) if len(g) == 3 else 0
     regs = dict(cap.regions)
     regs.update(regions or {})
+    # names from a file reach terminals through every finding: their control characters escaped here, once
+    regs = {k: printable(v) for k, v in regs.items()}
     partial = bool(cap.partial or cap.missing_ranks)
     if partial:
         log.warning("capture is partial (missing ranks %s): stall pairing misses the absent ranks' notifies", cap.missing_ranks)
     meta = dict(regions=regs, world_size=cap.world_size, kernels=kernels, n_programs=n_programs, partial=partial,
-                clock=model, source=name, meta=dict(cap.meta or {}))
+                clock=model, source=printable(name), meta=dict(cap.meta or {}))
     if columns is None:  # rows out of order: the whole table, sorted by Trace
         return Trace(events=_align(cap, model)[0], **meta)
     return Trace(columns=columns, load_events=functools.partial(_events_of, reload, model), **meta)

@@ -18,6 +18,7 @@ import contextlib
 import mmap
 import multiprocessing as mp
 import os
+import signal
 from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
@@ -67,6 +68,10 @@ def _init(counter, lock, keep_freed_memory) -> None:
     # launches allocate and free the same sizes over and over; fresh pages cost more than the
     # work on some machines). The calling process's allocator is left as it is.
     keep_freed_memory()
+    # Ctrl-C reaches the whole process group: the calling process handles it (it stops the pool
+    # and removes the unfinished output); a worker ends when it is terminated, without a traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _LOCAL.pop("stage", None)  # (the calling process's staging buffer; its writer thread was stopped before the fork)
     with counter.get_lock():
         _LOCAL["index"] = counter.value
