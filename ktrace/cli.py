@@ -79,7 +79,7 @@ def _cmd_info(args) -> int:
 
     from .decode import impossible_times
     from .schema import is_timeout
-    from .text import printable as pr, ranges_text
+    from .text import printable as pr, programs_text, ranges_text
 
     path = args.capture
     try:
@@ -111,8 +111,9 @@ def _cmd_info(args) -> int:
                 timed_out += n_to
                 tos = ""
                 if n_to:
-                    tos = (f"; {n_to} wait(s) TIMED OUT (gave up at their bound): programs "
-                           f"{ranges_text(ev['program'][to][:1000])} waiting on peers {ranges_text(ev['arg0'][to][:1000])}")
+                    peers = np.unique(ev["arg0"][to])
+                    tos = (f"; {n_to} wait(s) TIMED OUT (gave up at their bound): {programs_text(ev['program'][to])} waiting on "
+                           f"{'peer' if peers.size == 1 else 'peers'} {ranges_text(peers[:1000])}")
                 bad = impossible_times(ln.load_raw(), cap.world_size)
                 bad = f"; IMPOSSIBLE times, left out of analyses: {bad}" if bad else ""
                 lines.append(f"    launch {ln.index} {pr(ln.kernel)} grid {tuple(ln.grid)}: {d.written} events "
@@ -248,12 +249,12 @@ def _cmd_open(args) -> int:
         except (CaptureError, ValueError, OSError) as e:
             return _fail("ktrace open", e, args.trace)
         del cap
-        print(f"{Path(args.trace).name}: a capture; its Perfetto trace is served (written to a temporary folder, removed when "
-              "this ends; `ktrace merge CAPTURE -o X.pftrace` keeps one)", file=sys.stderr)
-        return _open(args, str(trace))
+        note = (f"{Path(args.trace).name}: a capture; its Perfetto trace is served (written to a temporary folder, removed when "
+                "this ends; `ktrace merge CAPTURE -o X.pftrace` keeps one)")
+        return _open(args, str(trace), note)
 
 
-def _open(args, trace: str) -> int:
+def _open(args, trace: str, note: str | None = None) -> int:
     import errno
 
     from viewers.perfetto_open import UiBuildNotFound, finding_windows, open_trace
@@ -282,8 +283,15 @@ def _open(args, trace: str) -> int:
         return _fail("ktrace open", e)
     offline = True if args.offline else (False if args.online else None)
     try:
+        said = []
+
+        def echo(text: str) -> None:  # (the note once the server is up: a port in use is then the only line)
+            if note and not said:
+                said.append(print(note, file=sys.stderr))
+            print(text)
+
         got = open_trace(trace, port=args.port, browser=not args.no_browser, timeout=args.timeout or None,
-                         offline=offline, window=window, links=links)
+                         offline=offline, window=window, links=links, echo=echo)
     except UiBuildNotFound as e:
         return _fail("ktrace open", f"--offline: {e}")
     except OSError as e:
@@ -483,6 +491,15 @@ def _number_in(cast, lo, hi):
     return parse
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error said in one line (``ktrace merge: --port: ...``) and status 2."""
+
+    def error(self, message: str):
+        from .text import printable
+
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: {printable(' '.join(message.split()))} (see {self.prog} -h)\n")
+
+
 def _int_in(lo: int, hi: int):
     return _number_in(int, lo, hi)
 
@@ -492,7 +509,7 @@ def _float_in(lo: float, hi: float):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="ktrace",
         description="Intra-kernel tracing for multi-GPU Triton kernels: inspect, merge, view and analyse captures.",
         epilog="Exit status 2: bad input (one line on stderr names the file and what is wrong; nothing is written). "

@@ -272,7 +272,7 @@ def _events(rec: np.ndarray, slots: _Slots, want) -> dict[str, np.ndarray]:
     impossible = (s1 < s0) | (s0 < 0)
     if impossible.any():
         bad = int(np.flatnonzero(impossible)[0])
-        what = "ends before it starts" if s1[bad] < s0[bad] and s0[bad] >= 0 else "has a time of 2^63 ticks or more"
+        what = "has a time of 2^63 ticks or more" if s0[bad] < 0 or s1[bad] < 0 else "ends before it starts"
         raise DecodeError(f"event at {slots.where(main[bad])} {what} (start {int(t0[bad])}, end {int(t1[bad])}): corrupt buffer")
 
     n = main.size
@@ -523,6 +523,8 @@ def impossible_times(buf, world_size: int) -> str | None:
     if not main.size:
         return None
     s0, s1 = rec["t0"][main].view(np.int64), rec["t1"][main].view(np.int64)
+    if ((s0 < 0) | (s1 < s0)).any():
+        return None  # (decoding refuses it, saying where)
     last = int(s1.max())
     if last <= 0:
         return f"every one of its {main.size} events has time 0"

@@ -25,6 +25,7 @@ from . import schema
 from .captures.file import CaptureError, Launch, read_buffers
 from .clock.model import ClockModel, clock_model_of
 from .decode import BufferDecodeError, DecodeError, decode_columns, impossible_times
+from .text import printable
 
 #: Every column of an event: ``schema.EVENT_DTYPE``'s per-event fields and the common-clock times.
 COLUMNS = ("program", "slot", "kind", "flags", "region", "hw", "start", "end", *schema.ARG_COLUMNS, "start_ns", "end_ns")
@@ -96,7 +97,8 @@ class Batch:
 
 
 def _damaged(rank: int, ln: Launch, msg) -> CaptureError:
-    return CaptureError(f"rank {rank}, launch {ln.index} ({ln.kernel}): {msg}")
+    where = f"{ln.source}: " if ln.source and ln.source not in str(msg) else ""
+    return CaptureError(f"{where}rank {rank}, launch {ln.index} ({printable(ln.kernel)}): {msg}")
 
 
 def read_batch(refs: list, batch: list[int], model: ClockModel, columns=COLUMNS, *, verify: bool = True,

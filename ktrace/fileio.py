@@ -67,7 +67,8 @@ def _tmp_name(path: Path) -> str:
 def atomic_output(path: str | os.PathLike, mode: str = "wb"):
     """Write ``path`` through a fresh temporary in its folder, renamed into place on success.
 
-    Yields the temporary's path (closed; the caller opens it, or a library writes it). On any
+    Yields the temporary's path (closed; the caller opens it, or a library writes it); for an
+    output that is a device or a FIFO, the output itself (written into, never replaced). On any
     exception, ``KeyboardInterrupt`` and ``SystemExit`` (a handled SIGTERM) included, the
     temporary is removed and the output left as it was.
 
@@ -75,6 +76,20 @@ def atomic_output(path: str | os.PathLike, mode: str = "wb"):
         OSError: the folder does not exist or cannot be written (the message names the output).
     """
     path = Path(path)
+    try:
+        st = path.stat()
+    except OSError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+        # a device or a FIFO (/dev/null, /dev/stdout, a pipe): written into as it is, never
+        # replaced by a file (a rename would put a file where the device was)
+        try:
+            yield path
+        except OSError as e:
+            if str(path) in str(e):
+                raise
+            raise OSError(f"cannot write {path}: {e.strerror or e}") from None
+        return
     folder = path.parent
     try:
         fd, tmp = tempfile.mkstemp(prefix=_tmp_name(path), dir=folder)

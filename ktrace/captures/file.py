@@ -130,6 +130,8 @@ class Launch:
     stream: int = 0
     meta: dict = field(default_factory=dict)
     _decoded: dict = field(default_factory=dict, repr=False, compare=False)
+    #: The capture file it was read from (for messages; "" when made in memory).
+    source: str = field(default="", repr=False, compare=False)
 
     @property
     def nbytes(self) -> int:
@@ -178,7 +180,8 @@ class Launch:
         try:
             d = decode_buffer(self.raw if cache else self.load_raw(), rank=rank, launch=self.index)
         except DecodeError as e:
-            raise CaptureError(f"rank {rank}, launch {self.index} ({self.kernel}): {e}") from None
+            where = f"{self.source}: " if self.source and self.source not in str(e) else ""
+            raise CaptureError(f"{where}rank {rank}, launch {self.index} ({printable(self.kernel)}): {e}") from None
         if cache:
             self._decoded[rank] = d
         return d
@@ -708,6 +711,7 @@ def _read_launch(zf: zipfile.ZipFile, path: str, src: "_FileSource | None", r: i
         raw=raw,  # type: ignore[arg-type]
         host_ns=_checked_int(lm.get("host_ns", 0), f"rank {r} launch {index}: host_ns", -(1 << 63)),
         stream=_checked_int(lm.get("stream", 0), f"rank {r} launch {index}: stream", -(1 << 63)),
+        source=str(path),
         meta=lm.get("meta") or {},
     )
 
