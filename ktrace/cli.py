@@ -570,8 +570,27 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: Seconds the cleanup after Ctrl-C or SIGTERM may take before the process ends regardless.
+_CLEANUP_S = 20
+
+
+def _last_resort(status: int) -> None:
+    """End the process with ``status`` if its cleanup has not ended it within :data:`_CLEANUP_S`."""
+    import threading
+
+    t = threading.Timer(_CLEANUP_S, os._exit, (status,))
+    t.daemon = True
+    t.start()
+
+
 def _on_sigterm(signum, frame) -> None:
+    _last_resort(EXIT_TERMINATED)
     raise _Terminated()
+
+
+def _on_sigint(signum, frame) -> None:
+    _last_resort(EXIT_INTERRUPTED)
+    raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -594,6 +613,8 @@ def main(argv: list[str] | None = None) -> int:
 
         keep_freed_memory()
         signal.signal(signal.SIGTERM, _on_sigterm)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # (not where SIGINT is ignored: nohup, &)
+            signal.signal(signal.SIGINT, _on_sigint)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
