@@ -6,10 +6,14 @@ and without importing torch or triton. Progress goes to stderr (a bar when stder
 terminal), results to stdout; ``--json -`` writes a report's JSON to stdout instead of its
 summary.
 
-Bad input (a missing, foreign, truncated or damaged capture, parts of different runs, an output
-that would overwrite an input) gets one line on stderr naming the file and what is wrong, and
-exit status 2; nothing is written then. Output into a pipe closed early (``ktrace report X |
-head -1``) ends quietly with status 141, as a process stopped by SIGPIPE would.
+Bad input (a missing, foreign, truncated or damaged capture, a device or FIFO, metadata that
+claims more than the file holds, parts of different runs, an output that would overwrite an
+input or cannot be written) gets one line on stderr naming the file and what is wrong, and exit
+status 2; nothing is written then (outputs go through temporaries renamed into place:
+``ktrace.fileio``). Names from a capture are printed with their control characters escaped
+(``ktrace.text.printable``). Ctrl-C ends quietly with status 130 and SIGTERM with 143, what was
+being written removed. Output into a pipe closed early (``ktrace report X | head -1``) ends
+quietly with status 141, as a process stopped by SIGPIPE would.
 """
 
 from __future__ import annotations
@@ -234,6 +238,10 @@ def _cmd_open(args) -> int:
             regular_input(args.report, "report")
     except InputError as e:
         return _fail("ktrace open", e)
+    if args.report is None and args.finding is None:  # a report next to the trace (ktrace demo, run): a link per finding
+        beside = Path(args.trace).with_name(Path(args.trace).name.split(".")[0] + ".report.json")
+        if beside.is_file():
+            args.report = str(beside)
     if args.finding is not None and not args.report:
         return _fail("ktrace open", "--finding needs --report REPORT.json (ktrace report --json)")
     if not args.trace.endswith(".ktrace"):
@@ -512,8 +520,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="ktrace",
         description="Intra-kernel tracing for multi-GPU Triton kernels: inspect, merge, view and analyse captures.",
-        epilog="Exit status 2: bad input (one line on stderr names the file and what is wrong; nothing is written). "
-               "Output into a pipe closed early ends quietly with status 141.",
+        epilog="Exit status 2: bad input, or no command (one line on stderr names the file and what is wrong; nothing is "
+               "written). Ctrl-C: 130, SIGTERM: 143 (unfinished outputs removed). Output into a pipe closed early ends "
+               "quietly with status 141.",
     )
     p.add_argument("--version", action="version", version=f"ktrace {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="log more")

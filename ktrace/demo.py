@@ -121,9 +121,13 @@ def analyse(capture: str | os.PathLike, out_dir: str | os.PathLike, *, stem: str
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise DemoError(f"cannot create the output folder {out}: {e}") from None
+    from viewers.perfetto_open import served_url
+
     stem = stem or src.name.removesuffix(".ktrace")
     cap = read_capture(src)
-    rep = build_report(cap, ReportConfig(), progress=progress)
+    # the report knows where its trace will be: served by `ktrace open` (next_steps says how), so
+    # every finding's link opens the trace at the finding
+    rep = build_report(cap, ReportConfig(trace_url=served_url(out / f"{stem}.pftrace")), progress=progress)
     rep.summary["source"] = str(src)  # the file, not "<capture>", in every rendering
     rep.source = str(src)
     from viewers.report import write_html
@@ -146,9 +150,12 @@ def next_steps(o: Outputs) -> str:
         f"HTML report:                    {o.html}",
         f"JSON report:                    {o.json}",
         "",
-        "Next: open the trace in ui.perfetto.dev (served from this machine, nothing is uploaded):",
+        "Next: open the trace in ui.perfetto.dev (served from this machine, nothing is uploaded; --offline: a Perfetto UI "
+        "served from here too):",
         f"  ktrace open {shlex.quote(str(o.trace))}",
         f"and the report in a browser: {o.html.resolve().as_uri()}",
+        "While ktrace open serves the trace (port 9001), the report's links open it at each finding; ktrace open also "
+        "prints a link per finding (the report JSON next to the trace).",
     ])
 
 

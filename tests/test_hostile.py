@@ -365,6 +365,8 @@ def test_an_input_named_like_the_outputs_old_temporary_survives(tmp_path):
     _ok(tmp_path, ["merge", src, "-o", tmp_path / "x.pftrace"], inputs=[src], size=src.stat().st_size)
     assert src.exists() and read_capture(src).run_id == "hostile-run"
     _refused(tmp_path, ["merge", src, "-o", src], names=str(src), fault="is the input", inputs=[src])
+    _refused(tmp_path, ["merge", src, src, "-o", tmp_path / "two.json"], names=f"rank 0 is in both {src} and {src}",
+             fault="appears in more than one capture", inputs=[src])
     assert not any(n.startswith(".ktrace-tmp-") for n in _listing(tmp_path))
 
 
@@ -618,3 +620,39 @@ def test_merge_counts_launches_as_info_and_report_do(tmp_path):
     assert ", 2 launches," in p.stdout  # (2 launches on each of 2 ranks: 4 buffers)
     p = _ok(tmp_path, ["info", f], inputs=[f])
     assert "2 launches (a launch" in p.stdout
+
+
+def test_the_demos_report_links_carry_its_trace(tmp_path):
+    """The demo's HTML and JSON links name where ``ktrace open`` serves the trace (so they open it
+    at each finding while it runs), and ``ktrace open`` prints a link per finding from the report
+    next to the trace (its own port, online or offline)."""
+    p = _ok(tmp_path, ["demo", "--out", tmp_path / "d"])
+    assert "the report's links open it at each finding" in p.stdout
+    rep = json.loads((tmp_path / "d" / "a2a_skewed_4xh200.report.json").read_bytes())
+    links = [f["perfetto"] for f in rep["findings"] if f.get("perfetto")]
+    assert links and all("url=http://127.0.0.1:9001/trace/a2a_skewed_4xh200.pftrace&visStart=" in u for u in links), links[:2]
+    html = (tmp_path / "d" / "a2a_skewed_4xh200.report.html").read_text()
+    assert "url=http://127.0.0.1:9001/trace/a2a_skewed_4xh200.pftrace" in html
+    p = _ok(tmp_path, ["open", "--no-browser", "--online", "--port", "0", "--timeout", "0.5", tmp_path / "d" / "a2a_skewed_4xh200.pftrace"],
+            status=1)
+    said = [ln for ln in p.stdout.splitlines() if ln.strip().startswith("finding ")]
+    assert len(said) == len(links) and all("/trace/a2a_skewed_4xh200.pftrace&visStart=" in ln for ln in said), p.stdout
+
+
+def test_ctrl_c_while_open_converts_a_capture(tmp_path):
+    src = _big_capture(tmp_path)
+    files = _listing(tmp_path)
+    _COUNTS["cases"] += 1
+    pr = subprocess.Popen([sys.executable, "-c", _RUNNER, "open", "--no-browser", "--online", "--port", "0", str(src)], cwd=tmp_path,
+                          env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    t0 = time.monotonic()
+    while not any(n.startswith("ktrace-open-") for n in os.listdir(tmp_path)):  # (its folder, under TMPDIR here)
+        if pr.poll() is not None or time.monotonic() - t0 > TIMEOUT:
+            pytest.fail(f"open ended before it could be interrupted: {pr.returncode} {pr.stderr.read()[-500:]}")
+        time.sleep(0.005)
+    time.sleep(0.05)
+    os.killpg(pr.pid, signal.SIGINT)
+    out, err = pr.communicate(timeout=TIMEOUT)
+    assert pr.returncode in (0, 130) and b"Traceback" not in err, (pr.returncode, err[-2000:])  # (0: it was serving: "stopped")
+    assert _listing(tmp_path) == files, f"left behind: {_listing(tmp_path) - files}"
+    _COUNTS["passed"] += 1
