@@ -502,11 +502,18 @@ def empty_events() -> np.ndarray:
 #: bounds, seconds). Events spanning more cannot be real times (a zeroed or stale record among real ones).
 MAX_LAUNCH_NS = 3600 * 10**9
 
-_PEER_KINDS = np.array([int(k) for k, names in schema.ARG_NAMES.items() if names[0] == "peer"], np.uint8)
+_PEER_KINDS = tuple(int(k) for k, names in schema.ARG_NAMES.items() if names[0] == "peer")  # WAIT, NOTIFY
+assert len(_PEER_KINDS) == 2, _PEER_KINDS
 
 
 def impossible_times(buf, world_size: int) -> str | None:
-    """Why a launch's events cannot be real, in words, or None when they can.
+    """Why a launch's events cannot be real, or None (see :func:`screen_counts`)."""
+    return screen_counts(buf, world_size)[1]
+
+
+def screen_counts(buf, world_size: int) -> tuple[np.ndarray, str | None]:
+    """:func:`count_kinds` of a launch's buffer, and why its events cannot be real, in words (None
+    when they can): one pass over the tags for both, what an analysis reads before decoding.
 
     A buffer that decodes can still hold events no probe records: every time 0 (a launch whose
     records were zeroed, or never written but marked), events spanning more than
@@ -518,23 +525,29 @@ def impossible_times(buf, world_size: int) -> str | None:
         DecodeError: the buffer does not decode (as :func:`decode_buffer` says).
     """
     rec, _, header, _ = _records(buf)
-    kind = (rec["tag"] & 0xF).astype(np.uint8)
-    main = np.flatnonzero((kind != EventKind.EMPTY) & (kind != EventKind.DETAIL))
-    if not main.size:
+    kind = rec["tag"] & 0xF
+    counts = np.bincount(kind, minlength=16).astype(np.int64)
+    counts[EventKind.EMPTY] += header.n_programs * header.capacity - rec.shape[0]
+    return counts, _impossible(rec, kind, header, int(counts.sum() - counts[EventKind.EMPTY] - counts[EventKind.DETAIL]), world_size)
+
+
+def _impossible(rec: np.ndarray, kind: np.ndarray, header: schema.Header, n: int, world_size: int) -> str | None:
+    if not n:
         return None
-    s0, s1 = rec["t0"][main].view(np.int64), rec["t1"][main].view(np.int64)
-    if ((s0 < 0) | (s1 < s0)).any():
+    main = (kind != EventKind.EMPTY) & (kind != EventKind.DETAIL)
+    # masked reductions over the record slots (no gathers: this runs on every launch a report reads)
+    s0, s1 = rec["t0"].view(np.int64), rec["t1"].view(np.int64)
+    first = int(np.min(s0, where=main, initial=np.iinfo(np.int64).max))
+    last = int(np.max(s1, where=main, initial=np.iinfo(np.int64).min))
+    if first < 0 or last < 0 or np.any(main & (s1 < s0)):
         return None  # (decoding refuses it, saying where)
-    last = int(s1.max())
-    if last <= 0:
-        return f"every one of its {main.size} events has time 0"
-    span_ns = (last - int(s0.min())) * 1e9 / header.tick_hz
+    if last == 0:
+        return f"every one of its {n} events has time 0"
+    span_ns = (last - first) * 1e9 / header.tick_hz
     if span_ns > MAX_LAUNCH_NS:
         return f"its events span {span_ns / 1e9:.3g} s (times 0 or stale among real ones)"
-    pk = np.isin(kind[main], _PEER_KINDS)
-    if pk.any():
-        peer = rec["arg0"][main[pk]]
-        bad = (peer < 0) | (peer >= world_size)
-        if bad.any():
-            return f"a wait or notify names peer {int(peer[bad][0])}, outside world size {world_size}"
+    peer = rec["arg0"]
+    bad = ((kind == _PEER_KINDS[0]) | (kind == _PEER_KINDS[1])) & ((peer < 0) | (peer >= world_size))
+    if bad.any():
+        return f"a wait or notify names peer {int(peer[np.argmax(bad)])}, outside world size {world_size}"
     return None

@@ -484,6 +484,14 @@ def _same(x):
     return x
 
 
+class _Impossible(Exception):
+    """Launches whose times cannot be real (``(rank, index) -> why``), found while counting events."""
+
+    def __init__(self, bad: dict):
+        super().__init__(f"{len(bad)} launches with impossible times")
+        self.bad = bad
+
+
 def _screened(cap, bad: dict, name: str):
     """``cap`` without the launches ``bad`` names (their times impossible), with one warning line."""
     from ..events import without_launches
@@ -508,12 +516,16 @@ def _from_capture(cap, regions: dict[int, str] | None, name: str, reload: Callab
     from ..clock.model import clock_model_of
     from ..events import impossible_launches
 
-    bad = impossible_launches(cap)  # launches whose times no probe records: left out, said in one line
-    if bad:
-        cap = _screened(cap, bad, name)
-        reload = functools.partial(_screened_reload, reload, bad)
     model = clock_model_of(cap)
-    columns = _aligned_columns(cap, model)
+    try:
+        columns = _aligned_columns(cap, model)
+    except _Impossible as e:  # launches whose times no probe records: left out, said in one line
+        cap, reload = _screened(cap, e.bad, name), functools.partial(_screened_reload, reload, e.bad)
+        columns = _aligned_columns(cap, model)
+    if columns is None:  # (rows out of order: the whole table is made below; screened here)
+        bad = impossible_launches(cap)
+        if bad:
+            cap, reload = _screened(cap, bad, name), functools.partial(_screened_reload, reload, bad)
     kernels: dict[tuple[int, int], str] = {}
     n_programs: dict[tuple[int, int], int] = {}
     for r, rc in cap.ranks.items():
@@ -560,7 +572,7 @@ def _aligned_columns(cap, model) -> _Columns | None:
     table).
     """
     from ..captures.file import CaptureError, read_buffers
-    from ..decode import DecodeError, count_kinds
+    from ..decode import DecodeError, screen_counts
     from ..events import launch_refs, make_batches, read_batch
 
     refs = launch_refs(cap)
@@ -570,15 +582,20 @@ def _aligned_columns(cap, model) -> _Columns | None:
     at_kinds = [int(k) for k in _COPIED_AT[1]]
     per_launch = np.zeros((len(refs), 16), np.int64)
     batches = make_batches(refs)
+    bad: dict[tuple[int, int], str] = {}
     try:
         for batch in batches:
             # read for this count only (a buffer not read from its file yet is not kept on its
             # launch: all of them at once would be the raw capture's size again); the CRC is
             # checked when the batch is decoded below
             for li, buf in zip(batch, read_buffers([refs[li][1] for li in batch], verify=False)):
-                per_launch[li] = count_kinds(buf)
+                per_launch[li], why = screen_counts(buf, int(cap.world_size))
+                if why:
+                    bad[(refs[li][0], refs[li][1].index)] = why
     except (DecodeError, CaptureError):
         return None  # decoding says what is wrong, with the rank and launch
+    if bad:
+        raise _Impossible(bad)
     rows_of = per_launch.sum(axis=1) - per_launch[:, EventKind.EMPTY] - per_launch[:, EventKind.DETAIL]
     start_of = np.cumsum(rows_of) - rows_of  # each launch's first row in the table
     kind_start = {k: np.cumsum(per_launch[:, k]) - per_launch[:, k] for k in at_kinds}
