@@ -153,9 +153,9 @@ def next_steps(o: Outputs) -> str:
         "Next: open the trace in ui.perfetto.dev (served from this machine, nothing is uploaded; --offline: a Perfetto UI "
         "served from here too):",
         f"  ktrace open {shlex.quote(str(o.trace))}",
+        "(while it serves the trace on port 9001, the report's links open it at each finding; it also prints a link per "
+        "finding, from the report JSON next to the trace)",
         f"and the report in a browser: {o.html.resolve().as_uri()}",
-        "While ktrace open serves the trace (port 9001), the report's links open it at each finding; ktrace open also "
-        "prints a link per finding (the report JSON next to the trace).",
     ])
 
 
