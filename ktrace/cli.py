@@ -541,7 +541,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("captures", nargs="+", help="per-rank .ktrace files")
     s.add_argument("-o", "--output", required=True, help="out.ktrace | out.pftrace | out.json | out.json.gz")
     s.add_argument("--format", choices=["ktrace", "perfetto", "chrome"], help="override the format the suffix implies")
-    s.add_argument("--world-size", type=_int_in(1, 1 << 20), help="expected number of ranks (default: what the files say)")
+    s.add_argument("--world-size", type=_int_in(1, 1 << 16),  # (captures.file.MAX_WORLD_SIZE)
+                   help="expected number of ranks (default: what the files say)")
     s.add_argument("--allow-mixed-runs", action="store_true",
                    help="merge parts of different runs anyway (their notify/wait pairs then mean nothing)")
     s.add_argument("--ranks", metavar="LIST", help="a trace of these ranks only (e.g. 0-7,12)")

@@ -232,6 +232,19 @@ def test_claims_are_checked_before_anything_is_sized_by_them(tmp_path, case):
         _refused(tmp_path, cmd, names=str(f), fault=fault, inputs=[f], size=f.stat().st_size)
 
 
+def test_the_largest_world_size_allowed_costs_what_the_file_holds(tmp_path):
+    """A 2-rank file that says its world had 2^16 ranks (the most a file may say): read, reported
+    and written with the missing ranks said as ranges, and no table of 2^16 x 2^16 pairs."""
+    f = _crafted(tmp_path, "world_1m.ktrace", lambda m: m.update(world_size=1 << 16))
+    size = f.stat().st_size
+    p = _ok(tmp_path, ["info", f], inputs=[f], size=size)
+    assert "PARTIAL: ranks 2-65535 missing" in p.stdout
+    p = _ok(tmp_path, ["report", "-q", f], inputs=[f], size=size)
+    assert "missing ranks 2-65535" in p.stderr
+    p = _ok(tmp_path, ["merge", f, "-o", tmp_path / "w.pftrace"], inputs=[f], size=size)
+    assert "ranks 2-65535 missing" in p.stdout
+
+
 def test_ints_beyond_64_bits_and_non_numbers_in_metadata(tmp_path):
     meta, files = _members(capture_to_bytes(_base()))
     raw = json.dumps(meta).replace(f'"created_ns": {meta["created_ns"]}', '"created_ns": 1' + "0" * 30).encode()

@@ -112,36 +112,49 @@ class CauseConfig:
 # ---------------------------------------------------------------------------------------------
 
 
-def one_way_latency_ns(trace: Trace) -> np.ndarray:
-    """Calibrated one-way flag latency between every pair of ranks (``(R, R)`` ns, NaN unknown).
+def _one_way_per_rank(trace: Trace) -> tuple[np.ndarray, int]:
+    """Half the smallest calibrated round trip of each rank with the reference rank (NaN unknown),
+    indexed by rank up to the largest calibrated one (never sized by a world size a file claims),
+    and the reference rank."""
+    model = trace.clock
+    ranks = getattr(model, "ranks", None) or {}
+    ref = int(getattr(model, "reference_rank", 0))
+    known = [int(r) for r in ranks if 0 <= int(r) < max(int(trace.world_size), 1)]
+    ow = np.full(max(known, default=0) + 1, np.nan)
+    for r, rc in ranks.items():
+        v = float(getattr(rc, "rtt_min_ns", math.nan))
+        if int(r) in known and int(r) != ref and math.isfinite(v) and v > 0:
+            ow[int(r)] = v / 2
+    return ow, ref
+
+
+def one_way_pairs(trace: Trace, producer, consumer) -> np.ndarray:
+    """Calibrated one-way flag latency (ns, NaN unknown) of each (producer, consumer) pair given.
 
     The calibration measures round trips between the reference rank and each other rank; half
     the smallest is the one-way latency of that pair. Between two ranks neither of which is the
-    reference, the mean of their two one-way latencies to the reference is used.
+    reference, the mean of their two one-way latencies to the reference is used. Per pair, from
+    one value per rank: nothing is sized by the number of ranks squared.
     """
-    R = max(int(trace.world_size), 1)
-    out = np.full((R, R), np.nan)
-    model = trace.clock
-    ranks = getattr(model, "ranks", None) or {}
-    ref = getattr(model, "reference_rank", 0)
-    ow = np.full(R, np.nan)
-    for r, rc in ranks.items():
-        if 0 <= int(r) < R:
-            v = float(getattr(rc, "rtt_min_ns", math.nan))
-            if int(r) != ref and math.isfinite(v) and v > 0:
-                ow[int(r)] = v / 2
-    if 0 <= ref < R:
-        for a in range(R):
-            for b in range(R):
-                if a == b:
-                    continue
-                if a == ref:
-                    out[a, b] = ow[b]
-                elif b == ref:
-                    out[a, b] = ow[a]
-                else:
-                    out[a, b] = 0.5 * (ow[a] + ow[b])
-    return out
+    ow, ref = _one_way_per_rank(trace)
+    p = np.asarray(producer, np.int64)
+    c = np.asarray(consumer, np.int64)
+
+    def at(r):
+        inside = (r >= 0) & (r < ow.size)
+        return np.where(inside, ow[np.clip(r, 0, ow.size - 1)], np.nan)
+
+    op, oc = at(p), at(c)
+    out = np.where(p == ref, oc, np.where(c == ref, op, 0.5 * (op + oc)))
+    return np.where((p == c) | (p < 0) | (c < 0), np.nan, out)
+
+
+def one_way_latency_ns(trace: Trace) -> np.ndarray:
+    """Calibrated one-way flag latency between every pair of calibrated ranks (``(R, R)`` ns, NaN
+    unknown; R: one more than the largest calibrated rank): :func:`one_way_pairs` as a table."""
+    R = _one_way_per_rank(trace)[0].size
+    p, c = np.divmod(np.arange(R * R, dtype=np.int64), R)
+    return one_way_pairs(trace, p, c).reshape(R, R)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,25 +299,22 @@ def launch_makespans(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return trace.cached(("launch_makespans",), build)
 
 
-def _typical_latency(rank: np.ndarray, peer: np.ndarray, lat: np.ndarray, late: np.ndarray, ow: np.ndarray) -> np.ndarray:
+def _typical_latency(trace: Trace, rank: np.ndarray, peer: np.ndarray, lat: np.ndarray, late: np.ndarray) -> np.ndarray:
     """Per wait, its (producer, consumer) pair's median observed signal latency over waits whose
     producer was late (the latency is only seen then); the calibrated one-way latency, or the
-    median over all pairs, where a pair has none."""
+    median over all pairs, where a pair has none. Per pair that occurs (no table of every pair)."""
     R = int(max(rank.max(initial=0), peer.max(initial=0))) + 1
-    code = np.clip(peer, 0, R - 1).astype(np.int64) * R + np.clip(rank, 0, R - 1)
+    pairs, inv = np.unique(np.clip(peer, 0, R - 1).astype(np.int64) * R + np.clip(rank, 0, R - 1), return_inverse=True)
+    inv = inv.reshape(-1)
     sel = late & np.isfinite(lat)
-    med = np.full(R * R, np.nan)
+    med = np.full(pairs.size, np.nan)
     if sel.any():
-        med = group_median(code[sel], lat[sel], R * R)
+        med = group_median(inv[sel], lat[sel], pairs.size)
     glob = float(np.median(lat[sel])) if sel.any() else math.nan
-    cal = np.full(R * R, np.nan)
-    Rw = ow.shape[0]
-    for p in range(min(R, Rw)):
-        for c in range(min(R, Rw)):
-            cal[p * R + c] = ow[p, c]
+    cal = one_way_pairs(trace, pairs // R, pairs % R)
     fill = np.where(np.isfinite(med), med, np.where(np.isfinite(cal), cal, glob))
     fill = np.where(np.isfinite(fill), fill, 0.0)
-    return fill[code]
+    return fill[inv]
 
 
 def _build_model(trace: Trace, launches: np.ndarray | None = None) -> _Model:
@@ -397,8 +407,7 @@ def _build_model(trace: Trace, launches: np.ndarray | None = None) -> _Model:
     rank_w = w["rank"].astype(np.int64)[wo]
     peer_w = w["peer"].astype(np.int64)[wo] if nw else np.zeros(0, np.int64)
     is_late = (n_row >= 0) & (late_ns > 0)
-    ow = one_way_latency_ns(trace)
-    lat_typ = _typical_latency(rank_w, peer_w, lat_obs, is_late, ow)
+    lat_typ = _typical_latency(trace, rank_w, peer_w, lat_obs, is_late)
     # the release latency keeps the capture as it was: late waits their own, others at most the
     # time from their notify to their end
     lat = np.where(is_late, lat_obs, np.minimum(lat_typ, np.nan_to_num(lat_obs, nan=np.inf)))
@@ -617,11 +626,7 @@ def _compute_wait_split(trace: Trace, m: _Model) -> dict:
     missing = np.where(to, late, 0.0)
     outside = np.where((late > 0) & ~to, late - not_started - waiting - in_region, 0.0)
     # the signal's trip: up to the calibrated one-way latency of the pair; the rest is unexplained
-    ow = one_way_latency_ns(trace)
-    R = ow.shape[0]
-    rk = np.clip(w["rank"].astype(np.int64)[wo], 0, R - 1)
-    pk = np.clip(m.w_peer, 0, R - 1)
-    cal = ow[pk, rk] if nw else np.zeros(0)
+    cal = one_way_pairs(trace, m.w_peer, w["rank"].astype(np.int64)[wo]) if nw else np.zeros(0)
     sigv = np.nan_to_num(sig)
     # a pair the calibration does not cover (a rank signalling itself, an unaligned capture):
     # nothing to compare with, the whole latency is the signal's trip
@@ -1046,36 +1051,37 @@ def _hang_causes(trace: Trace, to: np.ndarray | None, missing: np.ndarray | None
 
 
 def _slow_link_causes(trace: Trace, cfg: CauseConfig) -> list[Cause]:
-    ow = one_way_latency_ns(trace)
     w = _waits(trace)
-    if w.size == 0 or not np.isfinite(ow).any():
+    if w.size == 0 or not np.isfinite(_one_way_per_rank(trace)[0]).any():
         return []
     late = np.nan_to_num(w["producer_late_ns"]) > 0
     sig = w["signal_latency_ns"]
     ok = late & np.isfinite(sig)
     rank = w["rank"].astype(np.int64)
     peer = w["peer"].astype(np.int64)
-    R = ow.shape[0]
+    # the (producer, consumer) pairs that occur with at least 3 usable waits, in pair order (not
+    # every pair of a world size: a file may claim millions of ranks)
+    R = int(max(rank.max(initial=0), peer.max(initial=0))) + 1
+    pairs, n = np.unique(peer[ok] * R + rank[ok], return_counts=True)
+    pairs = pairs[n >= 3]
+    cals = one_way_pairs(trace, pairs // R, pairs % R)
     out = []
-    for p in range(R):
-        for c in range(R):
-            if p == c or not np.isfinite(ow[p, c]):
-                continue
-            sel = ok & (peer == p) & (rank == c)
-            if sel.sum() < 3:
-                continue
-            med = float(np.median(sig[sel]))
-            if med < cfg.slow_link_factor * ow[p, c] or med < ow[p, c] + cfg.min_late_ns:
-                continue
-            codes = np.unique(w["launch"][sel]).astype(np.int64)
+    for (p, c), ow_pc in zip(np.stack([pairs // R, pairs % R], axis=1).tolist(), cals.tolist()):
+        if p == c or not math.isfinite(ow_pc):
+            continue
+        sel = ok & (peer == p) & (rank == c)
+        med = float(np.median(sig[sel]))
+        if med < cfg.slow_link_factor * ow_pc or med < ow_pc + cfg.min_late_ns:
+            continue
+        codes = np.unique(w["launch"][sel]).astype(np.int64)
 
-            def changes(sub, p=p, c=c, v=float(ow[p, c])):
-                mine = (sub.w_peer == p) & (sub.wg_rank[sub.w_wg] == c)
-                return Changes(latency=np.where(mine, v, np.nan))
+        def changes(sub, p=p, c=c, v=float(ow_pc)):
+            mine = (sub.w_peer == p) & (sub.wg_rank[sub.w_wg] == c)
+            return Changes(latency=np.where(mine, v, np.nan))
 
-            out.append(Cause("slow_link", p, (p, c), codes, changes=changes, excess_ns=float((sig[sel] - ow[p, c]).sum()),
-                             detail={"consumer": c, "magnitude_ns": med, "calibrated_ns": float(ow[p, c]),
-                                     "n_waits": int(sel.sum())}))
+        out.append(Cause("slow_link", p, (p, c), codes, changes=changes, excess_ns=float((sig[sel] - ow_pc).sum()),
+                         detail={"consumer": c, "magnitude_ns": med, "calibrated_ns": float(ow_pc),
+                                 "n_waits": int(sel.sum())}))
     return out
 
 
@@ -1146,5 +1152,5 @@ def kernel_time_total(trace: Trace) -> float:
 
 
 __all__ = ["CAUSE_DTYPE", "KINDS", "Cause", "CauseConfig", "Changes", "ReplayResult", "WAIT_CAUSE_DTYPE", "causes_table",
-           "kernel_time_total", "launch_makespans", "one_way_latency_ns", "replay", "replay_model", "root_causes",
+           "kernel_time_total", "launch_makespans", "one_way_latency_ns", "one_way_pairs", "replay", "replay_model", "root_causes",
            "sample_launches", "wait_cause_totals", "wait_causes"]

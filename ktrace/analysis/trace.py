@@ -25,7 +25,7 @@ import numpy as np
 from .. import schema
 from ..keys import dense_codes
 from ..schema import EventKind
-from ..text import printable
+from ..text import printable, ranges_text
 
 log = logging.getLogger("ktrace")
 
@@ -539,7 +539,7 @@ def _from_capture(cap, regions: dict[int, str] | None, name: str, reload: Callab
     regs = {k: printable(v) for k, v in regs.items()}
     partial = bool(cap.partial or cap.missing_ranks)
     if partial:
-        log.warning("capture is partial (missing ranks %s): stall pairing misses the absent ranks' notifies", cap.missing_ranks)
+        log.warning("capture is partial (missing ranks %s): stall pairing misses the absent ranks' notifies", ranges_text(cap.missing_ranks))
     meta = dict(regions=regs, world_size=cap.world_size, kernels=kernels, n_programs=n_programs, partial=partial,
                 clock=model, source=printable(name), meta=dict(cap.meta or {}))
     if columns is None:  # rows out of order: the whole table, sorted by Trace

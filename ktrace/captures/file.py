@@ -53,7 +53,7 @@ import orjson
 
 from .. import __version__, schema
 from ..decode import MAX_TICK_HZ, MIN_TICK_HZ, DecodeError, DecodedBuffer, decode_buffer, head_bytes, pack_buffer, split_head
-from ..text import printable
+from ..text import printable, ranges_text
 
 log = logging.getLogger("ktrace")
 
@@ -68,8 +68,9 @@ class CaptureError(ValueError):
     """A capture file cannot be read or merged."""
 
 
-#: Largest world size a capture may declare (a file's claim is checked before anything is sized by it).
-MAX_WORLD_SIZE = 1 << 20
+#: Largest world size a capture may declare (a file's claim is checked before anything is sized by it; analyses
+#: list the missing ranks of a partial capture, so a claim costs up to a few MB at this size).
+MAX_WORLD_SIZE = 1 << 16
 #: Largest capture metadata (``ktrace.json``) read: ~250,000 launches' entries.
 MAX_META_BYTES = 64 << 20
 #: Largest ratio of a compressed member's size to its stored size that is inflated: ktrace's own
@@ -768,7 +769,7 @@ def merge_captures(caps: Iterable[Capture], *, world_size: int | None = None, al
             out.clock = c.clock
             break
     if out.missing_ranks:
-        log.warning("capture is partial: ranks %s of %d are missing", out.missing_ranks, ws)
+        log.warning("capture is partial: ranks %s of %d are missing", ranges_text(out.missing_ranks), ws)
         out.partial = True
     return out
 

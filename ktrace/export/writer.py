@@ -19,6 +19,7 @@ from typing import Any, Callable, Protocol
 
 from ..clock.model import ClockModel
 from ..fileio import atomic_output
+from ..text import ranges_text
 from ..events import Batch
 from . import pool as _pool
 from .plan import TracePlan, plan_trace
@@ -95,7 +96,7 @@ def write(capture, path: str | os.PathLike, writer: TraceWriter, *, model: Clock
     plan = plan or plan_trace(capture, model, workers=workers)
     workers = plan.workers if workers is None else _pool.resolve_workers(workers, plan.n_events)
     if plan.partial:
-        log.warning("writing a PARTIAL trace: ranks %s are missing", plan.missing_ranks)
+        log.warning("writing a PARTIAL trace: ranks %s are missing", ranges_text(plan.missing_ranks))
     tasks = [k for k, bt in enumerate(plan.batches) if any(plan.launches[li].n_events for li in bt)]
     state: dict = {"plan": plan, "writer": writer}
     results: list = []
