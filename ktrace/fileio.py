@@ -25,6 +25,17 @@ from pathlib import Path
 TMP_PREFIX = ".ktrace-tmp-"
 
 
+class OutputError(OSError):
+    """An output that cannot be written: its ``errno`` kept, its message one line naming the file."""
+
+    def __init__(self, errno: int | None, text: str):
+        super().__init__(errno, text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+
 class InputError(ValueError):
     """An input path that is not a regular file ktrace can read; the message names it."""
 
@@ -88,13 +99,13 @@ def atomic_output(path: str | os.PathLike, mode: str = "wb"):
         except OSError as e:
             if str(path) in str(e):
                 raise
-            raise OSError(f"cannot write {path}: {e.strerror or e}") from None
+            raise OutputError(e.errno, f"cannot write {path}: {e.strerror or e}") from None
         return
     folder = path.parent
     try:
         fd, tmp = tempfile.mkstemp(prefix=_tmp_name(path), dir=folder)
     except OSError as e:
-        raise OSError(f"cannot write {path}: {e.strerror or e}") from None
+        raise OutputError(e.errno, f"cannot write {path}: {e.strerror or e}") from None
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -103,12 +114,12 @@ def atomic_output(path: str | os.PathLike, mode: str = "wb"):
         except OSError as e:  # (a full disk, a quota: said of the output, not of a temporary's name)
             if str(path) in str(e):
                 raise
-            raise OSError(f"cannot write {path}: {e.strerror or e}") from None
+            raise OutputError(e.errno, f"cannot write {path}: {e.strerror or e}") from None
         try:
             os.chmod(tmp_path, 0o666 & ~_umask())  # (mkstemp makes it 0600; an output is an ordinary file)
             os.replace(tmp_path, path)
         except OSError as e:
-            raise OSError(f"cannot write {path}: {e.strerror or e}") from None
+            raise OutputError(e.errno, f"cannot write {path}: {e.strerror or e}") from None
     except BaseException:
         with contextlib.suppress(OSError):
             tmp_path.unlink()
@@ -123,7 +134,7 @@ def atomic_folder(near: str | os.PathLike):
     try:
         tmp = Path(tempfile.mkdtemp(prefix=_tmp_name(near), dir=near.parent))
     except OSError as e:
-        raise OSError(f"cannot write into {near.parent}: {e.strerror or e}") from None
+        raise OutputError(e.errno, f"cannot write into {near.parent}: {e.strerror or e}") from None
     try:
         yield tmp
     finally:
@@ -136,7 +147,7 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
         try:
             tmp.write_bytes(data)
         except OSError as e:
-            raise OSError(f"cannot write {path}: {e.strerror or e}") from None
+            raise OutputError(e.errno, f"cannot write {path}: {e.strerror or e}") from None
     return Path(path)
 
 

@@ -232,7 +232,7 @@ def write_split(capture: Capture, path: str | os.PathLike, fmt: str, *, part_byt
     from . import write_chrome_json, write_perfetto
     from .plan import plan_trace
 
-    from ..fileio import atomic_folder, write_bytes
+    from ..fileio import OutputError, atomic_folder, write_bytes
 
     if fmt not in BYTES_PER_EVENT:
         raise ValueError(f"a trace is split into perfetto or chrome parts, not {fmt!r}")
@@ -263,7 +263,7 @@ def write_split(capture: Capture, path: str | os.PathLike, fmt: str, *, part_byt
             try:
                 os.replace(tmp_dir / p.file, path.parent / p.file)
             except OSError as e:
-                raise OSError(f"cannot write {path.parent / p.file}: {e.strerror or e}") from None
+                raise OutputError(e.errno, f"cannot write {path.parent / p.file}: {e.strerror or e}") from None
     idx = index_path(path)
     doc = {"format": INDEX_FORMAT, "version": 1, "trace_format": fmt, "time_base": "ns since the capture's first event",
            "base_ns": base, "world_size": capture.world_size, "run_id": capture.run_id, "part_bytes": int(part_bytes or DEFAULT_PART_BYTES[fmt]),
