@@ -28,7 +28,6 @@ import subprocess
 import sys
 import time
 import zipfile
-import zlib
 from pathlib import Path
 
 import numpy as np
