@@ -6,10 +6,14 @@ and without importing torch or triton. Progress goes to stderr (a bar when stder
 terminal), results to stdout; ``--json -`` writes a report's JSON to stdout instead of its
 summary.
 
-Bad input (a missing, foreign, truncated or damaged capture, parts of different runs, an output
-that would overwrite an input) gets one line on stderr naming the file and what is wrong, and
-exit status 2; nothing is written then. Output into a pipe closed early (``ktrace report X |
-head -1``) ends quietly with status 141, as a process stopped by SIGPIPE would.
+Bad input (a missing, foreign, truncated or damaged capture, a device or FIFO, metadata that
+claims more than the file holds, parts of different runs, an output that would overwrite an
+input or cannot be written) gets one line on stderr naming the file and what is wrong, and exit
+status 2; nothing is written then (outputs go through temporaries renamed into place:
+``ktrace.fileio``). Names from a capture are printed with their control characters escaped
+(``ktrace.text.printable``). Ctrl-C ends quietly with status 130 and SIGTERM with 143, what was
+being written removed. Output into a pipe closed early (``ktrace report X | head -1``) ends
+quietly with status 141, as a process stopped by SIGPIPE would.
 """
 
 from __future__ import annotations
@@ -29,15 +33,24 @@ from . import __version__
 EXIT_BAD_INPUT = 2
 #: Exit status when stdout was closed early (128 + SIGPIPE, what a shell shows for such a process).
 EXIT_CLOSED_PIPE = 141
+#: Exit status after Ctrl-C (128 + SIGINT) and after SIGTERM (128 + SIGTERM): outputs not finished
+#: are removed, nothing else is said.
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
+
+
+class _Terminated(BaseException):
+    """Raised in the main thread by SIGTERM, so that every ``finally`` (temporaries) runs."""
 
 
 def _fail(prog: str, e: BaseException | str, path: str | os.PathLike | None = None) -> int:
     """Print one line ``prog: [path: ]message`` on stderr and return :data:`EXIT_BAD_INPUT`; the
     path is added when the message does not name it already."""
+    from .text import printable
+
     text = " ".join(str(e).split()) or type(e).__name__
     if path is not None and str(path) not in text:
         text = f"{path}: {text}"
-    print(f"{prog}: {text}", file=sys.stderr)
+    print(f"{prog}: {printable(text)}", file=sys.stderr)
     return EXIT_BAD_INPUT
 
 
@@ -68,32 +81,57 @@ def _cmd_info(args) -> int:
     from .captures import CaptureError, read_capture
     from .schema import EventKind
 
+    from .decode import impossible_times
+    from .schema import is_timeout
+    from .text import printable as pr, programs_text, ranges_text
+
     path = args.capture
     try:
         cap = read_capture(path)
-        run = f", run {cap.run_id}" if cap.run_id else ", no run id (written by an older ktrace)"
-        part = f" (PARTIAL: ranks {cap.missing_ranks} missing)" if cap.partial else ""
-        lines = [f"{path}: world size {cap.world_size}, ranks {sorted(cap.ranks)}{part}{run}"]
-        lines += [f"  note: {n}" for n in cap.notes]
+        run = f", run {pr(cap.run_id)}" if cap.run_id else ", no run id (written by an older ktrace)"
+        part = f" (PARTIAL: ranks {ranges_text(cap.missing_ranks)} missing)" if cap.partial else ""
+        n_idx = len({ln.index for rc in cap.ranks.values() for ln in rc.launches})
+        lines = [f"{pr(path)}: world size {cap.world_size}, ranks {ranges_text(cap.ranks) or 'none'}{part}{run}, "
+                 f"{n_idx} launch{'' if n_idx == 1 else 'es'} (a launch: one kernel launch, on every rank that ran it)"]
+        lines += [f"  note: {pr(n)}" for n in cap.notes]
+        timed_out = 0
         for r, rc in sorted(cap.ranks.items()):
-            dev = rc.device.get("name", "?")
-            lines.append(f"  rank {r} on {dev} ({rc.device.get('arch', '?')}): {len(rc.launches)} launches")
-            lines += [f"    note: {n}" for n in rc.notes]
+            dev = pr(rc.device.get("name", "?"))
+            lines.append(f"  rank {r} on {dev} ({pr(rc.device.get('arch', '?'))}): {len(rc.launches)} launches")
+            lines += [f"    note: {pr(n)}" for n in rc.notes]
             if rc.timeouts and rc.timeouts.get("count"):
-                lines.append(f"    {rc.timeouts['count']} wait(s) TIMED OUT during the capture:")
-                lines += [f"      program {w.get('program')} waited on flag {w.get('flag')} from peer {w.get('peer')} for "
-                          f"{w.get('waited_ns', 0) / 1e6:.3f} ms (last saw {w.get('seen')}, waited for {w.get('cmp')} "
-                          f"{w.get('expected')})" for w in rc.timeouts.get("waits", [])]
+                lines.append(f"    {pr(rc.timeouts['count'])} wait(s) TIMED OUT during the capture (the heap's error block):")
+                lines += [pr(f"      program {w.get('program')} waited on flag {w.get('flag')} from peer {w.get('peer')} for "
+                             f"{_num(w.get('waited_ns')) / 1e6:.3f} ms (last saw {w.get('seen')}, waited for {w.get('cmp')} "
+                             f"{w.get('expected')})") for w in (rc.timeouts.get("waits") or []) if isinstance(w, dict)]
             for ln in rc.launches:
                 d = ln.decode(r, cache=False)
-                kinds = np.bincount(d.events["kind"], minlength=16)
+                ev = d.events
+                kinds = np.bincount(ev["kind"], minlength=16)
                 parts = ", ".join(f"{kinds[k]} {EventKind(k).name.lower()}" for k in EventKind if k and kinds[k])
                 drop = f", {d.dropped} DROPPED (raise events_per_program above {ln.capacity})" if d.dropped else ""
-                lines.append(f"    launch {ln.index} {ln.kernel} grid {tuple(ln.grid)}: {d.written} events ({parts or 'none'}){drop}")
+                to = (ev["kind"] == EventKind.WAIT) & is_timeout(ev["flags"])
+                n_to = int(to.sum())
+                timed_out += n_to
+                tos = ""
+                if n_to:
+                    peers = np.unique(ev["arg0"][to])
+                    tos = (f"; {n_to} wait(s) TIMED OUT (gave up at their bound): {programs_text(ev['program'][to])} waiting on "
+                           f"{'peer' if peers.size == 1 else 'peers'} {ranges_text(peers[:1000])}")
+                bad = impossible_times(ln.load_raw(), cap.world_size)
+                bad = f"; IMPOSSIBLE times, left out of analyses: {bad}" if bad else ""
+                lines.append(f"    launch {ln.index} {pr(ln.kernel)} grid {tuple(ln.grid)}: {d.written} events "
+                             f"({parts or 'none'}){drop}{tos}{bad}")
+        if timed_out:
+            lines.append(f"  {timed_out} wait(s) timed out in all: the capture shows a hang (ktrace report says who waited on whom)")
     except (CaptureError, ValueError, OSError) as e:
         return _fail("ktrace info", e, path)
     print("\n".join(lines))
     return 0
+
+
+def _num(v) -> float:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else float("nan")
 
 
 def _cmd_merge(args) -> int:
@@ -101,6 +139,8 @@ def _cmd_merge(args) -> int:
     from .clock import attach_clock
     from .text import ranges_text
     from .export import format_of
+
+    from .text import printable
 
     refused = _refuse_overwrite("ktrace merge", args.captures, [args.output])
     if refused is not None:
@@ -110,8 +150,10 @@ def _cmd_merge(args) -> int:
     except ValueError as e:
         return _fail("ktrace merge", e)
     try:
-        cap = merge_captures([read_capture(p) for p in args.captures], world_size=args.world_size,
-                             allow_mixed_runs=args.allow_mixed_runs)
+        caps = []
+        for p in args.captures:
+            caps.append(read_capture(p))
+        cap = merge_captures(caps, world_size=args.world_size, allow_mixed_runs=args.allow_mixed_runs)
         try:
             attach_clock(cap)
         except CaptureError:
@@ -124,20 +166,24 @@ def _cmd_merge(args) -> int:
         if named:
             print(f"ktrace merge: the capture names its profiler trace ({', '.join(named.values())}): add --with-profile to "
                   "merge it into the trace", file=sys.stderr)
-        cap, out = _write_selected(cap, args, fmt)
     except (CaptureError, ValueError, OSError) as e:
         return _fail("ktrace merge", e)
-    n = sum(len(rc.launches) for rc in cap.ranks.values())
-    part = f" PARTIAL: ranks {cap.missing_ranks} missing" if cap.partial else ""
+    try:
+        cap, out = _write_selected(cap, args, fmt)
+    except OSError as e:  # the output (a full disk, a missing folder): the message names it
+        return _fail("ktrace merge", e, args.output)
+    except (CaptureError, ValueError) as e:
+        return _fail("ktrace merge", e)
+    part = f"; PARTIAL: ranks {ranges_text(cap.missing_ranks)} missing" if cap.partial else ""
     clock = (cap.clock or {}).get("method", "none")
+    what = f"ranks {ranges_text(cap.ranks)} of {cap.world_size}, {_launches_text(cap)}, clock {printable(clock)}{part}"
     if str(out).endswith(".index.json"):
         from .export.split import read_index
 
         _, parts = read_index(out)
-        print(f"{out}: {fmt} trace in {len(parts)} parts (open the index with ktrace open), ranks {ranges_text(cap.ranks)} of "
-              f"{cap.world_size}, {n} launches, clock {clock}{part}")
+        print(f"{printable(out)}: {fmt} trace in {len(parts)} parts (open the index with ktrace open), {what}")
         return 0
-    print(f"{out}: {fmt}, ranks {ranges_text(cap.ranks)} of {cap.world_size}, {n} launches, clock {clock}{part}")
+    print(f"{printable(out)}: {fmt}, {what}")
     return 0
 
 
@@ -145,6 +191,7 @@ def _merge_profile(cap, args, fmt: str) -> int:
     """``ktrace merge --with-profile``: the capture and the PyTorch profiler's trace as one Perfetto
     trace (``ktrace.export.profile``); prints each rank's alignment."""
     from .export.profile import profiles_of, write_merged
+    from .text import printable
 
     if fmt != "perfetto":
         raise ValueError("--with-profile writes a Perfetto trace: use an output ending in .pftrace")
@@ -155,11 +202,18 @@ def _merge_profile(cap, args, fmt: str) -> int:
         return refused
     profiles = profiles_of(cap, args.with_profile, args.captures[0])
     out, aligned = write_merged(cap, args.output, profiles)
-    n = sum(len(rc.launches) for rc in cap.ranks.values())
-    print(f"{out}: perfetto, the capture ({n} launches) inside the profiler's timeline of {len(profiles)} rank(s)")
+    print(f"{printable(out)}: perfetto, the capture ({_launches_text(cap)}) inside the profiler's timeline of "
+          f"{len(profiles)} rank(s)")
     for a in aligned.values():
         print(f"  {a.describe()}")
     return 0
+
+
+def _launches_text(cap) -> str:
+    """How many launches a capture holds, as ``info`` and ``report`` count them: kernel launches
+    (launch indices), each on every rank that ran it."""
+    n = len({ln.index for rc in cap.ranks.values() for ln in rc.launches})
+    return f"{n} launch{'' if n == 1 else 'es'}"
 
 
 def _write_selected(cap, args, fmt: str):
@@ -169,15 +223,21 @@ def _write_selected(cap, args, fmt: str):
     from .export import write_trace
     from .export.split import DEFAULT_PART_BYTES, estimate_bytes, parse_ints, parse_window, select, write_split
 
-    ranks, launches, window = parse_ints(args.ranks), parse_ints(args.launches), parse_window(args.window)
+    top_rank = max(cap.ranks, default=0)
+    top_launch = max((ln.index for rc in cap.ranks.values() for ln in rc.launches), default=0)
+    ranks, launches = parse_ints(args.ranks, upper=top_rank), parse_ints(args.launches, upper=top_launch)
+    window = parse_window(args.window)
     if ranks is not None or launches is not None or window is not None:
         if fmt == "ktrace":
             raise ValueError("--ranks/--launches/--window select what a trace shows: write a .pftrace or .json")
         cap = select(cap, ranks=ranks, launches=launches, window=window)
     budget = int(args.part_mb * (1 << 20)) if args.part_mb else DEFAULT_PART_BYTES.get(fmt)
-    if fmt != "ktrace" and (args.split or estimate_bytes(cap, fmt) > budget):
+    if budget is not None and budget < 1:
+        raise ValueError(f"--part-mb {args.part_mb}: give a positive size in MB")
+    estimate = estimate_bytes(cap, fmt) if fmt != "ktrace" and not args.split else 0
+    if fmt != "ktrace" and (args.split or estimate > budget):
         if not args.split:
-            print(f"ktrace merge: the trace would be about {estimate_bytes(cap, fmt) / 1e6:.0f} MB, more than a part "
+            print(f"ktrace merge: the trace would be about {estimate / 1e6:.0f} MB, more than a part "
                   f"({budget / 1e6:.0f} MB, what the Perfetto UI opens comfortably unless --part-mb says otherwise): "
                   f"writing it in parts with an index", file=sys.stderr)
         return cap, write_split(cap, args.output, fmt, part_bytes=budget)
@@ -211,23 +271,54 @@ def _finding_ranks(report, number) -> list[int]:
     """The ranks a report's finding involves (for the part of a split trace that shows them)."""
     if not report or number is None:
         return []
-    doc = orjson.loads(Path(report).read_bytes())
-    return [int(r) for r in (doc.get("findings") or [])[number - 1].get("ranks") or []]
+    try:
+        doc = orjson.loads(Path(report).read_bytes())
+        return [int(r) for r in (doc.get("findings") or [])[number - 1].get("ranks") or []]
+    except (orjson.JSONDecodeError, AttributeError, IndexError, TypeError, ValueError) as e:
+        raise ValueError(f"{report}: not a report of this trace ({e})") from None
 
 
 def _cmd_open(args) -> int:
-    import os
+    import tempfile
+
+    from .fileio import InputError, regular_input
+
+    try:
+        regular_input(args.trace, "trace file")
+        if args.report:
+            regular_input(args.report, "report")
+    except InputError as e:
+        return _fail("ktrace open", e)
+    if args.report is None and args.finding is None:  # a report next to the trace (ktrace demo, run): a link per finding
+        beside = Path(args.trace).with_name(Path(args.trace).name.split(".")[0] + ".report.json")
+        if beside.is_file():
+            args.report = str(beside)
+    if args.finding is not None and not args.report:
+        return _fail("ktrace open", "--finding needs --report REPORT.json (ktrace report --json)")
+    if not args.trace.endswith(".ktrace"):
+        return _open(args, args.trace)
+    # a capture: its Perfetto trace is written to a temporary folder, served, and removed at the end
+    from .captures import CaptureError, read_capture
+    from .export import write_perfetto
+
+    with tempfile.TemporaryDirectory(prefix="ktrace-open-") as tmp:
+        try:
+            cap = read_capture(args.trace)
+            trace = write_perfetto(cap, Path(tmp) / (Path(args.trace).name.removesuffix(".ktrace") + ".pftrace"))
+        except (CaptureError, ValueError, OSError) as e:
+            return _fail("ktrace open", e, args.trace)
+        del cap
+        note = (f"{Path(args.trace).name}: a capture; its Perfetto trace is served (written to a temporary folder, removed when "
+                "this ends; `ktrace merge CAPTURE -o X.pftrace` keeps one)")
+        return _open(args, str(trace), note)
+
+
+def _open(args, trace: str, note: str | None = None) -> int:
+    import errno
 
     from viewers.perfetto_open import UiBuildNotFound, finding_windows, open_trace
 
-    if not os.path.isfile(args.trace):
-        print(f"ktrace: {args.trace}: no such trace file", file=sys.stderr)
-        return 2
-    if args.finding is not None and not args.report:
-        print("ktrace: --finding needs --report REPORT.json (ktrace report --json)", file=sys.stderr)
-        return 2
     window, links = None, {}
-    trace = args.trace
     try:
         if args.report:
             windows = finding_windows(args.report, args.finding)
@@ -247,19 +338,27 @@ def _cmd_open(args) -> int:
                   f"launches {part.launches[0]}..{part.launches[-1]})" + (f"; the others: {others}" if others else ""))
             trace = part.file
             links = {k: w for k, w in links.items() if part.start_ns <= w[0] and w[1] <= part.end_ns}
-    except (OSError, ValueError) as e:
-        print(f"ktrace: {e}", file=sys.stderr)
-        return 2
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
+        return _fail("ktrace open", e)
     offline = True if args.offline else (False if args.online else None)
     try:
+        said = []
+
+        def echo(text: str) -> None:  # (the note once the server is up: a port in use is then the only line)
+            if note and not said:
+                said.append(print(note, file=sys.stderr))
+            print(text)
+
         got = open_trace(trace, port=args.port, browser=not args.no_browser, timeout=args.timeout or None,
-                         offline=offline, window=window, links=links)
+                         offline=offline, window=window, links=links, echo=echo)
     except UiBuildNotFound as e:
-        print(f"ktrace: --offline: {e}", file=sys.stderr)
-        return 2
+        return _fail("ktrace open", f"--offline: {e}")
     except OSError as e:
-        print(f"ktrace: cannot serve on 127.0.0.1:{args.port}: {e}", file=sys.stderr)
-        return 2
+        if e.errno == errno.EADDRINUSE:
+            return _fail("ktrace open", f"port {args.port} on 127.0.0.1 is in use (another ktrace open?): stop that one, or "
+                                       "pass --port N for another port (--port 0 picks a free one; ui.perfetto.dev "
+                                       "accepts traces from any loopback port)")
+        return _fail("ktrace open", f"cannot serve on 127.0.0.1:{args.port}: {e.strerror or e}")
     return 0 if got or not args.timeout else 1
 
 
@@ -282,11 +381,65 @@ class _Bar:
 
 
 def _write_json(dest: str, data: dict) -> None:
+    from .fileio import write_bytes
+
     blob = orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
     if dest == "-":
         sys.stdout.write(blob.decode() + "\n")
     else:
-        Path(dest).write_bytes(blob)
+        write_bytes(dest, blob)
+
+
+def _emit(prog: str, args, as_json, as_text, write_html, what: str) -> int | None:
+    """Print a report's (or diff's) text and write its ``--json``/``--html`` outputs; the status
+    of an output that cannot be written (its one line names it), else None."""
+    from .text import printable
+
+    try:
+        if args.json:
+            _write_json(args.json, as_json())
+        if args.json != "-":
+            print(as_text())
+        if args.html:
+            out = write_html(args.html)
+            print(f"HTML {what}: {printable(out)}", file=sys.stderr if args.json == "-" else sys.stdout)
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        return _fail(prog, e)
+    if args.json and args.json != "-":
+        print(f"JSON {what}: {printable(args.json)}")
+    return None
+
+
+def _check_outputs(prog: str, outputs) -> int | None:
+    """:data:`EXIT_BAD_INPUT` (with its line) when an output's folder is missing or not writable,
+    or the output is a folder: said before any work, not after it."""
+    for out in outputs:
+        if out is None or out == "-":
+            continue
+        p = Path(out)
+        folder = p.parent
+        if p.is_dir():
+            return _fail(prog, f"cannot write {out}: it is a folder")
+        if not folder.is_dir():
+            return _fail(prog, f"cannot write {out}: no folder {folder}")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return _fail(prog, f"cannot write {out}: the folder {folder} is not writable")
+    return None
+
+
+def _check_work_region(path, name: str | None) -> None:
+    """ValueError when ``--work-region`` names no region of the capture (the message lists them)."""
+    if name is None:
+        return
+    from .captures import read_capture
+    from .text import printable
+
+    names = sorted(set(read_capture(path).regions.values()))
+    if name not in names:
+        listed = ", ".join(printable(n) for n in names[:30]) + (f" and {len(names) - 30} more" if len(names) > 30 else "")
+        raise ValueError(f"--work-region {name!r}: the capture has no region of that name; its regions: {listed or 'none'}")
 
 
 def _cmd_report(args) -> int:
@@ -303,26 +456,24 @@ def _cmd_report(args) -> int:
             return _fail("ktrace report", e)
         print(f"ktrace report: no capture given: analysing the bundled example ({path}; `ktrace demo` also writes "
               "its trace)", file=sys.stderr)
-    refused = _refuse_overwrite("ktrace report", [path], [args.html, args.json])
+    refused = _refuse_overwrite("ktrace report", [path], [args.html, args.json]) or _check_outputs("ktrace report", [args.html, args.json])
     if refused is not None:
         return refused
+    if not (args.min_late_us >= 0 and args.min_late_us < 1e9) or args.max_findings < 0:
+        return _fail("ktrace report", "--min-late-us wants a time in µs >= 0 and --max-findings a count >= 0")
     try:
+        _check_work_region(path, args.work_region)
         cfg = ReportConfig(load=LoadConfig(work_region=args.work_region), trace_url=args.trace_url,
                            min_late_ns=args.min_late_us * 1e3)
         rep = build_report(path, cfg, progress=_Bar(not args.quiet))
     except (CaptureError, AnalysisError, ValueError) as e:
         return _fail("ktrace report", e, path)
-    if args.json:
-        _write_json(args.json, report_json(rep))
-    if args.json != "-":
-        print(render_text(rep, max_findings=args.max_findings))
-    if args.html:
-        from viewers.report import write_html
+    from viewers.report import write_html
 
-        out = write_html(rep, args.html)
-        print(f"HTML report: {out}", file=sys.stderr if args.json == "-" else sys.stdout)
-    if args.json and args.json != "-":
-        print(f"JSON report: {args.json}")
+    failed = _emit("ktrace report", args, lambda: report_json(rep), lambda: render_text(rep, max_findings=args.max_findings),
+                   lambda path: write_html(rep, path), "report")
+    if failed is not None:
+        return failed
     return 1 if any(f.kind == "hang" and f.severity == "error" for f in rep.findings) and args.fail_on_hang else 0
 
 
@@ -330,7 +481,7 @@ def _cmd_diff(args) -> int:
     from .analysis import AnalysisError, build_diff, diff_json, prepare, render_diff_text
     from .captures import CaptureError
 
-    refused = _refuse_overwrite("ktrace diff", [args.a, args.b], [args.html, args.json])
+    refused = _refuse_overwrite("ktrace diff", [args.a, args.b], [args.html, args.json]) or _check_outputs("ktrace diff", [args.html, args.json])
     if refused is not None:
         return refused
     traces = []
@@ -343,16 +494,10 @@ def _cmd_diff(args) -> int:
         d = build_diff(*traces, progress=_Bar(not args.quiet), top=args.top)
     except (CaptureError, AnalysisError, ValueError) as e:
         return _fail("ktrace diff", e)
-    if args.json:
-        _write_json(args.json, diff_json(d))
-    if args.json != "-":
-        print(render_diff_text(d))
-    if args.html:
-        from viewers.report import write_diff_html
+    from viewers.report import write_diff_html
 
-        path = write_diff_html(d, args.html)
-        print(f"HTML diff: {path}", file=sys.stderr if args.json == "-" else sys.stdout)
-    return 0
+    return _emit("ktrace diff", args, lambda: diff_json(d), lambda: render_diff_text(d), lambda path: write_diff_html(d, path),
+                 "diff") or 0
 
 
 def _register_analysis(subparsers: argparse._SubParsersAction) -> None:
@@ -369,9 +514,10 @@ def _register_analysis(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--json", metavar="FILE", help="also write the report as JSON ('-': to stdout, instead of the summary)")
     s.add_argument("--trace-url", metavar="URL", help="where this capture's trace is served, for the Perfetto links")
     s.add_argument("--work-region", metavar="NAME", help="region whose spans count as work items (default: the most frequent)")
-    s.add_argument("--min-late-us", type=float, default=1.0, metavar="US",
+    s.add_argument("--min-late-us", type=_float_in(0, 1e9), default=1.0, metavar="US",
                    help="name a producer a straggler only when it is at least this late (default 1 µs)")
-    s.add_argument("--max-findings", type=int, default=10, help="findings printed (default 10; --json and --html hold them all)")
+    s.add_argument("--max-findings", type=_int_in(0, 1 << 20), default=10,
+                   help="findings printed (default 10; --json and --html hold them all)")
     s.add_argument("--fail-on-hang", action="store_true", help="exit 1 when the capture shows a hang")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=_cmd_report)
@@ -383,17 +529,51 @@ def _register_analysis(subparsers: argparse._SubParsersAction) -> None:
     d.add_argument("b", help="the capture after (B)")
     d.add_argument("--html", metavar="FILE", help="also write a self-contained HTML diff")
     d.add_argument("--json", metavar="FILE", help="also write the diff as JSON ('-': to stdout)")
-    d.add_argument("--top", type=int, default=10, help="region movers listed (default 10)")
+    d.add_argument("--top", type=_int_in(0, 1 << 20), default=10, help="region movers listed (default 10)")
     d.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     d.set_defaults(func=_cmd_diff)
 
 
+def _number_in(cast, lo, hi):
+    """An argparse type: a number (``cast``: int or float) in ``[lo, hi]``, finite (argparse's one
+    line and status 2 otherwise)."""
+
+    def parse(text: str):
+        try:
+            v = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if cast is int else 'a number'}") from None
+        if not lo <= v <= hi:  # (NaN fails too)
+            raise argparse.ArgumentTypeError(f"{text} is outside {lo:g}..{hi:g}")
+        return v
+
+    return parse
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error said in one line (``ktrace merge: --port: ...``) and status 2."""
+
+    def error(self, message: str):
+        from .text import printable
+
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: {printable(' '.join(message.split()))} (see {self.prog} -h)\n")
+
+
+def _int_in(lo: int, hi: int):
+    return _number_in(int, lo, hi)
+
+
+def _float_in(lo: float, hi: float):
+    return _number_in(float, lo, hi)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="ktrace",
         description="Intra-kernel tracing for multi-GPU Triton kernels: inspect, merge, view and analyse captures.",
-        epilog="Exit status 2: bad input (one line on stderr names the file and what is wrong; nothing is written). "
-               "Output into a pipe closed early ends quietly with status 141.",
+        epilog="Exit status 2: bad input, or no command (one line on stderr names the file and what is wrong; nothing is "
+               "written). Ctrl-C: 130, SIGTERM: 143 (unfinished outputs removed). Output into a pipe closed early ends "
+               "quietly with status 141.",
     )
     p.add_argument("--version", action="version", version=f"ktrace {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="log more")
@@ -412,7 +592,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("captures", nargs="+", help="per-rank .ktrace files")
     s.add_argument("-o", "--output", required=True, help="out.ktrace | out.pftrace | out.json | out.json.gz")
     s.add_argument("--format", choices=["ktrace", "perfetto", "chrome"], help="override the format the suffix implies")
-    s.add_argument("--world-size", type=int, help="expected number of ranks (default: what the files say)")
+    s.add_argument("--world-size", type=_int_in(1, 1 << 16),  # (captures.file.MAX_WORLD_SIZE)
+                   help="expected number of ranks (default: what the files say)")
     s.add_argument("--allow-mixed-runs", action="store_true",
                    help="merge parts of different runs anyway (their notify/wait pairs then mean nothing)")
     s.add_argument("--ranks", metavar="LIST", help="a trace of these ranks only (e.g. 0-7,12)")
@@ -420,7 +601,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--window", metavar="START:END", help="a trace of the launches that overlap this window (µs since the capture's first event)")
     s.add_argument("--split", action="store_true",
                    help="write the trace in parts with an index (automatic when one trace would exceed the part size)")
-    s.add_argument("--part-mb", type=float, metavar="MB",
+    s.add_argument("--part-mb", type=_float_in(0.001, 1e7), metavar="MB",
                    help="largest part of a split trace (default 512 for .pftrace, 256 for .json: what the Perfetto UI opens)")
     s.add_argument("--with-profile", nargs="*", metavar="KINETO.json",
                    help="the PyTorch profiler's Chrome trace(s) of the same run (one per rank; none named: those the capture "
@@ -440,15 +621,19 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Serve a trace on 127.0.0.1 until Ctrl-C and open it in the Perfetto UI: ui.perfetto.dev, "
                                    "or, with --offline or when ui.perfetto.dev cannot be reached, a Perfetto UI build served "
                                    "from this machine (pip install 'ktrace[offline]').")
-    s.add_argument("trace", help="a .pftrace or .json[.gz] trace, or the index of a split trace (.index.json)")
-    s.add_argument("--port", type=int, default=9001, help="loopback port (default 9001, which ui.perfetto.dev allows)")
+    s.add_argument("trace", help="a .pftrace or .json[.gz] trace, the index of a split trace (.index.json), or a .ktrace "
+                                 "capture (its trace is written to a temporary folder and served)")
+    s.add_argument("--port", type=_int_in(0, 65535), default=9001,
+                   help="loopback port (default 9001, which ui.perfetto.dev allows; 0: a free one)")
     s.add_argument("--no-browser", action="store_true", help="only print the link")
-    s.add_argument("--timeout", type=float, default=0, help="stop after this many seconds without a request (default 0: never)")
+    s.add_argument("--timeout", type=_float_in(0, 1e7), default=0,
+                   help="stop after this many seconds without a request (default 0: never)")
     where = s.add_mutually_exclusive_group()
     where.add_argument("--offline", action="store_true", help="serve the Perfetto UI from this machine too (no internet needed)")
     where.add_argument("--online", action="store_true", help="use ui.perfetto.dev without checking that it can be reached")
     s.add_argument("--report", metavar="REPORT.json", help="a report of this trace's capture (ktrace report --json): print a link per finding")
-    s.add_argument("--finding", type=int, metavar="N", help="with --report: open at finding N's time range (numbered as ktrace report prints them)")
+    s.add_argument("--finding", type=_int_in(1, 1 << 31), metavar="N",
+                   help="with --report: open at finding N's time range (numbered as ktrace report prints them)")
     s.set_defaults(func=_cmd_open)
     _register_analysis(sub)  # report, diff
     from .demo import register as _register_demo
@@ -459,17 +644,55 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: Seconds the cleanup after Ctrl-C or SIGTERM may take before the process ends regardless.
+_CLEANUP_S = 20
+
+
+def _last_resort(status: int) -> None:
+    """End the process with ``status`` if its cleanup has not ended it within :data:`_CLEANUP_S`."""
+    import threading
+
+    t = threading.Timer(_CLEANUP_S, os._exit, (status,))
+    t.daemon = True
+    t.start()
+
+
+def _on_sigterm(signum, frame) -> None:
+    _last_resort(EXIT_TERMINATED)
+    raise _Terminated()
+
+
+def _on_sigint(signum, frame) -> None:
+    _last_resort(EXIT_INTERRUPTED)
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The ``ktrace`` command; returns its exit status.
+
+    Exit status: 0 done; 1 what a command says (``report --fail-on-hang``); 2 bad input or an
+    output that cannot be written (one line on stderr naming the file), or no command given;
+    130 after Ctrl-C and 143 after SIGTERM (quietly: unfinished outputs removed); 141 when stdout
+    was closed early.
+    """
+    import signal
+
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if argv is None:  # the `ktrace` process itself (not a caller's program): reuse freed memory
+    try:
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    if argv is None:  # the `ktrace` process itself (not a caller's program): reuse freed memory; SIGTERM cleans up
         from ._memory import keep_freed_memory
 
         keep_freed_memory()
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # (not where SIGINT is ignored: nohup, &)
+            signal.signal(signal.SIGINT, _on_sigint)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if not getattr(args, "func", None):
-        parser.print_help()
-        return 0
+        parser.print_help(sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         status = int(args.func(args) or 0)
         sys.stdout.flush()
@@ -480,6 +703,12 @@ def main(argv: list[str] | None = None) -> int:
             except (OSError, ValueError):
                 pass
         return EXIT_CLOSED_PIPE
+    except KeyboardInterrupt:  # Ctrl-C: every `finally` has removed what was not finished
+        return EXIT_INTERRUPTED
+    except _Terminated:
+        return EXIT_TERMINATED
+    except MemoryError:
+        return _fail(f"ktrace {args.cmd}", "out of memory (the input is larger than this machine can hold, or damaged)")
     return status
 
 

@@ -18,6 +18,12 @@ _VALID_KINDS = np.zeros(16, dtype=bool)
 _VALID_KINDS[[int(k) for k in EventKind if k != EventKind.EMPTY]] = True
 
 
+#: The tick rates a header may state: a GPU timer's (AMD MI200's 25 MHz up to a cycle counter's few
+#: GHz). Outside them every time would be off by orders of magnitude (a header of 1 Hz makes a
+#: microsecond a week), so such a header is refused.
+MIN_TICK_HZ, MAX_TICK_HZ = 1_000_000, 100_000_000_000
+
+
 class DecodeError(ValueError):
     """The bytes are not a well-formed ktrace event buffer."""
 
@@ -83,6 +89,9 @@ def read_header(buf) -> schema.Header:
     lanes = schema.header_lanes(h["lanes"])
     if lanes > schema.MAX_LANES or grid[0] % lanes:
         raise DecodeError(f"header says {lanes} lanes per program, which does not divide its grid's x extent {grid[0]}: corrupt header")
+    if not MIN_TICK_HZ <= h["tick_hz"] <= MAX_TICK_HZ:
+        raise DecodeError(f"header tick rate {h['tick_hz']} Hz is not a GPU timer's ({MIN_TICK_HZ / 1e6:g} MHz to "
+                          f"{MAX_TICK_HZ / 1e9:g} GHz): corrupt header")
     return schema.Header(
         timer=timer,
         tick_hz=h["tick_hz"],
@@ -263,10 +272,14 @@ def _events(rec: np.ndarray, slots: _Slots, want) -> dict[str, np.ndarray]:
             bad = wants[missing][0]
             raise DecodeError(f"event at {slots.where(bad)} says a DETAIL record follows, but none does: corrupt buffer")
     t0, t1 = rec["t0"][main], rec["t1"][main]
-    starts_after_end = t1 < t0
-    if starts_after_end.any():
-        bad = main[starts_after_end][0]
-        raise DecodeError(f"event at {slots.where(bad)} ends before it starts: corrupt buffer")
+    # times are signed from here on (start_ns, durations): one test, on the signed values, so that
+    # a time of 2^63 or more (a sentinel, all ones) cannot pass as a negative one
+    s0, s1 = t0.view(np.int64), t1.view(np.int64)
+    impossible = (s1 < s0) | (s0 < 0)
+    if impossible.any():
+        bad = int(np.flatnonzero(impossible)[0])
+        what = "has a time of 2^63 ticks or more" if s0[bad] < 0 or s1[bad] < 0 else "ends before it starts"
+        raise DecodeError(f"event at {slots.where(main[bad])} {what} (start {int(t0[bad])}, end {int(t1[bad])}): corrupt buffer")
 
     n = main.size
     mkind = ukind[mi] if has_detail else ukind
@@ -415,7 +428,7 @@ def decode_columns(bufs, columns=COLUMNS, *, records: bool = False):
     version, layout, P_, C_ = hdr["version"], hdr["layout"], hdr["n_programs"].astype(np.int64), hdr["capacity"].astype(np.int64)
     ok = ((hdr["magic"] == schema.MAGIC) & (version >= 1) & (version <= schema.FORMAT_VERSION) & (hdr["header_bytes"] == schema.HEADER_BYTES)
           & (hdr["record_bytes"] == schema.RECORD_BYTES) & ((layout == schema.LAYOUT_DENSE) | ((layout == schema.LAYOUT_PACKED) & (version >= 2)))
-          & np.isin(hdr["timer"], [int(t) for t in schema.TimerKind]) & (C_ > 0) & (P_ > 0) & (hdr["tick_hz"] > 0)
+          & np.isin(hdr["timer"], [int(t) for t in schema.TimerKind]) & (C_ > 0) & (P_ > 0) & (hdr["tick_hz"] >= MIN_TICK_HZ) & (hdr["tick_hz"] <= MAX_TICK_HZ)
           & (hdr["grid"].astype(np.int64).prod(axis=1) == P_) & (hdr["lanes"] <= schema.MAX_LANES)
           & (hdr["grid"][:, 0].astype(np.int64) % np.maximum(hdr["lanes"], 1) == 0))
     if not ok.all():
@@ -502,3 +515,58 @@ def count_kinds(buf) -> np.ndarray:
 
 def empty_events() -> np.ndarray:
     return np.zeros(0, schema.EVENT_DTYPE)
+
+
+#: Longest a launch's events may span: no kernel runs for an hour (a hang ends at its waits'
+#: bounds, seconds). Events spanning more cannot be real times (a zeroed or stale record among real ones).
+MAX_LAUNCH_NS = 3600 * 10**9
+
+_PEER_KINDS = tuple(int(k) for k, names in schema.ARG_NAMES.items() if names[0] == "peer")  # WAIT, NOTIFY
+assert len(_PEER_KINDS) == 2, _PEER_KINDS
+
+
+def impossible_times(buf, world_size: int) -> str | None:
+    """Why a launch's events cannot be real, or None (see :func:`screen_counts`)."""
+    return screen_counts(buf, world_size)[1]
+
+
+def screen_counts(buf, world_size: int) -> tuple[np.ndarray, str | None]:
+    """:func:`count_kinds` of a launch's buffer, and why its events cannot be real, in words (None
+    when they can): one pass over the tags for both, what an analysis reads before decoding.
+
+    A buffer that decodes can still hold events no probe records: every time 0 (a launch whose
+    records were zeroed, or never written but marked), events spanning more than
+    :data:`MAX_LAUNCH_NS`, or a wait or notify naming a peer outside the world size. Analyses
+    leave such a launch out (``ktrace.events.impossible_launches``) rather than turn it into
+    figures. Reads the tags, times and first argument of the used slots only.
+
+    Raises:
+        DecodeError: the buffer does not decode (as :func:`decode_buffer` says).
+    """
+    rec, _, header, _ = _records(buf)
+    kind = rec["tag"] & 0xF
+    counts = np.bincount(kind, minlength=16).astype(np.int64)
+    counts[EventKind.EMPTY] += header.n_programs * header.capacity - rec.shape[0]
+    return counts, _impossible(rec, kind, header, int(counts.sum() - counts[EventKind.EMPTY] - counts[EventKind.DETAIL]), world_size)
+
+
+def _impossible(rec: np.ndarray, kind: np.ndarray, header: schema.Header, n: int, world_size: int) -> str | None:
+    if not n:
+        return None
+    main = (kind != EventKind.EMPTY) & (kind != EventKind.DETAIL)
+    # masked reductions over the record slots (no gathers: this runs on every launch a report reads)
+    s0, s1 = rec["t0"].view(np.int64), rec["t1"].view(np.int64)
+    first = int(np.min(s0, where=main, initial=np.iinfo(np.int64).max))
+    last = int(np.max(s1, where=main, initial=np.iinfo(np.int64).min))
+    if first < 0 or last < 0 or np.any(main & (s1 < s0)):
+        return None  # (decoding refuses it, saying where)
+    if last == 0:
+        return f"every one of its {n} events has time 0"
+    span_ns = (last - first) * 1e9 / header.tick_hz
+    if span_ns > MAX_LAUNCH_NS:
+        return f"its events span {span_ns / 1e9:.3g} s (times 0 or stale among real ones)"
+    peer = rec["arg0"]
+    bad = ((kind == _PEER_KINDS[0]) | (kind == _PEER_KINDS[1])) & ((peer < 0) | (peer >= world_size))
+    if bad.any():
+        return f"a wait or notify names peer {int(peer[np.argmax(bad)])}, outside world size {world_size}"
+    return None

@@ -113,6 +113,7 @@ def analyse(capture: str | os.PathLike, out_dir: str | os.PathLike, *, stem: str
     from .analysis import ReportConfig, build_report, report_json
     from .captures import read_capture
     from .export import write_perfetto
+    from .fileio import write_bytes
 
     src = Path(capture)
     out = Path(out_dir)
@@ -120,9 +121,13 @@ def analyse(capture: str | os.PathLike, out_dir: str | os.PathLike, *, stem: str
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise DemoError(f"cannot create the output folder {out}: {e}") from None
+    from viewers.perfetto_open import served_url
+
     stem = stem or src.name.removesuffix(".ktrace")
     cap = read_capture(src)
-    rep = build_report(cap, ReportConfig(), progress=progress)
+    # the report knows where its trace will be: served by `ktrace open` (next_steps says how), so
+    # every finding's link opens the trace at the finding
+    rep = build_report(cap, ReportConfig(trace_url=served_url(out / f"{stem}.pftrace")), progress=progress)
     rep.summary["source"] = str(src)  # the file, not "<capture>", in every rendering
     rep.source = str(src)
     from viewers.report import write_html
@@ -130,8 +135,8 @@ def analyse(capture: str | os.PathLike, out_dir: str | os.PathLike, *, stem: str
     try:
         trace = write_perfetto(cap, out / f"{stem}.pftrace")
         html = write_html(rep, out / f"{stem}.report.html")
-        js = out / f"{stem}.report.json"
-        js.write_bytes(orjson.dumps(report_json(rep), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS))
+        js = write_bytes(out / f"{stem}.report.json",
+                         orjson.dumps(report_json(rep), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS))
     except OSError as e:
         raise DemoError(f"cannot write into {out}: {e}") from None
     return Outputs(capture=src, trace=Path(trace), html=html, json=js, report=rep)
@@ -145,8 +150,11 @@ def next_steps(o: Outputs) -> str:
         f"HTML report:                    {o.html}",
         f"JSON report:                    {o.json}",
         "",
-        "Next: open the trace in ui.perfetto.dev (served from this machine, nothing is uploaded):",
+        "Next: open the trace in ui.perfetto.dev (served from this machine, nothing is uploaded; --offline: a Perfetto UI "
+        "served from here too):",
         f"  ktrace open {shlex.quote(str(o.trace))}",
+        "(while it serves the trace on port 9001, the report's links open it at each finding; it also prints a link per "
+        "finding, from the report JSON next to the trace)",
         f"and the report in a browser: {o.html.resolve().as_uri()}",
     ])
 
@@ -154,15 +162,16 @@ def next_steps(o: Outputs) -> str:
 def _cmd_demo(args) -> int:
     from .analysis import AnalysisError, render_text
     from .captures import CaptureError
+    from .text import printable
 
     try:
         src = Path(args.capture) if args.capture and args.capture not in BUNDLED else bundled_capture(args.capture or "skewed")
         if not src.is_file():
-            print(f"ktrace demo: {src}: no such capture file (bundled: {', '.join(BUNDLED)})", file=sys.stderr)
+            print(f"ktrace demo: {printable(src)}: no such capture file (bundled: {', '.join(BUNDLED)})", file=sys.stderr)
             return 2
         o = analyse(src, args.out)
     except (DemoError, CaptureError, AnalysisError, ValueError) as e:
-        print(f"ktrace demo: {e}", file=sys.stderr)
+        print(f"ktrace demo: {printable(' '.join(str(e).split()))}", file=sys.stderr)
         return 2
     if src.parent == DATA_DIR:
         try:

@@ -24,7 +24,8 @@ import numpy as np
 from . import schema
 from .captures.file import CaptureError, Launch, read_buffers
 from .clock.model import ClockModel, clock_model_of
-from .decode import BufferDecodeError, decode_columns
+from .decode import BufferDecodeError, DecodeError, decode_columns, impossible_times
+from .text import printable
 
 #: Every column of an event: ``schema.EVENT_DTYPE``'s per-event fields and the common-clock times.
 COLUMNS = ("program", "lane", "slot", "kind", "flags", "region", "hw", "start", "end", *schema.ARG_COLUMNS, "start_ns", "end_ns")
@@ -96,7 +97,8 @@ class Batch:
 
 
 def _damaged(rank: int, ln: Launch, msg) -> CaptureError:
-    return CaptureError(f"rank {rank}, launch {ln.index} ({ln.kernel}): {msg}")
+    where = f"{ln.source}: " if ln.source and ln.source not in str(msg) else ""
+    return CaptureError(f"{where}rank {rank}, launch {ln.index} ({printable(ln.kernel)}): {msg}")
 
 
 def read_batch(refs: list, batch: list[int], model: ClockModel, columns=COLUMNS, *, verify: bool = True,
@@ -166,6 +168,42 @@ def iter_batches(capture, model: ClockModel | None = None, columns=COLUMNS, *, v
             batches.append((key, [li]))
     for _, b in batches:
         yield refs, read_batch(refs, b, model, columns, verify=verify)
+
+
+def impossible_launches(capture) -> dict[tuple[int, int], str]:
+    """``(rank, launch index) -> why`` for every launch whose events cannot be real
+    (``ktrace.decode.impossible_times``: times all 0, spanning more than an hour, peers outside
+    the world size). A launch that does not decode at all is not listed: decoding it says why.
+
+    One read of every buffer (their tags, times and first arguments; no CRC: decoding checks it).
+    """
+    refs = launch_refs(capture)
+    out: dict[tuple[int, int], str] = {}
+    for batch in make_batches(refs):
+        for li, buf in zip(batch, read_buffers([refs[li][1] for li in batch], verify=False)):
+            try:
+                why = impossible_times(buf, int(capture.world_size))
+            except DecodeError:
+                continue
+            if why:
+                r, ln = refs[li]
+                out[(r, ln.index)] = why
+    return out
+
+
+def without_launches(capture, drop) -> object:
+    """A shallow copy of ``capture`` without the launches ``drop`` names (``(rank, index)`` pairs);
+    ranks left with no launch stay, empty."""
+    import copy
+
+    drop = set(drop)
+    out = copy.copy(capture)
+    out.ranks = {}
+    for r, rc in capture.ranks.items():
+        rc2 = copy.copy(rc)
+        rc2.launches = [ln for ln in rc.launches if (r, ln.index) not in drop]
+        out.ranks[r] = rc2
+    return out
 
 
 def _batch_bytes(refs: list, batch: list[int]) -> int:

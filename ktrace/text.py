@@ -58,3 +58,34 @@ def ranges_text(values, min_run: int = 2) -> str:
             out.extend(str(v) for v in vs[i : j + 1])
         i = j + 1
     return ", ".join(out)
+
+
+#: Characters that must not reach a terminal raw: C0 controls (ESC, BEL, CR, LF, ...), DEL, the C1
+#: controls (CSI, OSC, ... as single code points) and Unicode's line/paragraph separators and
+#: bidirectional overrides (which reorder what a line shows).
+_UNSAFE = {c: None for c in (*range(0x00, 0x20), *range(0x7F, 0xA0), 0x2028, 0x2029, *range(0x202A, 0x202F),
+                             *range(0x2066, 0x206A))}
+
+
+def _escape(c: str) -> str:
+    o = ord(c)
+    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}"
+
+
+_ESCAPES = {c: _escape(chr(c)) for c in _UNSAFE}
+
+
+def printable(s) -> str:
+    """``s`` as text that is safe on a terminal and in a one-line message: every control character
+    (escape sequences, newlines, carriage returns, bells, bidirectional overrides) written as a
+    visible escape (``\\x1b``, ``\\n``'s ``\\x0a``), and bytes that are not UTF-8 (a file name's,
+    as Python keeps them: surrogates) as ``\\xNN``. Names from a capture file go through here
+    wherever they are printed: a file is data, never an instruction to the terminal."""
+    s = str(s)
+    if s.isprintable() and s.isascii():
+        return s
+    s = s.translate(_ESCAPES)
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in s):  # undecodable bytes of a file name (surrogateescape)
+        s = "".join(f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF else (_escape(c) if 0xD800 <= ord(c) <= 0xDFFF else c)
+                    for c in s)
+    return s

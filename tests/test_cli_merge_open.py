@@ -46,7 +46,7 @@ def test_merge_errors(rank_files, tmp_path, capsys):
     assert "not a ktrace capture file" in capsys.readouterr().err
     # one rank only: a partial trace, said so
     assert main(["merge", rank_files[0], "-o", str(tmp_path / "z.json")]) == 0
-    assert "PARTIAL: ranks [1] missing" in capsys.readouterr().out
+    assert "PARTIAL: ranks 1 missing" in capsys.readouterr().out
     assert json.loads((tmp_path / "z.json").read_bytes())["otherData"]["partial"] is True
 
 

@@ -97,10 +97,10 @@ def test_cli_merge_splits_and_open_finds_the_part(cap64, tmp_path, capsys):
     assert main(["merge", str(src), "-o", str(out), "--part-mb", "0.6"]) == 0
     said = capsys.readouterr()
     assert "parts" in said.out and "writing it in parts" in said.err
-    idx = tmp_path / "m.index.json"
+    idx = tmp_path / "m.pftrace.index.json"
     _, parts = read_index(idx)
     assert main(["merge", str(src), "-o", str(tmp_path / "sel.json"), "--ranks", "0-3", "--launches", "2"]) == 0
-    assert "ranks 0-3 of 64, 4 launches" in capsys.readouterr().out
+    assert "ranks 0-3 of 64, 1 launch," in capsys.readouterr().out  # (launch 2, on each of 4 ranks)
     # a report's finding in the middle of the capture, on the last ranks: the part that holds it opens
     mid = parts[len(parts) // 2 + 1]
     f = {"kind": "straggler", "text": "a finding", "start_ns": mid.start_ns + 100, "end_ns": mid.start_ns + 900, "ranks": [mid.ranks[-1]]}

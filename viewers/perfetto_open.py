@@ -57,6 +57,12 @@ _CONTENT_TYPES = {
 }
 
 
+def served_url(trace: str | os.PathLike, port: int = DEFAULT_PORT) -> str:
+    """Where ``ktrace open`` serves ``trace`` on ``port``: what a report written next to its trace
+    links to, so that its links open the trace at each finding while ``ktrace open`` runs."""
+    return f"http://{HOST}:{port}{TRACE_PREFIX}{urllib.parse.quote(Path(trace).name)}"
+
+
 class UiBuildNotFound(LookupError):
     """No Perfetto UI build on this machine; the message says how to get one."""
 
@@ -251,8 +257,7 @@ class TraceServer:
 
     def trace_url(self, path: str | os.PathLike | None = None) -> str:
         """The URL of a served trace (default: the first one)."""
-        name = Path(path).name if path is not None else self.path.name
-        return f"http://{HOST}:{self.port}{TRACE_PREFIX}{urllib.parse.quote(name)}"
+        return served_url(path if path is not None else self.path, self.port)
 
     @property
     def url(self) -> str:

@@ -72,7 +72,9 @@ def _plt():
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9,
+    # text.parse_math off: names from a capture are drawn as they are ("$x$" is not TeX, and a
+    # lone "$" is not an error)
+    plt.rcParams.update({"text.parse_math": False, "svg.fonttype": "none", "font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9,
                          "axes.spines.top": False, "axes.spines.right": False, "figure.dpi": 100})
     return plt
 
@@ -428,10 +430,11 @@ def render_html(report) -> str:
 
 
 def write_html(report, path: str | os.PathLike) -> Path:
-    """Write :func:`render_html` of a report (a Report or its JSON document) to ``path`` (UTF-8)."""
-    p = Path(path)
-    p.write_text(render_html(report), encoding="utf-8")
-    return p
+    """Write :func:`render_html` of a report (a Report or its JSON document) to ``path`` (UTF-8,
+    renamed into place when complete); returns the path."""
+    from ktrace.fileio import write_bytes
+
+    return write_bytes(path, render_html(report).encode("utf-8"))
 
 
 def _diff_bars(t: np.ndarray, n: int = 15) -> str:
@@ -476,6 +479,6 @@ def render_diff_html(d) -> str:
 
 
 def write_diff_html(d, path: str | os.PathLike) -> Path:
-    p = Path(path)
-    p.write_text(render_diff_html(d), encoding="utf-8")
-    return p
+    from ktrace.fileio import write_bytes
+
+    return write_bytes(path, render_diff_html(d).encode("utf-8"))

@@ -25,6 +25,7 @@ import numpy as np
 from .. import schema
 from ..keys import dense_codes
 from ..schema import EventKind
+from ..text import printable, ranges_text
 
 log = logging.getLogger("ktrace")
 
@@ -532,17 +533,54 @@ def _same(x):
     return x
 
 
+class _Impossible(Exception):
+    """Launches whose times cannot be real (``(rank, index) -> why``), found while counting events."""
+
+    def __init__(self, bad: dict):
+        super().__init__(f"{len(bad)} launches with impossible times")
+        self.bad = bad
+
+
+def _screened(cap, bad: dict, name: str):
+    """``cap`` without the launches ``bad`` names (their times impossible), with one warning line."""
+    from ..events import without_launches
+
+    kept = sum(len(rc.launches) for rc in cap.ranks.values()) - len(bad)
+    items = sorted(bad.items())
+    said = "; ".join(f"rank {r} launch {i}: {why}" for (r, i), why in items[:4]) + (f"; and {len(items) - 4} more" if len(items) > 4 else "")
+    if kept <= 0:
+        raise AnalysisError(f"{name}: every launch has impossible times, nothing to analyse ({said})")
+    log.warning("%s: %d launch%s left out of the analysis, %s times impossible: %s", name, len(items), "" if len(items) == 1 else "es",
+                "its" if len(items) == 1 else "their", said)
+    return without_launches(cap, bad)
+
+
+def _screened_reload(reload, bad):
+    from ..events import without_launches
+
+    return without_launches(reload(), bad)
+
+
 def _from_capture(cap, regions: dict[int, str] | None, name: str, reload: Callable[[], object]) -> Trace:
     from ..clock.model import clock_model_of
+    from ..events import impossible_launches
 
     model = clock_model_of(cap)
-    columns = _aligned_columns(cap, model)
+    try:
+        columns = _aligned_columns(cap, model)
+    except _Impossible as e:  # launches whose times no probe records: left out, said in one line
+        cap, reload = _screened(cap, e.bad, name), functools.partial(_screened_reload, reload, e.bad)
+        columns = _aligned_columns(cap, model)
+    if columns is None:  # (rows out of order: the whole table is made below; screened here)
+        bad = impossible_launches(cap)
+        if bad:
+            cap, reload = _screened(cap, bad, name), functools.partial(_screened_reload, reload, bad)
     kernels: dict[tuple[int, int], str] = {}
     n_programs: dict[tuple[int, int], int] = {}
     lanes: dict[tuple[int, int], tuple[str, ...]] = {}
     for r, rc in cap.ranks.items():
         for ln in rc.launches:
-            kernels[(r, ln.index)] = ln.kernel
+            kernels[(r, ln.index)] = printable(ln.kernel)
             g = tuple(ln.grid)
             names = tuple(str(x) for x in ((ln.meta or {}).get("lanes") or ()))
             if names:
@@ -551,11 +589,13 @@ def _from_capture(cap, regions: dict[int, str] | None, name: str, reload: Callab
             n_programs[(r, ln.index)] = int(g[0] * g[1] * g[2]) // max(1, len(names)) if len(g) == 3 else 0
     regs = dict(cap.regions)
     regs.update(regions or {})
+    # names from a file reach terminals through every finding: their control characters escaped here, once
+    regs = {k: printable(v) for k, v in regs.items()}
     partial = bool(cap.partial or cap.missing_ranks)
     if partial:
-        log.warning("capture is partial (missing ranks %s): stall pairing misses the absent ranks' notifies", cap.missing_ranks)
+        log.warning("capture is partial (missing ranks %s): stall pairing misses the absent ranks' notifies", ranges_text(cap.missing_ranks))
     meta = dict(regions=regs, world_size=cap.world_size, kernels=kernels, n_programs=n_programs, partial=partial,
-                clock=model, source=name, meta=dict(cap.meta or {}), lanes=lanes)
+                clock=model, source=printable(name), meta=dict(cap.meta or {}), lanes=lanes)
     if columns is None:  # rows out of order: the whole table, sorted by Trace
         return Trace(events=_align(cap, model)[0], **meta)
     return Trace(columns=columns, load_events=functools.partial(_events_of, reload, model), **meta)
@@ -586,7 +626,7 @@ def _aligned_columns(cap, model) -> _Columns | None:
     table).
     """
     from ..captures.file import CaptureError, read_buffers
-    from ..decode import DecodeError, count_kinds
+    from ..decode import DecodeError, screen_counts
     from ..events import launch_refs, make_batches, read_batch
 
     refs = launch_refs(cap)
@@ -596,15 +636,20 @@ def _aligned_columns(cap, model) -> _Columns | None:
     at_kinds = [int(k) for k in _COPIED_AT[1]]
     per_launch = np.zeros((len(refs), 16), np.int64)
     batches = make_batches(refs)
+    bad: dict[tuple[int, int], str] = {}
     try:
         for batch in batches:
             # read for this count only (a buffer not read from its file yet is not kept on its
             # launch: all of them at once would be the raw capture's size again); the CRC is
             # checked when the batch is decoded below
             for li, buf in zip(batch, read_buffers([refs[li][1] for li in batch], verify=False)):
-                per_launch[li] = count_kinds(buf)
+                per_launch[li], why = screen_counts(buf, int(cap.world_size))
+                if why:
+                    bad[(refs[li][0], refs[li][1].index)] = why
     except (DecodeError, CaptureError):
         return None  # decoding says what is wrong, with the rank and launch
+    if bad:
+        raise _Impossible(bad)
     rows_of = per_launch.sum(axis=1) - per_launch[:, EventKind.EMPTY] - per_launch[:, EventKind.DETAIL]
     start_of = np.cumsum(rows_of) - rows_of  # each launch's first row in the table
     kind_start = {k: np.cumsum(per_launch[:, k]) - per_launch[:, k] for k in at_kinds}

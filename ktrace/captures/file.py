@@ -52,7 +52,8 @@ import numpy as np
 import orjson
 
 from .. import __version__, schema
-from ..decode import DecodeError, DecodedBuffer, decode_buffer, head_bytes, pack_buffer, split_head
+from ..decode import MAX_TICK_HZ, MIN_TICK_HZ, DecodeError, DecodedBuffer, decode_buffer, head_bytes, pack_buffer, split_head
+from ..text import printable, ranges_text
 
 log = logging.getLogger("ktrace")
 
@@ -65,6 +66,31 @@ _META = "ktrace.json"
 
 class CaptureError(ValueError):
     """A capture file cannot be read or merged."""
+
+
+#: Largest world size a capture may declare (a file's claim is checked before anything is sized by it; analyses
+#: list the missing ranks of a partial capture, so a claim costs up to a few MB at this size).
+MAX_WORLD_SIZE = 1 << 16
+#: Largest capture metadata (``ktrace.json``) read: ~250,000 launches' entries.
+MAX_META_BYTES = 64 << 20
+#: Largest ratio of a compressed member's size to its stored size that is inflated: ktrace's own
+#: files stay under 80x (LZMA, the bundled captures); deflate cannot pass 1032x; a member that
+#: claims more is refused before a byte is inflated (a zip bomb: 8 MB claiming 6 GiB).
+MAX_INFLATION = 256
+#: Largest launch index, grid size (programs), slots per program, and other counts in metadata.
+_MAX_INDEX = (1 << 31) - 1
+#: Chunk in which members are inflated (never more than the metadata allows, plus one chunk).
+_CHUNK = 1 << 20
+
+
+def _checked_int(v, what: str, lo: int = 0, hi: int = (1 << 63) - 1) -> int:
+    """``v`` as an int in ``[lo, hi]``; TypeError/ValueError (a corrupt-metadata message) otherwise."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
+        raise TypeError(f"{what} is {v!r:.40}, not an integer")
+    v = int(v)
+    if not lo <= v <= hi:
+        raise ValueError(f"{what} {v} is outside {lo}..{hi}")
+    return v
 
 
 #: What reading a damaged zip archive can raise besides :class:`zipfile.BadZipFile`: a flipped
@@ -105,6 +131,8 @@ class Launch:
     stream: int = 0
     meta: dict = field(default_factory=dict)
     _decoded: dict = field(default_factory=dict, repr=False, compare=False)
+    #: The capture file it was read from (for messages; "" when made in memory).
+    source: str = field(default="", repr=False, compare=False)
 
     @property
     def nbytes(self) -> int:
@@ -153,7 +181,8 @@ class Launch:
         try:
             d = decode_buffer(self.raw if cache else self.load_raw(), rank=rank, launch=self.index)
         except DecodeError as e:
-            raise CaptureError(f"rank {rank}, launch {self.index} ({self.kernel}): {e}") from None
+            where = f"{self.source}: " if self.source and self.source not in str(e) else ""
+            raise CaptureError(f"{where}rank {rank}, launch {self.index} ({printable(self.kernel)}): {e}") from None
         if cache:
             self._decoded[rank] = d
         return d
@@ -183,6 +212,7 @@ class _FileSource:
         self.path = path
         self.fd = os.open(path, os.O_RDONLY)
         self._close = weakref.finalize(self, os.close, self.fd)
+        self.size = os.fstat(self.fd).st_size
 
     def read(self, offset: int, n: int) -> bytes:
         parts, got = [], 0
@@ -341,7 +371,12 @@ class Capture:
 
     @property
     def missing_ranks(self) -> list[int]:
-        return [r for r in range(self.world_size) if r not in self.ranks]
+        """Ranks of the world size that the capture does not hold (sized by the ranks it holds and
+        the world size, which readers check against :data:`MAX_WORLD_SIZE`)."""
+        ws = int(self.world_size)
+        if len(self.ranks) >= ws and all(0 <= r < ws for r in self.ranks):
+            return []
+        return [r for r in range(min(ws, MAX_WORLD_SIZE)) if r not in self.ranks]
 
     def events(self) -> np.ndarray:
         """Every event of every rank and launch, one table (``schema.EVENT_DTYPE``), raw ticks.
@@ -405,14 +440,16 @@ def write_capture(path: str | os.PathLike, cap: Capture, *, compress: bool | str
             compress well), or ``"lzma"`` (about half the size of deflate on real captures,
             slower: for captures that are kept or shipped). Readers need nothing special.
     """
+    from ..fileio import atomic_output
+
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
+    for r, rc in cap.ranks.items():  # (one zip member per launch: two of one index would overwrite each other)
+        seen = [ln.index for ln in rc.launches]
+        if len(set(seen)) != len(seen):
+            dup = next(i for i in seen if seen.count(i) > 1)
+            raise CaptureError(f"{path}: not written: rank {r} has launch index {dup} twice")
+    with atomic_output(path) as tmp:
         _write_zip(tmp, cap, compress)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return path
 
 
@@ -487,9 +524,13 @@ def read_capture(path: str | os.PathLike) -> Capture:
         CaptureError: missing, unreadable, truncated, corrupt, foreign or newer-version file;
             the message is one line naming the file and what is wrong.
     """
+    from ..fileio import InputError, regular_input
+
     path = Path(path)
-    if not path.exists():
-        raise CaptureError(f"{path}: no such capture file")
+    try:
+        regular_input(path, "capture file")  # (a device or a FIFO would be read forever)
+    except InputError as e:
+        raise CaptureError(str(e)) from None
     try:
         with open(path, "rb") as f:
             head = f.read(4)
@@ -504,11 +545,32 @@ def read_capture(path: str | os.PathLike) -> Capture:
     return _read_zip(zf, str(path), source=path)
 
 
-def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo | str, path: str, what: str) -> bytes:
-    """The bytes of one member, checked by the zip module against the CRC-32 its directory
-    records; any damage is a :class:`CaptureError` naming ``what``."""
+def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo | str, path: str, what: str, limit: int) -> bytes:
+    """The bytes of one member, at most ``limit`` of them (inflated in chunks, stopped as soon as
+    it would pass the limit or :data:`MAX_INFLATION` times its stored size), checked by the zip
+    module against the CRC-32 its directory records; any damage is a :class:`CaptureError` naming
+    ``what``."""
+    if not isinstance(info, zipfile.ZipInfo):
+        info = zf.getinfo(info)
+    stored = max(int(info.compress_size), 0)
+    if info.file_size > limit:
+        raise CaptureError(f"{path}: {what} is damaged (its zip entry says {info.file_size} bytes, more than the "
+                           f"{limit} it may hold)")
+    if info.compress_type != zipfile.ZIP_STORED and info.file_size > MAX_INFLATION * stored + _CHUNK:
+        raise CaptureError(f"{path}: {what} would inflate {stored} bytes to {info.file_size}, more than "
+                           f"{MAX_INFLATION}x: refused (not a file ktrace writes)")
     try:
-        return zf.read(info)
+        parts, got = [], 0
+        with zf.open(info) as f:
+            while True:
+                b = f.read(min(_CHUNK, limit + 1 - got))
+                if not b:
+                    break
+                parts.append(b)
+                got += len(b)
+                if got > limit:
+                    raise CaptureError(f"{path}: {what} is damaged (it inflates to more than the {limit} bytes it may hold)")
+        return b"".join(parts)
     except _ZIP_DAMAGE as e:
         raise CaptureError(f"{path}: {what} is damaged ({_damage_text(e)})") from None
 
@@ -525,7 +587,7 @@ def _read_zip(zf: zipfile.ZipFile, path: str, source: Path | None = None) -> Cap
                 raise CaptureError(f"{path}: corrupt capture file (its zip directory lists no {_META})") from None
             raise CaptureError(f"{path}: not a ktrace capture file (no {_META} inside)") from None
         try:
-            meta = orjson.loads(_read_member(zf, _META, path, f"capture metadata ({_META})"))
+            meta = orjson.loads(_read_member(zf, _META, path, f"capture metadata ({_META})", MAX_META_BYTES))
         except orjson.JSONDecodeError as e:
             raise CaptureError(f"{path}: corrupt capture metadata: {e}") from None
         if not isinstance(meta, dict) or meta.get("format") != CAPTURE_FORMAT:
@@ -540,25 +602,36 @@ def _read_zip(zf: zipfile.ZipFile, path: str, source: Path | None = None) -> Cap
             )
         try:
             ranks: dict[int, RankCapture] = {}
+            world_size = _checked_int(meta["world_size"], "world_size", 1, MAX_WORLD_SIZE)
+            file_size = src.size if src is not None else None
             for entry in meta["ranks"]:
-                r = int(entry["rank"])
+                r = _checked_int(entry["rank"], "a rank", 0, world_size - 1)
+                if r in ranks:
+                    raise ValueError(f"rank {r} is listed twice")
                 rc = RankCapture(rank=r, device=entry.get("device") or {}, clock_samples=entry.get("clock_samples"),
                                  notes=_str_list(entry.get("notes")), timeouts=entry.get("timeouts"))
                 if rc.timeouts is not None and not isinstance(rc.timeouts, dict):
                     raise TypeError(f"rank {r}: timeouts is a {type(rc.timeouts).__name__}")
+                if not isinstance(rc.device, dict):
+                    raise TypeError(f"rank {r}: device is a {type(rc.device).__name__}")
+                if rc.device.get("tick_hz"):  # (what converts its calibration samples: a GPU timer's rate)
+                    _checked_int(rc.device["tick_hz"], f"rank {r}: device tick_hz", MIN_TICK_HZ, MAX_TICK_HZ)
                 for lm in entry["launches"]:
-                    rc.launches.append(_read_launch(zf, path, src, r, lm))
+                    rc.launches.append(_read_launch(zf, path, src, r, lm, file_size))
+                if len({ln.index for ln in rc.launches}) != len(rc.launches):
+                    raise ValueError(f"rank {r} lists a launch index twice")
                 ranks[r] = rc
             run_id = meta.get("run_id")
             if run_id is not None and not isinstance(run_id, str):
                 raise TypeError(f"run_id is a {type(run_id).__name__}")
             cap = Capture(
-                world_size=int(meta["world_size"]),
+                world_size=world_size,
                 ranks=ranks,
-                regions={int(k): str(v) for k, v in (meta.get("regions") or {}).items()},
+                regions={_checked_int(int(k), "a region id", 0, schema.REGION_MASK): str(v)
+                         for k, v in (meta.get("regions") or {}).items()},
                 clock=meta.get("clock"),
                 partial=bool(meta.get("partial", False)),
-                created_ns=int(meta.get("created_ns", 0)),
+                created_ns=_checked_int(meta.get("created_ns", 0), "created_ns"),
                 ktrace_version=str(meta.get("ktrace_version", "?")),
                 meta=meta.get("meta") or {},
                 run_id=run_id or None,
@@ -567,8 +640,8 @@ def _read_zip(zf: zipfile.ZipFile, path: str, source: Path | None = None) -> Cap
             )
         except CaptureError:
             raise
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise CaptureError(f"{path}: corrupt capture metadata ({type(e).__name__}: {e})") from None
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
+            raise CaptureError(f"{path}: corrupt capture metadata ({type(e).__name__}: {' '.join(str(e).split())[:200]})") from None
     if cap.missing_ranks:
         cap.partial = True
     return cap
@@ -582,41 +655,64 @@ def _str_list(v) -> list[str]:
     return list(v)
 
 
-def _read_launch(zf: zipfile.ZipFile, path: str, src: "_FileSource | None", r: int, lm: dict) -> Launch:
+def _read_launch(zf: zipfile.ZipFile, path: str, src: "_FileSource | None", r: int, lm: dict,
+                 file_size: int | None = None) -> Launch:
     """One launch entry of the metadata and its buffer: read and CRC-checked here when it is
-    compressed; an uncompressed one is located here and read (and checked) on first use."""
-    where = f"{path}: rank {r} launch {lm['index']}"
+    compressed; an uncompressed one is located here and read (and checked) on first use.
+
+    Every number is checked before anything is sized by it: the buffer's size must be what its
+    layout, grid and slots make, and lie within the file (stored) or within what its stored
+    bytes may inflate to (compressed)."""
+    index = _checked_int(lm["index"], "a launch index", 0, _MAX_INDEX)
+    where = f"{path}: rank {r} launch {index}"
+    grid = lm["grid"]
+    if not isinstance(grid, list) or len(grid) != 3:
+        raise TypeError(f"rank {r} launch {index}: grid is {grid!r:.60}, not 3 numbers")
+    grid = tuple(_checked_int(g, f"rank {r} launch {index}: a grid size", 1, _MAX_INDEX) for g in grid)
+    P = math.prod(grid)
+    capacity = _checked_int(lm["capacity"], f"rank {r} launch {index}: capacity", 1, _MAX_INDEX)
+    nbytes = _checked_int(lm["bytes"], f"rank {r} launch {index}: bytes", 0)
+    crc = _checked_int(lm["crc32"], f"rank {r} launch {index}: crc32", 0, (1 << 32) - 1)
+    if P > _MAX_INDEX:
+        raise ValueError(f"rank {r} launch {index}: grid {grid} has {P} programs, more than {_MAX_INDEX}")
+    layout, n_rec = lm.get("layout", "dense"), _checked_int(lm.get("records", 0), f"rank {r} launch {index}: records", 0)
+    if layout == "packed":
+        if n_rec > P * capacity or nbytes != schema.packed_bytes(P, n_rec):
+            raise CaptureError(f"{where}: corrupt capture metadata (layout {layout!r} with {n_rec} records in {nbytes} bytes)")
+    elif layout != "dense":
+        raise CaptureError(f"{where}: corrupt capture metadata (layout {layout!r:.40})")
+    elif nbytes > schema.buffer_bytes(P, capacity):  # (a shorter one is reported as truncated when decoded)
+        raise CaptureError(f"{where}: corrupt capture metadata ({nbytes} bytes for a dense buffer of {P} programs x "
+                           f"{capacity} slots)")
     try:
         info = zf.getinfo(lm["file"])
-    except KeyError:
-        raise CaptureError(f"{where}: buffer {lm['file']} is missing") from None
+    except (KeyError, TypeError):
+        raise CaptureError(f"{where}: buffer {printable(lm['file'])[:80]} is missing") from None
     if src is not None and info.compress_type == zipfile.ZIP_STORED:
-        if info.file_size != lm["bytes"] or info.compress_size != info.file_size:
+        if info.file_size != nbytes or info.compress_size != info.file_size:
             raise CaptureError(f"{where}: buffer is damaged (size or CRC-32 mismatch)")
-        layout, n_rec = lm.get("layout", "dense"), int(lm.get("records", 0))
-        if layout == "packed":
-            if lm["bytes"] != schema.packed_bytes(math.prod(lm["grid"]), n_rec):
-                raise CaptureError(f"{where}: corrupt capture metadata (layout {layout!r} with {n_rec} records in {lm['bytes']} bytes)")
-        elif layout != "dense":
-            raise CaptureError(f"{where}: corrupt capture metadata (layout {layout!r})")
-        data = _LazyBuffer(src, info.header_offset, int(lm["bytes"]), int(lm["crc32"]), str(path), r,
-                           int(lm["index"]), layout, n_rec)
+        if file_size is not None and info.header_offset + nbytes > file_size:
+            raise CaptureError(f"{where}: buffer is damaged (its {nbytes} bytes would end past the end of the file)")
+        data = _LazyBuffer(src, info.header_offset, nbytes, crc, str(path), r, index, layout, n_rec)
         raw = data
     else:
-        data = _read_member(zf, info, path, f"rank {r} launch {lm['index']}: buffer {lm['file']}")
+        if info.file_size != nbytes:
+            raise CaptureError(f"{where}: buffer is damaged (size or CRC-32 mismatch)")
+        data = _read_member(zf, info, path, f"rank {r} launch {index}: buffer {printable(lm['file'])[:80]}", nbytes)
         # the zip module checked the member against its directory's CRC-32; the metadata's is
         # checked too (the directory itself may be what was damaged)
         if len(data) != lm["bytes"] or zlib.crc32(data) != lm["crc32"]:
             raise CaptureError(f"{where}: buffer is damaged (size or CRC-32 mismatch)")
         raw = np.frombuffer(data, np.uint8)
     return Launch(
-        index=int(lm["index"]),
+        index=index,
         kernel=str(lm["kernel"]),
-        grid=tuple(int(g) for g in lm["grid"]),  # type: ignore[arg-type]
-        capacity=int(lm["capacity"]),
+        grid=grid,  # type: ignore[arg-type]
+        capacity=capacity,
         raw=raw,  # type: ignore[arg-type]
-        host_ns=int(lm.get("host_ns", 0)),
-        stream=int(lm.get("stream", 0)),
+        host_ns=_checked_int(lm.get("host_ns", 0), f"rank {r} launch {index}: host_ns", -(1 << 63)),
+        stream=_checked_int(lm.get("stream", 0), f"rank {r} launch {index}: stream", -(1 << 63)),
+        source=str(path),
         meta=lm.get("meta") or {},
     )
 
@@ -647,18 +743,22 @@ def merge_captures(caps: Iterable[Capture], *, world_size: int | None = None, al
         raise CaptureError("nothing to merge")
     names = [c.source or f"capture {i + 1} (ranks {sorted(c.ranks)})" for i, c in enumerate(caps)]
     run_id, run_notes = _merged_run_id(caps, names, allow_mixed_runs)
+    if world_size is not None and not 1 <= world_size <= MAX_WORLD_SIZE:
+        raise CaptureError(f"world size {world_size} is outside 1..{MAX_WORLD_SIZE}")
     ws = world_size or max(c.world_size for c in caps)
+    where = {}  # rank -> the name of the capture that holds it
     ranks: dict[int, RankCapture] = {}
     regions: dict[int, str] = {}
     meta: dict = {}
     notes: list[str] = []
-    for c in caps:
+    for c, name in zip(caps, names):
         for r, rc in c.ranks.items():
             if r in ranks:
-                raise CaptureError(f"rank {r} appears in more than one capture")
+                raise CaptureError(f"rank {r} is in both {where[r]} and {name}: it appears in more than one capture")
             if r >= ws:
-                raise CaptureError(f"rank {r} is outside world size {ws}")
+                raise CaptureError(f"{name}: rank {r} is outside world size {ws}")
             ranks[r] = rc
+            where[r] = name
         regions.update(c.regions)
         meta.update(c.meta)
         notes += [n for n in c.notes if n not in notes]
@@ -669,7 +769,7 @@ def merge_captures(caps: Iterable[Capture], *, world_size: int | None = None, al
             out.clock = c.clock
             break
     if out.missing_ranks:
-        log.warning("capture is partial: ranks %s of %d are missing", out.missing_ranks, ws)
+        log.warning("capture is partial: ranks %s of %d are missing", ranges_text(out.missing_ranks), ws)
         out.partial = True
     return out
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..events import Batch
 from ..schema import EventKind
+from ..text import printable
 
 #: Event classes the writers emit (each with its own name, category and arguments).
 SPAN, WAIT, NOTIFY, INSTANT, COUNTER = "span", "wait", "notify", "instant", "counter"
@@ -312,8 +313,8 @@ def handoff_name(kind: int, key: int, region_name) -> str:
 
 
 def rank_title(rank: int, device: dict) -> str:
-    dev = device.get("name") or "unknown GPU"
-    where = f" (gpu {device['index']})" if "index" in device else ""
+    dev = printable(device.get("name") or "unknown GPU")  # (names from a file: control characters escaped)
+    where = f" (gpu {printable(device['index'])})" if "index" in device else ""
     return f"rank {rank} · {dev}{where}"
 
 

@@ -27,6 +27,7 @@ from .. import pairing
 from ..clock.model import ClockModel, clock_model_of
 from ..events import Batch, launch_refs, make_batches, read_batch, record_slots
 from ..schema import EventKind, is_local
+from ..text import printable
 from . import pool as _pool
 from .layout import RankPlan, hw_fields, rank_title, tid_stride
 
@@ -220,7 +221,7 @@ def _plan(capture, model: ClockModel, refs: list, workers: int, batches: list, s
         counter_regions.append(cregions)
         for li, (n_programs, n, dropped, t0, t1) in zip(batch, info):
             r, ln = refs[li]
-            launches[li] = LaunchPlan(rank=r, index=ln.index, kernel=ln.kernel, grid=tuple(ln.grid), n_programs=n_programs, group=0,
+            launches[li] = LaunchPlan(rank=r, index=ln.index, kernel=printable(ln.kernel), grid=tuple(ln.grid), n_programs=n_programs, group=0,
                                       n_events=n, dropped=dropped, start_ns=t0, end_ns=t1)
         store.offsets[k] = np.r_[0, np.cumsum([launches[li].n_events for li in batch])].astype(np.int64)
     n_events = sum(lp.n_events for lp in launches)
@@ -259,7 +260,7 @@ def _plan(capture, model: ClockModel, refs: list, workers: int, batches: list, s
         # (a selection of ranks, ktrace.export.split, is not partial for the ranks it leaves out)
         partial=bool(capture.partial or (capture.missing_ranks and "selection" not in capture.meta)),
         missing_ranks=[] if "selection" in capture.meta else list(capture.missing_ranks),
-        regions=dict(capture.regions), world_size=int(capture.world_size), workers=workers, batches=batches,
+        regions={k: printable(v) for k, v in capture.regions.items()}, world_size=int(capture.world_size), workers=workers, batches=batches,
     )
 
 

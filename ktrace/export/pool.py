@@ -18,6 +18,7 @@ import contextlib
 import mmap
 import multiprocessing as mp
 import os
+import signal
 from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
@@ -62,11 +63,19 @@ def worker_index() -> int:
     return _LOCAL.get("index", 0)
 
 
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
 def _init(counter, lock, keep_freed_memory) -> None:
     # a worker is ktrace's own process: its C allocator may keep what it frees for reuse (its
     # launches allocate and free the same sizes over and over; fresh pages cost more than the
     # work on some machines). The calling process's allocator is left as it is.
     keep_freed_memory()
+    # Ctrl-C reaches the whole process group: the calling process handles it (it stops the pool
+    # and removes the unfinished output); a worker ends when it is terminated, without a traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # (blocked from the fork until here: see Pool)
     _LOCAL.pop("stage", None)  # (the calling process's staging buffer; its writer thread was stopped before the fork)
     with counter.get_lock():
         _LOCAL["index"] = counter.value
@@ -107,7 +116,15 @@ class Pool:
             f.result()
         ctx = mp.get_context("fork")
         counter, lock = ctx.Value("i", 0), ctx.Lock()
-        self._pool = ctx.Pool(self.workers, initializer=_init, initargs=(counter, lock, keep_freed_memory))
+        # Ctrl-C or SIGTERM while the workers start would stop one inside multiprocessing with its
+        # queue's lock held, and terminating the pool would then wait forever: the signals stay
+        # blocked in the workers until their initializer has set them aside, and for good in the
+        # pool's helper threads (so that the main thread is the one that gets them)
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        try:
+            self._pool = ctx.Pool(self.workers, initializer=_init, initargs=(counter, lock, keep_freed_memory))
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     def imap(self, fn: Callable, items: Iterable, *, ordered: bool = True) -> Iterator:
         """``fn(state, item)`` for every item (see :func:`imap`)."""

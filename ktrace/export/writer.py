@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from ..clock.model import ClockModel
+from ..fileio import atomic_output
+from ..text import ranges_text
 from ..events import Batch
 from . import pool as _pool
 from .plan import TracePlan, plan_trace
@@ -94,12 +96,13 @@ def write(capture, path: str | os.PathLike, writer: TraceWriter, *, model: Clock
     plan = plan or plan_trace(capture, model, workers=workers)
     workers = plan.workers if workers is None else _pool.resolve_workers(workers, plan.n_events)
     if plan.partial:
-        log.warning("writing a PARTIAL trace: ranks %s are missing", plan.missing_ranks)
-    tmp = path.with_name(path.name + ".tmp")
+        log.warning("writing a PARTIAL trace: ranks %s are missing", ranges_text(plan.missing_ranks))
     tasks = [k for k, bt in enumerate(plan.batches) if any(plan.launches[li].n_events for li in bt)]
     state: dict = {"plan": plan, "writer": writer}
     results: list = []
-    try:
+    # a temporary of a unique name in the output's folder, removed on any failure or interruption
+    # (never a name made from the output's alone: that could be an input, or another writer's)
+    with atomic_output(path) as tmp:
         if compress:
             with gzip.open(tmp, "wb", compresslevel=1) as gz:
                 gz.write(writer.head(plan))
@@ -120,9 +123,5 @@ def write(capture, path: str | os.PathLike, writer: TraceWriter, *, model: Clock
             if tail:
                 with open(tmp, "ab") as f:
                     f.write(tail)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     log.info("wrote %s (%s): %d events in %.2f s", path, writer.name, plan.n_events, time.perf_counter() - t0)
     return path

@@ -19,6 +19,7 @@ from .model import (
     kernel_time_total,
     launch_makespans,
     one_way_latency_ns,
+    one_way_pairs,
     replay,
     replay_model,
     sample_launches,
@@ -30,5 +31,5 @@ from .registry import BY_KIND, KINDS, MODULES
 
 __all__ = ["BY_KIND", "CAUSE_DTYPE", "KINDS", "MODULES", "WAIT_CAUSE_DTYPE", "Cause", "CauseConfig", "Changes", "Claim",
            "Context", "Description", "ReplayResult", "causes_table", "context", "find", "kernel_time_total",
-           "launch_makespans", "one_way_latency_ns", "replay", "replay_model", "root_causes", "sample_launches",
+           "launch_makespans", "one_way_latency_ns", "one_way_pairs", "replay", "replay_model", "root_causes", "sample_launches",
            "wait_cause_totals", "wait_causes"]

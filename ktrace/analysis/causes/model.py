@@ -110,36 +110,49 @@ class CauseConfig:
 # ---------------------------------------------------------------------------------------------
 
 
-def one_way_latency_ns(trace: Trace) -> np.ndarray:
-    """Calibrated one-way flag latency between every pair of ranks (``(R, R)`` ns, NaN unknown).
+def one_way_per_rank(trace: Trace) -> tuple[np.ndarray, int]:
+    """Half the smallest calibrated round trip of each rank with the reference rank (NaN unknown),
+    indexed by rank up to the largest calibrated one (never sized by a world size a file claims),
+    and the reference rank."""
+    model = trace.clock
+    ranks = getattr(model, "ranks", None) or {}
+    ref = int(getattr(model, "reference_rank", 0))
+    known = [int(r) for r in ranks if 0 <= int(r) < max(int(trace.world_size), 1)]
+    ow = np.full(max(known, default=0) + 1, np.nan)
+    for r, rc in ranks.items():
+        v = float(getattr(rc, "rtt_min_ns", math.nan))
+        if int(r) in known and int(r) != ref and math.isfinite(v) and v > 0:
+            ow[int(r)] = v / 2
+    return ow, ref
+
+
+def one_way_pairs(trace: Trace, producer, consumer) -> np.ndarray:
+    """Calibrated one-way flag latency (ns, NaN unknown) of each (producer, consumer) pair given.
 
     The calibration measures round trips between the reference rank and each other rank; half
     the smallest is the one-way latency of that pair. Between two ranks neither of which is the
-    reference, the mean of their two one-way latencies to the reference is used.
+    reference, the mean of their two one-way latencies to the reference is used. Per pair, from
+    one value per rank: nothing is sized by the number of ranks squared.
     """
-    R = max(int(trace.world_size), 1)
-    out = np.full((R, R), np.nan)
-    model = trace.clock
-    ranks = getattr(model, "ranks", None) or {}
-    ref = getattr(model, "reference_rank", 0)
-    ow = np.full(R, np.nan)
-    for r, rc in ranks.items():
-        if 0 <= int(r) < R:
-            v = float(getattr(rc, "rtt_min_ns", math.nan))
-            if int(r) != ref and math.isfinite(v) and v > 0:
-                ow[int(r)] = v / 2
-    if 0 <= ref < R:
-        for a in range(R):
-            for b in range(R):
-                if a == b:
-                    continue
-                if a == ref:
-                    out[a, b] = ow[b]
-                elif b == ref:
-                    out[a, b] = ow[a]
-                else:
-                    out[a, b] = 0.5 * (ow[a] + ow[b])
-    return out
+    ow, ref = one_way_per_rank(trace)
+    p = np.asarray(producer, np.int64)
+    c = np.asarray(consumer, np.int64)
+
+    def at(r):
+        inside = (r >= 0) & (r < ow.size)
+        return np.where(inside, ow[np.clip(r, 0, ow.size - 1)], np.nan)
+
+    op, oc = at(p), at(c)
+    out = np.where(p == ref, oc, np.where(c == ref, op, 0.5 * (op + oc)))
+    return np.where((p == c) | (p < 0) | (c < 0), np.nan, out)
+
+
+def one_way_latency_ns(trace: Trace) -> np.ndarray:
+    """Calibrated one-way flag latency between every pair of calibrated ranks (``(R, R)`` ns, NaN
+    unknown; R: one more than the largest calibrated rank): :func:`one_way_pairs` as a table."""
+    R = one_way_per_rank(trace)[0].size
+    p, c = np.divmod(np.arange(R * R, dtype=np.int64), R)
+    return one_way_pairs(trace, p, c).reshape(R, R)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,25 +297,22 @@ def launch_makespans(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return trace.cached(("launch_makespans",), build)
 
 
-def _typical_latency(rank: np.ndarray, peer: np.ndarray, lat: np.ndarray, late: np.ndarray, ow: np.ndarray) -> np.ndarray:
+def _typical_latency(trace: Trace, rank: np.ndarray, peer: np.ndarray, lat: np.ndarray, late: np.ndarray) -> np.ndarray:
     """Per wait, its (producer, consumer) pair's median observed signal latency over waits whose
     producer was late (the latency is only seen then); the calibrated one-way latency, or the
-    median over all pairs, where a pair has none."""
+    median over all pairs, where a pair has none. Per pair that occurs (no table of every pair)."""
     R = int(max(rank.max(initial=0), peer.max(initial=0))) + 1
-    code = np.clip(peer, 0, R - 1).astype(np.int64) * R + np.clip(rank, 0, R - 1)
+    pairs, inv = np.unique(np.clip(peer, 0, R - 1).astype(np.int64) * R + np.clip(rank, 0, R - 1), return_inverse=True)
+    inv = inv.reshape(-1)
     sel = late & np.isfinite(lat)
-    med = np.full(R * R, np.nan)
+    med = np.full(pairs.size, np.nan)
     if sel.any():
-        med = group_median(code[sel], lat[sel], R * R)
+        med = group_median(inv[sel], lat[sel], pairs.size)
     glob = float(np.median(lat[sel])) if sel.any() else math.nan
-    cal = np.full(R * R, np.nan)
-    Rw = ow.shape[0]
-    for p in range(min(R, Rw)):
-        for c in range(min(R, Rw)):
-            cal[p * R + c] = ow[p, c]
+    cal = one_way_pairs(trace, pairs // R, pairs % R)
     fill = np.where(np.isfinite(med), med, np.where(np.isfinite(cal), cal, glob))
     fill = np.where(np.isfinite(fill), fill, 0.0)
-    return fill[code]
+    return fill[inv]
 
 
 def _build_model(trace: Trace, launches: np.ndarray | None = None) -> _Model:
@@ -411,8 +421,7 @@ def _build_model(trace: Trace, launches: np.ndarray | None = None) -> _Model:
     rank_w = w["rank"].astype(np.int64)[wo]
     peer_w = w["peer"].astype(np.int64)[wo] if nw else np.zeros(0, np.int64)
     is_late = (n_row >= 0) & (late_ns > 0)
-    ow = one_way_latency_ns(trace)
-    lat_typ = _typical_latency(rank_w, peer_w, lat_obs, is_late, ow)
+    lat_typ = _typical_latency(trace, rank_w, peer_w, lat_obs, is_late)
     # the release latency keeps the capture as it was: late waits their own, others at most the
     # time from their notify to their end
     lat = np.where(is_late, lat_obs, np.minimum(lat_typ, np.nan_to_num(lat_obs, nan=np.inf)))
@@ -632,11 +641,7 @@ def _compute_wait_split(trace: Trace, m: _Model) -> dict:
     missing = np.where(to, late, 0.0)
     outside = np.where((late > 0) & ~to, late - not_started - waiting - in_region, 0.0)
     # the signal's trip: up to the calibrated one-way latency of the pair; the rest is unexplained
-    ow = one_way_latency_ns(trace)
-    R = ow.shape[0]
-    rk = np.clip(w["rank"].astype(np.int64)[wo], 0, R - 1)
-    pk = np.clip(m.w_peer, 0, R - 1)
-    cal = ow[pk, rk] if nw else np.zeros(0)
+    cal = one_way_pairs(trace, m.w_peer, w["rank"].astype(np.int64)[wo]) if nw else np.zeros(0)
     sigv = np.nan_to_num(sig)
     # a pair the calibration does not cover (a rank signalling itself, an unaligned capture):
     # nothing to compare with, the whole latency is the signal's trip
@@ -916,5 +921,5 @@ def kernel_time_total(trace: Trace) -> float:
 
 
 __all__ = ["CAUSE_DTYPE", "Cause", "CauseConfig", "Changes", "Claim", "Context", "Description", "ReplayResult",
-           "WAIT_CAUSE_DTYPE", "kernel_time_total", "launch_makespans", "one_way_latency_ns", "replay", "replay_model",
+           "WAIT_CAUSE_DTYPE", "kernel_time_total", "launch_makespans", "one_way_latency_ns", "one_way_pairs", "replay", "replay_model",
            "sample_launches", "wait_cause_totals", "wait_causes"]

@@ -7,13 +7,14 @@ latency at the calibrated one.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from ...text import fmt_ns
 from ..stalls import waits as _waits
-from .model import Cause, Changes, Claim, Context, Description, one_way_latency_ns
+from .model import Cause, Changes, Claim, Context, Description, one_way_pairs, one_way_per_rank
 from .words import launches_text, saving_text
 
 KIND = "slow_link"
@@ -30,36 +31,36 @@ class Detail:
 
 def detect(ctx: Context) -> list[Cause]:
     trace, cfg = ctx.trace, ctx.config
-    ow = one_way_latency_ns(trace)
     w = _waits(trace)
-    if w.size == 0 or not np.isfinite(ow).any():
+    if w.size == 0 or not np.isfinite(one_way_per_rank(trace)[0]).any():
         return []
     late = np.nan_to_num(w["producer_late_ns"]) > 0
     sig = w["signal_latency_ns"]
     ok = late & np.isfinite(sig)
     rank = w["rank"].astype(np.int64)
     peer = w["peer"].astype(np.int64)
-    R = ow.shape[0]
+    # the (producer, consumer) pairs that occur with at least 3 usable waits, in pair order (not
+    # every pair of a world size: a file may claim millions of ranks)
+    R = int(max(rank.max(initial=0), peer.max(initial=0))) + 1
+    pairs, n = np.unique(peer[ok] * R + rank[ok], return_counts=True)
+    pairs = pairs[n >= 3]
+    cals = one_way_pairs(trace, pairs // R, pairs % R)
     out = []
-    for p in range(R):
-        for c in range(R):
-            if p == c or not np.isfinite(ow[p, c]):
-                continue
-            sel = ok & (peer == p) & (rank == c)
-            if sel.sum() < 3:
-                continue
-            med = float(np.median(sig[sel]))
-            if med < cfg.slow_link_factor * ow[p, c] or med < ow[p, c] + cfg.min_late_ns:
-                continue
-            codes = np.unique(w["launch"][sel]).astype(np.int64)
+    for (p, c), ow_pc in zip(np.stack([pairs // R, pairs % R], axis=1).tolist(), cals.tolist()):
+        if p == c or not math.isfinite(ow_pc):
+            continue
+        sel = ok & (peer == p) & (rank == c)
+        med = float(np.median(sig[sel]))
+        if med < cfg.slow_link_factor * ow_pc or med < ow_pc + cfg.min_late_ns:
+            continue
+        codes = np.unique(w["launch"][sel]).astype(np.int64)
 
-            def changes(sub, p=p, c=c, v=float(ow[p, c])):
-                mine = (sub.w_peer == p) & (sub.wg_rank[sub.w_wg] == c)
-                return Changes(latency=np.where(mine, v, np.nan))
+        def changes(sub, p=p, c=c, v=float(ow_pc)):
+            mine = (sub.w_peer == p) & (sub.wg_rank[sub.w_wg] == c)
+            return Changes(latency=np.where(mine, v, np.nan))
 
-            out.append(Cause(KIND, p, (p, c), codes, changes=changes, excess_ns=float((sig[sel] - ow[p, c]).sum()),
-                             detail=Detail(consumer=c, magnitude_ns=med, calibrated_ns=float(ow[p, c]),
-                                           n_waits=int(sel.sum()))))
+        out.append(Cause(KIND, p, (p, c), codes, changes=changes, excess_ns=float((sig[sel] - ow_pc).sum()),
+                         detail=Detail(consumer=c, magnitude_ns=med, calibrated_ns=float(ow_pc), n_waits=int(sel.sum()))))
     return out
 
 
