@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import schema
-from .schema import EventFlag, EventKind
+from .schema import EventFlag, EventKind, is_local
 
 _VALID_KINDS = np.zeros(16, dtype=bool)
 _VALID_KINDS[[int(k) for k in EventKind if k != EventKind.EMPTY]] = True
@@ -566,7 +566,9 @@ def _impossible(rec: np.ndarray, kind: np.ndarray, header: schema.Header, n: int
     if span_ns > MAX_LAUNCH_NS:
         return f"its events span {span_ns / 1e9:.3g} s (times 0 or stale among real ones)"
     peer = rec["arg0"]
-    bad = ((kind == _PEER_KINDS[0]) | (kind == _PEER_KINDS[1])) & ((peer < 0) | (peer >= world_size))
+    # (an mbarrier hand-off, LOCAL, names no peer: it stays inside its program)
+    local = is_local((rec["tag"] >> schema.KIND_BITS) & 0xF)
+    bad = ((kind == _PEER_KINDS[0]) | (kind == _PEER_KINDS[1])) & ~local & ((peer < 0) | (peer >= world_size))
     if bad.any():
         return f"a wait or notify names peer {int(peer[np.argmax(bad)])}, outside world size {world_size}"
     return None

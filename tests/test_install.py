@@ -67,7 +67,8 @@ def test_ci_runs_the_readme_commands():
     readme = (ROOT / "README.md").read_text()
     block = re.search(r"## Set up\n\n```bash\n(.*?)```", readme, re.S).group(1).strip().splitlines()
     install, test = block[0], block[1]
-    assert "--index-url https://download.pytorch.org/whl/cpu" in install and "torch==2.13.0" in install
+    # (an extra index: PyPI stays the first, and torch 2.13.0+cpu outranks 2.13.0 there)
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in install and "torch==2.13.0" in install
     assert '-e ".[dev]"' in install and "triton==3.6.0" in install
     ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln.strip().startswith("python3 ")]
     assert ci[0].startswith("python3 -m pip install") and "torch==2.13.0" in ci[0] and "triton==3.6.0" in ci[0]
