@@ -239,6 +239,14 @@ def _write_json(dest: str, data: dict) -> None:
         Path(dest).write_bytes(blob)
 
 
+def _live(path):
+    """The wait-for graph of a live dump (``ktrace.analysis.live``); None for other captures."""
+    from .analysis.live import live_report
+    from .captures import read_capture
+
+    return live_report(read_capture(path))
+
+
 def _cmd_report(args) -> int:
     from .analysis import AnalysisError, LoadConfig, ReportConfig, build_report, render_text, report_json
     from .captures import CaptureError
@@ -260,11 +268,14 @@ def _cmd_report(args) -> int:
         cfg = ReportConfig(load=LoadConfig(work_region=args.work_region), trace_url=args.trace_url,
                            min_late_ns=args.min_late_us * 1e3)
         rep = build_report(path, cfg, progress=_Bar(not args.quiet))
+        live = _live(path)
     except (CaptureError, AnalysisError, ValueError) as e:
         return _fail("ktrace report", e, path)
     if args.json:
-        _write_json(args.json, report_json(rep))
+        _write_json(args.json, report_json(rep) | ({"live": live.to_json()} if live else {}))
     if args.json != "-":
+        if live is not None:  # a live dump: the wait-for graph at the dump comes first
+            print("\n".join(live.lines()) + "\n")
         print(render_text(rep, max_findings=args.max_findings))
     if args.html:
         from viewers.report import write_html
@@ -393,6 +404,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     _register_demo(sub)  # demo
     _register_run(sub)  # run
+    from .dump import register as _register_dump
+
+    _register_dump(sub)  # dump (the flight recorder's live dumps)
     return p
 
 

@@ -77,6 +77,8 @@ _FLAG_TIMEOUT: tl.constexpr = tl.constexpr(int(_schema.EventFlag.TIMEOUT))
 _TIMEOUT_SHIFT: tl.constexpr = tl.constexpr(_schema.KIND_BITS + int(_schema.EventFlag.TIMEOUT).bit_length() - 1)
 _WORDS: tl.constexpr = tl.constexpr(_schema.RECORD_BYTES // 8)  # int64 words per record
 _HEADER_WORDS: tl.constexpr = tl.constexpr(_schema.HEADER_BYTES // 8)
+_NOW_WORDS: tl.constexpr = tl.constexpr(_schema.NOW_BYTES // 8)
+_RING_GATE = _schema.RING_GATE  # (a plain int: read by the constexpr functions below)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -114,7 +116,21 @@ def _tag(kind, rid, flags):
 def _check_gate(n):
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise TypeError(f"KTRACE must be a non-negative int (0 = off, N = event slots per program), got {n!r}")
+    slots = n - _RING_GATE if n >= _RING_GATE else n
+    if n >= _RING_GATE and (slots < 2 or slots & (slots - 1)):
+        raise ValueError(f"ring mode needs a power of two >= 2 of slots per lane, got {slots}")
     return n
+
+
+@triton.constexpr_function
+def _slots(n):
+    """Slots per program of a gate value (ring mode's bit removed)."""
+    return n - _RING_GATE if n >= _RING_GATE else n
+
+
+@triton.constexpr_function
+def _is_ring(n):
+    return n >= _RING_GATE
 
 
 # ---------------------------------------------------------------------------------------------
@@ -201,9 +217,10 @@ class Tracer:
     lead: tl.tensor  # int32: 1 in the thread that stores records (thread 0), else 0 (per thread)
     CAP: tl.constexpr
     ON: tl.constexpr
+    RING: tl.constexpr  # ring mode (ktrace.flight): slot cur % CAP, dropped_ptr holds the head
 
     @triton.constexpr_function
-    def __init__(self, recs, dropped_ptr, cur, nd, hw, lead, CAP):
+    def __init__(self, recs, dropped_ptr, cur, nd, hw, lead, CAP, RING=False):
         self.recs = recs
         self.dropped_ptr = dropped_ptr
         self.cur = cur
@@ -212,6 +229,7 @@ class Tracer:
         self.lead = lead
         self.CAP = tl.constexpr(CAP)
         self.ON = tl.constexpr(True)
+        self.RING = tl.constexpr(RING)
 
 
 @core._aggregate
@@ -220,11 +238,13 @@ class NoTracer:
 
     CAP: tl.constexpr
     ON: tl.constexpr
+    RING: tl.constexpr
 
     @triton.constexpr_function
     def __init__(self):
         self.CAP = tl.constexpr(0)
         self.ON = tl.constexpr(False)
+        self.RING = tl.constexpr(False)
 
 
 @core._aggregate
@@ -273,15 +293,19 @@ def init(ktrace_buf, KTRACE: tl.constexpr):
     Cost: when on, reads the SM id and the grid size once; writes nothing.
     """
     if _check_gate(KTRACE) > 0:
+        CAP: tl.constexpr = _slots(KTRACE)
         n0 = tl.num_programs(0)
         n1 = tl.num_programs(1)
         n2 = tl.num_programs(2)
         pid = (tl.program_id(2).to(tl.int64) * n1 + tl.program_id(1)) * n0 + tl.program_id(0)
         n_prog = n0.to(tl.int64) * n1 * n2
-        recs = ktrace_buf + _HEADER_WORDS + pid * (KTRACE * _WORDS)
-        dropped = (ktrace_buf + _HEADER_WORDS + n_prog * (KTRACE * _WORDS)).to(tl.pointer_type(tl.int32)) + pid
+        recs = ktrace_buf + _HEADER_WORDS + pid * (CAP * _WORDS)
+        dropped = (ktrace_buf + _HEADER_WORDS + n_prog * (CAP * _WORDS)).to(tl.pointer_type(tl.int32)) + pid
         hw = tl.cast(hw_id(), tl.int64) << 32
-        return Tracer(recs, dropped, tl.zeros((), tl.int32), tl.zeros((), tl.int32), hw, _leader(), KTRACE)
+        kt = Tracer(recs, dropped, tl.zeros((), tl.int32), tl.zeros((), tl.int32), hw, _leader(), CAP, _is_ring(KTRACE))
+        if kt.RING:
+            tl.store(now_slot(kt) + 4, now())  # the lane's start: a lane never stamped never started
+        return kt
     else:
         return NoTracer()
 
@@ -363,6 +387,14 @@ def _store_words(ptr, a, b, c, d, fits):
 @triton.jit
 def _write(kt, t0, t1, tag, args):
     """Store one 32-byte record at the cursor (or count it dropped) and advance."""
+    if kt.RING:
+        return _write_ring(kt, t0, t1, tag, args)
+    else:
+        return _write_slot(kt, t0, t1, tag, args)
+
+
+@triton.jit
+def _write_slot(kt, t0, t1, tag, args):
     fits = kt.cur < kt.CAP
     nd = kt.nd + (1 - fits.to(tl.int32))
     p = kt.recs + kt.cur * _WORDS
@@ -373,12 +405,20 @@ def _write(kt, t0, t1, tag, args):
     else:
         _store_words(p, t0, t1, kt.hw | tag, args, fits)
         tl.store(kt.dropped_ptr, nd, mask=kt.cur >= kt.CAP)
-    return Tracer(kt.recs, kt.dropped_ptr, kt.cur + 1, nd, kt.hw, kt.lead, kt.CAP)
+    return Tracer(kt.recs, kt.dropped_ptr, kt.cur + 1, nd, kt.hw, kt.lead, kt.CAP, kt.RING)
 
 
 @triton.jit
 def _write_ext(kt, t0, t1, tag, args, x0, x1, x23):
     """Store an event and its DETAIL record (two slots, from one thread) or count it dropped."""
+    if kt.RING:  # (two records: the pair may wrap around the ring's end)
+        return _write_ring(_write_ring(kt, t0, t1, tag, args), x0, x1, _tag(_DETAIL, 0, 0), x23)
+    else:
+        return _write_ext_slots(kt, t0, t1, tag, args, x0, x1, x23)
+
+
+@triton.jit
+def _write_ext_slots(kt, t0, t1, tag, args, x0, x1, x23):
     fits = kt.cur + 1 < kt.CAP
     nd = kt.nd + (1 - fits.to(tl.int32))
     p = kt.recs + kt.cur * _WORDS
@@ -392,7 +432,36 @@ def _write_ext(kt, t0, t1, tag, args, x0, x1, x23):
         _store_words(p, t0, t1, kt.hw | tag, args, fits)
         _store_words(p + _WORDS, x0, x1, dtag, x23, fits)
         tl.store(kt.dropped_ptr, nd, mask=kt.cur + 1 >= kt.CAP)
-    return Tracer(kt.recs, kt.dropped_ptr, kt.cur + 2, nd, kt.hw, kt.lead, kt.CAP)
+    return Tracer(kt.recs, kt.dropped_ptr, kt.cur + 2, nd, kt.hw, kt.lead, kt.CAP, kt.RING)
+
+
+@triton.jit
+def _write_ring(kt, t0, t1, tag, args):
+    """Ring mode: store one record at slot ``cur % CAP`` (overwriting the oldest) and the lane's
+    head (records written in all) in the same asm block, then advance. Never drops."""
+    p = kt.recs + (kt.cur & (kt.CAP - 1)) * _WORDS
+    head = kt.cur + 1
+    if _nvidia():
+        _st_record_nv(p.to(tl.int64, bitcast=True), tl.cast(t0, tl.int64), tl.cast(t1, tl.int64), kt.hw | tag,
+                      tl.cast(args, tl.int64), kt.lead, kt.dropped_ptr.to(tl.int64, bitcast=True), head, kt.lead)
+    else:
+        _store_words(p, t0, t1, kt.hw | tag, args, head > 0)
+        tl.store(kt.dropped_ptr, head)
+    return Tracer(kt.recs, kt.dropped_ptr, head, kt.nd, kt.hw, kt.lead, kt.CAP, kt.RING)
+
+
+@triton.jit
+def now_slot(kt):
+    """Ring mode: this lane's NOW slot (``schema.NOW_DTYPE``) as an int64 pointer.
+
+    Cost: the grid size and program id, a few integer ops; no memory access.
+    """
+    n0 = tl.num_programs(0)
+    n1 = tl.num_programs(1)
+    n2 = tl.num_programs(2)
+    pid = (tl.program_id(2).to(tl.int64) * n1 + tl.program_id(1)) * n0 + tl.program_id(0)
+    end = (kt.dropped_ptr - pid + n0.to(tl.int64) * n1 * n2).to(tl.int64, bitcast=True)
+    return ((end + 15) & -16).to(tl.pointer_type(tl.int64), bitcast=True) + pid * _NOW_WORDS
 
 
 # ---------------------------------------------------------------------------------------------

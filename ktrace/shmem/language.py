@@ -110,6 +110,13 @@ def _elem_bytes(dtype):
 
 
 @triton.constexpr_function
+def _cmp_region(cmp_code, rid):
+    """A NOW slot's ``cmp_region`` word (``schema.NOW_DTYPE``) as a signed int32."""
+    v = (cmp_code & 0xFF) | (rid << 8)
+    return v - (1 << 32) if v >= 1 << 31 else v
+
+
+@triton.constexpr_function
 def _notify_op(op):
     if op not in ("set", "add"):
         raise ValueError(f"notify: op must be 'set' or 'add', got {op!r}")
@@ -507,6 +514,17 @@ def wait_value(
     ok = _satisfied(v, expected, CMP)
     stop = ok
     t1 = t0
+    seen = v
+    if kt.ON:
+        if kt.RING:
+            # ktrace.flight: the lane's NOW slot says what it waits for while it spins (written
+            # only by a wait that spins: a satisfied first read stores nothing)
+            now_ptr = kl.now_slot(kt)
+            spinning = ok == 0
+            tl.store(now_ptr + 1, off, mask=spinning)
+            tl.store(now_ptr + 2, kl._pack(expected, _cmp_region(CMP, kl.region(name))), mask=spinning)
+            tl.store(now_ptr + 3, kl._pack(peer, v), mask=spinning)
+            tl.store(now_ptr, t0, mask=spinning)  # since != 0 marks the slot filled
     while not stop:
         # The flag, then the error word, one after the other: a spin is two load latencies. (Both
         # loads in flight at once halve that, but double the rate at which every waiting warp of
@@ -523,6 +541,13 @@ def wait_value(
         if SPIN_BOUND:
             gave_up = gave_up | (spins >= max_spins)
         stop = ok | gave_up
+        if kt.ON:
+            if kt.RING:
+                tl.store(now_ptr + 3, kl._pack(peer, v), mask=v != seen)  # the value seen, when it changes
+        seen = v
+    if kt.ON:
+        if kt.RING:
+            tl.store(now_ptr, 0, mask=spinning)  # no longer waiting
     failed = ok == 0
     n0 = tl.num_programs(0)
     n1 = tl.num_programs(1)
