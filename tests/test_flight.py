@@ -33,9 +33,9 @@ FIXTURE = Path(__file__).parent / "fixtures" / "flight_dump_h100.ktrace"
 class RingSim:
     """A ring-mode buffer written as the device writes it."""
 
-    def __init__(self, n_programs: int, slots: int):
+    def __init__(self, n_programs: int, slots: int, raw=None):
         self.P, self.N = n_programs, slots
-        self.raw = np.zeros(schema.ring_buffer_bytes(n_programs, slots), np.uint8)
+        self.raw = np.zeros(schema.ring_buffer_bytes(n_programs, slots), np.uint8) if raw is None else raw
         self.rec, self.heads, self.now = ring.split_ring(self.raw, n_programs, slots)
         self.log: list[list[tuple]] = [[] for _ in range(n_programs)]  # every record written, per lane
 
@@ -407,3 +407,71 @@ def test_ring_gate_must_be_a_power_of_two():
         chain.append(str(err))
         err = err.__cause__ or err.__context__
     assert any("power of two" in c for c in chain)
+
+
+# ---------------------------------------------------------------------------------------------
+# the recorder's watchdog and signal, on a ring written by RingSim (no GPU: the arena is numpy)
+# ---------------------------------------------------------------------------------------------
+
+
+class _Session:
+    rank, world_size, run_id, heap = 0, 1, "cpu-run", None
+
+    def __init__(self):
+        self.kernels, self.launches = {}, []
+
+    def _meta(self):
+        return {}
+
+
+def test_recorder_dumps_on_stall_and_on_signal(tmp_path):
+    from ktrace.analysis.live import live_report
+    from ktrace.flight.recorder import FlightConfig, Recorder
+    from ktrace.session import PendingLaunch
+
+    cfg = FlightConfig(slots=8, stall_s=0.4, poll_s=0.02, out_dir=str(tmp_path / "dumps"), registry=str(tmp_path / "reg"))
+    s = _Session()
+    rec = Recorder(s, cfg)
+    rec._host = np.zeros(1 << 16, np.uint8)
+    rec._device = {"timer": "NV_GLOBALTIMER", "tick_hz": 1_000_000_000, "name": "sim"}
+    t_host = time.time_ns()
+    rec._clock = (5_000_000_000, t_host, 100)  # the device timer read 5 s at t_host
+    r = rec._carve(0, 3)
+    s.launches.append(PendingLaunch(index=0, kernel="handoff", grid=(3, 1, 1), capacity=8, device=0, host_ns=t_host, buffer=None))
+    sim = RingSim(3, 8, raw=rec._host[r.offset : r.offset + r.nbytes])
+    before = signal.getsignal(signal.SIGUSR1)
+    rec._run()
+    try:
+        assert list((tmp_path / "reg" / "cpu-run").glob("rank0-*.json"))  # registered for `ktrace dump`
+        for p in range(3):
+            sim.start(p, 4_000_000_000)
+        for i in range(12):  # progress: heads move, no dump even with lanes waiting
+            sim.notify(0, 5_000_000_000 + i, 0, 4096, i + 1)
+            sim.spin(1, 5_000_000_000 + i, 0, 4096, i + 2, i + 1)
+            time.sleep(0.05)
+        assert not rec.dumps
+        sim.spin(2, 5_000_000_000 + 20, 0, 4096, 13, 12)
+        t0 = time.monotonic()
+        while not rec.dumps and time.monotonic() - t0 < 5:
+            time.sleep(0.01)
+        assert rec.dumps and 0.3 < time.monotonic() - t0 < 2.0  # the stall was noticed after stall_s
+        time.sleep(0.3)
+        assert len(rec.dumps) == 1  # once per stall
+        os.kill(os.getpid(), signal.SIGUSR1)
+        t0 = time.monotonic()
+        while len(rec.dumps) < 2 and time.monotonic() - t0 < 5:
+            time.sleep(0.01)
+        assert len(rec.dumps) == 2
+    finally:
+        rec.stop()
+    assert signal.getsignal(signal.SIGUSR1) == before and signal.set_wakeup_fd(-1) == -1  # restored
+    assert not list((tmp_path / "reg").rglob("*.json"))  # unregistered
+    caps = [read_capture(p) for p in rec.dumps]
+    assert [c.meta["live"]["reason"] for c in caps] == ["watchdog", "signal"]
+    rep = live_report(caps[0])
+    assert rep.headline.startswith("HUNG at the dump (watchdog): rank 0 programs 1-2 wait on flag +0x1000 ")
+    assert "from rank 0 program 0, which never sent it (its last notify of that flag wrote 12)" in rep.headline
+    ln = caps[0].ranks[0].launches[0]
+    assert ln.meta["live"]["heads"][0] == 24 and ln.meta["live"]["lost"][0] == 16
+    # the dump's time on the device clock: 5 s + the host time since the clock was read
+    assert ln.meta["live"]["dump_ticks"] - 5_000_000_000 == pytest.approx(caps[0].meta["live"]["dump_ns"] - t_host, abs=1000)

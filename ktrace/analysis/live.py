@@ -162,7 +162,9 @@ def live_report(cap) -> LiveReport | None:
     edges = {}
     for w in waits:
         s = senders.get((w.peer, w.rank, w.flag), {})
-        edges[w.lane] = sorted(s) if s else [(w.peer, None, None)]
+        # the senders in the waiter's own launch first (a finished earlier launch sent it too)
+        same = sorted(x for x in s if x[1] == w.launch)
+        edges[w.lane] = same or sorted(s, key=lambda x: (-x[1], x[2])) or [(w.peer, None, None)]
     cycle = _find_cycle(edges)
     roots = _roots(edges, waiting)
     evidence = _evidence(waits, edges, senders, last, state, waiting, trace, lost_total)
@@ -225,7 +227,7 @@ def _doing(lane, last, state, trace) -> str:
         extra = f" ({trace.region_name(region)}: wrote {args[1]} to rank {args[0]}'s {_flag(trace, args[2])})"
     elif kind != EventKind.WAIT:
         extra = f" '{trace.region_name(region)}'"
-    return (f"it is not waiting: its last record, a {what}{extra}, ended {fmt_ns(ago)} before the dump "
+    return (f"it is not waiting; its last record, a {what}{extra}, ended {fmt_ns(ago)} before the dump "
             "(it finished, or works in a region without records since)")
 
 

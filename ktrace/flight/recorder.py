@@ -135,6 +135,10 @@ class Recorder:
         self._arena = torch.zeros(self.config.arena_bytes, dtype=torch.uint8, pin_memory=True)
         self._host = self._arena.numpy()
         self._clock = _device_clock(dev)
+        return self._run()
+
+    def _run(self) -> "Recorder":
+        """Route the signal, register, start the watchdog (the arena and the clock exist)."""
         self._install_signal()
         self._register()
         self._thread = threading.Thread(target=self._watch, name="ktrace-flight", daemon=True)
@@ -148,6 +152,10 @@ class Recorder:
         """A zeroed ring buffer for a launch (a view of the pinned arena), or None when the arena is full."""
         import torch
 
+        r = self._carve(launch_index, n_programs)
+        return None if r is None else self._arena[r.offset : r.offset + r.nbytes].view(torch.int64)
+
+    def _carve(self, launch_index: int, n_programs: int) -> RingLaunch | None:
         slots = self.config.slots
         nbytes = schema.ring_buffer_bytes(n_programs, slots)
         start = -(-self._used // _ALIGN) * _ALIGN
@@ -155,8 +163,8 @@ class Recorder:
             return None
         self._used = start + nbytes
         self._host[start : start + nbytes] = 0
-        self.rings[launch_index] = RingLaunch(start, nbytes, n_programs, slots)
-        return self._arena[start : start + nbytes].view(torch.int64)
+        r = self.rings[launch_index] = RingLaunch(start, nbytes, n_programs, slots)
+        return r
 
     # reading ---------------------------------------------------------------------------------
     def _ring_bytes(self, r: RingLaunch) -> np.ndarray:
