@@ -611,7 +611,7 @@ class TracedKernel:
         pl = session._new_launch(self, g, cap, device) if g[0] * g[1] * g[2] > 0 else None
         if pl is None:
             return self.jit_fn[grid](*args, **kwargs)
-        kwargs = dict(kwargs, ktrace_buf=pl.buffer, KTRACE=pl.gate or cap)
+        kwargs = dict(kwargs, ktrace_buf=pl.buffer, KTRACE=getattr(pl, "gate", 0) or cap)
         return self.jit_fn[grid](*args, **kwargs)
 
 
