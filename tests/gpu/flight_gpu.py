@@ -341,7 +341,10 @@ def main() -> None:
         child(out, a.stall_s, a.progs, a.rounds, a.skip)
         return
     summary = {}
-    if a.role in ("parent", "bench"):
+    if a.role == "bench":
+        bench(out, a.reps)
+        return
+    if a.role == "parent":
         try:
             bench(out, a.reps)
         except (Exception, SystemExit) as e:  # noqa: BLE001 - the hang test still runs
