@@ -304,6 +304,7 @@ def _evidence(waits, edges, senders, last, state, waiting, trace, lost_total) ->
         out.append(f"{_lanes_text(lanes)} ({ws[0].kernel}, launch {ws[0].launch}) spin in {ws[0].region} on "
                    f"{_wait_text(ws)} from rank {peer}, for up to {fmt_ns(longest)}")
         s = senders.get((peer, r, flag), {})
+        s = {x: s[x] for x in edges[ws[0].lane] if x in s}  # the senders the graph follows
         if s:
             for lane, vals in sorted(s.items()):
                 v, ago = vals[-1]
