@@ -412,7 +412,7 @@ def _write_slot(kt, t0, t1, tag, args):
 def _write_ext(kt, t0, t1, tag, args, x0, x1, x23):
     """Store an event and its DETAIL record (two slots, from one thread) or count it dropped."""
     if kt.RING:  # (two records: the pair may wrap around the ring's end)
-        return _write_ring(_write_ring(kt, t0, t1, tag, args), x0, x1, _tag(_DETAIL, 0, 0), x23)
+        return _write_ring(_write_ring(kt, t0, t1, tag, args, False), x0, x1, _tag(_DETAIL, 0, 0), x23)
     else:
         return _write_ext_slots(kt, t0, t1, tag, args, x0, x1, x23)
 
@@ -436,17 +436,22 @@ def _write_ext_slots(kt, t0, t1, tag, args, x0, x1, x23):
 
 
 @triton.jit
-def _write_ring(kt, t0, t1, tag, args):
-    """Ring mode: store one record at slot ``cur % CAP`` (overwriting the oldest) and the lane's
-    head (records written in all) in the same asm block, then advance. Never drops."""
+def _write_ring(kt, t0, t1, tag, args, HEAD: tl.constexpr = True):
+    """Ring mode: store one record at slot ``cur % CAP`` (overwriting the oldest) and, with
+    ``HEAD``, the lane's head (records written in all) in the same asm block, then advance.
+    Never drops. (An event and its DETAIL store the head once, after the DETAIL.)"""
     p = kt.recs + (kt.cur & (kt.CAP - 1)) * _WORDS
     head = kt.cur + 1
+    if HEAD:
+        put_head = kt.lead
+    else:
+        put_head = kt.lead * 0
     if _nvidia():
         _st_record_nv(p.to(tl.int64, bitcast=True), tl.cast(t0, tl.int64), tl.cast(t1, tl.int64), kt.hw | tag,
-                      tl.cast(args, tl.int64), kt.lead, kt.dropped_ptr.to(tl.int64, bitcast=True), head, kt.lead)
+                      tl.cast(args, tl.int64), kt.lead, kt.dropped_ptr.to(tl.int64, bitcast=True), head, put_head)
     else:
         _store_words(p, t0, t1, kt.hw | tag, args, head > 0)
-        tl.store(kt.dropped_ptr, head)
+        tl.store(kt.dropped_ptr, head, mask=put_head != 0)
     return Tracer(kt.recs, kt.dropped_ptr, head, kt.nd, kt.hw, kt.lead, kt.CAP, kt.RING)
 
 

@@ -70,6 +70,9 @@ from .symmetric import RESERVED_BYTES as _RESERVED_BYTES
 
 #: Default bound of a wait (ns): long enough for any real signal, short enough to not hang CI.
 DEFAULT_TIMEOUT_NS: tl.constexpr = tl.constexpr(5_000_000_000)
+#: Ring mode (``ktrace.flight``): a wait fills its lane's NOW slot once it has read the flag this
+#: many times (tens of µs inside a GPU, more across GPUs), so short waits store nothing.
+NOW_AFTER_SPINS: tl.constexpr = tl.constexpr(64)
 #: Alignment (bytes) the host guarantees for every heap base.
 HEAP_ALIGN: tl.constexpr = tl.constexpr(256)
 
@@ -517,14 +520,7 @@ def wait_value(
     seen = v
     if kt.ON:
         if kt.RING:
-            # ktrace.flight: the lane's NOW slot says what it waits for while it spins (written
-            # only by a wait that spins: a satisfied first read stores nothing)
             now_ptr = kl.now_slot(kt)
-            spinning = ok == 0
-            tl.store(now_ptr + 1, off, mask=spinning)
-            tl.store(now_ptr + 2, kl._pack(expected, _cmp_region(CMP, kl.region(name))), mask=spinning)
-            tl.store(now_ptr + 3, kl._pack(peer, v), mask=spinning)
-            tl.store(now_ptr, t0, mask=spinning)  # since != 0 marks the slot filled
     while not stop:
         # The flag, then the error word, one after the other: a spin is two load latencies. (Both
         # loads in flight at once halve that, but double the rate at which every waiting warp of
@@ -543,11 +539,18 @@ def wait_value(
         stop = ok | gave_up
         if kt.ON:
             if kt.RING:
-                tl.store(now_ptr + 3, kl._pack(peer, v), mask=v != seen)  # the value seen, when it changes
+                # ktrace.flight: the lane's NOW slot says what it waits for, once the wait has spun
+                # NOW_AFTER_SPINS times (a hand-off's short wait stores nothing: stores between the
+                # spin and the next release delay that release), then the value seen when it changes
+                fill = spins == NOW_AFTER_SPINS
+                tl.store(now_ptr + 1, off, mask=fill)
+                tl.store(now_ptr + 2, kl._pack(expected, _cmp_region(CMP, kl.region(name))), mask=fill)
+                tl.store(now_ptr + 3, kl._pack(peer, v), mask=fill | ((spins > NOW_AFTER_SPINS) & (v != seen)))
+                tl.store(now_ptr, t0, mask=fill)  # since != 0 marks the slot filled
         seen = v
     if kt.ON:
         if kt.RING:
-            tl.store(now_ptr, 0, mask=spinning)  # no longer waiting
+            tl.store(now_ptr, 0, mask=spins >= NOW_AFTER_SPINS)  # no longer waiting
     failed = ok == 0
     n0 = tl.num_programs(0)
     n1 = tl.num_programs(1)
