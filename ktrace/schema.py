@@ -319,6 +319,13 @@ def is_timeout(flags) -> np.ndarray:
     return (np.asarray(flags) & int(EventFlag.TIMEOUT)) != 0
 
 
+def wait_state(flags) -> np.ndarray:
+    """Per WAIT event, 0 (it saw its flag), 1 (it gave up at its bound: TIMEOUT) or 2 (still
+    spinning at a live dump: OPEN), as int64: how traces name it."""
+    f = np.asarray(flags)
+    return np.where((f & int(EventFlag.OPEN)) != 0, 2, is_timeout(f).astype(np.int64))
+
+
 def empty_aligned(n: int = 0) -> np.ndarray:
     """An aligned table (``ALIGNED_DTYPE``) of ``n`` zero rows."""
     return np.zeros(n, ALIGNED_DTYPE)

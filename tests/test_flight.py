@@ -312,7 +312,8 @@ def test_real_dump_exports_to_perfetto(tmp_path):
     out = write_trace(read_capture(FIXTURE), tmp_path / "dump.json")
     data = json.loads(Path(out).read_text())
     evs = data["traceEvents"] if isinstance(data, dict) else data
-    assert any("wait" in str(e.get("cat", "")) and e.get("dur", 0) > 1e5 for e in evs)  # the open waits, > 0.1 s
+    opened = [e for e in evs if str(e.get("name", "")).startswith("still waiting for rank 0 at the dump")]
+    assert len(opened) == 3 and all(e["dur"] > 3e6 for e in opened)  # µs: the open waits run to the dump, > 3 s
 
 
 # ---------------------------------------------------------------------------------------------
@@ -475,3 +476,27 @@ def test_recorder_dumps_on_stall_and_on_signal(tmp_path):
     assert ln.meta["live"]["heads"][0] == 24 and ln.meta["live"]["lost"][0] == 16
     # the dump's time on the device clock: 5 s + the host time since the clock was read
     assert ln.meta["live"]["dump_ticks"] - 5_000_000_000 == pytest.approx(caps[0].meta["live"]["dump_ns"] - t_host, abs=1000)
+
+
+@pytest.mark.skipif(not FIXTURE.exists(), reason="fixture not recorded yet")
+@pytest.mark.parametrize("suffix", [".pftrace", ".json"])
+def test_real_dump_in_perfettos_trace_processor(tmp_path, suffix):
+    """The real consumer: Perfetto's trace processor imports the dump's trace cleanly and shows the
+    three open waits running to the dump, each ending at the same instant."""
+    from ktrace.cli import main
+    from ktrace.testing.perfetto import TraceProcessorHost, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"Perfetto's trace processor cannot run here: {reason}")
+    out = tmp_path / f"dump{suffix}"
+    assert main(["merge", str(FIXTURE), "-o", str(out)]) == 0
+    with TraceProcessorHost() as host:
+        t = host.load(out)
+        try:
+            assert t.problems() == []
+            rows = t.query("select ts, dur from slice where name = 'still waiting for rank 0 at the dump'")
+            assert len(rows) == 3 and all(r["dur"] > 3_000_000_000 for r in rows)
+            assert len({r["ts"] + r["dur"] for r in rows}) == 1  # they all end at the dump
+        finally:
+            t.close()

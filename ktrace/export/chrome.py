@@ -28,7 +28,7 @@ import orjson
 from .. import __version__, schema
 from ..clock.model import ClockModel
 from ..events import Batch
-from ..schema import EventKind, is_timeout
+from ..schema import EventKind, wait_state
 from . import _rows
 from .layout import (ACQUIRED, CLASS_KIND, COUNTER, INSTANT, NOTIFY, SPAN, WAIT, batch_flows, batch_lanes, event_class, notify_flow_ids,
                      notify_name, track_name, wait_name)
@@ -147,9 +147,10 @@ def _batch_rows(plan: TracePlan, b: Batch, out) -> np.ndarray:
                 out([_rows.rows(n, head + [b',"name":', _names(ev["region"][idx], region_name), b',"cat":"span",']
                                 + _arg_parts(kind, ev, idx) + where)])
             elif cls == WAIT:
-                to = is_timeout(ev["flags"][idx]).astype(np.int64)
+                state = wait_state(ev["flags"][idx])
+                to = np.minimum(state, 1)
                 peer = ev[schema.arg_column(kind, "peer")][idx].astype(np.int64)
-                name = _names((peer << 1) | to, lambda k: wait_name(k >> 1, bool(k & 1)))
+                name = _names((peer << 2) | state, lambda k: wait_name(k >> 2, k & 3))
                 cat = _rows.Pick(_rows.table([b'"wait"', b'"wait,timeout"'] if to.any() else [b'"wait"']), to)
                 fl = flow_in[idx]
                 has = np.flatnonzero(fl)

@@ -236,6 +236,8 @@ def track_name(rank: int, group: int, program: int, lane: int) -> str:
 #: red-orange, timed out dark magenta, releasing dark green).
 WAIT_NAME = "waiting for rank {peer}"
 TIMEOUT_NAME = "timed out waiting for rank {peer}"
+#: A wait still spinning when a live dump (``ktrace.flight``) was taken: it ends at the dump.
+OPEN_NAME = "still waiting for rank {peer} at the dump"
 NOTIFY_NAME = "releasing rank {peer}"
 
 
@@ -257,8 +259,10 @@ def ui_startup_commands(ranks) -> list[dict]:
     return cmds + [{"id": "dev.perfetto.SwitchWorkspace", "args": [RANKS_WORKSPACE]}]
 
 
-def wait_name(peer: int, timed_out: bool) -> str:
-    return (TIMEOUT_NAME if timed_out else WAIT_NAME).format(peer=peer)
+def wait_name(peer: int, timed_out: int) -> str:
+    """A wait's slice name; ``timed_out``: 0 or False (it saw its flag), 1 or True (it gave up),
+    2 (open at a live dump, ``schema.wait_state``)."""
+    return (OPEN_NAME if timed_out == 2 else TIMEOUT_NAME if timed_out else WAIT_NAME).format(peer=peer)
 
 
 def notify_name(peer: int) -> str:

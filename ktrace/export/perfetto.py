@@ -43,7 +43,7 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
 from .. import schema
 from ..clock.model import ClockModel
 from ..events import Batch
-from ..schema import EventKind, is_timeout
+from ..schema import EventKind, wait_state
 from . import _rows
 from . import pool as _pool
 from .layout import (ACQUIRED, CLASS_KIND, COUNTER, HW_FIELDS, INSTANT, NOTIFY, SPAN, WAIT, batch_flows, batch_lanes, event_class,
@@ -503,8 +503,9 @@ class _Writer:
             if cls in (SPAN, INSTANT):
                 names = self.names.ids(ev["region"][idx], region_name)
             elif cls == WAIT:
-                to = is_timeout(ev["flags"][idx]).astype(np.int64)
-                names = self.names.ids((ev["arg0"][idx].astype(np.int64) << 1) | to, lambda k: wait_name(k >> 1, bool(k & 1)))
+                state = wait_state(ev["flags"][idx])
+                to = np.minimum(state, 1)
+                names = self.names.ids((ev["arg0"][idx].astype(np.int64) << 2) | state, lambda k: wait_name(k >> 2, k & 3))
             else:
                 names = self.names.ids(ev["arg0"][idx], notify_name)
             zero = e_ns[idx] == s_ns[idx]
