@@ -381,8 +381,8 @@ def dropped_offset(n_programs: int, capacity: int) -> int:
 # counts dropped events in the dense layout holds the lane's HEAD instead: records written in all
 # (mod 2**32), stored with every record. ``head - min(head, N)`` records were overwritten: exact.
 # After the counters, 16-byte aligned, each lane has a NOW slot (NOW_DTYPE) that a wait fills
-# before it starts to spin and clears (``since = 0``) when it ends, and that ``kl.init`` stamps
-# with the lane's start time. The device never writes the header; the host reads the rest while
+# once it has read its flag ``ks.NOW_AFTER_SPINS`` times and clears (``since = 0``) when it ends,
+# and that ``kl.init`` stamps with the lane's start time. The device never writes the header; the host reads the rest while
 # the kernel runs (the buffer lives in pinned host memory mapped into the device)::
 #
 #     [0, 64)                        header (written by the host)

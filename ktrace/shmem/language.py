@@ -21,6 +21,12 @@ return it advanced. With tracing on they record a NOTIFY / WAIT event (two slots
 flag's heap offset and the peer, so the stall analysis can pair them across ranks; with tracing
 off the tracer is a no-op and nothing is recorded.
 
+Ring mode (``ktrace.flight``, ``KTRACE = schema.RING_GATE | N``): a wait that has read its flag
+``NOW_AFTER_SPINS`` times writes what it waits for into its lane's NOW slot (flag, expected
+value, comparison, peer, the value read, since when), keeps the value read up to date when it
+changes and clears the slot when it ends; a shorter wait stores nothing more than in the dense
+mode. See docs/flight.md.
+
 Bounded waits: a wait gives up after ``timeout_ns`` (and/or ``max_spins`` reads), records its
 WAIT event with the TIMEOUT flag, writes what it waited for into the heap's error block (this
 rank's heap, first bytes) and returns. Once a wait on a rank has timed out, other waits of the
