@@ -94,6 +94,11 @@ def test_ring_layout():
             schema.ring_gate(bad)
     with pytest.raises(ring.RingError):
         ring.split_ring(np.zeros(100, np.uint8), P, N)
+    from ktrace.flight.recorder import FlightConfig
+
+    for bad in ({"placement": "host"}, {"slots": 100}, {"stall_s": 0}, {"arena_bytes": 100}):
+        with pytest.raises(ValueError):
+            FlightConfig(**bad)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -73,6 +73,12 @@ class FlightConfig:
             fit in it run untraced, with a warning: nothing is allocated while kernels run).
         on_signal: dump on ``SIGUSR1`` (needs the capture to be opened in the main thread).
         registry: where to register for ``ktrace dump`` (default :func:`registry_dir`).
+        placement: where the rings live: ``"pinned"`` (host memory the device writes over the
+            bus and the host reads with no CUDA call) or ``"device"`` (device memory: cheaper for
+            kernels of many programs, docs/flight.md; the watchdog and the dumps copy it to a
+            pinned buffer on a stream made when the capture opens, ``cudaMemcpyAsync`` + an
+            event polled with a time limit).
+        copy_timeout_s: with ``"device"``, how long a dump waits for that copy.
     """
 
     slots: int = 256
@@ -82,8 +88,12 @@ class FlightConfig:
     arena_bytes: int = 16 << 20
     on_signal: bool = True
     registry: str | None = None
+    placement: str = "pinned"
+    copy_timeout_s: float = 2.0
 
     def __post_init__(self):
+        if self.placement not in ("pinned", "device"):
+            raise ValueError(f"placement must be 'pinned' or 'device', got {self.placement!r}")
         schema.ring_gate(self.slots)  # a power of two
         if not self.stall_s > 0 or not self.poll_s > 0:
             raise ValueError(f"stall_s and poll_s must be positive, got {self.stall_s}, {self.poll_s}")
@@ -110,8 +120,13 @@ class Recorder:
         self.rings: dict[int, RingLaunch] = {}  # launch index -> its ring
         self.dumps: list[Path] = []
         self._used = 0
-        self._arena = None  # pinned torch tensor (uint8)
-        self._host = None  # numpy view of it
+        self._arena = None  # the rings: a pinned (or device) torch tensor (uint8)
+        self._host = None  # numpy view of the pinned arena (or of the device arena's pinned copy)
+        self._staging = None  # placement "device": the pinned copy, its stream and event
+        self._side = None
+        self._copied = None
+        self._copied_ns = 0
+        self._final = False  # placement "device": the copy after the kernels ended is made
         self._device: dict = {}
         self._tick_hz = 1_000_000_000
         self._clock: tuple[int, int, int] | None = None  # (device ticks, host ns, bound ns)
@@ -132,8 +147,21 @@ class Recorder:
         dev = torch.cuda.current_device()
         self._device = device_info(dev)
         self._tick_hz = int(self._device.get("tick_hz") or 1_000_000_000)
-        self._arena = torch.zeros(self.config.arena_bytes, dtype=torch.uint8, pin_memory=True)
-        self._host = self._arena.numpy()
+        if self.config.placement == "device":
+            # every CUDA object the copies need, made now: a stream created while a kernel spins
+            # blocks the host
+            self._arena = torch.zeros(self.config.arena_bytes, dtype=torch.uint8, device=f"cuda:{dev}")
+            self._staging = torch.zeros(self.config.arena_bytes, dtype=torch.uint8, pin_memory=True)
+            self._side = torch.cuda.Stream(dev)
+            self._copied = torch.cuda.Event()
+            with torch.cuda.stream(self._side):
+                self._staging[:16].copy_(self._arena[:16], non_blocking=True)  # (first use: the host allocator's event)
+                self._copied.record(self._side)
+            torch.cuda.synchronize(dev)
+            self._host = self._staging.numpy()
+        else:
+            self._arena = torch.zeros(self.config.arena_bytes, dtype=torch.uint8, pin_memory=True)
+            self._host = self._arena.numpy()
         self._clock = _device_clock(dev)
         return self._run()
 
@@ -162,11 +190,34 @@ class Recorder:
         if start + nbytes > self._host.nbytes:
             return None
         self._used = start + nbytes
-        self._host[start : start + nbytes] = 0
+        if self._staging is None:
+            self._host[start : start + nbytes] = 0
         r = self.rings[launch_index] = RingLaunch(start, nbytes, n_programs, slots)
         return r
 
     # reading ---------------------------------------------------------------------------------
+    def refresh(self, timeout_s: float | None = None) -> bool:
+        """Placement ``"device"``: copy the rings to the pinned buffer on the recorder's own stream
+        and wait for it (polling its event) at most ``timeout_s``; False if it did not complete.
+        Placement ``"pinned"``: nothing to do (True)."""
+        if self._staging is None:
+            return True
+        import torch
+
+        n = self._used
+        if n == 0:
+            return True
+        with torch.cuda.stream(self._side):
+            self._staging[:n].copy_(self._arena[:n], non_blocking=True)
+            self._copied.record(self._side)
+        end = time.monotonic() + (self.config.copy_timeout_s if timeout_s is None else timeout_s)
+        while not self._copied.query():
+            if time.monotonic() > end:
+                return False
+            time.sleep(0.0005)
+        self._copied_ns = time.time_ns()
+        return True
+
     def _ring_bytes(self, r: RingLaunch) -> np.ndarray:
         return np.array(self._host[r.offset : r.offset + r.nbytes])  # a copy: the device keeps writing
 
@@ -195,6 +246,8 @@ class Recorder:
     def final_raw(self, pl) -> np.ndarray:
         """The dense buffer of a finished ring launch (after the device was synchronised)."""
         r = self.rings[pl.index]
+        if self._staging is not None and not self._final:
+            self._final = self.refresh(timeout_s=60.0)
         rec, heads, _ = ring.split_ring(self._ring_bytes(r), r.n_programs, r.slots)
         raw, _ = ring.unroll(rec, heads, self._header(pl, r))
         return raw
@@ -217,7 +270,8 @@ class Recorder:
         from ..captures.file import Capture, Launch, RankCapture, write_capture
 
         s = self.session
-        host_ns = time.time_ns()
+        fresh = self.refresh()
+        host_ns = time.time_ns() if fresh or self._staging is None else self._copied_ns
         ticks = self.ticks_at(host_ns)
         launches, used = [], set()
         for pl in list(s.launches):
@@ -247,9 +301,13 @@ class Recorder:
         _, _, bound = self._clock or (0, 0, -1)
         meta = s._meta()
         meta["live"] = {"reason": reason, "dump_ns": host_ns, "pid": os.getpid(), "sequence": n,
-                        "clock_bound_ns": bound, "stall_s": self.config.stall_s}
-        rc = RankCapture(rank=int(s.rank), device=dict(self._device), launches=launches,
-                         notes=[f"live dump ({reason}) taken while the kernels ran: open waits end at the dump"])
+                        "clock_bound_ns": bound, "stall_s": self.config.stall_s,
+                        "placement": self.config.placement}
+        notes = [f"live dump ({reason}) taken while the kernels ran: open waits end at the dump"]
+        if not fresh:
+            notes.append(f"the copy of the rings from device memory did not complete within {self.config.copy_timeout_s} s: "
+                         f"this dump holds the last copy that did, {(time.time_ns() - self._copied_ns) / 1e9:.1f} s old")
+        rc = RankCapture(rank=int(s.rank), device=dict(self._device), launches=launches, notes=notes)
         cap = Capture(world_size=int(s.world_size), ranks={int(s.rank): rc},
                       regions={k: v for k, v in names.items() if k in used}, run_id=s.run_id, meta=meta)
         out = Path(self.config.out_dir) / f"ktrace-live-{s.run_id}-rank{s.rank}-{n}.ktrace"
@@ -265,7 +323,7 @@ class Recorder:
         cfg = self.config
         last = None
         since = time.monotonic()
-        dumped = False
+        dumped = warned = False
         while not self._stop.is_set():
             if self._pipe is not None:
                 try:
@@ -283,6 +341,14 @@ class Recorder:
                 self._stop.wait(cfg.poll_s)
             if self._stop.is_set():
                 break
+            with self._lock:
+                copied = self.refresh()
+            if not copied:
+                if not warned:
+                    log.warning("[rank %s] ktrace flight recorder: the copy of the rings from device memory did not complete "
+                                "within %.1f s; the watchdog waits for one that does", self.session.rank, cfg.copy_timeout_s)
+                    warned = True
+                continue
             heads = self.heads()
             t = time.monotonic()
             if last is None or heads.shape != last.shape or (heads != last).any():

@@ -205,7 +205,7 @@ def bench(out: Path, reps: int) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-def child(out: Path, stall_s: float, progs: int, rounds: int, skip: int) -> None:
+def child(out: Path, stall_s: float, progs: int, rounds: int, skip: int, placement: str = "pinned") -> None:
     import torch
 
     import ktrace
@@ -216,7 +216,8 @@ def child(out: Path, stall_s: float, progs: int, rounds: int, skip: int) -> None
     data = torch.zeros(256 * (progs + 1), dtype=torch.float32, device="cuda")
     side = torch.cuda.Stream()  # made before the launch: creating one while a kernel spins blocks the host
     release_value = torch.full((1,), 1 << 30, dtype=torch.int32, device="cuda")
-    cfg = FlightConfig(slots=64, stall_s=stall_s, poll_s=0.05, out_dir=str(out / "dumps"), registry=str(out / "registry"))
+    cfg = FlightConfig(slots=64, stall_s=stall_s, poll_s=0.05, out_dir=str(out / "dumps"), registry=str(out / "registry"),
+                       placement=placement)
     with ktrace.capture(flight_recorder=cfg, heap=heap) as cap:
         handoff[(progs,)](flags, data, rounds, rounds, 0, rank, bases)  # a whole run (and the compile)
         torch.cuda.synchronize()
@@ -253,14 +254,14 @@ def _wait_for(pred, timeout_s: float, what: str):
     raise SystemExit(f"timed out waiting for {what}")
 
 
-def hang(out: Path, stall_s: float) -> dict:
+def hang(out: Path, stall_s: float, placement: str = "pinned") -> dict:
     from ktrace.captures import read_capture
 
     progs, rounds, skip = 4, 8, 5
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     log = open(out / "child.log", "w")
     ch = subprocess.Popen([sys.executable, __file__, "--role", "child", "--out", str(out), "--stall-s", str(stall_s),
-                           "--progs", str(progs), "--rounds", str(rounds), "--skip", str(skip)],
+                           "--progs", str(progs), "--rounds", str(rounds), "--skip", str(skip), "--placement", placement],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     lines: list[str] = []
 
@@ -272,7 +273,7 @@ def hang(out: Path, stall_s: float) -> dict:
             print("  child:", line.rstrip(), flush=True)
 
     threading.Thread(target=pump, daemon=True).start()
-    summary: dict = {"stall_s": stall_s, "progs": progs, "rounds": rounds, "skip": skip}
+    summary: dict = {"stall_s": stall_s, "progs": progs, "rounds": rounds, "skip": skip, "placement": placement}
     try:
         launched = _wait_for(lambda: next((ln for ln in lines if ln.startswith("launched")), None), 120, "the launch")
         t_launch = int(launched.split()[1])
@@ -334,11 +335,12 @@ def main() -> None:
     ap.add_argument("--progs", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--skip", type=int, default=5)
+    ap.add_argument("--placement", default="pinned", choices=["pinned", "device"])
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     if a.role == "child":
-        child(out, a.stall_s, a.progs, a.rounds, a.skip)
+        child(out, a.stall_s, a.progs, a.rounds, a.skip, a.placement)
         return
     summary = {}
     if a.role == "bench":
@@ -351,7 +353,7 @@ def main() -> None:
             summary["bench_error"] = repr(e)
             print("BENCH FAILED:", repr(e), flush=True)
     if a.role in ("parent", "hang"):
-        summary.update(hang(out, a.stall_s))
+        summary.update(hang(out, a.stall_s, a.placement))
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary, indent=1), flush=True)
 

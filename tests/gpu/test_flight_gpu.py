@@ -15,9 +15,11 @@ pytestmark = pytest.mark.gpu
 SCRIPT = Path(__file__).with_name("flight_gpu.py")
 
 
-def test_hung_kernel_is_dumped_by_the_watchdog_and_on_signal_then_released(tmp_path):
+@pytest.mark.parametrize("placement", ["pinned", "device"])
+def test_hung_kernel_is_dumped_by_the_watchdog_and_on_signal_then_released(tmp_path, placement):
     stall_s = 3.0
-    p = subprocess.Popen([sys.executable, str(SCRIPT), "--role", "hang", "--out", str(tmp_path), "--stall-s", str(stall_s)],
+    p = subprocess.Popen([sys.executable, str(SCRIPT), "--role", "hang", "--out", str(tmp_path), "--stall-s", str(stall_s),
+                          "--placement", placement],
                          start_new_session=True)
     try:
         assert p.wait(timeout=150) == 0
