@@ -311,7 +311,8 @@ def hang(out: Path, stall_s: float, placement: str = "pinned") -> dict:
         rc = ch.wait(timeout=60)
         summary["child_rc"] = rc
         summary["release_to_exit_s"] = time.monotonic() - t_rel
-        summary["released"] = any(ln == "released" for ln in lines) and any(ln == "kernel ended" for ln in lines)
+        text = "\n".join(lines)  # (the child's two threads may print on one line)
+        summary["released"] = "released" in text and "kernel ended" in text
         rep = subprocess.run([sys.executable, "-m", "ktrace.cli", "report", "-q", str(out / "dump1.ktrace")],
                              capture_output=True, text=True, timeout=60)
         (out / "report.txt").write_text(rep.stdout + rep.stderr)
