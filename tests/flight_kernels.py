@@ -38,3 +38,25 @@ def handoff(flags, data, rounds, skip, base, rank, heap_bases, TIMEOUT_NS: tl.co
             acc += tl.load(data + offs)
             kt = kl.end(kt, s)
         tl.store(data + BLOCK * pid + offs, acc)
+
+
+@ktrace.trace(events_per_program=64)
+@triton.jit(do_not_specialize=["rounds", "skip", "base", "rank", "peer"])
+def cross_handoff(flags, data, rounds, skip, base, rank, peer, heap_bases, TIMEOUT_NS: tl.constexpr = 0,
+                  BLOCK: tl.constexpr = 256, ktrace_buf=None, KTRACE: tl.constexpr = 0):
+    """Two ranks: program 0 of each sends ``rounds`` rounds to ``peer`` (``flags[0]`` on the peer's
+    heap), program 1 waits for the peer's. With ``skip`` < ``rounds`` on one rank, the other rank's
+    program 1 spins on round ``skip`` for ever (unbounded waits)."""
+    kt = kl.init(ktrace_buf, KTRACE)
+    pid = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    if pid == 0:
+        for i in range(rounds):
+            s = kl.begin(kt, "produce", i)
+            tl.store(data + offs, (offs + i).to(tl.float32))
+            kt = kl.end(kt, s)
+            if i < skip:
+                kt = ks.notify(kt, flags, base + i + 1, rank, peer, heap_bases, name="tile_ready")
+    else:
+        for i in range(rounds):
+            kt = ks.wait(kt, flags, base + i + 1, rank, peer, heap_bases, timeout_ns=TIMEOUT_NS, name="tile_wait")

@@ -505,3 +505,35 @@ def test_real_dump_in_perfettos_trace_processor(tmp_path, suffix):
             assert len({r["ts"] + r["dur"] for r in rows}) == 1  # they all end at the dump
         finally:
             t.close()
+
+
+def test_dumps_of_two_ranks_merge_and_report_the_cross_rank_root(tmp_path):
+    """Each rank writes its own dump; `ktrace merge` joins them like any capture and `ktrace report`
+    starts with the wait-for graph across the ranks: rank 0's consumers wait on a flag that rank 1's
+    producer sent three times and then no more."""
+    a, b = RingSim(3, 16), RingSim(2, 16)
+    for p in range(3):
+        a.start(p, 10)
+    for p in range(2):
+        b.start(p, 10)
+    for i in range(3):
+        b.span(0, 100 + 40 * i, 120 + 40 * i, "work", a0=i)
+        b.notify(0, 121 + 40 * i, 0, 4096, i + 1)  # rank 1 -> rank 0's flags[0]
+        for p in (1, 2):
+            a.wait(p, 100 + 40 * i, 130 + 40 * i, 1, 4096, i + 1, i + 1)
+    for p in (1, 2):
+        a.spin(p, 300, 1, 4096, 4, 3)
+    b.spin(1, 200, 0, 4100, 1, 0)  # rank 1 program 1 waits on a flag rank 0 never notified
+    parts = []
+    for r, sim in ((0, a), (1, b)):
+        cap = _dump_capture({r: sim})
+        cap.world_size = 2
+        parts.append(write_capture(tmp_path / f"dump-rank{r}.ktrace", cap))
+    r = _ktrace("merge", *map(str, parts), "-o", str(tmp_path / "merged.ktrace"))
+    assert r.returncode == 0, r.stderr
+    r = _ktrace("report", "-q", str(tmp_path / "merged.ktrace"))
+    assert r.returncode == 0, r.stderr
+    first = r.stdout.splitlines()[0]
+    assert first.startswith("HUNG at the dump (watchdog): rank 0 programs 1-2 wait on flag 'flags'[0] >= 4 (last read 3) from "
+                            "rank 1 program 0, which never sent it (its last notify of that flag wrote 3)")
+    assert first.endswith("; rank 1 program 1 waits on other lanes")
