@@ -88,7 +88,11 @@ def _cmd_info(args) -> int:
                 d = ln.decode(r, cache=False)
                 kinds = np.bincount(d.events["kind"], minlength=16)
                 parts = ", ".join(f"{kinds[k]} {EventKind(k).name.lower()}" for k in EventKind if k and kinds[k])
-                drop = f", {d.dropped} DROPPED (raise events_per_program above {ln.capacity})" if d.dropped else ""
+                ring = (ln.meta or {}).get("ring_slots") or ((ln.meta or {}).get("live") or {}).get("ring_slots")
+                if ring:  # ring mode (the flight recorder): the oldest records make room, by design
+                    drop = f", {d.dropped} older records overwritten (each lane keeps its last {ring})" if d.dropped else ""
+                else:
+                    drop = f", {d.dropped} DROPPED (raise events_per_program above {ln.capacity})" if d.dropped else ""
                 lines.append(f"    launch {ln.index} {ln.kernel} grid {tuple(ln.grid)}: {d.written} events ({parts or 'none'}){drop}")
     except (CaptureError, ValueError, OSError) as e:
         return _fail("ktrace info", e, path)

@@ -211,7 +211,11 @@ class Session:
             from .flight.recorder import FlightConfig, Recorder
 
             cfg = self.flight_recorder if isinstance(self.flight_recorder, FlightConfig) else FlightConfig()
-            self._flight = Recorder(self, cfg).start()
+            try:
+                self._flight = Recorder(self, cfg).start()
+            except Exception as e:  # traced as usual then, in device arenas, with no watchdog
+                self._flight = None
+                self._note(f"the flight recorder could not start ({e}); launches are traced without it")
         return self
 
     def __enter__(self) -> "Session":
@@ -453,7 +457,7 @@ class Session:
                     raw=pl.raw,
                     host_ns=pl.host_ns,
                     stream=pl.stream,
-                    meta={"device": pl.device},
+                    meta={"device": pl.device, **({"ring_slots": pl.capacity - 2} if pl.gate else {})},
                 )
                 for pl in self.launches
             ],

@@ -537,3 +537,14 @@ def test_dumps_of_two_ranks_merge_and_report_the_cross_rank_root(tmp_path):
     assert first.startswith("HUNG at the dump (watchdog): rank 0 programs 1-2 wait on flag 'flags'[0] >= 4 (last read 3) from "
                             "rank 1 program 0, which never sent it (its last notify of that flag wrote 3)")
     assert first.endswith("; rank 1 program 1 waits on other lanes")
+
+
+def test_info_says_overwritten_for_ring_dumps(tmp_path):
+    sim = RingSim(2, 8)
+    for i in range(10):
+        sim.span(0, 100 + i, 101 + i)
+    path = write_capture(tmp_path / "d.ktrace", _dump_capture({0: sim}))
+    r = _ktrace("info", str(path))
+    assert r.returncode == 0
+    assert "launch 0 handoff grid (2, 1, 1): 8 events (8 span), 2 older records overwritten (each lane keeps its last 8)" in r.stdout
+    assert "DROPPED" not in r.stdout
