@@ -1,8 +1,12 @@
 """The flight recorder on a GPU: a hung kernel dumped live, and ring mode's cost.
 
-Run on one GPU (it remakes ``tests/fixtures/flight_dump_h100.ktrace``)::
+Run on one GPU with ``tests/gpu/flight_gpu.sh`` (each step in a process group killed at its time
+limit); ``OUT/flight/dump1.ktrace`` is ``tests/fixtures/flight_dump_h100.ktrace`` (copy it there to
+remake the fixture). ``tests/gpu/flight_gpu_device.sh`` runs the hang with the rings in device
+memory. By hand::
 
-    timeout -s KILL 230 python tests/gpu/flight_gpu.py --out OUT [--stall-s 3]
+    python tests/gpu/flight_gpu.py --role bench --out OUT
+    python tests/gpu/flight_gpu.py --role hang --out OUT [--stall-s 3] [--placement device]
 
 ``--role parent`` (the default) does, each step under its own time limit:
 
