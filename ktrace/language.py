@@ -290,7 +290,9 @@ def init(ktrace_buf, KTRACE: tl.constexpr):
     Returns:
         A tracer to pass to the other probes (a no-op tracer when ``KTRACE == 0``).
 
-    Cost: when on, reads the SM id and the grid size once; writes nothing.
+    Cost: when on, reads the SM id and the grid size once; writes nothing (ring mode,
+    ``KTRACE = schema.RING_GATE | N``: one timer read and one 8-byte store, the lane's start
+    stamp in its NOW slot; see ``ktrace.flight``).
     """
     if _check_gate(KTRACE) > 0:
         CAP: tl.constexpr = _slots(KTRACE)

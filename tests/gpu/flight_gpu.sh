@@ -19,7 +19,7 @@ step() {  # step SECONDS CMD...: run CMD in a new process group, kill the group 
     return 0
 }
 
-step 90 python3 tests/gpu/flight_gpu.py --role bench --out "$OUT/flight" --reps 30
+step 90 python3 tests/gpu/flight_gpu.py --role bench --out "$OUT/flight" --reps 40
 step 110 python3 tests/gpu/flight_gpu.py --role hang --out "$OUT/flight" --stall-s 3
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
 nvidia-smi --query-compute-apps=pid,name --format=csv,noheader
