@@ -391,8 +391,9 @@ class Session:
         for dev in sorted({pl.device for pl in self.launches}):
             torch.cuda.synchronize(dev)
         for pl in self.launches:
-            if pl.raw is None and pl.gate:  # ring mode: unrolled into the dense layout (+2 slots)
-                pl.raw, pl.buffer, pl.capacity = self._flight.final_raw(pl), None, pl.capacity + 2
+            if pl.raw is None and pl.gate:  # ring mode: unrolled (or streamed) into the dense layout
+                pl.raw, pl.buffer = self._flight.final_raw(pl), None
+                pl.capacity = int(schema.unpack_header(pl.raw)["capacity"])
         host = {
             (dev, i): ar.tensor[: ar.used].cpu().numpy().view(np.uint8)
             for dev, arenas in self._arenas.items()
@@ -457,7 +458,7 @@ class Session:
                     raw=pl.raw,
                     host_ns=pl.host_ns,
                     stream=pl.stream,
-                    meta={"device": pl.device, **({"ring_slots": pl.capacity - 2} if pl.gate else {})},
+                    meta={"device": pl.device, **({"ring_slots": pl.gate - schema.RING_GATE} if pl.gate else {})},
                 )
                 for pl in self.launches
             ],

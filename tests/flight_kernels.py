@@ -63,3 +63,19 @@ def cross_handoff(flags, data, rounds, skip, base, rank, peer, heap_bases, TIMEO
     else:
         for i in range(rounds):
             kt = ks.wait(kt, flags, base + i + 1, rank, peer, heap_bases, timeout_ns=TIMEOUT_NS, name="tile_wait")
+
+
+@ktrace.trace(events_per_program=16)
+@triton.jit(do_not_specialize=["iters", "gap_ns"])
+def ticker(out, iters, gap_ns, ktrace_buf=None, KTRACE: tl.constexpr = 0):
+    """A persistent kernel: each program records a mark (``arg0`` = its round) every ``gap_ns``,
+    ``iters`` times: ``grid x iters`` records in ``iters x gap_ns`` ns, for streaming."""
+    kt = kl.init(ktrace_buf, KTRACE)
+    t = kl.now()
+    for i in range(iters):
+        kt = kl.mark(kt, "tick", i)
+        t += gap_ns
+        c = kl.now()
+        while c < t:
+            c = kl.now()
+    tl.store(out + tl.program_id(0), iters)

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FLOORS: list[tuple[str, ...]] = [
     ("ktrace", "ktrace._lazy", "ktrace._memory", "ktrace.schema", "ktrace.text"),  # layouts, names, words
     ("ktrace.device", "ktrace.dist_env", "ktrace.keys"),  # device and rank facts; sorting and grouping machinery
-    ("ktrace.regions", "ktrace.decode", "ktrace.pairing", "ktrace.flight.ring"),  # region names, raw buffer -> columns, notify -> wait; ring buffers -> dense
+    ("ktrace.regions", "ktrace.decode", "ktrace.pairing", "ktrace.flight.ring", "ktrace.flight.stream"),  # region names, raw buffer -> columns, notify -> wait; ring buffers -> dense
     ("ktrace.language", "ktrace.testing", "ktrace.testing.compile"),  # device probes (triton)
     ("ktrace.captures",),  # capture files, synthetic captures, gathering ranks
     ("ktrace.clock",),  # calibration samples -> per-rank maps; the causality check

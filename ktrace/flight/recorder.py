@@ -79,6 +79,11 @@ class FlightConfig:
             pinned buffer on a stream made when the capture opens, ``cudaMemcpyAsync`` + an
             event polled with a time limit).
         copy_timeout_s: with ``"device"``, how long a dump waits for that copy.
+        stream_dir: stream (placement ``"pinned"`` only): a thread drains every lane's new records
+            every ``stream_poll_s`` into spill files in this folder (``ktrace.flight.stream``), and
+            the capture is made from them when it closes: a kernel of any length whole, with an
+            exact count per lane of what the drain could not keep up with.
+        stream_poll_s: how often the drain looks.
     """
 
     slots: int = 256
@@ -90,10 +95,14 @@ class FlightConfig:
     registry: str | None = None
     placement: str = "pinned"
     copy_timeout_s: float = 2.0
+    stream_dir: str | None = None
+    stream_poll_s: float = 0.002
 
     def __post_init__(self):
         if self.placement not in ("pinned", "device"):
             raise ValueError(f"placement must be 'pinned' or 'device', got {self.placement!r}")
+        if self.stream_dir is not None and self.placement != "pinned":
+            raise ValueError("streaming drains rings in pinned host memory: placement must be 'pinned'")
         schema.ring_gate(self.slots)  # a power of two
         if not self.stall_s > 0 or not self.poll_s > 0:
             raise ValueError(f"stall_s and poll_s must be positive, got {self.stall_s}, {self.poll_s}")
@@ -127,6 +136,11 @@ class Recorder:
         self._copied = None
         self._copied_ns = 0
         self._final = False  # placement "device": the copy after the kernels ended is made
+        self._drains: dict = {}  # streaming: launch index -> (RingDrain, spill file path)
+        self._drain_thread: threading.Thread | None = None
+        self._drained = False
+        #: streaming: records taken and lost in all, drains made, the longest drain (s)
+        self.stream_stats = {"taken": 0, "lost": 0, "drains": 0, "longest_drain_s": 0.0}
         self._device: dict = {}
         self._tick_hz = 1_000_000_000
         self._clock: tuple[int, int, int] | None = None  # (device ticks, host ns, bound ns)
@@ -171,6 +185,10 @@ class Recorder:
         self._register()
         self._thread = threading.Thread(target=self._watch, name="ktrace-flight", daemon=True)
         self._thread.start()
+        if self.config.stream_dir is not None:
+            Path(self.config.stream_dir).mkdir(parents=True, exist_ok=True)
+            self._drain_thread = threading.Thread(target=self._drain_loop, name="ktrace-flight-drain", daemon=True)
+            self._drain_thread.start()
         log.info("[rank %s] ktrace flight recorder: %d slots per lane, dump after %.1f s without progress%s",
                  self.session.rank, self.config.slots, self.config.stall_s,
                  f", or on kill -USR1 {os.getpid()}" if self._pipe else "")
@@ -243,9 +261,54 @@ class Recorder:
         dev, host, _ = self._clock or (0, host_ns, 0)
         return int(dev + (host_ns - host) * self._tick_hz // 1_000_000_000)
 
+    # streaming ---------------------------------------------------------------------------------
+    def _drain_loop(self) -> None:
+        while not self._stop.is_set():
+            t = time.monotonic()
+            self.drain_once()
+            self._stop.wait(max(self.config.stream_poll_s - (time.monotonic() - t), 0.0))
+
+    def drain_once(self) -> int:
+        """Take every lane's new records into the spill files; the number taken."""
+        from .stream import RingDrain
+
+        t = time.monotonic()
+        n = 0
+        for idx, r in list(self.rings.items()):
+            got = self._drains.get(idx)
+            if got is None:
+                s = self.session
+                got = self._drains[idx] = (RingDrain(r.n_programs, r.slots),
+                                           Path(self.config.stream_dir) / f"ktrace-stream-{_safe(str(s.run_id))}-rank{s.rank}-l{idx}.spill")
+            d, path = got
+            h0 = r.offset + schema.heads_offset(r.n_programs, r.slots)
+            heads = self._host[h0 : h0 + 4 * r.n_programs].view("<u4")
+            rec = self._host[r.offset + schema.HEADER_BYTES : h0].view(schema.RECORD_DTYPE).reshape(r.n_programs, r.slots)
+            lost0 = int(d.lost.sum())
+            rows = d.drain(heads, rec)
+            if rows.size:
+                with open(path, "ab") as f:
+                    f.write(rows.tobytes())
+            n += rows.size
+            self.stream_stats["lost"] += int(d.lost.sum()) - lost0
+        self.stream_stats["taken"] += n
+        self.stream_stats["drains"] += 1
+        self.stream_stats["longest_drain_s"] = max(self.stream_stats["longest_drain_s"], time.monotonic() - t)
+        return n
+
     def final_raw(self, pl) -> np.ndarray:
         """The dense buffer of a finished ring launch (after the device was synchronised)."""
         r = self.rings[pl.index]
+        if self.config.stream_dir is not None:
+            from .stream import SPILL_DTYPE, assemble
+
+            if not self._drained:  # the last records, once the kernels have ended
+                self.drain_once()
+                self._drained = True
+            d, path = self._drains[pl.index]
+            rows = np.fromfile(path, SPILL_DTYPE) if path.exists() else np.zeros(0, SPILL_DTYPE)
+            raw, _ = assemble(rows, r.n_programs, d.lost, self._header(pl, r))
+            return raw
         if self._staging is not None and not self._final:
             self._final = self.refresh(timeout_s=60.0)
         rec, heads, _ = ring.split_ring(self._ring_bytes(r), r.n_programs, r.slots)
@@ -412,6 +475,9 @@ class Recorder:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5 * self.config.poll_s + 1)
+        if self._drain_thread is not None:
+            self._drain_thread.join(timeout=10)
+            self._drain_thread = None
         self._restore_signal()
         if self._pipe is not None:
             for fd in self._pipe:

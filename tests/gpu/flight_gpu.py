@@ -205,6 +205,76 @@ def bench(out: Path, reps: int) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
+# 3. streaming a persistent kernel
+# ---------------------------------------------------------------------------------------------
+
+
+def stream_run(out: Path, secs: float, progs: int, gap_ns: int, slots: int) -> dict:
+    """``tests/flight_kernels.ticker`` (``progs`` programs, a mark every ``gap_ns`` for ``secs``)
+    in ring mode with the rings in pinned memory, drained every 2 ms by
+    ``ktrace.flight.stream.RingDrain`` into a spill file while it runs; then every spilled row is
+    checked against the record its sequence number must be (a mark whose ``arg0`` is that
+    number), in chunks."""
+    import resource
+
+    import numpy as np
+    import torch
+
+    from ktrace import schema
+    from ktrace.flight import ring, stream
+    from tests.flight_kernels import ticker
+
+    iters = int(secs * 1e9 / gap_ns)
+    gate = schema.ring_gate(slots)
+    buf = torch.zeros(schema.ring_buffer_bytes(progs, slots) // 8, dtype=torch.int64, pin_memory=True)
+    host = buf.numpy().view(np.uint8)
+    rec, heads, _ = ring.split_ring(host, progs, slots)
+    done = torch.zeros(progs, dtype=torch.int32, device="cuda")
+    ticker[(progs,)](done, 10, gap_ns, ktrace_buf=buf, KTRACE=gate)  # compile
+    torch.cuda.synchronize()
+    host[:] = 0
+    d = stream.RingDrain(progs, slots)
+    spill_path = out / "stream.spill"
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    longest, drains = 0.0, 0
+    with open(spill_path, "wb") as spill:
+        t0 = time.monotonic()
+        ticker[(progs,)](done, iters, gap_ns, ktrace_buf=buf, KTRACE=gate)
+        while True:
+            t = time.monotonic()
+            spill.write(d.drain(heads, rec).tobytes())
+            drains += 1
+            longest = max(longest, time.monotonic() - t)
+            if (d.next >= iters).all() or time.monotonic() - t0 > secs + 30:
+                break
+            time.sleep(max(0.002 - (time.monotonic() - t), 0))
+        run_s = time.monotonic() - t0
+        torch.cuda.synchronize()
+        spill.write(d.drain(heads, rec).tobytes())
+    rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # check every row, in chunks (bounded memory)
+    rows_total, bad, per_lane = 0, 0, np.zeros(progs, np.int64)
+    mm = np.memmap(spill_path, dtype=stream.SPILL_DTYPE, mode="r")
+    for i in range(0, mm.size, 1 << 22):
+        c = mm[i : i + (1 << 22)]
+        bad += int(np.count_nonzero(c["rec"]["arg0"].astype(np.int64) != c["seq"].astype(np.int64)))
+        bad += int(np.count_nonzero((c["rec"]["tag"] & 0xF) != int(schema.EventKind.INSTANT)))
+        per_lane += np.bincount(c["program"], minlength=progs)
+        rows_total += c.size
+    del mm
+    res = {"device": torch.cuda.get_device_name(), "programs": progs, "iters": iters, "gap_ns": gap_ns, "ring_slots": slots,
+           "events_written": int(progs * iters), "kernel_and_drain_s": run_s, "rows_spilled": rows_total,
+           "lost": int(d.lost.sum()), "rows_not_their_record": bad,
+           "every_lane_whole": bool((per_lane + d.lost == iters).all()), "drains": drains, "longest_drain_ms": longest * 1e3,
+           "drained_events_per_s": rows_total / run_s, "spill_bytes": spill_path.stat().st_size,
+           "maxrss_mib_before": rss0 / 1024, "maxrss_mib_after": rss1 / 1024, "kernel_done": int(done.min().item())}
+    spill_path.unlink()
+    (out / "stream.json").write_text(json.dumps(res, indent=1))
+    print(json.dumps(res, indent=1), flush=True)
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
 # 2. the hang (child)
 # ---------------------------------------------------------------------------------------------
 
@@ -333,7 +403,11 @@ def hang(out: Path, stall_s: float, placement: str = "pinned") -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--role", default="parent", choices=["parent", "child", "bench", "hang"])
+    ap.add_argument("--role", default="parent", choices=["parent", "child", "bench", "hang", "stream"])
+    ap.add_argument("--secs", type=float, default=5.0)
+    ap.add_argument("--gap-ns", type=int, default=10_000)
+    ap.add_argument("--programs", type=int, default=132)
+    ap.add_argument("--slots", type=int, default=4096)
     ap.add_argument("--out", required=True)
     ap.add_argument("--stall-s", type=float, default=3.0)
     ap.add_argument("--reps", type=int, default=30)
@@ -350,6 +424,9 @@ def main() -> None:
     summary = {}
     if a.role == "bench":
         bench(out, a.reps)
+        return
+    if a.role == "stream":
+        stream_run(out, a.secs, a.programs, a.gap_ns, a.slots)
         return
     if a.role == "parent":
         try:

@@ -6,18 +6,7 @@ OUT=${OUT:-/tmp/flight-out}
 mkdir -p "$OUT/flight"
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
 
-step() {  # step SECONDS CMD...: run CMD in a new process group, kill the group after SECONDS
-    local limit=$1; shift
-    setsid "$@" &
-    local pg=$! t=0
-    while kill -0 "$pg" 2>/dev/null; do
-        sleep 1; t=$((t + 1))
-        if [ "$t" -ge "$limit" ]; then echo "step timed out after ${limit}s: killing group $pg"; kill -9 -- "-$pg"; break; fi
-    done
-    wait "$pg" 2>/dev/null
-    kill -9 -- "-$pg" 2>/dev/null  # whatever it started and left
-    return 0
-}
+source "$(dirname "$0")/_step.sh"
 
 step 90 python3 tests/gpu/flight_gpu.py --role bench --out "$OUT/flight" --reps 40
 step 110 python3 tests/gpu/flight_gpu.py --role hang --out "$OUT/flight" --stall-s 3
