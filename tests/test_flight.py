@@ -556,7 +556,12 @@ def test_info_says_overwritten_for_ring_dumps(tmp_path):
 
 
 def _drain(d, sim):
-    return d.drain(sim.heads, sim.rec)
+    from ktrace.flight import stream
+
+    segs = d.drain(sim.heads, sim.rec)
+    back = list(stream.iter_spill(np.frombuffer(stream.segments_bytes(segs), np.uint8)))  # through the spill format
+    assert [(p, s0, r.tobytes()) for p, s0, r in back] == [(p, s0, r.tobytes()) for p, s0, r in segs]
+    return stream.rows(segs)
 
 
 def _written_slots(ev):
@@ -643,11 +648,11 @@ def test_stream_drain_drops_slots_reused_during_its_copy():
 
     rows = []
     write(5)
-    rows.append(d.drain(sim.heads, Racing(3)))  # 3 more while copying 5: slots 0-2 reused
+    rows.append(stream.rows(d.drain(sim.heads, Racing(3))))  # 3 more while copying 5: slots 0-2 reused
     write(2)
-    rows.append(d.drain(sim.heads, Racing(20)))  # lapped while copying
+    rows.append(stream.rows(d.drain(sim.heads, Racing(20))))  # lapped while copying
     write(4)
-    rows.append(d.drain(sim.heads, sim.rec))
+    rows.append(stream.rows(d.drain(sim.heads, sim.rec)))
     rows = np.concatenate(rows)
     assert (rows["rec"]["arg0"] == rows["seq"].astype(np.int64)).all()  # each row is the record of its sequence number
     assert d.taken + int(d.lost[0]) == int(d.next[0]) == len(sim.log[0]) and d.lost[0] > 0

@@ -270,7 +270,7 @@ class Recorder:
 
     def drain_once(self) -> int:
         """Take every lane's new records into the spill files; the number taken."""
-        from .stream import RingDrain
+        from .stream import RingDrain, segments_bytes
 
         t = time.monotonic()
         n = 0
@@ -285,11 +285,11 @@ class Recorder:
             heads = self._host[h0 : h0 + 4 * r.n_programs].view("<u4")
             rec = self._host[r.offset + schema.HEADER_BYTES : h0].view(schema.RECORD_DTYPE).reshape(r.n_programs, r.slots)
             lost0 = int(d.lost.sum())
-            rows = d.drain(heads, rec)
-            if rows.size:
+            segs = d.drain(heads, rec)
+            if segs:
                 with open(path, "ab") as f:
-                    f.write(rows.tobytes())
-            n += rows.size
+                    f.write(segments_bytes(segs))
+            n += sum(len(r) for _, _, r in segs)
             self.stream_stats["lost"] += int(d.lost.sum()) - lost0
         self.stream_stats["taken"] += n
         self.stream_stats["drains"] += 1
@@ -300,14 +300,14 @@ class Recorder:
         """The dense buffer of a finished ring launch (after the device was synchronised)."""
         r = self.rings[pl.index]
         if self.config.stream_dir is not None:
-            from .stream import SPILL_DTYPE, assemble
+            from .stream import SPILL_DTYPE, assemble, iter_spill, rows
 
             if not self._drained:  # the last records, once the kernels have ended
                 self.drain_once()
                 self._drained = True
             d, path = self._drains[pl.index]
-            rows = np.fromfile(path, SPILL_DTYPE) if path.exists() else np.zeros(0, SPILL_DTYPE)
-            raw, _ = assemble(rows, r.n_programs, d.lost, self._header(pl, r))
+            got = rows(iter_spill(np.fromfile(path, np.uint8))) if path.exists() else np.zeros(0, SPILL_DTYPE)
+            raw, _ = assemble(got, r.n_programs, d.lost, self._header(pl, r))
             return raw
         if self._staging is not None and not self._final:
             self._final = self.refresh(timeout_s=60.0)

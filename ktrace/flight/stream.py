@@ -23,6 +23,11 @@ from ..schema import EventFlag, EventKind
 SPILL_DTYPE = np.dtype([("program", "<u4"), ("pad", "<u4"), ("seq", "<u8"), ("rec", schema.RECORD_DTYPE)])
 
 
+#: The header of a spilled segment: a lane's records from sequence number ``seq`` on, ``count``
+#: of them, follow it (``count`` x 32 bytes).
+SEGMENT_DTYPE = np.dtype([("program", "<u4"), ("count", "<u4"), ("seq", "<u8")])
+
+
 class RingDrain:
     """What has been taken from one launch's rings so far (per lane: next sequence number, lost)."""
 
@@ -38,34 +43,70 @@ class RingDrain:
         h = np.asarray(heads_u32).astype(np.int64)
         return self.next + ((h - self.next) % (1 << 32))
 
-    def drain(self, heads, records) -> np.ndarray:
-        """The new records of every lane (:data:`SPILL_DTYPE`, by lane then sequence).
+    def drain(self, heads, records) -> list[tuple[int, int, np.ndarray]]:
+        """The new records of every lane, as segments ``(lane, first sequence number, records)``.
 
         Args:
-            heads: the live heads (uint32, one per lane), read twice.
-            records: the live records ``(P, N)``: only the slots of new records are copied.
+            heads: the live heads (uint32, one per lane), read before and after the copy.
+            records: the live records ``(P, N)``: each lane's new slots are copied (at most two
+                slices, where its range wraps), not the whole ring.
         """
         N = self.N
         h1 = self._unwrap(np.array(heads))
         lo = np.maximum(self.next, h1 - N)
         n = h1 - lo
-        total = int(n.sum())
-        lane = np.repeat(np.arange(self.P), n)
-        seq = lo[lane] + (np.arange(total) - np.repeat(np.cumsum(n) - n, n))
-        rec = records[lane, seq % N]  # the copy (the device may overwrite slots meanwhile)
+        segs = []
+        for p in np.flatnonzero(n).tolist():  # (per lane, not per record: a copy of a slice each)
+            a, k = int(lo[p] % N), int(n[p])
+            r = records[p, a : a + k].copy() if a + k <= N else np.concatenate((records[p, a:], records[p, : a + k - N]))
+            segs.append((p, int(lo[p]), r))
         h2 = self._unwrap(np.array(heads))
         # a slot copied may have been reused for a newer record by the time the copy ended: keep
         # only sequence numbers the ring still held after it (exactly those >= h2 - N)
         lo2 = np.maximum(lo, h2 - N)
-        keep = seq >= lo2[lane]
+        out = []
+        for p, s0, r in segs:
+            cut = int(lo2[p]) - s0
+            if cut < len(r):
+                out.append((p, s0 + cut, r[cut:] if cut > 0 else r))
         self.lost += lo2 - self.next
-        out = np.zeros(int(keep.sum()), SPILL_DTYPE)
-        out["program"] = lane[keep]
-        out["seq"] = seq[keep]
-        out["rec"] = rec[keep]
         self.next = np.maximum(h1, lo2)
-        self.taken += out.size
+        self.taken += sum(len(r) for _, _, r in out)
         return out
+
+
+def segments_bytes(segs) -> bytes:
+    """The spill file's bytes of some segments (a header each, then its records)."""
+    parts = []
+    for p, s0, r in segs:
+        h = np.zeros((), SEGMENT_DTYPE)
+        h["program"], h["count"], h["seq"] = p, len(r), s0
+        parts += [h.tobytes(), np.ascontiguousarray(r, schema.RECORD_DTYPE).tobytes()]
+    return b"".join(parts)
+
+
+def iter_spill(data):
+    """``(lane, first sequence number, records)`` of each segment of a spill file's bytes (or a
+    memory map of it): views, so that a large file is read piece by piece."""
+    data = np.asarray(data).reshape(-1).view(np.uint8)
+    at, H, R = 0, SEGMENT_DTYPE.itemsize, schema.RECORD_BYTES
+    while at + H <= data.size:
+        h = data[at : at + H].view(SEGMENT_DTYPE)[0]
+        k = int(h["count"])
+        yield int(h["program"]), int(h["seq"]), data[at + H : at + H + k * R].view(schema.RECORD_DTYPE)
+        at += H + k * R
+
+
+def rows(segs) -> np.ndarray:
+    """Segments as one table of :data:`SPILL_DTYPE` rows."""
+    segs = list(segs)
+    n = np.array([len(r) for _, _, r in segs], np.int64)
+    out = np.zeros(int(n.sum()), SPILL_DTYPE)
+    if out.size:
+        out["program"] = np.repeat([p for p, _, _ in segs], n)
+        out["seq"] = np.repeat([s for _, s, _ in segs], n) + (np.arange(out.size) - np.repeat(np.cumsum(n) - n, n))
+        out["rec"] = np.concatenate([r for _, _, r in segs])
+    return out
 
 
 def assemble(rows: np.ndarray, n_programs: int, lost: np.ndarray, header: schema.Header) -> tuple[np.ndarray, np.ndarray]:
