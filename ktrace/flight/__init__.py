@@ -8,7 +8,9 @@ recorded anything for a while and some lane is waiting; ``kill -USR1 <pid>`` (``
 asks for one at any time. ``ktrace report`` on a dump starts with the wait-for graph
 (``ktrace.analysis.live``).
 
-Modules: :mod:`ktrace.flight.ring` (numpy only: ring -> dense buffer, NOW slots -> open waits)
-and :mod:`ktrace.flight.recorder` (the pinned arena, the watchdog, the signal, the dump). This
+Modules: :mod:`ktrace.flight.ring` (numpy only: ring -> dense buffer, NOW slots -> open waits),
+:mod:`ktrace.flight.stream` (numpy only: draining rings while they are written, spill segments),
+:mod:`ktrace.flight.recorder` (the arena, the watchdog, the signal, the dump, the drain thread)
+and :mod:`ktrace.flight.device` (the clock probe kernel). See docs/flight.md. This
 package's ``__init__`` imports nothing, so the analysis can read dumps without torch or triton.
 """
