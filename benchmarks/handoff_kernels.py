@@ -21,6 +21,8 @@ probes it names:
 Probe switches (compile-time): ``WAITS`` (the waits are traced: WAIT records), ``NOTIFIES``
 (NOTIFY records), ``SPANS`` (spans per hand-off: around each round, tile, or put; 4 = the tile
 cut into four spans), ``MARKS`` (an instant per hand-off), ``COUNTERS`` (a counter per hand-off).
+``BACKOFF`` (pipeline, fan-in): a waiting program sleeps that many ns between reads of a flag (a
+schedule experiment: does reading the flag less often speed the producer up?).
 ``DIAG`` (ping-pong only, untraced) adds raw operations at the hand-off instead of probes, to
 tell apart what a probe's parts cost (see ``DIAG_NAMES``).
 
@@ -185,6 +187,7 @@ def pipeline(
     WAITS: tl.constexpr = False,
     NOTIFIES: tl.constexpr = False,
     SPANS: tl.constexpr = 0,
+    BACKOFF: tl.constexpr = 0,
     ktrace_buf=None,
     KTRACE: tl.constexpr = 0,
 ):
@@ -216,9 +219,9 @@ def pipeline(
     else:
         for t in range(tiles):
             if WAITS:
-                kt = ks.wait(kt, flags + t, epoch, rank, peer, heap_bases)
+                kt = ks.wait(kt, flags + t, epoch, rank, peer, heap_bases, backoff_ns=BACKOFF)
             else:
-                ks.wait(quiet, flags + t, epoch, rank, peer, heap_bases)
+                ks.wait(quiet, flags + t, epoch, rank, peer, heap_bases, backoff_ns=BACKOFF)
             for j in tl.static_range(NS):
                 if SPANS > 0:
                     s = kl.begin(kt, "take", t, j)
@@ -244,6 +247,7 @@ def fanin(
     WAITS: tl.constexpr = False,
     NOTIFIES: tl.constexpr = False,
     SPANS: tl.constexpr = 0,
+    BACKOFF: tl.constexpr = 0,
     ktrace_buf=None,
     KTRACE: tl.constexpr = 0,
 ):
@@ -267,9 +271,9 @@ def fanin(
             ks.notify(quiet, counter, 1, rank, peer, heap_bases, op="add")
         want = nprog * (base + r + 1)
         if WAITS:
-            kt = ks.wait(kt, counter, want, rank, peer, heap_bases)
+            kt = ks.wait(kt, counter, want, rank, peer, heap_bases, backoff_ns=BACKOFF)
         else:
-            ks.wait(quiet, counter, want, rank, peer, heap_bases)
+            ks.wait(quiet, counter, want, rank, peer, heap_bases, backoff_ns=BACKOFF)
 
 
 @triton.jit

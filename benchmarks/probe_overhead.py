@@ -12,21 +12,28 @@ after ``--warmup`` ones; ratios are traced / untraced medians. Variants:
     proton        Triton's Proton instrumentation (enter/exit scope) on the same copy, with
                   its own untraced baseline timed in the same phase, when Proton runs here
 
-Hand-off-bound suites (``benchmarks/handoff_kernels.py``; two ranks, launched with
+Hand-off-bound suites (``benchmarks/handoff_kernels.py``). At one rank (no launcher: producer
+and consumer programs on one GPU, the peer is the rank itself) or two (launched with
 ``python -m ktrace.testing.launch -n 2 -- python benchmarks/probe_overhead.py --suite ...``):
 
-    handoff   a ping-pong (200 round trips), a tile pipeline (16 x 128 KiB, 64 x 32 KiB,
-              256 x 8 KiB per launch) and a 132-program fan-in (50 rounds), each untraced and
-              with one probe kind switched on at a time ("waits", "notifies", "signals" = both,
-              "spans", "spans x4", "marks", "counters", "all", and "on, no probe": tracing on,
-              no probe executed)
+    handoff   a ping-pong (500 round trips between two programs at one rank, 200 between two
+              ranks), a tile pipeline ({8, 32} tiles x {8K, 64K} fp32 elements per launch) and a
+              fan-in (one program per SM, 50 rounds), each untraced (and an untraced twin: the
+              noise floor) and with one probe kind switched on at a time ("waits", "notifies",
+              "signals" = both, "spans", "marks", "counters", "all", and "on, no probe": tracing
+              on, no probe executed). Traced variants run the kernel as ``@ktrace.trace``
+              prepares it (records deferred, ``kl.finish`` appended); ", immediate" variants run
+              it as written (each record stored by its probe: the old path), side by side.
+              ", backoff" variants sleep 200 ns between a waiter's reads (schedule experiment).
+              Reads per wait come from the WAIT records.
     diag      the ping-pong with raw operations at the hand-off instead of probes
               (handoff_kernels.DIAG_NAMES): what a store or a timer read costs there
     a2a       the MoE all-to-all (GPU MODE shape) with controls: an untraced twin (A/A),
               traced, traced into one slot per program (probes run, nothing stored), each call
-              split into dispatch and combine; ``--baseline`` adds all_to_all_single
+              split into dispatch and combine; ``--baseline`` adds all_to_all_single (2 ranks)
     cost      cycles per probe in a loop of 1000 (one GPU; rank 0)
     local     the ping-pong between two programs of one GPU (rank 0; also what ncu profiles)
+    hook      rows from another module (``--hook module:function``), e.g. a Gluon GEMM's
 
 Suites combine with commas. Variants of a case are timed side by side by
 ``instrumented_kernels.harness.time_interleaved`` (rotating order, GPUs lined up before each
@@ -36,7 +43,8 @@ result is checked (received data against the sender's, flag and counter values, 
 every traced variant's buffer decoded: all events present, none dropped, none ending before it
 starts.
 
-    python benchmarks/probe_overhead.py [--reps 200] [--json out.json]
+    python benchmarks/probe_overhead.py [--reps 200] [--json out.json]          # the copy
+    python benchmarks/probe_overhead.py --suite handoff --reps 40                 # one rank
     python -m ktrace.testing.launch -n 2 -- python benchmarks/probe_overhead.py --suite handoff,diag,a2a,cost,local --baseline
 """
 
@@ -83,7 +91,8 @@ def _median_times(launchers: dict, reps: int, warmup: int) -> dict:
     torch.cuda.synchronize()
     ev = {n: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)] for n in names}
     for r in range(reps):
-        for n in names:
+        for i in range(len(names)):  # the order rotates: each variant follows each other equally often
+            n = names[(r + i) % len(names)]
             a, b = ev[n][r]
             a.record()
             launchers[n]()
@@ -113,6 +122,9 @@ def run(reps: int, warmup: int, n_elems: int, block: int) -> dict:
         def traced(s=spans, b=buf):
             copy_spans[grid](x, y, BLOCK=block, SPANS=s, ktrace_buf=b, KTRACE=s)
 
+        def deferred(s=spans, b=buf):  # as @ktrace.trace prepared it, into the same buffer
+            traced_copy.jit_fn[grid](x, y, BLOCK=block, SPANS=s, ktrace_buf=b, KTRACE=s)
+
         session = ktrace.capture()
         session.__enter__()
 
@@ -120,29 +132,27 @@ def run(reps: int, warmup: int, n_elems: int, block: int) -> dict:
             traced_copy[grid](x, y, BLOCK=block, SPANS=s)
 
         try:
-            t = _median_times({"untraced": untraced, "traced": traced, "decorated": decorated}, reps, warmup)
+            t = _median_times({"untraced": untraced, "untraced (twin)": untraced, "traced": traced, "deferred": deferred,
+                               "decorated": decorated}, reps, warmup)
         finally:
             session.__exit__(None, None, None)
         # correctness of what was timed: the copy is right and the buffer holds one span per slot
-        y.fill_(float("nan"))
-        traced()
-        torch.cuda.synchronize()
-        if not torch.equal(x, y):
-            raise SystemExit("traced copy is wrong")
-        from ktrace.decode import decode_buffer
-        import numpy as np
-
-        raw = buf.cpu().numpy().view(np.uint8)[: schema.buffer_bytes(P, spans)].copy()
-        raw[:64] = np.frombuffer(
-            schema.Header(timer=schema.TimerKind.NV_GLOBALTIMER, tick_hz=10**9, capacity=spans, n_programs=P, grid=(P, 1, 1)).to_bytes(),
-            np.uint8,
-        )
-        d = decode_buffer(raw)
-        if d.written != P * spans or d.dropped:
-            raise SystemExit(f"expected {P * spans} events, decoded {d.written} (+{d.dropped} dropped)")
+        for what, launch in (("traced", traced), ("deferred", deferred)):
+            y.fill_(float("nan"))
+            buf.zero_()
+            launch()
+            torch.cuda.synchronize()
+            if not torch.equal(x, y):
+                raise SystemExit(f"{what} copy is wrong")
+            d = _decode(buf, P, spans)
+            bad = int((d.events["end"] < d.events["start"]).sum())
+            if d.written != P * spans or d.dropped or bad:
+                raise SystemExit(f"{what}: expected {P * spans} events, decoded {d.written} (+{d.dropped} dropped, {bad} ending before their start)")
         n_dec = sum(ln.decode(0).written for ln in session.to_capture().ranks[0].launches)
         t["decorated_events_decoded"] = n_dec
         t["ratio_traced"] = t["traced"]["median_us"] / t["untraced"]["median_us"]
+        t["ratio_deferred"] = t["deferred"]["median_us"] / t["untraced"]["median_us"]
+        t["ratio_twin"] = t["untraced (twin)"]["median_us"] / t["untraced"]["median_us"]
         t["ratio_decorated"] = t["decorated"]["median_us"] / t["untraced"]["median_us"]
         results[f"spans_{spans}"] = t
         del session
@@ -241,6 +251,7 @@ HOLD_CYCLES = 5_000_000
 #: every other variant is a traced launch (KTRACE = its slots) into a preallocated buffer.
 PINGPONG_VARIANTS = {
     "untraced": {},
+    "untraced (twin)": {},
     "on, no probe": {},
     "waits": {"WAITS": True},
     "notifies": {"NOTIFIES": True},
@@ -249,26 +260,57 @@ PINGPONG_VARIANTS = {
     "marks": {"MARKS": True},
     "counters": {"COUNTERS": True},
     "all": {"WAITS": True, "NOTIFIES": True, "SPANS": 1, "MARKS": True},
+    "signals, immediate": {"WAITS": True, "NOTIFIES": True, "IMMEDIATE": True},
+    "all, immediate": {"WAITS": True, "NOTIFIES": True, "SPANS": 1, "MARKS": True, "IMMEDIATE": True},
 }
 PIPELINE_VARIANTS = {
     "untraced": {},
+    "untraced (twin)": {},
     "on, no probe": {},
+    "waits": {"WAITS": True},
+    "notifies": {"NOTIFIES": True},
     "signals": {"WAITS": True, "NOTIFIES": True},
     "spans": {"SPANS": 1},
-    "spans x4": {"SPANS": 4},
     "all": {"WAITS": True, "NOTIFIES": True, "SPANS": 1},
+    "signals, immediate": {"WAITS": True, "NOTIFIES": True, "IMMEDIATE": True},
+    "spans, immediate": {"SPANS": 1, "IMMEDIATE": True},
+    "all, immediate": {"WAITS": True, "NOTIFIES": True, "SPANS": 1, "IMMEDIATE": True},
+    "untraced, backoff": {"BACKOFF": 200},
+    "signals, backoff": {"WAITS": True, "NOTIFIES": True, "BACKOFF": 200},
 }
 FANIN_VARIANTS = {
     "untraced": {},
+    "untraced (twin)": {},
     "signals": {"WAITS": True, "NOTIFIES": True},
     "spans": {"SPANS": 1},
     "all": {"WAITS": True, "NOTIFIES": True, "SPANS": 1},
+    "signals, immediate": {"WAITS": True, "NOTIFIES": True, "IMMEDIATE": True},
+    "untraced, backoff": {"BACKOFF": 200},
+    "signals, backoff": {"WAITS": True, "NOTIFIES": True, "BACKOFF": 200},
 }
 #: Ping-pong with raw operations at each hand-off instead of probes (untraced launches).
 DIAG_VARIANTS = {"untraced": {}, **{f"diag {d}": {"DIAG": d} for d in range(1, 7)}}
 
-#: Pipeline shapes: (tiles, KiB per tile); 2 MiB per launch each.
-PIPELINE_SHAPES = [(16, 128), (64, 32), (256, 8)]
+#: Pipeline shapes: (tiles, fp32 elements per tile).
+PIPELINE_SHAPES = [(8, 8192), (32, 8192), (8, 65536), (32, 65536)]
+
+_PREPARED: dict = {}
+
+
+def _kernel_for(kernel, sw: dict):
+    """The kernel a variant launches, and its compile-time switches: as ``@ktrace.trace``
+    prepares it (records deferred, flushed at the end: the default), or as written (``IMMEDIATE``:
+    each record stored by its probe, the old path, for comparison)."""
+    sw = dict(sw)
+    if sw.pop("IMMEDIATE", False):
+        return kernel, sw
+    if kernel not in _PREPARED:
+        _PREPARED[kernel] = ktrace.trace(kernel).jit_fn
+    return _PREPARED[kernel], sw
+
+
+def _traced(name: str, sw: dict) -> bool:
+    return bool(_slots_per_round(sw)) or name == "on, no probe"
 
 
 def _slots_per_round(sw: dict) -> int:
@@ -306,13 +348,22 @@ def _decode(buf, n_programs: int, capacity: int):
     return decode_buffer(raw)
 
 
-def _check_records(name: str, buf, n_programs: int, capacity: int, expected: int) -> None:
-    """Every record of a traced launch is there, none dropped, none ends before it starts."""
+def _check_records(name: str, buf, n_programs: int, capacity: int, expected: int) -> float | None:
+    """Every record of a traced launch is there, none dropped, none ends before it starts.
+    Returns the mean number of flag reads per recorded wait (None without WAIT records)."""
     d = _decode(buf, n_programs, capacity)
     ev = d.events
     bad = int((ev["end"] < ev["start"]).sum()) if len(ev) else 0
     if d.written != expected or d.dropped or bad:
         raise SystemExit(f"{name}: decoded {d.written} events (expected {expected}), {d.dropped} dropped, {bad} ending before their start")
+    w = ev[ev["kind"] == schema.EventKind.WAIT]
+    return float(w["arg1"].mean()) if len(w) else None
+
+
+def _note_spins(rows: list[dict], name: str, spins: float | None) -> None:
+    for r in rows:
+        if r["variant"] == name and spins is not None:
+            r["spins_per_wait"] = spins
 
 
 def _variant_launchers(kernel, variants: dict, grid, args_fn, slots_fn, n_programs: int, device, num_warps: int, fixed: dict):
@@ -322,16 +373,17 @@ def _variant_launchers(kernel, variants: dict, grid, args_fn, slots_fn, n_progra
     out = {}
     ep = fixed.pop("_epochs")
     for name, sw in variants.items():
-        if not (_slots_per_round(sw) or name == "on, no probe"):  # untraced (diagnostics too)
-            def fn(sw=sw):
-                kernel[grid](*args_fn(ep.next()), **fixed, **sw, num_warps=num_warps)
+        k, sw = _kernel_for(kernel, sw)
+        if not _traced(name, sw):  # untraced (diagnostics too)
+            def fn(sw=sw, k=k):
+                k[grid](*args_fn(ep.next()), **fixed, **sw, num_warps=num_warps)
             out[name] = (fn, None, 0)
             continue
         slots = slots_fn(sw)
         buf = torch.zeros((schema.buffer_bytes(n_programs, slots) + 7) // 8, dtype=torch.int64, device=device)
 
-        def fn(sw=sw, buf=buf, slots=slots):
-            kernel[grid](*args_fn(ep.next()), **fixed, **sw, num_warps=num_warps, ktrace_buf=buf, KTRACE=slots)
+        def fn(sw=sw, buf=buf, slots=slots, k=k):
+            k[grid](*args_fn(ep.next()), **fixed, **sw, num_warps=num_warps, ktrace_buf=buf, KTRACE=slots)
 
         out[name] = (fn, buf, slots)
     return out
@@ -345,7 +397,7 @@ def _time_case(dist, H, case: str, launchers: dict, reps: int, warmup: int, batc
     with H.compile_only(*plans):
         for fn, _, _ in launchers.values():
             fn()
-    tdist.barrier()
+    _barrier(dist)
     t = H.time_interleaved({k: v[0] for k, v in launchers.items()}, reps, warmup, dist=dist, batch=batch, hold_cycles=HOLD_CYCLES)
     torch.cuda.synchronize()
     rows = []
@@ -360,51 +412,65 @@ def _time_case(dist, H, case: str, launchers: dict, reps: int, warmup: int, batc
     return rows
 
 
+def _barrier(dist) -> None:
+    if dist.world_size > 1:
+        import torch.distributed as tdist
+
+        tdist.barrier()
+
+
+def _peer(dist) -> int:
+    """The rank a rank hands off to: its pair (r ^ 1), or itself at 1 rank (producer and consumer
+    programs on one GPU)."""
+    return dist.rank ^ 1 if dist.world_size > 1 else dist.rank
+
+
 def _pingpong_case(dist, H, heap, variants: dict, rounds: int, reps: int, warmup: int, case: str) -> list[dict]:
+    """Two ranks: one program each. One rank: programs 0 and 1 of one launch (``LOCAL``)."""
     import torch
-    import torch.distributed as tdist
 
     import handoff_kernels as hk
 
-    flag = heap.zeros(1, dtype=torch.int32, name=f"{case}.flag")
+    local = dist.world_size == 1
+    P = 2 if local else 1
+    flag = heap.zeros(2, dtype=torch.int32, name=f"{case}.flag")
     scratch = torch.zeros(16, dtype=torch.int64, device=dist.device)
     heap.barrier()
     ep = _Epochs()
-    peer = dist.rank ^ 1
+    peer = _peer(dist)
     first = int(dist.rank % 2 == 0)
     launchers = _variant_launchers(
-        hk.pingpong, variants, (1,), lambda e: (flag, scratch, rounds, e, dist.rank, peer, first, heap.bases),
-        lambda sw: max(1, rounds * _slots_per_round(sw)), 1, dist.device, 4, {"_epochs": ep},
+        hk.pingpong, variants, (P,), lambda e: (flag, scratch, rounds, e, dist.rank, peer, first, heap.bases),
+        lambda sw: max(1, rounds * _slots_per_round(sw)), P, dist.device, 4, {"_epochs": ep, "LOCAL": local},
     )
     rows = _time_case(dist, H, case, launchers, reps, warmup, 1, 2 * rounds, plans=(ep,))
     torch.cuda.synchronize()
     heap.check()
-    seen = int(flag.item())
-    tdist.barrier()  # the peer's next launch would move the flag on
-    if seen != ep.epoch * rounds:
-        raise SystemExit(f"{case}: flag holds {seen}, expected {ep.epoch * rounds}")
+    seen = flag[:P].tolist()
+    _barrier(dist)  # the peer's next launch would move the flag on
+    if seen != [ep.epoch * rounds] * P:
+        raise SystemExit(f"{case}: flags hold {seen}, expected {ep.epoch * rounds}")
     for name, (fn, buf, slots) in launchers.items():
         if buf is not None:
             buf.zero_()
             fn()
             torch.cuda.synchronize()
-            _check_records(f"{case}/{name}", buf, 1, slots, rounds * _events_per_round(variants[name]))
+            _note_spins(rows, name, _check_records(f"{case}/{name}", buf, P, slots, P * rounds * _events_per_round(variants[name])))
     return rows
 
 
-def _pipeline_case(dist, H, heap, variants: dict, tiles: int, tile_kib: int, reps: int, warmup: int, case: str) -> list[dict]:
+def _pipeline_case(dist, H, heap, variants: dict, tiles: int, tile_elems: int, reps: int, warmup: int, case: str) -> list[dict]:
     import torch
 
     import handoff_kernels as hk
 
     BLOCK = 512
-    tile_elems = tile_kib * 256
     n = tiles * tile_elems
     dst = heap.zeros(2 * n, dtype=torch.float32, name=f"{case}.dst")
     flags = heap.zeros(tiles, dtype=torch.int32, name=f"{case}.flags")
     heap.barrier()
     seed = H.fresh_seed(dist)
-    peer = dist.rank ^ 1
+    peer = _peer(dist)
     gen = lambda r: torch.randn(n, generator=torch.Generator(device=dist.device).manual_seed(seed + r), device=dist.device)  # noqa: E731
     src, want = gen(dist.rank), gen(peer)
     out = H.poison(torch.empty(n, dtype=torch.float32, device=dist.device))
@@ -413,7 +479,7 @@ def _pipeline_case(dist, H, heap, variants: dict, tiles: int, tile_kib: int, rep
         hk.pipeline, variants, (2,), lambda e: (src, dst, out, flags, tiles, tile_elems, e, dist.rank, peer, heap.bases),
         lambda sw: max(1, tiles * _slots_per_round(sw)), 2, dist.device, 4, {"_epochs": ep, "BLOCK": BLOCK},
     )
-    rows = _time_case(dist, H, case, launchers, reps, warmup, max(1, 8 * 16 // tiles), tiles, plans=(ep,))
+    rows = _time_case(dist, H, case, launchers, reps, warmup, max(1, 256 // tiles), tiles, plans=(ep,))
     for name, (fn, buf, slots) in launchers.items():
         H.poison(out)
         if buf is not None:
@@ -426,7 +492,7 @@ def _pipeline_case(dist, H, heap, variants: dict, tiles: int, tile_kib: int, rep
         if buf is not None:
             sw = variants[name]  # producer: notify + spans per tile; consumer: wait + spans
             per_tile = bool(sw.get("WAITS")) + bool(sw.get("NOTIFIES")) + 2 * sw.get("SPANS", 0)
-            _check_records(f"{case}/{name}", buf, 2, slots, tiles * per_tile)
+            _note_spins(rows, name, _check_records(f"{case}/{name}", buf, 2, slots, tiles * per_tile))
     return rows
 
 
@@ -442,7 +508,7 @@ def _fanin_case(dist, H, heap, variants: dict, rounds: int, reps: int, warmup: i
     counter = heap.zeros(1, dtype=torch.int32, name=f"{case}.counter")
     heap.barrier()
     seed = H.fresh_seed(dist)
-    peer = dist.rank ^ 1
+    peer = _peer(dist)
     gen = lambda r: torch.randn(nprog * CHUNK, generator=torch.Generator(device=dist.device).manual_seed(seed + r), device=dist.device)  # noqa: E731
     src, want = gen(dist.rank), gen(peer)
     ep = _Epochs()
@@ -454,7 +520,7 @@ def _fanin_case(dist, H, heap, variants: dict, rounds: int, reps: int, warmup: i
     torch.cuda.synchronize()
     heap.check()
     same, seen = torch.equal(dst, want), int(counter.item())
-    tdist.barrier()  # the peer's next launch would add to the counter
+    _barrier(dist)  # the peer's next launch would add to the counter
     if not same:
         raise SystemExit(f"{case}: the chunks received differ from the peer's source")
     if seen != nprog * rounds * ep.epoch:
@@ -464,19 +530,57 @@ def _fanin_case(dist, H, heap, variants: dict, rounds: int, reps: int, warmup: i
             buf.zero_()
             fn()
             torch.cuda.synchronize()
-            _check_records(f"{case}/{name}", buf, nprog, slots, nprog * rounds * _events_per_round(variants[name]))
+            _note_spins(rows, name, _check_records(f"{case}/{name}", buf, nprog, slots, nprog * rounds * _events_per_round(variants[name])))
     return rows
 
 
+class OneGpuHeap:
+    """The symmetric heap at one rank without torch.distributed: one allocation, its first bytes
+    the error block, ``bases`` its one base. Producer and consumer programs share the GPU."""
+
+    def __init__(self, nbytes: int, device):
+        import torch
+
+        from ktrace.shmem.symmetric import RESERVED_BYTES
+
+        self._mem = torch.zeros(nbytes + 256, dtype=torch.uint8, device=device)
+        off = (-self._mem.data_ptr()) % 256
+        self._base = self._mem[off : off + nbytes]
+        self._used = -(-RESERVED_BYTES // 256) * 256
+        self.bases = torch.tensor([self._base.data_ptr()], dtype=torch.int64, device=device)
+
+    def zeros(self, n: int, dtype, name: str = ""):
+        import torch
+
+        nb = n * torch.empty((), dtype=dtype).element_size()
+        if self._used + nb > self._base.numel():
+            raise MemoryError(f"one-GPU heap full ({name})")
+        t = self._base[self._used : self._used + nb].view(dtype)
+        self._used += -(-nb // 256) * 256
+        return t
+
+    def barrier(self) -> None:
+        pass
+
+    def check(self) -> None:
+        import torch
+
+        if int(self._base[:4].view(torch.int32)[0].item()):
+            raise SystemExit("a wait timed out (one-GPU heap's error block)")
+
+
 def handoff_suite(dist, H, reps: int, warmup: int, which: str = "handoff", quick: bool = False) -> list[dict]:
-    """The hand-off-bound suite (``which="handoff"``) or the ping-pong diagnostics (``"diag"``)."""
-    heap = H.heap(64 << 20)
+    """The hand-off-bound suite (``which="handoff"``) or the ping-pong diagnostics (``"diag"``).
+    At one rank (``dist.world_size == 1``) the peer is the rank itself: the ping-pong runs
+    between two programs, the pipeline's producer and consumer are two programs of one GPU."""
+    heap = H.heap(64 << 20) if dist.world_size > 1 else OneGpuHeap(64 << 20, dist.device)
     rows: list[dict] = []
     if which == "diag":
         return _pingpong_case(dist, H, heap, DIAG_VARIANTS, 200, reps, warmup, "ping-pong, raw ops")
-    rows += _pingpong_case(dist, H, heap, PINGPONG_VARIANTS, 200, reps, warmup, "ping-pong x200")
-    for tiles, kib in PIPELINE_SHAPES[:1] if quick else PIPELINE_SHAPES:
-        rows += _pipeline_case(dist, H, heap, PIPELINE_VARIANTS, tiles, kib, reps, warmup, f"pipeline {tiles} x {kib} KiB")
+    rounds = 200 if dist.world_size > 1 else 500
+    rows += _pingpong_case(dist, H, heap, PINGPONG_VARIANTS, rounds, reps, warmup, f"ping-pong x{rounds}")
+    for tiles, elems in PIPELINE_SHAPES[:1] if quick else PIPELINE_SHAPES:
+        rows += _pipeline_case(dist, H, heap, PIPELINE_VARIANTS, tiles, elems, reps, warmup, f"pipeline {tiles} x {elems // 1024}K fp32")
     rows += _fanin_case(dist, H, heap, FANIN_VARIANTS, 50, reps, warmup, "fan-in x50")
     return rows
 
@@ -602,12 +706,13 @@ def _local_suite(reps: int, variants: dict, rounds: int = 500) -> list[dict]:
     ep = _Epochs()
     fns = {}
     for name, sw in variants.items():
+        k, sw = _kernel_for(hk.pingpong, sw)
         slots = max(1, rounds * _slots_per_round(sw))
-        buf = None if not (_slots_per_round(sw) or name == "on, no probe") else torch.zeros((schema.buffer_bytes(2, slots) + 7) // 8, dtype=torch.int64, device=dev)
+        buf = None if not _traced(name, sw) else torch.zeros((schema.buffer_bytes(2, slots) + 7) // 8, dtype=torch.int64, device=dev)
         extra = {} if buf is None else {"ktrace_buf": buf, "KTRACE": slots}
 
-        def fn(sw=sw, extra=extra):
-            hk.pingpong[(2,)](flag, scratch, rounds, ep.next(), 0, 0, 0, bases, LOCAL=True, **sw, **extra, num_warps=4)
+        def fn(sw=sw, extra=extra, k=k):
+            k[(2,)](flag, scratch, rounds, ep.next(), 0, 0, 0, bases, LOCAL=True, **sw, **extra, num_warps=4)
 
         fns[name] = fn
     t = _median_times(fns, reps, 3)
@@ -649,24 +754,38 @@ def _cost_suite() -> list[dict]:
 
 
 def _print_rows(rows: list[dict]) -> None:
-    print(f"{'case':<26}{'variant':<18}{'µs (p10-p90)':>26}{'ratio (p10-p90)':>26}{'ns/hand-off':>13}")
+    print(f"{'case':<26}{'variant':<20}{'µs (p10-p90)':>26}{'ratio (p10-p90)':>26}{'ns/hand-off':>13}")
     for r in rows:
         if "cycles" in r:
-            print(f"{r['case']:<26}{r['variant']:<18}{r['cycles']:>14.1f} cycles{r['ns']:>10.1f} ns")
+            print(f"{r['case']:<26}{r['variant']:<20}{r['cycles']:>14.1f} cycles{r['ns']:>10.1f} ns")
             continue
         us = f"{r['median_us']:.2f} ({r['p10_us']:.2f}-{r['p90_us']:.2f})"
         ratio = f"{r['ratio']:.4f}" + (f" ({r['ratio_p10']:.4f}-{r['ratio_p90']:.4f})" if "ratio_p10" in r else "") if "ratio" in r else "-"
         extra = f"{r['extra_ns_per_handoff']:+.1f}" if "extra_ns_per_handoff" in r else ""
-        tail = ""
+        tail = f"  {r['spins_per_wait']:.2f} reads/wait" if "spins_per_wait" in r else ""
         if "dispatch_us" in r:
-            tail = f"  dispatch {r['dispatch_us']:.1f} µs combine {r['combine_us']:.1f} µs"
+            tail += f"  dispatch {r['dispatch_us']:.1f} µs combine {r['combine_us']:.1f} µs"
             if "dispatch_ratio" in r:
                 tail += f" (ratios {r['dispatch_ratio']:.4f} / {r['combine_ratio']:.4f})"
-        print(f"{r['case']:<26}{r['variant']:<18}{us:>26}{ratio:>26}{extra:>13}{tail}")
+        print(f"{r['case']:<26}{r['variant']:<20}{us:>26}{ratio:>26}{extra:>13}{tail}")
     sys.stdout.flush()
 
 
-SUITES = ("copy", "handoff", "diag", "a2a", "local", "cost")
+SUITES = ("copy", "handoff", "diag", "a2a", "local", "cost", "hook")
+
+
+def _hook_suite(spec: str, dist, H, reps: int, warmup: int) -> list[dict]:
+    """Rows from another module's benchmark, printed in this table: ``--hook module:function``,
+    called as ``function(dist, H, reps, warmup)`` and returning rows shaped like the hand-off
+    suite's (``case``, ``variant``, ``median_us``, ``p10_us``, ``p90_us``, and for traced variants
+    ``ratio``, ``ratio_p10``, ``ratio_p90``, ``extra_ns_per_handoff``). For kernels written
+    elsewhere, e.g. a Gluon GEMM with its own probes, timed with ``H.time_interleaved``."""
+    import importlib
+
+    mod, _, fn = spec.partition(":")
+    if not fn:
+        raise SystemExit(f"--hook wants module:function, got {spec!r}")
+    return list(getattr(importlib.import_module(mod), fn)(dist, H, reps, warmup))
 
 
 def main(argv=None) -> int:
@@ -683,6 +802,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="handoff: one pipeline shape only")
     ap.add_argument("--baseline", action="store_true", help="a2a: also time the all_to_all_single baseline in the rotation")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--hook", default=None, help="hook suite: module:function giving rows (see _hook_suite)")
     ap.add_argument("--proton-only", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--no-proton", action="store_true", help="skip the Proton reference")
     a = ap.parse_args(argv)
@@ -712,14 +832,23 @@ def main(argv=None) -> int:
         return 0
     from instrumented_kernels import harness as H
 
-    dist = H.setup()
-    if dist.world_size < 2 or dist.world_size % 2:
-        raise SystemExit(f"--suite {a.suite} needs an even number of ranks (pairs r, r ^ 1), got {dist.world_size}")
+    import os
+
+    if "RANK" in os.environ or "SLURM_PROCID" in os.environ:
+        dist = H.setup()
+    else:  # one rank, no launcher: the hand-off suite between programs of this GPU
+        dist = H.Dist(0, 1, torch.device("cuda", torch.cuda.current_device()))
+        if not set(suites) <= {"handoff", "diag", "hook"}:
+            raise SystemExit(f"--suite {a.suite}: a2a needs 2 ranks (python -m ktrace.testing.launch -n 2 -- ...)")
+    if dist.world_size > 1 and dist.world_size % 2:
+        raise SystemExit(f"--suite {a.suite} needs one rank or an even number of ranks (pairs r, r ^ 1), got {dist.world_size}")
     for x in suites:
         if x == "a2a":
             rows += _a2a_suite(dist, H, reps, warmup, a.baseline)
         elif x in ("handoff", "diag"):
             rows += handoff_suite(dist, H, reps, warmup, x, a.quick)
+        elif x == "hook":
+            rows += _hook_suite(a.hook or "", dist, H, reps, warmup)
         elif dist.rank == 0:  # one-GPU suites, on rank 0 while the others wait
             rows += (_local_suite(reps, PINGPONG_VARIANTS) + _local_suite(reps, DIAG_VARIANTS)) if x == "local" else _cost_suite()
         if dist.rank == 0:
@@ -731,10 +860,11 @@ def main(argv=None) -> int:
         if a.json:
             with open(a.json, "w") as f:
                 json.dump({"device": H.device_name(), "world_size": dist.world_size, "rows": rows}, f, indent=1)
-    import torch.distributed as tdist
+    if dist.world_size > 1:
+        import torch.distributed as tdist
 
-    tdist.barrier()
-    tdist.destroy_process_group()
+        tdist.barrier()
+        tdist.destroy_process_group()
     return 0
 
 
@@ -745,12 +875,13 @@ def _copy_main(a) -> int:
         return 0
     r = run(a.reps, a.warmup, a.elems, a.block)
     print(f"device: {r['device']}  copy of {r['n_elems']} fp32, {r['programs']} programs, median of {r['reps']} after warm-up")
-    print(f"{'case':<22}{'untraced µs':>12}{'traced µs':>12}{'ratio':>8}{'decorated µs':>14}{'ratio':>8}")
+    print(f"{'case':<22}{'untraced µs':>12}{'twin':>8}{'traced µs':>12}{'ratio':>8}{'deferred µs':>13}{'ratio':>8}{'decorated µs':>14}{'ratio':>8}")
     for s in (1, 4):
         t = r[f"spans_{s}"]
         print(
-            f"{f'{s} span(s)/program':<22}{t['untraced']['median_us']:>12.1f}{t['traced']['median_us']:>12.1f}"
-            f"{t['ratio_traced']:>8.4f}{t['decorated']['median_us']:>14.1f}{t['ratio_decorated']:>8.4f}"
+            f"{f'{s} span(s)/program':<22}{t['untraced']['median_us']:>12.1f}{t['ratio_twin']:>8.4f}{t['traced']['median_us']:>12.1f}"
+            f"{t['ratio_traced']:>8.4f}{t['deferred']['median_us']:>13.1f}{t['ratio_deferred']:>8.4f}"
+            f"{t['decorated']['median_us']:>14.1f}{t['ratio_decorated']:>8.4f}"
         )
     sys.stdout.flush()
     p = r["proton"] = {"error": "skipped (--no-proton)"} if a.no_proton else _proton_subprocess(a)

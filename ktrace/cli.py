@@ -122,6 +122,12 @@ def _cmd_merge(args) -> int:
             raise  # (a damaged buffer, read for its timer rate: the message says which)
         except ValueError as e:
             raise CaptureError(f"clock calibration samples: {e}") from None
+        if args.with_profile is not None:
+            return _merge_profile(cap, args, fmt)
+        named = (cap.meta or {}).get("profile")
+        if named:
+            print(f"ktrace merge: the capture names its profiler trace ({', '.join(named.values())}): add --with-profile to "
+                  "merge it into the trace", file=sys.stderr)
         cap, out = _write_selected(cap, args, fmt)
     except (CaptureError, ValueError, OSError) as e:
         return _fail("ktrace merge", e)
@@ -136,6 +142,27 @@ def _cmd_merge(args) -> int:
               f"{cap.world_size}, {n} launches, clock {clock}{part}")
         return 0
     print(f"{out}: {fmt}, ranks {ranges_text(cap.ranks)} of {cap.world_size}, {n} launches, clock {clock}{part}")
+    return 0
+
+
+def _merge_profile(cap, args, fmt: str) -> int:
+    """``ktrace merge --with-profile``: the capture and the PyTorch profiler's trace as one Perfetto
+    trace (``ktrace.export.profile``); prints each rank's alignment."""
+    from .export.profile import profiles_of, write_merged
+
+    if fmt != "perfetto":
+        raise ValueError("--with-profile writes a Perfetto trace: use an output ending in .pftrace")
+    if args.split or args.ranks or args.launches or args.window:
+        raise ValueError("--with-profile writes the whole capture: it does not combine with --split/--ranks/--launches/--window")
+    refused = _refuse_overwrite("ktrace merge", args.with_profile, [args.output])
+    if refused is not None:
+        return refused
+    profiles = profiles_of(cap, args.with_profile, args.captures[0])
+    out, aligned = write_merged(cap, args.output, profiles)
+    n = sum(len(rc.launches) for rc in cap.ranks.values())
+    print(f"{out}: perfetto, the capture ({n} launches) inside the profiler's timeline of {len(profiles)} rank(s)")
+    for a in aligned.values():
+        print(f"  {a.describe()}")
     return 0
 
 
@@ -159,6 +186,29 @@ def _write_selected(cap, args, fmt: str):
                   f"writing it in parts with an index", file=sys.stderr)
         return cap, write_split(cap, args.output, fmt, part_bytes=budget)
     return cap, write_trace(cap, args.output, fmt)
+
+
+def _cmd_export(args) -> int:
+    from .analysis import AnalysisError
+    from .captures import CaptureError
+    from .export.parquet import ParquetUnavailable, export_parquet
+
+    out = Path(args.out_dir)
+    if out.exists() and not out.is_dir():
+        return _fail("ktrace export", f"{out} is a file: give a directory to write the tables into")
+    if out.is_dir() and any(out.iterdir()) and not (out / "manifest.json").is_file():
+        return _fail("ktrace export", f"{out} holds other files: give an empty directory (or a previous export's)")
+    refused = _refuse_overwrite("ktrace export", [args.capture], [out])
+    if refused is not None:
+        return refused
+    try:
+        m = export_parquet(args.capture, out)
+    except ParquetUnavailable as e:
+        return _fail("ktrace export", e)
+    except (CaptureError, AnalysisError, ValueError, OSError) as e:
+        return _fail("ktrace export", e, args.capture)
+    print(f"{out}: " + ", ".join(f"{t}.parquet ({n} rows)" for t, n in m["rows"].items()))
+    return 0
 
 
 def _finding_ranks(report, number) -> list[int]:
@@ -387,7 +437,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the trace in parts with an index (automatic when one trace would exceed the part size)")
     s.add_argument("--part-mb", type=float, metavar="MB",
                    help="largest part of a split trace (default 512 for .pftrace, 256 for .json: what the Perfetto UI opens)")
+    s.add_argument("--with-profile", nargs="*", metavar="KINETO.json",
+                   help="the PyTorch profiler's Chrome trace(s) of the same run (one per rank; none named: those the capture "
+                        "names, recorded with ktrace.capture(profiler=prof)): one .pftrace with the profiler's CPU operators, "
+                        "CUDA calls and GPU streams, each traced launch's lanes under its CUPTI kernel, aligned per rank")
     s.set_defaults(func=_cmd_merge)
+    s = sub.add_parser("export", help="write a capture's tables (events, waits, workgroups, findings) as Parquet files",
+                       description="Write a capture's tables into a directory as Apache Parquet files: the aligned events "
+                                   "(names resolved; written in batches, memory bounded), the waits with the notify that "
+                                   "released each and why it waited, the workgroups, the root causes and the findings "
+                                   "(schema: docs/parquet.md). Needs pyarrow (pip install 'ktrace[parquet]').")
+    s.add_argument("capture", help="a .ktrace capture file (merged over ranks)")
+    s.add_argument("out_dir", metavar="DIR", help="the directory to write (created; empty, or a previous export's)")
+    s.add_argument("--format", choices=["parquet"], default="parquet", help="the tables' format (parquet)")
+    s.set_defaults(func=_cmd_export)
     s = sub.add_parser("open", help="serve a trace on 127.0.0.1 and open it in the Perfetto UI (until Ctrl-C)",
                        description="Serve a trace on 127.0.0.1 until Ctrl-C and open it in the Perfetto UI: ui.perfetto.dev, "
                                    "or, with --offline or when ui.perfetto.dev cannot be reached, a Perfetto UI build served "

@@ -51,10 +51,11 @@ Cost (per probe, per program; cycles measured in a loop on an H200, see docs/pro
     allocation and every buffer ``@ktrace.trace`` makes is.
 
 Hand-offs
-    A store issued just before a release (``ks.notify``) is waited for by that release; after
-    the release it is free. The probes in ``ktrace.shmem`` store a NOTIFY record after its
-    release; a WAIT record is stored right after its spin, so a wait followed at once by a notify
-    (a ping-pong, a relay) pays for it: docs/probes.md has the measurements.
+    A store issued just before a release (``ks.notify``) is waited for by that release. In a
+    kernel prepared by ``@ktrace.trace`` the tracer is a :class:`DeferredTracer`: a WAIT, a
+    NOTIFY and the last span/instant/counter wait in registers and are stored behind the next
+    wait's first read of its flag, after the next release, or by :func:`finish` (which the
+    decorator appends). docs/probes.md ("Deferred records") has where each goes and the figures.
 """
 
 
@@ -64,6 +65,10 @@ from triton.language import core
 
 from . import regions as _regions
 from . import schema as _schema
+
+#: ``@ktrace.trace`` may prepare kernels that call this module's ``init`` (it has ``init_deferred``
+#: and ``finish``): see ``ktrace.session._deferring_kernel``.
+__ktrace_deferrable__ = True
 
 # Integer constants the jit code below uses (module-level ints are compile-time constants).
 _SPAN: tl.constexpr = tl.constexpr(int(_schema.EventKind.SPAN))
@@ -218,6 +223,7 @@ class Tracer:
     CAP: tl.constexpr
     ON: tl.constexpr
     RING: tl.constexpr  # ring mode (ktrace.flight): slot cur % CAP, dropped_ptr holds the head
+    DEFER: tl.constexpr
 
     @triton.constexpr_function
     def __init__(self, recs, dropped_ptr, cur, nd, hw, lead, CAP, RING=False):
@@ -230,6 +236,94 @@ class Tracer:
         self.CAP = tl.constexpr(CAP)
         self.ON = tl.constexpr(True)
         self.RING = tl.constexpr(RING)
+        self.DEFER = tl.constexpr(False)
+
+
+@core._aggregate
+class DeferredTracer:
+    """A tracer whose records wait in registers for a moment when storing them costs nothing.
+
+    Created by :func:`init_deferred`, which ``@ktrace.trace`` puts in place of :func:`init` (it
+    also appends :func:`finish`). Three records can be pending, each with the slot it was given
+    when it was made (slots stay in program order; the cursor and the dropped count are exact):
+
+    * the last WAIT (+ DETAIL), kept as the spin's own values (packed into words only when
+      stored): stored behind the next wait's first read of its flag, or by :func:`finish`;
+    * the last NOTIFY (+ DETAIL), likewise: stored behind the next wait's first read, after the
+      next notify's release, or by :func:`finish`;
+    * the last span, instant or counter: stored by the next such probe, after the next notify's
+      release, behind the next wait's first read, or by :func:`finish`.
+
+    Thread 0 (NVIDIA) stores every word of a record from its own registers.
+
+    Ring mode (``KTRACE = schema.RING_GATE | N``, ``ktrace.flight``): slot ``s`` is at ``s % N``
+    (:func:`_slot`), nothing is dropped, and every store point stores all that is pending, then
+    the lane's head (:func:`_ring_flush`): at most the latest probe's record waits in registers.
+    """
+
+    recs: tl.tensor  # *int64: this program's first slot
+    dropped_ptr: tl.tensor  # *int32: this program's dropped counter (stored by finish; ring mode: the head)
+    cur: tl.tensor  # int32: slots claimed so far
+    nd: tl.tensor  # int32: events dropped so far
+    hw: tl.tensor  # int64: placement, pre-shifted into the tag word's high half
+    lead: tl.tensor  # int32: 1 in the thread that stores records, else 0
+    # the pending WAIT, as the spin left it (packed into its two records only when stored, after
+    # the release: no work between the spin and the release but copies)
+    wslot: tl.tensor  # int32: its first slot
+    wv: tl.tensor  # int32: 1 while a WAIT is pending
+    wt0: tl.tensor  # int64
+    wt1: tl.tensor  # int64
+    wtag: tl.tensor  # int64: kind, region and DETAIL flag
+    wfail: tl.tensor  # int32: timed out
+    wpeer: tl.tensor  # int32
+    wspins: tl.tensor  # int32
+    woff: tl.tensor  # int64: flag offset
+    wval: tl.tensor  # int32: last value read
+    wexp: tl.tensor  # int32: expected
+    wcmp: tl.tensor  # int32: comparison code
+    # the pending NOTIFY, likewise (stored after the next wait's first read of its flag was issued)
+    nslot: tl.tensor  # int32
+    nv: tl.tensor  # int32: 1 while a NOTIFY is pending
+    nt0: tl.tensor  # int64
+    nt1: tl.tensor  # int64
+    ntag: tl.tensor  # int64
+    npeer: tl.tensor  # int32
+    nval: tl.tensor  # int32: value written
+    noff: tl.tensor  # int64: flag offset
+    nseq: tl.tensor  # int32
+    sp: tl.tensor  # int64: address of the pending single record
+    s0: tl.tensor
+    s1: tl.tensor
+    s2: tl.tensor
+    s3: tl.tensor
+    sgo: tl.tensor  # int32: 1 in the storing thread while a single record is pending and fits
+    CAP: tl.constexpr
+    ON: tl.constexpr
+    DEFER: tl.constexpr
+    RING: tl.constexpr  # ring mode: slots ``slot % CAP``, dropped_ptr holds the head (stored prefix)
+
+    @triton.constexpr_function
+    def __init__(self, recs, dropped_ptr, cur, nd, hw, lead, w, n, sp, s0, s1, s2, s3, sgo, CAP, RING=False):
+        self.recs = recs
+        self.dropped_ptr = dropped_ptr
+        self.cur = cur
+        self.nd = nd
+        self.hw = hw
+        self.lead = lead
+        self.wslot, self.wv, self.wt0, self.wt1, self.wtag, self.wfail = w[0], w[1], w[2], w[3], w[4], w[5]
+        self.wpeer, self.wspins, self.woff, self.wval, self.wexp, self.wcmp = w[6], w[7], w[8], w[9], w[10], w[11]
+        self.nslot, self.nv, self.nt0, self.nt1, self.ntag = n[0], n[1], n[2], n[3], n[4]
+        self.npeer, self.nval, self.noff, self.nseq = n[5], n[6], n[7], n[8]
+        self.sp = sp
+        self.s0 = s0
+        self.s1 = s1
+        self.s2 = s2
+        self.s3 = s3
+        self.sgo = sgo
+        self.CAP = tl.constexpr(CAP)
+        self.ON = tl.constexpr(True)
+        self.DEFER = tl.constexpr(True)
+        self.RING = tl.constexpr(RING)
 
 
 @core._aggregate
@@ -239,12 +333,14 @@ class NoTracer:
     CAP: tl.constexpr
     ON: tl.constexpr
     RING: tl.constexpr
+    DEFER: tl.constexpr
 
     @triton.constexpr_function
     def __init__(self):
         self.CAP = tl.constexpr(0)
         self.ON = tl.constexpr(False)
         self.RING = tl.constexpr(False)
+        self.DEFER = tl.constexpr(False)
 
 
 @core._aggregate
@@ -280,6 +376,21 @@ def _pack(a, b):
 
 
 @triton.jit
+def _program_slots(ktrace_buf, CAP: tl.constexpr):
+    """This program's first slot, its dropped counter (its head in ring mode) and its placement
+    word, for ``CAP`` slots per program."""
+    n0 = tl.num_programs(0)
+    n1 = tl.num_programs(1)
+    n2 = tl.num_programs(2)
+    pid = (tl.program_id(2).to(tl.int64) * n1 + tl.program_id(1)) * n0 + tl.program_id(0)
+    n_prog = n0.to(tl.int64) * n1 * n2
+    recs = ktrace_buf + _HEADER_WORDS + pid * (CAP * _WORDS)
+    dropped = (ktrace_buf + _HEADER_WORDS + n_prog * (CAP * _WORDS)).to(tl.pointer_type(tl.int32)) + pid
+    hw = tl.cast(hw_id(), tl.int64) << 32
+    return recs, dropped, hw
+
+
+@triton.jit
 def init(ktrace_buf, KTRACE: tl.constexpr):
     """Open this program's tracer. Call once per program, before any other probe.
 
@@ -288,7 +399,10 @@ def init(ktrace_buf, KTRACE: tl.constexpr):
         KTRACE: the kernel's ``KTRACE`` constexpr: 0 = off, N = slots per program.
 
     Returns:
-        A tracer to pass to the other probes (a no-op tracer when ``KTRACE == 0``).
+        A tracer to pass to the other probes (a no-op tracer when ``KTRACE == 0``). In a kernel
+        decorated with ``@ktrace.trace`` the decorator turns this call into
+        :func:`init_deferred` (records kept in registers until storing them is free) and adds
+        :func:`finish` at the kernel's end; elsewhere every record is stored by its probe.
 
     Cost: when on, reads the SM id and the grid size once; writes nothing (ring mode,
     ``KTRACE = schema.RING_GATE | N``: one timer read and one 8-byte store, the lane's start
@@ -296,17 +410,31 @@ def init(ktrace_buf, KTRACE: tl.constexpr):
     """
     if _check_gate(KTRACE) > 0:
         CAP: tl.constexpr = _slots(KTRACE)
-        n0 = tl.num_programs(0)
-        n1 = tl.num_programs(1)
-        n2 = tl.num_programs(2)
-        pid = (tl.program_id(2).to(tl.int64) * n1 + tl.program_id(1)) * n0 + tl.program_id(0)
-        n_prog = n0.to(tl.int64) * n1 * n2
-        recs = ktrace_buf + _HEADER_WORDS + pid * (CAP * _WORDS)
-        dropped = (ktrace_buf + _HEADER_WORDS + n_prog * (CAP * _WORDS)).to(tl.pointer_type(tl.int32)) + pid
-        hw = tl.cast(hw_id(), tl.int64) << 32
+        recs, dropped, hw = _program_slots(ktrace_buf, CAP)
         kt = Tracer(recs, dropped, tl.zeros((), tl.int32), tl.zeros((), tl.int32), hw, _leader(), CAP, _is_ring(KTRACE))
         if kt.RING:
             tl.store(now_slot(kt) + 4, now())  # the lane's start: a lane never stamped never started
+        return kt
+    else:
+        return NoTracer()
+
+
+@triton.jit
+def init_deferred(ktrace_buf, KTRACE: tl.constexpr):
+    """:func:`init` for a kernel that ends with :func:`finish`: records wait in registers.
+
+    ``@ktrace.trace`` calls this instead of :func:`init` and adds the :func:`finish` call itself;
+    calling it in a kernel that does not end with :func:`finish` loses the last records.
+    """
+    if _check_gate(KTRACE) > 0:
+        CAP: tl.constexpr = _slots(KTRACE)
+        recs, dropped, hw = _program_slots(ktrace_buf, CAP)
+        z = tl.zeros((), tl.int64)
+        n = tl.zeros((), tl.int32)
+        kt = DeferredTracer(recs, dropped, n, n, hw, _leader(), (n, n, z, z, z, n, n, n, z, n, n, n), (n, n, z, z, z, n, n, z, n),
+                            z, z, z, z, z, n, CAP, _is_ring(KTRACE))
+        if kt.RING:
+            tl.store(now_slot(kt) + 4, now())  # the lane's start, as in init
         return kt
     else:
         return NoTracer()
@@ -341,6 +469,20 @@ _ST_RECORD_PTX = _st_record_ptx(2)  # one 32-byte record
 _ST_RECORD2_PTX = _st_record_ptx(4)  # an event and its DETAIL record
 
 
+def _st_vec_ptx(n_vec):
+    """PTX: if operand ``go`` is set, ``n_vec`` 16-byte stores of word pairs at ``$1`` (a pending
+    record's flush: the dropped count is stored once, by :func:`finish`)."""
+    stores = "".join(
+        f"\t@%p0 st.global.v2.b64 [$1{f'+{16 * k}' if k else ''}], {{${2 + 2 * k}, ${3 + 2 * k}}};\n" for k in range(n_vec)
+    )
+    return f"{{\n\t.reg .pred %p0;\n\tsetp.ne.u32 %p0, ${2 + 2 * n_vec}, 0;\n{stores}\tmov.u32 $0, 0;\n}}"
+
+
+_ST_VEC2_PTX = _st_vec_ptx(2)
+_ST_VEC4_PTX = _st_vec_ptx(4)
+_ST_DROPPED_PTX = "{\n\t.reg .pred %p0;\n\tsetp.ne.u32 %p0, $3, 0;\n\t@%p0 st.global.b32 [$1], $2;\n\tmov.u32 $0, 0;\n}"
+
+
 @core.extern
 def _leader(_semantic=None):
     """1 in the thread that stores records (%tid.x == 0 on NVIDIA), 0 in every other thread.
@@ -372,6 +514,30 @@ def _st_record2_nv(ptr, w0, w1, w2, w3, w4, w5, w6, w7, go, dropped_ptr, nd, dro
     )
 
 
+@core.extern
+def _st_vec2_nv(addr, w0, w1, w2, w3, go, _semantic=None):
+    return core.inline_asm_elementwise(
+        _ST_VEC2_PTX, "=r,l,l,l,l,l,r,~{memory}", [addr, w0, w1, w2, w3, go],
+        dtype=core.int32, is_pure=False, pack=1, _semantic=_semantic,
+    )
+
+
+@core.extern
+def _st_vec4_nv(addr, w0, w1, w2, w3, w4, w5, w6, w7, go, _semantic=None):
+    return core.inline_asm_elementwise(
+        _ST_VEC4_PTX, "=r,l,l,l,l,l,l,l,l,l,r,~{memory}", [addr, w0, w1, w2, w3, w4, w5, w6, w7, go],
+        dtype=core.int32, is_pure=False, pack=1, _semantic=_semantic,
+    )
+
+
+@core.extern
+def _st_dropped_nv(addr, nd, go, _semantic=None):
+    return core.inline_asm_elementwise(
+        _ST_DROPPED_PTX, "=r,l,r,r,~{memory}", [addr, nd, go],
+        dtype=core.int32, is_pure=False, pack=1, _semantic=_semantic,
+    )
+
+
 @triton.jit
 def _store_words(ptr, a, b, c, d, fits):
     """Store four int64 words with scalar stores (AMD): Triton issues a scalar store from one
@@ -387,6 +553,26 @@ def _store_words(ptr, a, b, c, d, fits):
 
 
 @triton.jit
+def _slot(kt, slot, N: tl.constexpr):
+    """Where slot ``slot`` is and whether ``N`` records (an event, or an event and its DETAIL
+    record) fit from it: the one place that maps a slot index to memory. In ring mode slot
+    ``slot`` is at ``slot % CAP`` and always fits (the oldest record is overwritten; the head
+    counts it), and a pair may wrap: the callers store its two records separately."""
+    if kt.RING:
+        return kt.recs + (slot & (kt.CAP - 1)) * _WORDS, slot >= 0
+    else:
+        return kt.recs + slot * _WORDS, slot + (N - 1) < kt.CAP
+
+
+@triton.jit
+def _claim(kt, N: tl.constexpr):
+    """The slot of the next ``N`` records at the cursor: its address, whether they fit, and the
+    dropped count after them."""
+    p, fits = _slot(kt, kt.cur, N)
+    return p, fits, kt.nd + (1 - fits.to(tl.int32))
+
+
+@triton.jit
 def _write(kt, t0, t1, tag, args):
     """Store one 32-byte record at the cursor (or count it dropped) and advance."""
     if kt.RING:
@@ -397,16 +583,14 @@ def _write(kt, t0, t1, tag, args):
 
 @triton.jit
 def _write_slot(kt, t0, t1, tag, args):
-    fits = kt.cur < kt.CAP
-    nd = kt.nd + (1 - fits.to(tl.int32))
-    p = kt.recs + kt.cur * _WORDS
+    p, fits, nd = _claim(kt, 1)
     if _nvidia():
         f = fits.to(tl.int32)
         _st_record_nv(p.to(tl.int64, bitcast=True), tl.cast(t0, tl.int64), tl.cast(t1, tl.int64), kt.hw | tag,
                       tl.cast(args, tl.int64), kt.lead & f, kt.dropped_ptr.to(tl.int64, bitcast=True), nd, kt.lead & (1 - f))
     else:
         _store_words(p, t0, t1, kt.hw | tag, args, fits)
-        tl.store(kt.dropped_ptr, nd, mask=kt.cur >= kt.CAP)
+        tl.store(kt.dropped_ptr, nd, mask=fits == 0)
     return Tracer(kt.recs, kt.dropped_ptr, kt.cur + 1, nd, kt.hw, kt.lead, kt.CAP, kt.RING)
 
 
@@ -421,9 +605,7 @@ def _write_ext(kt, t0, t1, tag, args, x0, x1, x23):
 
 @triton.jit
 def _write_ext_slots(kt, t0, t1, tag, args, x0, x1, x23):
-    fits = kt.cur + 1 < kt.CAP
-    nd = kt.nd + (1 - fits.to(tl.int32))
-    p = kt.recs + kt.cur * _WORDS
+    p, fits, nd = _claim(kt, 2)
     dtag = kt.hw | _tag(_DETAIL, 0, 0)
     if _nvidia():
         f = fits.to(tl.int32)
@@ -433,7 +615,7 @@ def _write_ext_slots(kt, t0, t1, tag, args, x0, x1, x23):
     else:
         _store_words(p, t0, t1, kt.hw | tag, args, fits)
         _store_words(p + _WORDS, x0, x1, dtag, x23, fits)
-        tl.store(kt.dropped_ptr, nd, mask=kt.cur + 1 >= kt.CAP)
+        tl.store(kt.dropped_ptr, nd, mask=fits == 0)
     return Tracer(kt.recs, kt.dropped_ptr, kt.cur + 2, nd, kt.hw, kt.lead, kt.CAP, kt.RING)
 
 
@@ -442,7 +624,7 @@ def _write_ring(kt, t0, t1, tag, args, HEAD: tl.constexpr = True):
     """Ring mode: store one record at slot ``cur % CAP`` (overwriting the oldest) and, with
     ``HEAD``, the lane's head (records written in all) in the same asm block, then advance.
     Never drops. (An event and its DETAIL store the head once, after the DETAIL.)"""
-    p = kt.recs + (kt.cur & (kt.CAP - 1)) * _WORDS
+    p, _ = _slot(kt, kt.cur, 1)
     head = kt.cur + 1
     if HEAD:
         put_head = kt.lead
@@ -469,6 +651,204 @@ def now_slot(kt):
     pid = (tl.program_id(2).to(tl.int64) * n1 + tl.program_id(1)) * n0 + tl.program_id(0)
     end = (kt.dropped_ptr - pid + n0.to(tl.int64) * n1 * n2).to(tl.int64, bitcast=True)
     return ((end + 15) & -16).to(tl.pointer_type(tl.int64), bitcast=True) + pid * _NOW_WORDS
+
+
+# Deferred records (DeferredTracer). A pending record is stored by the predicated block below, in
+# the thread whose ``go`` is set: its address and words were fixed when it was made.
+
+
+@triton.jit
+def _store1(addr, a, b, c, d, go):
+    """Store one pending 32-byte record at ``addr`` (int64) if ``go`` (no-op elsewhere)."""
+    if _nvidia():
+        _st_vec2_nv(addr, a, b, c, d, go)
+    else:
+        _store_words(addr.to(tl.pointer_type(tl.int64), bitcast=True), a, b, c, d, go != 0)
+
+
+@triton.jit
+def _store2(addr, a, b, c, d, e, f, g, h, go):
+    """Store a pending event and its DETAIL record (64 bytes) at ``addr`` if ``go``."""
+    if _nvidia():
+        _st_vec4_nv(addr, a, b, c, d, e, f, g, h, go)
+    else:
+        p = addr.to(tl.pointer_type(tl.int64), bitcast=True)
+        _store_words(p, a, b, c, d, go != 0)
+        _store_words(p + _WORDS, e, f, g, h, go != 0)
+
+
+@triton.jit
+def _store_pair(kt, slot, a, b, c, d, e, f, g, h, go):
+    """Store a pending event and its DETAIL record at slot ``slot`` if ``go`` and they fit;
+    returns whether they fit (int32). In ring mode the two go to their own ring slots (the pair
+    may wrap around the ring's end)."""
+    if kt.RING:
+        p0, fits = _slot(kt, slot, 1)
+        p1, _ = _slot(kt, slot + 1, 1)
+        _store1(p0.to(tl.int64, bitcast=True), a, b, c, d, go)
+        _store1(p1.to(tl.int64, bitcast=True), e, f, g, h, go)
+    else:
+        p, fits = _slot(kt, slot, 2)
+        _store2(p.to(tl.int64, bitcast=True), a, b, c, d, e, f, g, h, go & fits.to(tl.int32))
+    return fits.to(tl.int32)
+
+
+@triton.jit
+def _w(kt):
+    """The pending WAIT's fields (a tuple, in DeferredTracer's order)."""
+    return (kt.wslot, kt.wv, kt.wt0, kt.wt1, kt.wtag, kt.wfail, kt.wpeer, kt.wspins, kt.woff, kt.wval, kt.wexp, kt.wcmp)
+
+
+@triton.jit
+def _n(kt):
+    """The pending NOTIFY's fields (a tuple, in DeferredTracer's order)."""
+    return (kt.nslot, kt.nv, kt.nt0, kt.nt1, kt.ntag, kt.npeer, kt.nval, kt.noff, kt.nseq)
+
+
+@triton.jit
+def _deferred(kt, cur, nd, w, sp, s0, s1, s2, s3, sgo, n=None):
+    if n is None:
+        n = _n(kt)
+    return DeferredTracer(kt.recs, kt.dropped_ptr, cur, nd, kt.hw, kt.lead, w, n, sp, s0, s1, s2, s3, sgo, kt.CAP, kt.RING)
+
+
+@triton.jit
+def _flush_notify(kt):
+    """Store the pending NOTIFY (event + DETAIL, packed here) in its slots, or count it dropped."""
+    f = _store_pair(kt, kt.nslot, kt.nt0, kt.nt1, kt.hw | kt.ntag, _pack(kt.npeer, kt.nval), kt.noff, tl.cast(kt.nseq, tl.int64),
+                    kt.hw | _tag(_DETAIL, 0, 0), tl.zeros((), tl.int64), kt.lead & kt.nv)
+    nd = kt.nd + (kt.nv & (1 - f))
+    n = (kt.nslot, tl.zeros((), tl.int32), kt.nt0, kt.nt1, kt.ntag, kt.npeer, kt.nval, kt.noff, kt.nseq)
+    return _deferred(kt, kt.cur, nd, _w(kt), kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo, n)
+
+
+@triton.jit
+def _flush_wait(kt):
+    """Store the pending WAIT (event + DETAIL, packed here) in its slots, or count it dropped."""
+    tag = kt.hw | kt.wtag | (tl.cast(kt.wfail, tl.int64) << _TIMEOUT_SHIFT)
+    f = _store_pair(kt, kt.wslot, kt.wt0, kt.wt1, tag, _pack(kt.wpeer, kt.wspins), kt.woff, tl.cast(kt.wval, tl.int64),
+                    kt.hw | _tag(_DETAIL, 0, 0), _pack(kt.wexp, kt.wcmp), kt.lead & kt.wv)
+    nd = kt.nd + (kt.wv & (1 - f))
+    w = (kt.wslot, tl.zeros((), tl.int32), kt.wt0, kt.wt1, kt.wtag, kt.wfail, kt.wpeer, kt.wspins, kt.woff, kt.wval, kt.wexp, kt.wcmp)
+    return _deferred(kt, kt.cur, nd, w, kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo)
+
+
+@triton.jit
+def _flush_single(kt):
+    _store1(kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo)
+    return _deferred(kt, kt.cur, kt.nd, _w(kt), kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, tl.zeros((), tl.int32))
+
+
+@triton.jit
+def _put_head(kt, go):
+    """Ring mode: store the lane's head (``kt.cur``: every record below it is in the ring, none
+    above it) in the thread whose ``go`` is set."""
+    if _nvidia():
+        _st_dropped_nv(kt.dropped_ptr.to(tl.int64, bitcast=True), kt.cur, go)
+    else:
+        tl.store(kt.dropped_ptr, kt.cur, mask=go != 0)
+
+
+@triton.jit
+def _ring_flush(kt):
+    """Ring mode: store every pending record, then the head if anything was pending.
+
+    A deferred ring tracer stores at every store point all that is pending, so that at most the
+    latest probe's record is in registers and the records in memory are exactly those below the
+    head: a live reader (``ktrace.flight``) takes the ring's last N slots below the head as they
+    are, and a pending record can never land in a slot a newer one has taken."""
+    go = kt.lead & (kt.wv | kt.nv | kt.sgo)
+    kt = _flush_single(_flush_notify(_flush_wait(kt)))
+    _put_head(kt, go)
+    return kt
+
+
+@triton.jit
+def flush(kt):
+    """Store the records a deferred tracer holds (no-op on other tracers). Returns the tracer.
+
+    ``ktrace.shmem.wait`` calls it right after issuing its first read of the flag (the stores
+    go out while that read is in flight, and the spin hides them); :func:`finish` at the end.
+    """
+    if kt.DEFER:
+        if kt.RING:
+            kt = _ring_flush(kt)
+        else:
+            kt = _flush_single(_flush_notify(_flush_wait(kt)))
+    return kt
+
+
+@triton.jit
+def flush_single(kt):
+    """Store a deferred tracer's pending span, instant or counter (``ktrace.shmem.notify`` does,
+    after its release, so that the next release does not wait for it). Returns the tracer.
+    (Ring mode: nothing here; the NOTIFY recorded next stores everything pending.)"""
+    if kt.DEFER:
+        if not kt.RING:
+            kt = _flush_single(kt)
+    return kt
+
+
+@triton.jit
+def finish(kt):
+    """End of a traced program: store what is pending and the dropped count (deferred tracers).
+
+    ``@ktrace.trace`` appends this call to the kernel (``kl.finish(kt)`` for each tracer made by
+    ``kl.init`` in the kernel's body); a no-op on an immediate tracer or when tracing is off.
+    """
+    if kt.DEFER:
+        if kt.RING:  # (the head, stored even when nothing was pending: the lane's final count)
+            kt = _flush_single(_flush_notify(_flush_wait(kt)))
+            _put_head(kt, kt.lead)
+        else:
+            kt = flush(kt)
+            go = kt.lead & (kt.nd > 0).to(tl.int32)
+            if _nvidia():
+                _st_dropped_nv(kt.dropped_ptr.to(tl.int64, bitcast=True), kt.nd, go)
+            else:
+                tl.store(kt.dropped_ptr, kt.nd, mask=go != 0)
+
+
+@triton.jit
+def _pend(kt, t0, t1, tag, args):
+    """Deferred :func:`_write`: the pending single record is stored now (ring mode: everything
+    pending), this one waits."""
+    if kt.RING:
+        kt = _ring_flush(kt)
+    else:
+        kt = _flush_single(kt)
+    p, fits, nd = _claim(kt, 1)
+    return _deferred(kt, kt.cur + 1, nd, _w(kt), p.to(tl.int64, bitcast=True), tl.cast(t0, tl.int64), tl.cast(t1, tl.int64), kt.hw | tag,
+                     tl.cast(args, tl.int64), kt.lead & fits.to(tl.int32))
+
+
+@triton.jit
+def _pend_wait(kt, tag, t0, t1, peer, spins, flag, value, expected, cmp, timed_out, FLUSHED: tl.constexpr):
+    """Deferred WAIT: its fields kept as they are (copies, no arithmetic: this runs between a spin
+    and what follows it) until the next release, wait or finish packs and stores them."""
+    if not FLUSHED:  # (ktrace.shmem.wait flushed at its start: nothing can be pending here)
+        if kt.RING:
+            kt = _ring_flush(kt)
+        else:
+            kt = _flush_wait(kt)
+    w = (kt.cur, tl.full((), 1, tl.int32), tl.cast(t0, tl.int64), tl.cast(t1, tl.int64), tl.cast(tag, tl.int64),
+         tl.cast(timed_out, tl.int32), tl.cast(peer, tl.int32), tl.cast(spins, tl.int32), tl.cast(flag, tl.int64),
+         tl.cast(value, tl.int32), tl.cast(expected, tl.int32), tl.cast(cmp, tl.int32))
+    return _deferred(kt, kt.cur + 2, kt.nd, w, kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo)
+
+
+@triton.jit
+def _pend_notify(kt, tag, t0, t1, peer, value, flag, seq):
+    """Deferred NOTIFY: a pending one is stored now (after this notify's release), this one kept
+    until the next wait's first read, the next notify or finish. (Ring mode: everything pending
+    is stored here, after the release.)"""
+    if kt.RING:
+        kt = _ring_flush(kt)
+    else:
+        kt = _flush_notify(kt)
+    n = (kt.cur, tl.full((), 1, tl.int32), tl.cast(t0, tl.int64), tl.cast(t1, tl.int64), tl.cast(tag, tl.int64),
+         tl.cast(peer, tl.int32), tl.cast(value, tl.int32), tl.cast(flag, tl.int64), tl.cast(seq, tl.int32))
+    return _deferred(kt, kt.cur + 2, kt.nd, _w(kt), kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo, n)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -514,7 +894,10 @@ def end(kt, span, arg0=None, arg1=None):
             args = (args & -4294967296) | (tl.cast(arg0, tl.int64) & 0xFFFFFFFF)
         if arg1 is not None:
             args = (args & 0xFFFFFFFF) | (tl.cast(arg1, tl.int64) << 32)
-        return _write(kt, span.t0, t1, _tag(_SPAN, span.REGION, 0), args)
+        if kt.DEFER:
+            return _pend(kt, span.t0, t1, _tag(_SPAN, span.REGION, 0), args)
+        else:
+            return _write(kt, span.t0, t1, _tag(_SPAN, span.REGION, 0), args)
     else:
         return kt
 
@@ -527,7 +910,10 @@ def mark(kt, name: tl.constexpr, arg0=0, arg1=0):
     """
     if kt.ON:
         t = now()
-        return _write(kt, t, t, _tag(_INSTANT, region(name), 0), _pack(arg0, arg1))
+        if kt.DEFER:
+            return _pend(kt, t, t, _tag(_INSTANT, region(name), 0), _pack(arg0, arg1))
+        else:
+            return _write(kt, t, t, _tag(_INSTANT, region(name), 0), _pack(arg0, arg1))
     else:
         return kt
 
@@ -540,7 +926,10 @@ def counter(kt, name: tl.constexpr, value):
     """
     if kt.ON:
         t = now()
-        return _write(kt, t, t, _tag(_COUNTER, region(name), 0), tl.cast(value, tl.int64))
+        if kt.DEFER:
+            return _pend(kt, t, t, _tag(_COUNTER, region(name), 0), tl.cast(value, tl.int64))
+        else:
+            return _write(kt, t, t, _tag(_COUNTER, region(name), 0), tl.cast(value, tl.int64))
     else:
         return kt
 
@@ -558,7 +947,7 @@ def timestamp(kt):
 
 
 @triton.jit
-def record_wait(kt, name: tl.constexpr, t0, t1, peer, spins, flag, value, expected, cmp, timed_out):
+def record_wait(kt, name: tl.constexpr, t0, t1, peer, spins, flag, value, expected, cmp, timed_out, FLUSHED: tl.constexpr = False):
     """Record a finished spin-wait (kind WAIT, two slots). Used by ``ktrace.shmem.wait``.
 
     Args:
@@ -568,17 +957,24 @@ def record_wait(kt, name: tl.constexpr, t0, t1, peer, spins, flag, value, expect
         flag: the flag's byte offset in the symmetric heap.
         value: the last value read; expected: the value waited for; cmp: the comparison code.
         timed_out: true if the wait gave up at its bound (sets the TIMEOUT flag).
+        FLUSHED: the caller flushed the tracer since its last wait record (``ktrace.shmem.wait``
+            does, before its spin): no pending WAIT to store first.
+
+    Deferred tracer: the pair is kept in registers and stored by the next release, the next
+    wait's start or :func:`finish` (nothing is stored between the spin and what follows it).
 
     Cost: a few integer ops and 64 bytes stored by thread 0 (four 16-byte stores on NVIDIA), or
     the dropped count when fewer than two slots are left (the event is dropped whole). Ordering:
     every word is thread 0's own, so its ``t1`` is never before its ``t0``.
     """
     if kt.ON:
-        args = _pack(peer, spins)
-        x23 = _pack(expected, cmp)
         # the TIMEOUT flag by arithmetic, not a branch: lanes may disagree on timed_out
-        tag = _tag(_WAIT, region(name), _FLAG_DETAIL) | (tl.cast(timed_out, tl.int64) << _TIMEOUT_SHIFT)
-        kt = _write_ext(kt, t0, t1, tag, args, flag, value, x23)
+        if kt.DEFER:
+            kt = _pend_wait(kt, _tag(_WAIT, region(name), _FLAG_DETAIL), t0, t1, peer, spins, flag, value, expected, cmp,
+                            timed_out, FLUSHED)
+        else:
+            tag = _tag(_WAIT, region(name), _FLAG_DETAIL) | (tl.cast(timed_out, tl.int64) << _TIMEOUT_SHIFT)
+            kt = _write_ext(kt, t0, t1, tag, _pack(peer, spins), flag, value, _pack(expected, cmp))
     return kt
 
 
@@ -595,16 +991,24 @@ def record_notify(kt, name: tl.constexpr, t0, t1, peer, value, flag, seq):
     so the release never waits for these stores.
     """
     if kt.ON:
-        kt = _write_ext(kt, t0, t1, _tag(_NOTIFY, region(name), _FLAG_DETAIL), _pack(peer, value), flag, seq, 0)
+        if kt.DEFER:
+            kt = _pend_notify(kt, _tag(_NOTIFY, region(name), _FLAG_DETAIL), t0, t1, peer, value, flag, seq)
+        else:
+            kt = _write_ext(kt, t0, t1, _tag(_NOTIFY, region(name), _FLAG_DETAIL), _pack(peer, value), flag, seq, 0)
     return kt
 
 
 __all__ = [
     "Tracer",
+    "DeferredTracer",
     "NoTracer",
     "Span",
     "NoSpan",
     "init",
+    "init_deferred",
+    "flush",
+    "flush_single",
+    "finish",
     "begin",
     "end",
     "mark",

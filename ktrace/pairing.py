@@ -15,15 +15,23 @@ arguments ``peer=B``, ``value=v``, ``flag=f``):
    spinning on it. A flag signalled with the same value round after round (reset between
    rounds or launches) pairs round by round. Waits that timed out take their round but are not
    paired (they released on nothing).
-2. **Counters and round numbers** (``fallback``). A completed ``ge``/``gt`` wait left unpaired
-   is released by the first notify of the same producer, consumer, flag and launch after which
-   the flag compares as the wait wanted. The flag's value is not recorded, so it is inferred:
-   notifies that all write one value (more than one of them) are read as a counter (adds: the
-   flag is their running sum), others as sets (the flag is the value written).
+2. **Counters and round numbers** (``fallback``). A completed ``ge``/``gt``/``eq`` wait left
+   unpaired is released by the notify that brought the flag to the value the wait saw (the
+   WAIT's ``value`` where given and consistent with its comparison, else the least value that
+   satisfies it). The flag is taken where it lives, (consumer rank, heap offset), whoever the
+   wait names as its peer: a counter collects several producers' adds (``gemm_rs`` records its
+   own rank as the peer of a wait every rank adds to). Per launch, the writes to the flag are
+   ordered by their start; the flag's value is not recorded, so it is inferred: notifies that
+   all write one value (more than one of them), or whose waits saw more than any single write
+   gives, are read as a counter (adds: the flag is the value before the launch plus the running
+   sum, the value before the launch being what the wait that saw the most saw less the launch's
+   adds, so that counters carried over launches and reset ones both pair); others as sets (the
+   flag is the value written).
 
-No time of one rank is ever compared with a time of another: the order keys are each rank's
-own, so raw timer ticks do as well as aligned nanoseconds, and the pairing can judge the clock
-alignment instead of depending on it.
+No time of one rank is compared with a time of another, except the adds of several ranks to one
+counter (rule 2), ordered by the ``start`` the caller gives (every caller passes aligned ns).
+Everything else is ordered by each rank's own keys, so raw timer ticks do as well
+as aligned nanoseconds, and the pairing can judge the clock alignment instead of depending on it.
 
 Everything is vectorised (packed composite keys, two sorts and a binary search): millions of
 waits pair in about a second.
@@ -32,7 +40,7 @@ waits pair in about a second.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -45,10 +53,13 @@ from .schema import Cmp
 NOTIFY_COLUMNS = ("rank", "launch", "start", "peer", "value", "flag")
 #: Columns :func:`pair` reads of the waits: the consumer's rank, launch and program, the wait's
 #: place in its program's record order (``order``: its slot), the WAIT arguments ``peer`` (the
-#: producer's rank), ``flag``, ``expected`` and ``cmp``, and whether it timed out.
-WAIT_COLUMNS = ("rank", "launch", "program", "order", "peer", "flag", "expected", "cmp", "timed_out")
+#: producer's rank), ``flag``, ``value`` (the flag's value the wait saw; optional),
+#: ``expected`` and ``cmp``, and whether it timed out.
+WAIT_COLUMNS = ("rank", "launch", "program", "order", "peer", "flag", "value", "expected", "cmp", "timed_out")
 
 _LIMIT = 1 << 62
+#: Comparisons rule 2 pairs (a flag that reaches a value: ``>=``, ``>``, or ``==`` a count).
+_COUNTER_CMPS = (int(Cmp.GE), int(Cmp.GT), int(Cmp.EQ))
 
 
 @dataclass(frozen=True)
@@ -59,8 +70,8 @@ class Pairs:
         notify: per pair, the index of its notify among the notifies given (int64).
         wait: per pair, the index of its wait among the waits given (int64, ascending: each
             wait is released by at most one notify).
-        exact: per pair, True when it paired by value and round, False through the counter
-            fallback.
+        exact: per pair, True when it paired by value and round, False through rule 2
+            (counters and round numbers).
         unmatched_notifies: notifies that released no wait given.
         unmatched_waits: completed waits no notify was found for (the producer's rank is
             missing from the capture, or the flag was set by something untraced).
@@ -91,8 +102,9 @@ def pair(notifies: Mapping[str, np.ndarray], waits: Mapping[str, np.ndarray], *,
 
     Args:
         notifies: the :data:`NOTIFY_COLUMNS` of every notify, each an array of one length.
-        waits: the :data:`WAIT_COLUMNS` of every wait (``timed_out`` boolean).
-        fallback: also pair ``ge``/``gt`` waits through the counter rule (rule 2 above).
+        waits: the :data:`WAIT_COLUMNS` of every wait (``timed_out`` boolean; ``value`` may be
+            left out: rule 2 then takes the least value that satisfies each wait).
+        fallback: also pair ``ge``/``gt``/``eq`` waits through rule 2 (counters and round numbers).
 
     Returns:
         The pairs, ordered by wait.
@@ -106,7 +118,7 @@ def pair(notifies: Mapping[str, np.ndarray], waits: Mapping[str, np.ndarray], *,
     nw_of = _exact(notifies, waits, timed_out)
     exact = nw_of >= 0
     if fallback:
-        left = np.flatnonzero(~exact & done & np.isin(_i64(waits["cmp"]), (int(Cmp.GE), int(Cmp.GT))))
+        left = np.flatnonzero(~exact & done & np.isin(_i64(waits["cmp"]), _COUNTER_CMPS))
         if left.size:
             nw_of[left] = _reaching(notifies, waits, left)
     w = np.flatnonzero(nw_of >= 0)
@@ -180,42 +192,71 @@ def _exact(notifies: Mapping, waits: Mapping, timed_out: np.ndarray) -> np.ndarr
 def _reaching(notifies: Mapping, waits: Mapping, left: np.ndarray) -> np.ndarray:
     """Rule 2 for the waits ``left`` (indices): per wait its notify's index, -1 where none."""
     n_n = int(np.asarray(notifies["rank"]).size)
-    # groups: (producer, consumer, flag, launch)
-    kn = [_i64(notifies[c]) for c in ("rank", "peer", "flag", "launch")]
-    kw = [_i64(waits[c])[left] for c in ("peer", "rank", "flag", "launch")]
+    # groups: the flag's location (consumer rank, heap offset) and the launch; not the producer
+    # the wait names (a counter collects several producers' adds: gemm_rs records itself)
+    kn = [_i64(notifies[c]) for c in ("peer", "flag", "launch")]
+    kw = [_i64(waits[c])[left] for c in ("rank", "flag", "launch")]
     inv, allk = group_index(*(np.concatenate([a, b]) for a, b in zip(kn, kw)))
     gn, gw = inv[:n_n], inv[n_n:]
-    o = lexorder(gn, _i64(notifies["launch"]), _i64(notifies["start"]))
+    n_groups = allk.shape[0]
+    # the order in which the writes reached the flag: by start within the group (one producer:
+    # its own clock; several ranks adding to one counter: the callers' aligned ns)
+    o = lexorder(gn, _i64(notifies["start"]))
     gn_o = gn[o]
     val = _i64(notifies["value"])[o]
-    n_groups = allk.shape[0]
     counts = np.bincount(gn_o, minlength=n_groups)
-    lo = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    lo = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
     hi = lo + counts
-    big = np.int64(1) << 34
-    half = np.int64(1) << 33
     nz = counts > 0
     cs = np.cumsum(val)
-    cs_in = cs - np.repeat(cs[lo[nz]] - val[lo[nz]], counts[nz])  # running sum within each group
-    expected = _i64(waits["expected"])[left]
-    need = expected + (_i64(waits["cmp"])[left] == int(Cmp.GT))  # the value that satisfies ">= need"
-
-    def first_reaching(v: np.ndarray) -> np.ndarray:
-        # per group the running maximum of the flag's value, packed with the group so one
-        # binary search finds the first notify of the wait's group at or above its need
-        v = np.clip(v, -half + 1, half - 1)
-        run = np.maximum.accumulate(gn_o * big + v + half)
-        target = gw * big + np.clip(need, -half + 1, half - 1) + half
-        p = np.searchsorted(run, target, side="left")
-        return np.where((p < hi[gw]) & (counts[gw] > 0), p, -1)
-
+    cs_in = cs - np.repeat(cs[lo[nz]] - val[lo[nz]], counts[nz])  # running sum of the adds within each group
+    total = np.zeros(n_groups, np.int64)
+    total[nz] = cs_in[hi[nz] - 1]
+    target = _target(waits, left)
     vmin = np.full(n_groups, np.iinfo(np.int64).max)
     vmax = np.full(n_groups, np.iinfo(np.int64).min)
+    tmax = np.full(n_groups, np.iinfo(np.int64).min)
     np.minimum.at(vmin, gn_o, val)
     np.maximum.at(vmax, gn_o, val)
-    counter = (vmin == vmax) & (counts > 1)
-    p = np.where(counter[gw], first_reaching(cs_in), first_reaching(val))
+    np.maximum.at(tmax, gw, target)
+    # a counter: notifies that all write one value (more than one of them), or a flag whose
+    # waits saw (or wanted) more than any single write of the launch could give
+    counter = nz & (((vmin == vmax) & (counts > 1)) | (vmax < tmax))
+    # the counter's value before the launch's first add: the wait that saw the most saw them all
+    base = np.where(counter, tmax - total, 0)
+    is_c = counter[gw]
+    p_c = _first_reaching(gn_o, cs_in, gw, target - base[gw], hi, counts)
+    p_s = _first_reaching(gn_o, val, gw, target, hi, counts)
+    p = np.where(is_c, np.where(target - base[gw] > 0, p_c, -1), p_s)
     return np.where(p >= 0, o[np.maximum(p, 0)], -1).astype(np.int64)
+
+
+def _target(waits: Mapping, left: np.ndarray) -> np.ndarray:
+    """The flag value each wait of ``left`` was released at: the value it saw where recorded and
+    consistent with its comparison, else the least value that satisfies it."""
+    expected = _i64(waits["expected"])[left]
+    cmp = _i64(waits["cmp"])[left]
+    need = np.where(cmp == int(Cmp.GT), expected + 1, expected)
+    if "value" not in waits:
+        return need
+    seen = _i64(waits["value"])[left]
+    ok = np.where(cmp == int(Cmp.EQ), seen == expected, seen >= need)
+    return np.where(ok, seen, need)
+
+
+def _first_reaching(g_sorted: np.ndarray, v: np.ndarray, gw: np.ndarray, need: np.ndarray, hi: np.ndarray,
+                    counts: np.ndarray) -> np.ndarray:
+    """Per wait, the first position (in the group-sorted notifies) of its group ``gw`` at which
+    the running maximum of ``v`` reaches ``need``; -1 where it never does.
+
+    The running maximum is packed with the group (group * 2**34 + value), so one binary search
+    over the whole sorted array finds every wait's position."""
+    big, half = np.int64(1) << 34, np.int64(1) << 33
+    v = np.clip(v, -half + 1, half - 1)
+    run = np.maximum.accumulate(g_sorted * big + v + half)
+    key = gw * big + np.clip(need, -half + 1, half - 1) + half
+    p = np.searchsorted(run, key, side="left")
+    return np.where((p < hi[gw]) & (counts[gw] > 0), p, -1)
 
 
 def _occurrence(sorted_keys: np.ndarray) -> np.ndarray:
@@ -233,6 +274,31 @@ def _occurrence(sorted_keys: np.ndarray) -> np.ndarray:
     return out
 
 
+def inputs(notify_col: Callable[[str], np.ndarray], wait_col: Callable[[str], np.ndarray], *,
+           start: str = "start_ns", order: np.ndarray | None = None) -> tuple[dict, dict]:
+    """The arguments of :func:`pair` from event columns: the one place that names them.
+
+    Args:
+        notify_col: ``notify_col(name)`` gives event column ``name`` (``rank``, ``launch``,
+            ``start_ns``/``start``, ``arg0``..``arg5``) on the notifies' rows.
+        wait_col: the same on the waits' rows (``program``, ``slot`` and ``flags`` too).
+        start: the notifies' time column (aligned ``start_ns``: see the module docstring).
+        order: the waits' record order (default: their ``slot``).
+
+    Returns:
+        ``(notifies, waits)``, the :data:`NOTIFY_COLUMNS` and :data:`WAIT_COLUMNS`.
+    """
+    from .schema import EventKind, arg_column, is_timeout
+
+    N, W = EventKind.NOTIFY, EventKind.WAIT
+    notifies = {"rank": notify_col("rank"), "launch": notify_col("launch"), "start": notify_col(start)}
+    notifies.update((a, notify_col(arg_column(N, a))) for a in ("peer", "value", "flag"))
+    waits = {"rank": wait_col("rank"), "launch": wait_col("launch"), "program": wait_col("program"),
+             "order": wait_col("slot") if order is None else order, "timed_out": is_timeout(wait_col("flags"))}
+    waits.update((a, wait_col(arg_column(W, a))) for a in ("peer", "flag", "value", "expected", "cmp"))
+    return notifies, waits
+
+
 def pair_table(events, *, fallback: bool = True) -> tuple[np.ndarray, np.ndarray, int, int]:
     """:func:`pair` on the rows of an event table (a structured array or a dict of columns).
 
@@ -246,24 +312,17 @@ def pair_table(events, *, fallback: bool = True) -> tuple[np.ndarray, np.ndarray
         ``(notify_rows, wait_rows, unmatched_notifies, unmatched_waits)``: row indices into
         ``events``, one pair per position, ordered by wait row.
     """
-    from .schema import EventKind, arg_column, is_timeout
+    from .schema import EventKind
 
     names = tuple(events.dtype.names or ()) if hasattr(events, "dtype") else tuple(events)
     kind = np.asarray(events["kind"])
     ni = np.flatnonzero(kind == EventKind.NOTIFY)
     wi = np.flatnonzero(kind == EventKind.WAIT)
 
-    def col(name, rows, default=None):
-        if name in names:
-            return np.asarray(events[name])[rows]
-        return np.zeros(rows.size, np.int64) if default is None else default
+    def col(rows):
+        return lambda name: np.asarray(events[name])[rows] if name in names else np.zeros(rows.size, np.int64)
 
-    s_col = "start_ns" if "start_ns" in names else "start"
-    N, W = EventKind.NOTIFY, EventKind.WAIT
-    notifies = {"rank": col("rank", ni), "launch": col("launch", ni), "start": col(s_col, ni)}
-    notifies.update((a, col(arg_column(N, a), ni)) for a in ("peer", "value", "flag"))
-    waits = {"rank": col("rank", wi), "launch": col("launch", wi), "program": col("program", wi),
-             "order": col("slot", wi, wi.astype(np.int64)), "timed_out": is_timeout(col("flags", wi))}
-    waits.update((a, col(arg_column(W, a), wi)) for a in ("peer", "flag", "expected", "cmp"))
+    notifies, waits = inputs(col(ni), col(wi), start="start_ns" if "start_ns" in names else "start",
+                             order=None if "slot" in names else wi.astype(np.int64))
     p = pair(notifies, waits, fallback=fallback)
     return ni[p.notify].astype(np.int64), wi[p.wait].astype(np.int64), p.unmatched_notifies, p.unmatched_waits

@@ -165,7 +165,7 @@ def visible_gpus() -> tuple[int, str]:
     try:
         import torch
     except ImportError:
-        return 0, "torch is not installed"
+        return 0, "torch is not installed (recording needs pip install 'ktrace[gpu]')"
     try:
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
     except RuntimeError as e:  # a driver that fails to initialise

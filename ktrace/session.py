@@ -24,6 +24,7 @@ Buffers stay on the device until the session ends; then each arena is copied to 
 
 from __future__ import annotations
 
+import ast
 import atexit
 import dataclasses
 import functools
@@ -49,6 +50,8 @@ log = logging.getLogger("ktrace")
 DEFAULT_EVENTS_PER_PROGRAM = 16
 #: Launch buffers are carved from zeroed arenas of this size (one memset per arena, not per launch).
 ARENA_BYTES = 64 << 20
+#: A traced launch's profiler range is named ``ktrace <kernel> #<launch index>`` (``capture(profiler=)``).
+PROFILE_RANGE_PREFIX = "ktrace "
 _ALIGN_WORDS = 32  # 256-byte alignment of each launch buffer inside an arena
 
 #: Which calibration a phase is, in the capture's notes.
@@ -156,6 +159,12 @@ class Session:
             (each lane keeps its last records and says what it waits for, in pinned host memory),
             with a watchdog that writes a live dump when the kernels stop making progress while
             a lane waits, and a dump on ``SIGUSR1`` (``ktrace dump``). See ``ktrace.flight``.
+        profiler: a ``torch.profiler.profile`` recording the same run. Each traced launch is then
+            wrapped in a profiler range named ``ktrace <kernel> #<launch index>`` (so the launch's
+            CUPTI kernel record is found by its correlation id, not only by order), and
+            :meth:`save` also writes the profiler's Chrome trace beside the capture, once the
+            profiler has stopped (``ktrace merge CAPTURE -o out.pftrace`` then merges both: see
+            ``ktrace.export.profile``).
 
     Leaving the ``with`` block never raises anything but the code's own error. Waits that timed
     out while it was open are kept in the capture (:attr:`RankCapture.timeouts`) and still
@@ -178,6 +187,7 @@ class Session:
     run_id: str | None = None
     flight_recorder: Any = False
     _flight: Any = field(default=None, repr=False)
+    profiler: Any = None
     _calib: dict = field(default_factory=dict, repr=False)
     _notes: list = field(default_factory=list, repr=False)
     _timeouts: dict | None = field(default=None, repr=False)
@@ -316,7 +326,7 @@ class Session:
 
     # recording -------------------------------------------------------------------------------
     def _new_launch(self, kernel: "TracedKernel", grid: tuple[int, int, int], capacity: int, device: int):
-        import torch
+        torch = _torch()
 
         if self.closed:
             raise RuntimeError("this ktrace capture is closed; open a new one")
@@ -510,9 +520,33 @@ class Session:
         """Every event of every launch of this session (``schema.EVENT_DTYPE``, raw ticks)."""
         return self.to_capture().events()
 
-    def save(self, path) -> "os.PathLike":
-        """Write this rank's capture file."""
-        return write_capture(path, self.to_capture())
+    def save(self, path, *, compress: bool | str = False) -> "os.PathLike":
+        """Write this rank's capture file; with a profiler (``capture(profiler=prof)``) that has
+        stopped, its Chrome trace too, as ``<path without suffix>.kineto.json.gz`` beside it,
+        named in the capture's metadata (``profile``) so that ``ktrace merge`` finds it."""
+        cap = self.to_capture()
+        if self.profiler is not None:
+            cap.meta["profile"] = {str(self.rank): self._save_profile(path)}
+        return write_capture(path, cap, compress=compress)
+
+    def _save_profile(self, path) -> str:
+        """Export the profiler's Chrome trace (gzipped) beside ``path``; returns its file name."""
+        import gzip
+        import tempfile
+        from pathlib import Path
+
+        path = Path(path)
+        out = path.with_name(path.name.rsplit(".", 1)[0] + ".kineto.json.gz")
+        with tempfile.TemporaryDirectory() as d:
+            tmp = Path(d) / "trace.json"
+            try:
+                self.profiler.export_chrome_trace(str(tmp))
+            except Exception as e:  # (e.g. still recording: export needs a stopped profiler)
+                raise RuntimeError(f"the profiler's trace could not be exported ({e}): save the capture after the "
+                                   "profiler's `with` block has closed") from None
+            with open(tmp, "rb") as src, gzip.open(out, "wb") as dst:
+                dst.write(src.read())
+        return out.name
 
 
 def capture(**kwargs) -> Session:
@@ -558,12 +592,181 @@ def _grid3(g) -> tuple[int, int, int]:
     return (g + (1, 1))[:3]  # type: ignore[return-value]
 
 
+def _global_name(mod) -> str:
+    """The name under which a prepared kernel's module sees a probe module (set in its globals)."""
+    return "_" + mod.__name__.replace(".", "_") + "_"
+
+
+class KernelShapeError(TypeError):
+    """A kernel ``@ktrace.trace`` cannot end with a flush of its tracer (an early ``return``)."""
+
+
+def _init_module(node, g: dict):
+    """The probe module whose ``init`` ``node`` calls, as the kernel's names resolve it, if that
+    module supports deferred records (``__ktrace_deferrable__``: it has ``init_deferred`` and
+    ``finish``; ``ktrace.language`` does, and a module of probes for another DSL may); else None."""
+    import sys
+
+    if not isinstance(node, ast.Call):
+        return None
+    f = node.func
+    if isinstance(f, ast.Attribute) and f.attr == "init" and isinstance(f.value, ast.Name):
+        mod = g.get(f.value.id)
+    elif isinstance(f, ast.Name):
+        mod = sys.modules.get(getattr(g.get(f.id), "__module__", None) or "")
+        if mod is None or getattr(mod, "init", None) is not g.get(f.id):
+            return None
+    else:
+        return None
+    return mod if getattr(mod, "__ktrace_deferrable__", False) else None
+
+
+#: ``ktrace.language`` probes that read a tracer without writing a record (no result to keep).
+_READERS = ("begin", "timestamp")
+
+
+def _always_off(call) -> bool:
+    """``kl.init(buf, 0)``: a tracer that is off whatever the launch (nothing to defer)."""
+    gate = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "KTRACE"), None)
+    return isinstance(gate, ast.Constant) and gate.value == 0
+
+
+def _callee(node, scope: dict):
+    """The Python object a call's function expression names in ``scope`` (None if unknown)."""
+    f = node.func
+    if isinstance(f, ast.Name):
+        return scope.get(f.id)
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
+        return getattr(scope.get(f.value.id), f.attr, None)
+    return None
+
+
+def _assigned_to(parents: dict, call, name: str) -> bool:
+    """Whether the call's result is assigned back to ``name`` (``kt = f(kt)``, ``kt, x = f(kt)``)."""
+    st = parents.get(id(call))
+    if not isinstance(st, ast.Assign):
+        return False
+    for t in st.targets:
+        for n in ast.walk(t):
+            if isinstance(n, ast.Name) and n.id == name:
+                return True
+    return False
+
+
+def _tracer_threaded(fn, name: str, depth: int = 0, seen=None) -> str | None:
+    """Why the tracer ``name`` of jit function ``fn`` is not threaded through every call, else None.
+
+    Deferred records live in the tracer value: a call that takes it and whose result is not
+    assigned back to it (``helper(kt, ...)``) would drop the records still pending when the
+    callee returns. Calls into ktrace's own device modules are trusted; a user jit function the
+    tracer is passed to is checked the same way, recursively.
+    """
+    seen = set() if seen is None else seen
+    if (id(fn), name) in seen or depth > 16:
+        return None
+    seen.add((id(fn), name))
+    fdef = ast.parse(fn.src).body[0]
+    scope = {**fn.__globals__, **inspect.getclosurevars(fn.fn).nonlocals}
+    parents = {}
+    for st in ast.walk(fdef):
+        if isinstance(st, ast.Assign) and isinstance(st.value, ast.Call):
+            parents[id(st.value)] = st
+    for call in ast.walk(fdef):
+        if not isinstance(call, ast.Call):
+            continue
+        pos = [i for i, a in enumerate(call.args) if isinstance(a, ast.Name) and a.id == name]
+        kws = [k.arg for k in call.keywords if isinstance(k.value, ast.Name) and k.value.id == name]
+        if not pos and not kws:
+            continue
+        target = _callee(call, scope)
+        mod = getattr(target, "__module__", "") or ""
+        if mod.startswith("ktrace.") and getattr(target, "__name__", "") in _READERS:
+            continue
+        if not _assigned_to(parents, call, name):
+            where = f"{fn.__name__} line {fn.starting_line_number + call.lineno - 1}"
+            return f"{where} passes the tracer to {ast.unparse(call.func)} without keeping its result"
+        if mod.startswith("ktrace.") or not hasattr(target, "src"):
+            continue
+        params = list(inspect.signature(target.fn).parameters)
+        for p in [params[i] for i in pos if i < len(params)] + [k for k in kws if k in params]:
+            why = _tracer_threaded(target, p, depth + 1, seen)
+            if why:
+                return why
+    return None
+
+
+def _deferring_kernel(jit_fn):
+    """The kernel with its tracers' records kept off the critical path, and flushed at its end.
+
+    Each top-level ``name = kl.init(...)`` of the kernel's body becomes
+    ``kl.init_deferred(...)`` and ``kl.finish(name)`` is appended to the body, by editing the
+    source text (line numbers, hence error messages and the recorded source lines, unchanged).
+    The result is a new JIT function of the same type and options (the original, and its
+    compiled kernels, are left as they were). A kernel without such a call is returned as is, and
+    so is one that passes a tracer to a function whose result it does not assign back to it (the
+    records pending at that function's end would be lost): its records are stored by their
+    probes, as written (:func:`_tracer_threaded` says why, in the log).
+
+    Raises:
+        KernelShapeError: the kernel has a ``return`` statement: the flush could not be placed
+            on every path out of it (one line, at decoration).
+    """
+    src = jit_fn.src
+    fdef = ast.parse(src).body[0]
+    g = jit_fn.__globals__
+    scope = {**g, **inspect.getclosurevars(jit_fn.fn).nonlocals}
+    tracers = [(st.targets[0].id, st.value, _init_module(st.value, scope)) for st in fdef.body
+               if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
+               and _init_module(st.value, scope) is not None and not _always_off(st.value)]
+    if not tracers:
+        return jit_fn
+    for name, _, _ in tracers:
+        why = _tracer_threaded(jit_fn, name)
+        if why:  # (correct as written: each record stored by its probe, on the critical path)
+            log.info("ktrace: kernel %s keeps its records immediate: %s", fdef.name, why)
+            return jit_fn
+    for node in ast.walk(fdef):
+        if isinstance(node, ast.Return):
+            raise KernelShapeError(
+                f"@ktrace.trace: kernel {fdef.name} returns at line {jit_fn.starting_line_number + node.lineno - 1}: "
+                "its trace could not be flushed on that path; end the kernel without `return` (put the rest under `if`)")
+    lines = [ln.encode() for ln in src.splitlines(keepends=True)]
+    for _, call, mod in sorted(tracers, key=lambda t: (t[1].func.lineno, t[1].func.col_offset), reverse=True):
+        f, i = call.func, call.func.lineno - 1
+        if f.end_lineno != f.lineno:
+            return jit_fn  # (a call name split over lines: left as written, records stored at once)
+        lines[i] = lines[i][: f.col_offset] + f"{_global_name(mod)}.init_deferred".encode() + lines[i][f.end_col_offset :]
+    end = fdef.end_lineno
+    if not lines[end - 1].endswith(b"\n"):
+        lines[end - 1] += b"\n"
+    indent = " " * fdef.body[0].col_offset
+    tail = [f"{indent}{_global_name(mod)}.finish({name})\n".encode() for name, _, mod in tracers]
+    new_src = b"".join(lines[:end] + tail + lines[end:]).decode()
+    for _, _, mod in tracers:
+        if g.setdefault(_global_name(mod), mod) is not mod:
+            raise KernelShapeError(f"@ktrace.trace: the name {_global_name(mod)} is taken in module {jit_fn.__module__}")
+    new = type(jit_fn)(
+        jit_fn.fn, version=jit_fn.version, do_not_specialize=jit_fn.do_not_specialize,
+        do_not_specialize_on_alignment=jit_fn.do_not_specialize_on_alignment, debug=jit_fn.debug,
+        noinline=jit_fn.noinline, repr=jit_fn._repr, launch_metadata=jit_fn.launch_metadata,
+    )
+    new.pre_run_hooks = list(jit_fn.pre_run_hooks)
+    new._unsafe_update_src(new_src)
+    new.ktrace_original = jit_fn
+    return new
+
+
 class TracedKernel:
     """A ``@triton.jit`` kernel that records events when a capture is active.
 
     Launch it exactly like the kernel (``k[grid](...)``). When no capture is active and
     ``KTRACE`` is not set in the environment, the launch is the plain Triton launch, with
     ``KTRACE=0`` (the kernel's default): no buffer, no probe code.
+
+    The kernel launched is a prepared copy (:func:`_deferring_kernel`): its tracers keep each
+    WAIT record and the last span, instant or counter in registers until a release, the next
+    wait or the kernel's end, where ``kl.finish`` (added by the decorator) stores them. A kernel
+    that returns early is refused (:class:`KernelShapeError`).
     """
 
     def __init__(self, jit_fn, events_per_program: int | Callable[[dict], int] = DEFAULT_EVENTS_PER_PROGRAM, name: str | None = None):
@@ -577,7 +780,8 @@ class TracedKernel:
             )
         if isinstance(events_per_program, int) and events_per_program <= 0:
             raise ValueError(f"events_per_program must be positive, got {events_per_program}")
-        self.jit_fn = jit_fn
+        jit_fn = getattr(jit_fn, "ktrace_original", jit_fn)
+        self.jit_fn = _deferring_kernel(jit_fn)
         self.events_per_program = events_per_program
         self.name = name or jit_fn.__name__
         self._sig = inspect.signature(jit_fn.fn)
@@ -617,11 +821,26 @@ class TracedKernel:
         if pl is None:
             return self.jit_fn[grid](*args, **kwargs)
         kwargs = dict(kwargs, ktrace_buf=pl.buffer, KTRACE=getattr(pl, "gate", 0) or cap)
+        if getattr(session, "profiler", None) is not None:  # a named range around the launch: its CUPTI record by correlation
+            import torch
+
+            with torch.profiler.record_function(f"{PROFILE_RANGE_PREFIX}{self.name} #{pl.index}"):
+                return self.jit_fn[grid](*args, **kwargs)
         return self.jit_fn[grid](*args, **kwargs)
 
 
+def _torch():
+    """torch, or an ImportError that says which install records captures."""
+    try:
+        import torch
+    except ImportError:
+        raise ImportError("recording a capture needs torch and triton: pip install 'ktrace[gpu]' (analysing, merging "
+                          "and viewing captures does not)") from None
+    return torch
+
+
 def _device_of(args, kwargs) -> int:
-    import torch
+    torch = _torch()
 
     for a in list(args) + list(kwargs.values()):
         if isinstance(a, torch.Tensor) and a.is_cuda:

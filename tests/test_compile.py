@@ -77,13 +77,13 @@ def _lines(asm, pat):
 
 
 def test_nvidia_region_memory_ops_stay_between_timer_reads():
-    """The copy's loads and stores sit between the span's two %globaltimer reads in the PTX
+    """Immediate records (a kernel not prepared by ``@ktrace.trace``). The copy's loads and stores sit between the span's two %globaltimer reads in the PTX
     (straight-line code: predicated, no branches); after the second read come only the record's
     two 16-byte stores under one predicate and the dropped-counter store under another, both
     made from operands: (slot free / full) and (this is thread 0), the latter read once by
     ``kl.init`` (one thread writes the whole record)."""
     fn, sig, consts = CASES["copy"]
-    asm = compile_asm(fn, sig, {**consts, "KTRACE": 4}, CUDA_SM90)
+    asm = compile_asm(fn.jit_fn.ktrace_original, sig, {**consts, "KTRACE": 4}, CUDA_SM90)
     assert not re.search(r"\bbra\b", asm)
     lines = asm.splitlines()
     timers = _lines(asm, r"%globaltimer")
@@ -124,7 +124,7 @@ def test_llvm_ir_keeps_region_memory_ops_between_timer_reads(target):
     operations go to out-of-line blocks that branch back), the copy's loads and stores lie
     between the two timer reads, which are side-effecting asm with a memory clobber."""
     fn, sig, consts = CASES["copy"]
-    ir = compile_asm(fn, sig, {**consts, "KTRACE": 4}, target, stage="llir")
+    ir = compile_asm(fn.jit_fn.ktrace_original, sig, {**consts, "KTRACE": 4}, target, stage="llir")
     timer = "globaltimer" if target.backend == "cuda" else "s_memrealtime"
     timers = _lines(ir, r"asm sideeffect.*" + timer)
     assert len(timers) == 2
@@ -174,6 +174,15 @@ def test_hand_off_release_does_not_wait_for_the_notify_record(traced):
     assert len(records) == 8, records  # WAIT + DETAIL, NOTIFY + DETAIL: four 16-byte stores each
     assert all(max(spin) < r < release[0] for r in records[:4])
     assert all(r > release[0] for r in records[4:])
+    # prepared by @ktrace.trace: no record store between the spin and the release
+    import ktrace
+
+    asm = compile_asm(ktrace.trace(pk.relay_kernel), sig, {"KTRACE": 8}, CUDA_SM90)
+    release = _lines(asm, r"atom\.global\.sys\.release\.exch")
+    spin = _lines(asm, r"ld\.acquire\.sys\.global")
+    records = _lines(asm, r"st\.global\.v2\.b64")
+    assert not [r for r in records if max(spin) < r < release[0]]
+    assert len([r for r in records if r > release[0]]) >= 8
 
 
 def test_gate_must_be_a_non_negative_int():
@@ -188,3 +197,86 @@ def test_gate_must_be_a_non_negative_int():
             causes.append(str(e))
             e = e.__cause__
         assert any("KTRACE must be a non-negative int" in c for c in causes), causes
+
+
+def test_deferred_span_record_is_stored_at_the_end_by_thread_0():
+    """``@ktrace.trace`` prepared the copy: the span's record waits in registers and the added
+    ``kl.finish`` stores it after the region, in one predicated block whose words are the two timer
+    readings; nothing between the timer reads but the copy's own loads and stores."""
+    fn, sig, consts = CASES["copy"]
+    assert "finish(kt)" in fn.jit_fn.src and "init_deferred(" in fn.jit_fn.src
+    asm = compile_asm(fn, sig, {**consts, "KTRACE": 4}, CUDA_SM90)
+    lines = asm.splitlines()
+    timers = _lines(asm, r"%globaltimer")
+    loads, stores = _lines(asm, r"ld\.global"), _lines(asm, r"st\.global")
+    assert len(timers) == 2 and timers[0] < min(loads) and max(loads) < timers[1]
+    assert len([i for i in stores if timers[0] < i < timers[1]]) == len(loads)
+    after = [lines[i].strip() for i in stores if i > timers[1]]
+    assert after and all(ln.startswith("@") for ln in after), after
+    regs = [re.search(r"mov\.u64 (%rd\d+), %globaltimer", lines[t]).group(1) for t in timers]
+    rec = [ln for ln in after if re.search(rf"\{{{re.escape(regs[0])}, {re.escape(regs[1])}\}}", ln)]
+    assert len(rec) == 1 and "st.global.v2.b64" in rec[0], after
+
+
+def _sass(fn, sig, consts):
+    """sm_90 SASS of a kernel (ptxas and nvdisasm ship with Triton's NVIDIA backend)."""
+    import os
+    import subprocess
+    import tempfile
+
+    import triton
+    from triton.compiler import ASTSource
+
+    fn = getattr(fn, "jit_fn", fn)
+    sig = {**sig, **{k: "constexpr" for k in consts}}
+    k = triton.compile(ASTSource(fn, sig, constexprs=dict(consts)), target=CUDA_SM90)
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+    if not os.path.exists(tool):
+        pytest.skip("nvdisasm not shipped with this Triton")
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(k.asm["cubin"])
+        return subprocess.run([tool, "-c", path], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.parametrize("deferred", [False, True], ids=["immediate", "deferred"])
+def test_sass_wait_record_leaves_the_path_from_spin_to_release(deferred):
+    """sm_90 SASS of a wait then a notify: with immediate records the WAIT record's four 16-byte
+    stores sit between the spin's last flag read and the release's MEMBAR (which waits for them);
+    in a kernel prepared by ``@ktrace.trace`` none do: they come after the release's atomic."""
+    import ktrace
+
+    sig = {"flag": "*i32", "rank": "i32", "peer": "i32", "heap_bases": "*i64", "ktrace_buf": "*i64"}
+    fn = ktrace.trace(pk.relay_kernel) if deferred else pk.relay_kernel
+    lines = _sass(fn, sig, {"KTRACE": 8}).splitlines()
+    spin = max(i for i, ln in enumerate(lines) if "LDG.E.STRONG.SYS" in ln)
+    membar = [i for i, ln in enumerate(lines) if "MEMBAR.ALL.SYS" in ln]
+    atom = [i for i, ln in enumerate(lines) if "ATOMG.E.EXCH.STRONG.SYS" in ln]
+    assert len(membar) == 1 and len(atom) == 1 and spin < membar[0] < atom[0]
+    vec = [i for i, ln in enumerate(lines) if "STG.E.128" in ln]
+    between = [i for i in vec if spin < i < membar[0]]
+    after = [i for i in vec if i > atom[0]]
+    if deferred:
+        assert not between and len(after) == 8, (between, after)
+    else:
+        assert len(between) == 4 and len(after) == 4, (between, after)
+
+
+@pytest.mark.parametrize("target", [CUDA_SM90, HIP_GFX942], ids=["sm_90", "gfx942"])
+def test_deferred_probes_compile_away_when_off(target):
+    """A kernel prepared by ``@ktrace.trace`` (deferred records, the added ``kl.finish``) compiled
+    with KTRACE=0 is the unprepared kernel's assembly, for every probe kind (relay: a wait and a
+    notify; shape: spans, marks, counters)."""
+    import ktrace
+
+    relay = {"flag": "*i32", "rank": "i32", "peer": "i32", "heap_bases": "*i64", "ktrace_buf": "*i64"}
+    for fn, sig in ((pk.relay_kernel, relay), (pk.shape_kernel.jit_fn.ktrace_original, CASES["shape"][1])):
+        prepared = ktrace.trace(fn).jit_fn
+        assert prepared is not fn and "finish(kt)" in prepared.src
+        a = compile_asm(prepared, sig, {"KTRACE": 0}, target)
+        b = compile_asm(fn, sig, {"KTRACE": 0}, target)
+        strip = lambda asm: [ln for ln in asm.split(".section")[0].splitlines()  # noqa: E731
+                             if ln.strip() and not ln.strip().startswith((".loc", ".file", "//", ";"))]
+        assert strip(a) == strip(b)
+        assert not PLACE[target.backend].search(a)  # (a bounded wait reads the timer, traced or not)

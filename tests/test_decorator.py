@@ -103,3 +103,100 @@ def test_capture_context_nests_and_restores():
     assert a.closed and b.closed
     with pytest.raises(ValueError):
         ktrace.capture(events_per_program=0)
+
+
+def test_decorator_defers_records_and_appends_the_flush():
+    """Each top-level ``kt = kl.init(...)`` becomes ``init_deferred`` and ``kl.finish(kt)`` ends the
+    kernel; the lines of the source keep their numbers; wrapping again starts from the original."""
+    orig = pk.shape_kernel.jit_fn.ktrace_original
+    tk = pk.shape_kernel
+    new, old = tk.jit_fn.src.splitlines(), orig.src.splitlines()
+    assert len(new) == len(old) + 1 and new[-1].strip() == "_ktrace_language_.finish(kt)"
+    changed = [i for i, (a, b) in enumerate(zip(new, old)) if a != b]
+    assert len(changed) == 1 and "init_deferred(ktrace_buf, KTRACE)" in new[changed[0]]
+    again = ktrace.trace(tk.jit_fn)
+    assert again.jit_fn.ktrace_original is orig and again.jit_fn.src == tk.jit_fn.src
+    assert orig.src == "\n".join(old) + ("\n" if orig.src.endswith("\n") else "")  # the original is untouched
+
+
+def test_decorator_refuses_an_early_return_in_one_line():
+    import triton
+    import triton.language as tl
+
+    import ktrace.language as kl
+
+    @triton.jit
+    def k(x, ktrace_buf=None, KTRACE: tl.constexpr = 0):
+        kt = kl.init(ktrace_buf, KTRACE)
+        if tl.program_id(0) > 0:
+            return
+        kt = kl.mark(kt, "m")
+
+    with pytest.raises(kcap.KernelShapeError, match=r"kernel k returns at line \d+: .* without `return`") as ei:
+        ktrace.trace(k)
+    assert "\n" not in str(ei.value)
+
+
+def test_kernel_without_a_top_level_init_is_left_as_is():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def k(x, ktrace_buf=None, KTRACE: tl.constexpr = 0):
+        tl.store(x, 1)
+
+    assert ktrace.trace(k).jit_fn is k
+
+
+def test_a_tracer_passed_to_a_helper_that_drops_it_keeps_records_immediate(caplog):
+    """A helper given the tracer whose result is not assigned back would lose the records still
+    pending when it returns: such a kernel is left as written (records stored by their probes)."""
+    import logging
+
+    import triton
+    import triton.language as tl
+
+    import ktrace.language as kl
+
+    @triton.jit
+    def helper(kt, x):
+        kt = kl.mark(kt, "in helper")
+        tl.store(x, 1)
+        return kt
+
+    @triton.jit
+    def dropping(x, ktrace_buf=None, KTRACE: tl.constexpr = 0):
+        kt = kl.init(ktrace_buf, KTRACE)
+        helper(kt, x)
+
+    @triton.jit
+    def threading(x, ktrace_buf=None, KTRACE: tl.constexpr = 0):
+        kt = kl.init(ktrace_buf, KTRACE)
+        off = kl.init(ktrace_buf, 0)
+        helper(off, x)
+        s = kl.begin(kt, "outer")
+        kt = helper(kt, x)
+        kt = kl.end(kt, s)
+
+    with caplog.at_level(logging.INFO, logger="ktrace"):
+        assert ktrace.trace(dropping).jit_fn is dropping
+    assert "passes the tracer to helper without keeping its result" in caplog.text
+    assert ktrace.trace(threading).jit_fn.ktrace_original is threading
+
+
+def test_init_imported_by_name_is_prepared_too():
+    import triton
+    import triton.language as tl
+
+    import ktrace.language as kl
+    from ktrace.language import init
+
+    @triton.jit
+    def k(x, ktrace_buf=None, KTRACE: tl.constexpr = 0):
+        kt = init(ktrace_buf, KTRACE)
+        kt = kl.mark(kt, "m")
+        tl.store(x, 1)
+
+    src = ktrace.trace(k).jit_fn.src
+    assert "kt = _ktrace_language_.init_deferred(ktrace_buf, KTRACE)" in src
+    assert src.rstrip().endswith("_ktrace_language_.finish(kt)")

@@ -30,7 +30,8 @@ def _opened(stdout: str, cwd: Path) -> list[Path]:
 def test_examples_are_numbered_and_documented():
     names = sorted(p.name for p in EXAMPLES.glob("[0-9][0-9]_*.py"))
     assert names == ["01_trace_a_single_gpu_kernel.py", "02_all_to_all_stalls.py", "03_gemm_all_scatter_schedules.py",
-                     "04_find_a_deadlock.py", "05_before_after_diff.py"]
+                     "04_find_a_deadlock.py", "05_before_after_diff.py",
+                     "06_rank_captures_with_duckdb.py"]
     for n in names:
         src = (EXAMPLES / n).read_text()
         assert src.startswith('"""' + n[:2] + " - "), n

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+import re
+
 import pytest
 
 from ktrace import schema
@@ -400,6 +402,35 @@ def test_ring_mode_compiles(target):
         assert ", 252;" in ring_asm and ", -16;" in ring_asm and ", -16;" not in dense_asm
         # the lane's start stamp and the NOW slot's stores (since, flag, expected, peer|seen, clear)
         assert ring_asm.count("%globaltimer") > dense_asm.count("%globaltimer")
+
+
+def test_deferred_ring_records_leave_the_path_from_spin_to_release():
+    """sm_90 SASS of a wait then a notify in a kernel prepared by ``@ktrace.trace`` (deferred
+    records), in ring mode: the WAIT and NOTIFY records (four 16-byte stores each: a pair is two
+    records, each at its own ring slot) and the head's 4-byte stores all come after the release's
+    atomic; the same atomics as the deferred tracer of a plain trace (the release and the
+    branched-around timeout report): none on the record path."""
+    import ktrace
+    from tests import probe_kernels as pk
+    from tests.test_compile import _sass
+
+    sig = {"flag": "*i32", "rank": "i32", "peer": "i32", "heap_bases": "*i64", "ktrace_buf": "*i64"}
+    fn = ktrace.trace(pk.relay_kernel)
+    assert "init_deferred(" in fn.jit_fn.src
+    atoms = {}
+    for mode, gate in (("plain", 8), ("ring", schema.ring_gate(8))):
+        lines = _sass(fn, sig, {"KTRACE": gate}).splitlines()
+        spin = max(i for i, ln in enumerate(lines) if "LDG.E.STRONG.SYS" in ln)
+        membar = [i for i, ln in enumerate(lines) if "MEMBAR.ALL.SYS" in ln]
+        release = [i for i, ln in enumerate(lines) if "ATOMG.E.EXCH.STRONG.SYS" in ln]
+        assert len(membar) == 1 and len(release) == 1 and spin < membar[0] < release[0]
+        vec = [i for i, ln in enumerate(lines) if "STG.E.128" in ln]
+        assert len(vec) == 8 and min(vec) > release[0], (mode, vec)
+        atoms[mode] = [ln.split()[1] for ln in lines if "ATOM" in ln or " RED." in ln]
+        if mode == "ring":
+            head = [i for i, ln in enumerate(lines) if re.search(r"\bSTG\.E desc", ln)]
+            assert head and min(head) > release[0], head
+    assert atoms["ring"] == atoms["plain"], atoms
 
 
 def test_ring_gate_must_be_a_power_of_two():

@@ -6,6 +6,9 @@
 - :mod:`ktrace.export.writer` — the writer protocol and the one driver every format runs on.
 - :mod:`ktrace.export.pool` — the worker processes and the run's shared state.
 - :mod:`ktrace.export.chrome`, :mod:`ktrace.export.perfetto` — the two formats.
+- :mod:`ktrace.export.profile` — a PyTorch profiler trace of the same run merged in (``ktrace merge
+  --with-profile``): each traced launch aligned to its CUPTI kernel record.
+- :mod:`ktrace.export.parquet` — the capture's tables as Parquet files (``ktrace export``; pyarrow).
 
 Needs numpy, orjson and perfetto; never torch or triton.
 """

@@ -109,13 +109,14 @@ def _clock_snapshot(plan: TracePlan) -> bytes:
     return _ser(TracePacket(trusted_packet_sequence_id=_DESC_SEQ, clock_snapshot=snap))
 
 
-def _process_descriptors(plan: TracePlan) -> bytes:
-    """Each rank's process, and its ``kernels`` track: the process's main thread (tid = pid)."""
+def _process_descriptors(plan: TracePlan, kernels_names: dict | None = None) -> bytes:
+    """Each rank's process, and its ``kernels`` track: the process's main thread (tid = pid),
+    named ``kernels_names[rank]`` where given."""
     out = []
     for r, rp in sorted(plan.ranks.items()):
         pu = _proc_uuid(r)
         out.append(_desc(uuid=pu, process=ProcessDescriptor(pid=rp.pid, process_name=rp.name)))
-        out.append(_desc(uuid=pu | 1, thread=ThreadDescriptor(pid=rp.pid, tid=rp.pid, thread_name="kernels")))
+        out.append(_desc(uuid=pu | 1, thread=ThreadDescriptor(pid=rp.pid, tid=rp.pid, thread_name=(kernels_names or {}).get(r, "kernels"))))
     return b"".join(out)
 
 
@@ -654,11 +655,15 @@ class PerfettoWriter:
     name = "perfetto"
     bytes_per_event = _PACKET_BYTES
 
-    def __init__(self):
+    def __init__(self, extra=None):
+        """``extra(plan)``: more tracks and events for the head, as ``(names of the ranks' kernels
+        tracks, packets)`` (``ktrace.export.profile``: a profiler's trace of the same run)."""
         self._mine: dict[int, _Writer] = {}  # per process (each worker has its own copy of this object)
+        self._extra = extra
 
     def head(self, plan: TracePlan) -> bytes:
-        return _clock_snapshot(plan) + _process_descriptors(plan) + _first_packet(_EVENT_SEQ) + _kernels(plan)
+        names, more = self._extra(plan) if self._extra is not None else ({}, b"")
+        return _clock_snapshot(plan) + _process_descriptors(plan, names) + _first_packet(_EVENT_SEQ) + _kernels(plan) + more
 
     def batch(self, plan: TracePlan, b: Batch, sink) -> int:
         w = self._mine.get(os.getpid())

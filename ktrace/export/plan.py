@@ -26,7 +26,7 @@ import numpy as np
 from .. import pairing
 from ..clock.model import ClockModel, clock_model_of
 from ..events import Batch, launch_refs, make_batches, read_batch, record_slots
-from ..schema import EventKind, arg_column, is_timeout
+from ..schema import EventKind
 from . import pool as _pool
 from .layout import RankPlan, hw_fields, rank_title, tid_stride
 
@@ -289,13 +289,13 @@ def _pair_rank(state: dict, task: tuple[int, list, int]) -> int:
     N, W = EventKind.NOTIFY, EventKind.WAIT
     ni, wi = np.flatnonzero(kind == N), np.flatnonzero(kind == W)
     launch = state["launch_index"][li]
-    notifies = {"rank": rank[ni], "launch": launch[ni], "start": cols["start_ns"][rows[ni]]}
-    notifies.update((a, cols[arg_column(N, a)][rows[ni]]) for a in ("peer", "value", "flag"))
+    own = {"rank": rank, "launch": launch}  # (the batch's, not columns of the store)
+
+    def col(sel):
+        return lambda name: own[name][sel] if name in own else cols[name][rows[sel]]
+
     # store rows are in (launch, program, slot) order within a batch: a wait's row is its record order
-    waits = {"rank": rank[wi], "launch": launch[wi], "program": cols["program"][rows[wi]], "order": rows[wi],
-             "timed_out": is_timeout(cols["flags"][rows[wi]])}
-    waits.update((a, cols[arg_column(W, a)][rows[wi]]) for a in ("peer", "flag", "expected", "cmp"))
-    p = pairing.pair(notifies, waits)
+    p = pairing.pair(*pairing.inputs(col(ni), col(wi), order=rows[wi]))
     w_row, n_row = rows[wi][p.wait], rows[ni][p.notify]
     o = np.argsort(w_row, kind="stable")  # (waits of several batches: store order is wait-row order)
     n = w_row.size

@@ -52,14 +52,17 @@ Cost
       so loads and stores through a translated pointer stay vectorised (128-bit) when the
       original pointer would be.
     * :func:`notify`: two loads of the base table (before the barrier), a CTA barrier, one remote
-      atomic; traced: a timer read on each side of the release and a 64-byte record store after
-      it (nothing is stored before the release).
+      atomic; traced: a timer read on each side of the release and a 64-byte record stored after
+      it (immediate tracer) or kept for the next wait's first read (deferred tracer: a kernel
+      prepared by ``@ktrace.trace``); nothing is stored before the release.
     * :func:`wait`: one acquire load per spin, then a relaxed read of the error word (one after
       the other: a spin is two load latencies, and every waiting warp reads each word once per
       spin), plus a timer read per spin when bounded by time or traced. No barrier: on NVIDIA
-      thread 0 alone counts and describes a timeout. Traced: one 64-byte record store at the end
-      (thread 0, four 16-byte stores), before whatever follows; a notify right after the wait
-      waits for it (docs/probes.md). A wait whose flag is already set costs one acquire load.
+      thread 0 alone counts and describes a timeout (a branch taken only on failure). Traced,
+      immediate tracer: one 64-byte record store after the spin, which a notify right after the
+      wait waits for; deferred tracer: the record is kept (register copies) and the tracer's
+      pending records are stored behind the first read of the flag. A wait whose flag is
+      already set costs one acquire load.
 
 A spin is executed by every thread; threads of a program may leave the loop one read apart, so a
 wait that is satisfied exactly at its bound may count one spin more or less in some lanes.
@@ -196,6 +199,16 @@ def load_relaxed(ptr, _semantic=None):
     else:
         asm, cons = "global_load_dword $0, $1, off sc0 sc1\n\ts_waitcnt vmcnt(0)", "=v,v,~{memory}"
     return core.inline_asm_elementwise(asm, cons, [ptr], dtype=ety, is_pure=False, pack=1, _semantic=_semantic)
+
+
+@core.extern
+def _nanosleep(ns, _semantic=None):
+    """Sleep about ``ns`` nanoseconds (a compile-time int) in every thread."""
+    ns = int(core._unwrap_if_constexpr(ns))
+    asm = f"nanosleep.u32 {ns};" if _is_cuda(_semantic) else f"s_sleep {min(127, max(1, ns // 64))}"
+    return core.inline_asm_elementwise(asm + ("\n\tmov.u32 $0, 0;" if _is_cuda(_semantic) else "\n\tv_mov_b32 $0, 0"),
+                                       "=r,~{memory}" if _is_cuda(_semantic) else "=v,~{memory}", [],
+                                       dtype=core.int32, is_pure=False, pack=1, _semantic=_semantic)
 
 
 @core.extern
@@ -451,6 +464,9 @@ def notify(
         else:
             tl.atomic_add(remote, value, sem="release", scope=_scope(scope))
         t1 = kl.now()
+        # after the release: a deferred tracer's pending span is stored here (else the next
+        # release would wait for it); the WAIT and this NOTIFY wait for the next wait's first read
+        kt = kl.flush_single(kt)
         off = flag.to(tl.int64, bitcast=True) - my_base
         if seq is None:
             s = kt.cur
@@ -495,6 +511,7 @@ def wait_value(
     max_spins: tl.constexpr = 0,
     scope: tl.constexpr = tl.constexpr("sys"),
     name: tl.constexpr = tl.constexpr("wait"),
+    backoff_ns: tl.constexpr = 0,
 ):
     """:func:`wait` that also returns the last value read and whether the wait succeeded.
 
@@ -519,6 +536,9 @@ def wait_value(
     else:
         t0 = 0
     v = load_acquire(flag, scope)
+    # a deferred tracer's pending records go out here, behind the first read of the flag (issued,
+    # not yet used): the read is not delayed, and the spin hides the stores
+    kt = kl.flush(kt)
     spins = tl.full((), 1, tl.int32)
     ok = _satisfied(v, expected, CMP)
     stop = ok
@@ -528,6 +548,8 @@ def wait_value(
         if kt.RING:
             now_ptr = kl.now_slot(kt)
     while not stop:
+        if backoff_ns > 0:
+            _nanosleep(backoff_ns)
         # The flag, then the error word, one after the other: a spin is two load latencies. (Both
         # loads in flight at once halve that, but double the rate at which every waiting warp of
         # every program reads the one error word and the flags: on 2 x H200 that slowed the
@@ -564,9 +586,12 @@ def wait_value(
     if _is_nvidia():
         # Thread 0 counts and describes a wait that gave up, from its own registers, in one asm
         # block: no barrier (Triton broadcasts a scalar atomic's result through shared memory
-        # between two barriers) on the path of every wait, which almost never fails.
-        _report_timeout_nv(my_base, failed.to(tl.int32), lead, pid, off, tl.cast(peer, tl.int64), tl.cast(expected, tl.int64),
-                           tl.cast(v, tl.int64), tl.cast(CMP, tl.int64), tl.cast(t1 - t0, tl.int64), tl.cast(spins, tl.int64))
+        # between two barriers) on the path of every wait, which almost never fails. The block is
+        # branched around, so its operands are not computed on the way from the spin to what
+        # follows (ptxas materialised them there: about 18 instructions per wait).
+        if failed:
+            _report_timeout_nv(my_base, failed.to(tl.int32), lead, pid, off, tl.cast(peer, tl.int64), tl.cast(expected, tl.int64),
+                               tl.cast(v, tl.int64), tl.cast(CMP, tl.int64), tl.cast(t1 - t0, tl.int64), tl.cast(spins, tl.int64))
     else:
         # No branch: every thread runs the (masked) atomic, which keeps the scalar-result
         # broadcast out of divergent control flow.
@@ -584,7 +609,7 @@ def wait_value(
         tl.store(rec + 6, tl.cast(t1 - t0, tl.int64), mask=keep)
         tl.store(rec + 7, tl.cast(spins, tl.int64), mask=keep)
     if kt.ON:
-        kt = kl.record_wait(kt, name, t0, t1, peer, spins, off, v, expected, CMP, failed)
+        kt = kl.record_wait(kt, name, t0, t1, peer, spins, off, v, expected, CMP, failed, True)
     return kt, v, ok
 
 
@@ -601,6 +626,7 @@ def wait(
     max_spins: tl.constexpr = 0,
     scope: tl.constexpr = tl.constexpr("sys"),
     name: tl.constexpr = tl.constexpr("wait"),
+    backoff_ns: tl.constexpr = 0,
 ):
     """Spin until this rank's ``flag`` compares ``cmp`` to ``expected``, then acquire.
 
@@ -615,6 +641,9 @@ def wait(
         max_spins: give up after this many reads (compile-time; 0 = no spin bound).
         scope: scope of the acquire load: "sys" (default, across GPUs), "gpu" or "block".
         name: region name of the WAIT event.
+        backoff_ns: if > 0, sleep about this long before each re-read of the flag
+            (``nanosleep`` on NVIDIA, ``s_sleep`` on AMD): fewer reads competing with the
+            producer's traffic, at the price of up to that much later a wake-up.
 
     Returns:
         The tracer, advanced by two slots when tracing is on.
@@ -627,11 +656,12 @@ def wait(
     Ordering: every thread's later loads are ordered after the acquire read that saw the flag
     (its own: no barrier is needed or made). Cost: one acquire load when the flag is already set;
     per extra spin, one acquire load, then one relaxed local load and (if time-bounded or traced)
-    one timer read. Traced: thread 0 stores the 64-byte WAIT record right after the spin, from
-    values the spin already holds (its start and last timer reads, spins, the last value); a
-    release that follows at once waits for that store.
+    one timer read. Traced: the WAIT record is made from values the spin already holds (its
+    start and last timer reads, spins, the last value) and stored by thread 0 right after the
+    spin (immediate tracer: a release that follows at once waits for it) or later, off the
+    path (deferred tracer, see ``ktrace.language.DeferredTracer``).
     """
-    kt, v, ok = wait_value(kt, flag, expected, rank, peer, heap_bases, cmp, timeout_ns, max_spins, scope, name)
+    kt, v, ok = wait_value(kt, flag, expected, rank, peer, heap_bases, cmp, timeout_ns, max_spins, scope, name, backoff_ns)
     return kt
 
 

@@ -15,6 +15,9 @@ def main():
     buf = torch.zeros((schema.buffer_bytes(P, cap) + 7) // 8, dtype=torch.int64, device="cuda")
     out = torch.empty(P, dtype=torch.int32, device="cuda")
     pk.overflow_kernel[(P,)](out, 25, ktrace_buf=buf, KTRACE=cap)  # 25 marks + a wait into 4 slots
+    buf.zero_()
+    deferred = ktrace.trace(pk.overflow_kernel).jit_fn  # records kept in registers, flushed at the end
+    deferred[(P,)](out, 25, ktrace_buf=buf, KTRACE=cap)
     x = torch.randn(50_000, device="cuda")
     y = torch.empty_like(x)
     with ktrace.capture(events_per_program=1) as c:

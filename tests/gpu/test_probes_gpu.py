@@ -110,8 +110,9 @@ def test_wait_and_notify_records_carry_all_arguments():
     assert list(nt["slot"]) == [2] * P  # wait took slots 0-1, notify 2-3
 
 
+@pytest.mark.parametrize("deferred", [False, True], ids=["immediate", "deferred"])
 @pytest.mark.parametrize("n_marks,cap", [(10, 4), (3, 4), (2, 4), (0, 1), (7, 8)])
-def test_overflow_counts_drops_exactly_and_never_writes_past_the_buffer(n_marks, cap):
+def test_overflow_counts_drops_exactly_and_never_writes_past_the_buffer(n_marks, cap, deferred):
     P = 50
     nbytes = schema.buffer_bytes(P, cap)
     canary_words = 4096
@@ -120,7 +121,8 @@ def test_overflow_counts_drops_exactly_and_never_writes_past_the_buffer(n_marks,
     big[:words] = 0
     buf = big[:words]
     out = torch.empty(P, dtype=torch.int32, device=DEV)
-    pk.overflow_kernel[(P,)](out, n_marks, ktrace_buf=buf, KTRACE=cap)
+    kernel = ktrace.trace(pk.overflow_kernel).jit_fn if deferred else pk.overflow_kernel  # deferred: records flushed by finish
+    kernel[(P,)](out, n_marks, ktrace_buf=buf, KTRACE=cap)
     torch.cuda.synchronize()
     assert (big[words:] == 0x5A5A5A5A5A5A5A5A).all(), "wrote past the end of the buffer"
     raw = buf.cpu().numpy().view(np.uint8)[:nbytes].copy()
@@ -140,6 +142,39 @@ def test_overflow_counts_drops_exactly_and_never_writes_past_the_buffer(n_marks,
     if wait_fits:
         w = ev[ev["kind"] == EventKind.WAIT]
         assert len(w) == P and (w["arg2"] == 4096 + w["program"] * 8).all()
+
+
+@pytest.mark.parametrize("deferred", [False, True], ids=["immediate", "deferred"])
+def test_relay_wait_then_notify_records_on_one_gpu(deferred):
+    """A real wait (flag already set) then a notify, in 40 programs: the WAIT record (kept in
+    registers when deferred) lands in slots 0-1, the NOTIFY in 2-3, each from one thread's
+    readings (end never before start, the notify after the wait), and the release happened."""
+    from ktrace.shmem.codes import ERROR_BLOCK_BYTES
+
+    P = 40
+    heap = torch.zeros(ERROR_BLOCK_BYTES // 4 + 2 * P + 64, dtype=torch.int32, device=DEV)
+    bases = torch.tensor([heap.data_ptr()], dtype=torch.int64, device=DEV)
+    flags = heap[ERROR_BLOCK_BYTES // 4 :]
+    flags[0] = 1
+    cap = 6
+    words = (schema.buffer_bytes(P, cap) + 7) // 8
+    big = torch.full((words + 512,), 0x5A5A5A5A5A5A5A5A, dtype=torch.int64, device=DEV)
+    big[:words] = 0
+    kernel = ktrace.trace(pk.relay_kernel).jit_fn if deferred else pk.relay_kernel
+    kernel[(P,)](flags, 0, 0, bases, ktrace_buf=big[:words], KTRACE=cap)
+    torch.cuda.synchronize()
+    assert int(heap[0]) == 0 and int(flags[1]) == 1
+    assert (big[words:] == 0x5A5A5A5A5A5A5A5A).all()
+    raw = big[:words].cpu().numpy().view(np.uint8)[: schema.buffer_bytes(P, cap)].copy()
+    hdr = schema.Header(timer=schema.TimerKind.NV_GLOBALTIMER, tick_hz=10**9, capacity=cap, n_programs=P, grid=(P, 1, 1))
+    raw[:64] = np.frombuffer(hdr.to_bytes(), np.uint8)
+    d = decode_buffer(raw)
+    assert d.written == 2 * P and d.dropped == 0
+    ev = d.events
+    w, nt = ev[ev["kind"] == EventKind.WAIT], ev[ev["kind"] == EventKind.NOTIFY]
+    assert len(w) == P and len(nt) == P and (w["slot"] == 0).all() and (nt["slot"] == 2).all()
+    assert (ev["start"] <= ev["end"]).all()
+    assert (np.sort(nt["start"]) >= 0).all() and (nt["start"][np.argsort(nt["program"])] >= w["end"][np.argsort(w["program"])]).all()
 
 
 def test_env_var_capture(tmp_path, monkeypatch):

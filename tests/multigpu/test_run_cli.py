@@ -76,6 +76,11 @@ def test_ktrace_run_whole_path(tmp_path, capsys, kernel):
     info = json.loads((out / "run.json").read_text())
     assert all(r["timeouts"] == [] and r["rel_err"] is not None and r["rel_err"] <= 1e-2 for r in info["ranks"].values()), info
     assert (out / f"{kernel}.report.html").is_file() and (out / "logs" / f"rank{n - 1}.log").is_file()
+    # every completed wait pairs with the notify that released it (gemm_rs, gemm_all_scatter: counters)
+    from ktrace.events import aligned_events
+    from ktrace.pairing import pair_table
+
+    assert pair_table(aligned_events(cap))[3] == 0
 
 
 @pytest.mark.multigpu

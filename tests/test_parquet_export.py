@@ -1,0 +1,137 @@
+"""``ktrace export CAPTURE --format parquet DIR``: every column read back equals what it was made
+from (the one decode, the report's tables and JSON), events written batch by batch, and the
+folder-of-exports example (DuckDB) ranking 100 captures."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ktrace
+from ktrace.analysis import build_report, report_json, wait_causes
+from ktrace.captures import read_capture
+from ktrace.cli import main
+from ktrace.events import aligned_events
+from ktrace.schema import EventKind
+
+pq = pytest.importorskip("pyarrow.parquet")
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(ktrace.__file__).parent / "data"
+CAPTURE = DATA / "a2a_skewed_4xh200.ktrace"
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    out = tmp_path_factory.mktemp("parquet") / "skewed"
+    assert main(["export", str(CAPTURE), "--format", "parquet", str(out)]) == 0
+    return out
+
+
+def _col(tab, name):
+    return tab.column(name).to_numpy(zero_copy_only=False)
+
+
+def test_events_round_trip_every_column(exported):
+    tab = pq.read_table(exported / "events.parquet")
+    cap = read_capture(CAPTURE)
+    ev = aligned_events(cap)
+    assert tab.num_rows == ev.size
+    for c in ev.dtype.names:  # every column of the one decode, as is
+        assert np.array_equal(_col(tab, {"region": "region_id", "kind": "kind_id"}.get(c, c)), ev[c]), c
+    # names resolved: kernel per launch, region and kind names, capture, duration
+    kernels = {(r, ln.index): ln.kernel for r, rc in cap.ranks.items() for ln in rc.launches}
+    assert _col(tab, "kernel").tolist() == [kernels[(int(r), int(l))] for r, l in zip(ev["rank"], ev["launch"])]
+    assert _col(tab, "region").tolist() == [cap.region_name(int(x)) for x in ev["region"]]
+    assert _col(tab, "kind").tolist() == [EventKind(int(k)).name.lower() for k in ev["kind"]]
+    assert set(_col(tab, "capture").tolist()) == {CAPTURE.name}
+    assert np.array_equal(_col(tab, "dur_ns"), ev["end_ns"] - ev["start_ns"])
+    assert tab.schema.names == [f.name for f in pq.read_schema(exported / "events.parquet")]
+
+
+def test_report_tables_round_trip_every_column(exported):
+    rep = build_report(str(CAPTURE))
+    wc = wait_causes(rep.trace)
+    for name in ("waits", "workgroups", "causes"):
+        tab = pq.read_table(exported / f"{name}.parquet")
+        t = rep.tables[name]
+        assert tab.num_rows == t.size, name
+        for c in t.dtype.names:
+            got, want = _col(tab, c), np.asarray(t[c])
+            if want.dtype.kind == "O":
+                want = [None if x is None else (list(map(int, x)) if isinstance(x, (list, tuple, np.ndarray)) else str(x)) for x in want]
+                got = [None if x is None else (list(map(int, x)) if isinstance(x, np.ndarray) else x) for x in got]
+                assert got == want, (name, c)
+            else:
+                assert np.array_equal(got, want, equal_nan=want.dtype.kind == "f"), (name, c)
+    # each wait's causes, joined by event row
+    waits = pq.read_table(exported / "waits.parquet")
+    pos = np.searchsorted(wc["row"], _col(waits, "row"))
+    for c in ("late_not_started_ns", "late_waiting_ns", "late_in_region_ns", "late_outside_ns", "late_missing_ns", "link_ns",
+              "unexplained_ns", "root"):
+        want = wc[c][pos]
+        got = _col(waits, c)
+        assert (got.tolist() == want.tolist()) if want.dtype.kind == "O" else np.array_equal(got, want, equal_nan=True), c
+    # findings: the report's JSON, in its order
+    doc = report_json(rep)
+    f = pq.read_table(exported / "findings.parquet").to_pylist()
+    assert [x["finding"] for x in f] == list(range(1, len(doc["findings"]) + 1))
+    for got, want in zip(f, doc["findings"]):
+        assert (got["kind"], got["severity"], got["saving_ns"], got["text"], got["ranks"], got["start_ns"], got["end_ns"]) == \
+               (want["kind"], want["severity"], want["cost_ns"], want["text"], want["ranks"], want["start_ns"], want["end_ns"])
+        assert json.loads(got["data_json"]) == json.loads(json.dumps(want["data"]))
+    m = json.loads((exported / "manifest.json").read_text())
+    assert m["rows"] == {t: pq.read_metadata(exported / f"{t}.parquet").num_rows for t in m["files"]}
+
+
+def test_events_stream_in_batches(tmp_path, monkeypatch):
+    """A capture larger than a batch is written one row group per decoded batch (no table of all
+    events is ever built)."""
+    import ktrace.events as events
+    from ktrace.export.parquet import write_events
+
+    monkeypatch.setattr(events, "BATCH_BYTES", 64 << 10)
+    cap = read_capture(CAPTURE)
+    n_batches = sum(1 for _ in events.iter_batches(cap))
+    assert n_batches > 4
+    n = write_events(cap, tmp_path / "e.parquet", name="x")
+    md = pq.read_metadata(tmp_path / "e.parquet")
+    sizes = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
+    assert md.num_rows == n == aligned_events(cap).size and md.num_row_groups == n_batches and max(sizes) < n // 2
+
+
+def test_export_refusals(tmp_path, capsys):
+    f = tmp_path / "file"
+    f.write_text("x")
+    assert main(["export", str(CAPTURE), str(f)]) == 2
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    assert main(["export", str(CAPTURE), str(other)]) == 2
+    bad = tmp_path / "bad.ktrace"
+    bad.write_bytes(b"not a capture")
+    assert main(["export", str(bad), str(tmp_path / "out")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 3 and all(ln.startswith("ktrace export: ") for ln in lines)
+
+
+def test_example_ranks_100_captures_with_duckdb(tmp_path):
+    pytest.importorskip("duckdb")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run([sys.executable, str(ROOT / "examples" / "06_rank_captures_with_duckdb.py")], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    lines = p.stdout.splitlines()
+    assert lines[0] == "100 captures; their first findings, biggest saving first:"
+    # the ranking: the skipped notify's hang first, then the slow producers (200 µs before 20 µs)
+    assert [ln.split()[2] for ln in lines[1:4]] == ["a2a_skip_4xh200.ktrace", "a2a_delay200us_4xh200.ktrace",
+                                                   "a2a_delay20us_4xh200.ktrace"]
+    savings = [float(ln.split()[0]) for ln in lines[1:11]]
+    assert savings == sorted(savings, reverse=True)
+    assert len(list((tmp_path / "ktrace-example-06" / "exports").glob("*/findings.parquet"))) == 100
