@@ -127,7 +127,12 @@ def bench(out: Path, reps: int) -> dict:
             "ring (pinned host memory)": (torch.zeros((schema.ring_buffer_bytes(P, slots) + 7) // 8, dtype=torch.int64, pin_memory=True), schema.ring_gate(slots)),
         }
 
-    # the one-GPU ping-pong: 500 round trips between programs 0 and 1
+    # the one-GPU ping-pong: 500 round trips between programs 0 and 1, with records stored by
+    # each probe (hk.pingpong is a plain @triton.jit kernel) and deferred (the same kernel as
+    # @ktrace.trace prepares it: kl.init_deferred, kl.finish appended)
+    import ktrace
+
+    deferred_pp = ktrace.trace(hk.pingpong).jit_fn
     rounds = 500
     err = torch.zeros(ERROR_BLOCK_BYTES // 4 + 64, dtype=torch.int32, device=dev)
     bases = torch.tensor([err.data_ptr()], dtype=torch.int64, device=dev)
@@ -136,12 +141,15 @@ def bench(out: Path, reps: int) -> dict:
     epoch = [0]
     last_epoch = {}
     bufs = buffers(2, 4 * rounds, slots)
+    bufs.update({f"{n}, deferred": (torch.zeros_like(b).pin_memory() if b.is_pinned() else torch.zeros_like(b), g) for n, (b, g) in bufs.items() if b is not None})
 
     def pp(name, buf, gate):
+        kern = deferred_pp if name.endswith("deferred") else hk.pingpong
+
         def f():
             epoch[0] += 1
             last_epoch[name] = epoch[0]
-            hk.pingpong[(2,)](flag, scratch, rounds, epoch[0], 0, 0, 0, bases, WAITS=True, NOTIFIES=True, LOCAL=True,
+            kern[(2,)](flag, scratch, rounds, epoch[0], 0, 0, 0, bases, WAITS=True, NOTIFIES=True, LOCAL=True,
                               ktrace_buf=buf, KTRACE=gate, num_warps=4)
         return f
 
