@@ -570,11 +570,13 @@ def wait_value(
                 # ktrace.flight: the lane's NOW slot says what it waits for, once the wait has spun
                 # NOW_AFTER_SPINS times (a hand-off's short wait stores nothing: stores between the
                 # spin and the next release delay that release), then the value seen when it changes
-                fill = spins == NOW_AFTER_SPINS
-                tl.store(now_ptr + 1, off, mask=fill)
-                tl.store(now_ptr + 2, kl._pack(expected, _cmp_region(CMP, kl.region(name))), mask=fill)
-                tl.store(now_ptr + 3, kl._pack(peer, v), mask=fill | ((spins > NOW_AFTER_SPINS) & (v != seen)))
-                tl.store(now_ptr, t0, mask=fill)  # since != 0 marks the slot filled
+                # (branched, not predicated: a short wait's spin runs none of it)
+                if spins >= NOW_AFTER_SPINS:
+                    fill = spins == NOW_AFTER_SPINS
+                    tl.store(now_ptr + 1, off, mask=fill)
+                    tl.store(now_ptr + 2, kl._pack(expected, _cmp_region(CMP, kl.region(name))), mask=fill)
+                    tl.store(now_ptr + 3, kl._pack(peer, v), mask=fill | (v != seen))
+                    tl.store(now_ptr, t0, mask=fill)  # since != 0 marks the slot filled
         seen = v
     if kt.ON:
         if kt.RING:
