@@ -433,6 +433,23 @@ def test_deferred_ring_records_leave_the_path_from_spin_to_release():
     assert atoms["ring"] == atoms["plain"], atoms
 
 
+@pytest.mark.parametrize("target", ["sm_90", "gfx942"])
+def test_deferred_ring_adds_no_atomic(target):
+    """A kernel prepared by ``@ktrace.trace`` in ring mode has exactly the atomics of the same
+    kernel with deferred records in the dense layout (a wait, a notify, spans: the hand-off
+    kernel), on both targets: the ring index and the head are plain stores."""
+    from ktrace.testing.compile import TARGETS, compile_asm
+    from tests.flight_kernels import handoff
+
+    assert "init_deferred(" in handoff.jit_fn.src and "finish(kt)" in handoff.jit_fn.src
+    atom = re.compile(r"\b(atom\.|red\.|global_atomic|buffer_atomic|flat_atomic)")
+    n = {}
+    for mode, gate in (("dense", 64), ("ring", schema.ring_gate(64))):
+        asm = compile_asm(handoff, _SIG, {"TIMEOUT_NS": 0, "BLOCK": 256, "KTRACE": gate}, TARGETS[target])
+        n[mode] = len(atom.findall(asm))
+    assert n["ring"] == n["dense"] > 0, n
+
+
 def test_ring_gate_must_be_a_power_of_two():
     from ktrace.testing.compile import TARGETS, compile_asm
     from tests.flight_kernels import handoff
