@@ -4,7 +4,8 @@ Host API (importing ``ktrace`` has no side effects and does not import torch or 
 names below that need them import them on first use):
 
 - :func:`trace` — decorator around a ``@triton.jit`` kernel.
-- :func:`capture` — context manager that switches tracing on and collects launches.
+- :func:`capture` — context manager that switches tracing on and collects launches
+  (``flight_recorder=True`` or a :class:`FlightConfig`: ring mode, live dumps; docs/flight.md).
 - :func:`read_capture`, :func:`write_capture`, :func:`merge_captures` — capture files (``ktrace.captures``).
 - :func:`write_trace` — a Perfetto or Chrome JSON trace of a capture (``ktrace.export``).
 
@@ -19,6 +20,7 @@ _LAZY = {
     "trace": ("ktrace.session", "trace"),
     "capture": ("ktrace.session", "capture"),
     "Session": ("ktrace.session", "Session"),
+    "FlightConfig": ("ktrace.flight.recorder", "FlightConfig"),
     "TracedKernel": ("ktrace.session", "TracedKernel"),
     "read_capture": ("ktrace.captures.file", "read_capture"),
     "write_capture": ("ktrace.captures.file", "write_capture"),

@@ -109,7 +109,11 @@ def _cmd_info(args) -> int:
                 ev = d.events
                 kinds = np.bincount(ev["kind"], minlength=16)
                 parts = ", ".join(f"{kinds[k]} {EventKind(k).name.lower()}" for k in EventKind if k and kinds[k])
-                drop = f", {d.dropped} DROPPED (raise events_per_program above {ln.capacity})" if d.dropped else ""
+                ring = (ln.meta or {}).get("ring_slots") or ((ln.meta or {}).get("live") or {}).get("ring_slots")
+                if ring:  # ring mode (the flight recorder): the oldest records make room, by design
+                    drop = f", {d.dropped} older records overwritten (each lane keeps its last {ring})" if d.dropped else ""
+                else:
+                    drop = f", {d.dropped} DROPPED (raise events_per_program above {ln.capacity})" if d.dropped else ""
                 to = (ev["kind"] == EventKind.WAIT) & is_timeout(ev["flags"])
                 n_to = int(to.sum())
                 timed_out += n_to
@@ -442,6 +446,14 @@ def _check_work_region(path, name: str | None) -> None:
         raise ValueError(f"--work-region {name!r}: the capture has no region of that name; its regions: {listed or 'none'}")
 
 
+def _live(path):
+    """The wait-for graph of a live dump (``ktrace.analysis.live``); None for other captures."""
+    from .analysis.live import live_report
+    from .captures import read_capture
+
+    return live_report(read_capture(path))
+
+
 def _cmd_report(args) -> int:
     from .analysis import AnalysisError, LoadConfig, ReportConfig, build_report, render_text, report_json
     from .captures import CaptureError
@@ -466,11 +478,15 @@ def _cmd_report(args) -> int:
         cfg = ReportConfig(load=LoadConfig(work_region=args.work_region), trace_url=args.trace_url,
                            min_late_ns=args.min_late_us * 1e3)
         rep = build_report(path, cfg, progress=_Bar(not args.quiet))
+        live = _live(path)
     except (CaptureError, AnalysisError, ValueError) as e:
         return _fail("ktrace report", e, path)
     from viewers.report import write_html
 
-    failed = _emit("ktrace report", args, lambda: report_json(rep), lambda: render_text(rep, max_findings=args.max_findings),
+    # (a live dump: the wait-for graph at the dump comes first, and goes into the JSON)
+    failed = _emit("ktrace report", args, lambda: report_json(rep) | ({"live": live.to_json()} if live else {}),
+                   lambda: ("\n".join(live.lines()) + "\n\n" if live is not None else "")
+                   + render_text(rep, max_findings=args.max_findings),
                    lambda path: write_html(rep, path), "report")
     if failed is not None:
         return failed
@@ -641,6 +657,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     _register_demo(sub)  # demo
     _register_run(sub)  # run
+    from .dump import register as _register_dump
+
+    _register_dump(sub)  # dump (the flight recorder's live dumps)
     return p
 
 

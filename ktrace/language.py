@@ -82,6 +82,8 @@ _FLAG_TIMEOUT: tl.constexpr = tl.constexpr(int(_schema.EventFlag.TIMEOUT))
 _TIMEOUT_SHIFT: tl.constexpr = tl.constexpr(_schema.KIND_BITS + int(_schema.EventFlag.TIMEOUT).bit_length() - 1)
 _WORDS: tl.constexpr = tl.constexpr(_schema.RECORD_BYTES // 8)  # int64 words per record
 _HEADER_WORDS: tl.constexpr = tl.constexpr(_schema.HEADER_BYTES // 8)
+_NOW_WORDS: tl.constexpr = tl.constexpr(_schema.NOW_BYTES // 8)
+_RING_GATE = _schema.RING_GATE  # (a plain int: read by the constexpr functions below)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,7 +121,21 @@ def _tag(kind, rid, flags):
 def _check_gate(n):
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise TypeError(f"KTRACE must be a non-negative int (0 = off, N = event slots per program), got {n!r}")
+    slots = n - _RING_GATE if n >= _RING_GATE else n
+    if n >= _RING_GATE and (slots < 2 or slots & (slots - 1)):
+        raise ValueError(f"ring mode needs a power of two >= 2 of slots per lane, got {slots}")
     return n
+
+
+@triton.constexpr_function
+def _slots(n):
+    """Slots per program of a gate value (ring mode's bit removed)."""
+    return n - _RING_GATE if n >= _RING_GATE else n
+
+
+@triton.constexpr_function
+def _is_ring(n):
+    return n >= _RING_GATE
 
 
 # ---------------------------------------------------------------------------------------------
@@ -206,10 +222,11 @@ class Tracer:
     lead: tl.tensor  # int32: 1 in the thread that stores records (thread 0), else 0 (per thread)
     CAP: tl.constexpr
     ON: tl.constexpr
+    RING: tl.constexpr  # ring mode (ktrace.flight): slot cur % CAP, dropped_ptr holds the head
     DEFER: tl.constexpr
 
     @triton.constexpr_function
-    def __init__(self, recs, dropped_ptr, cur, nd, hw, lead, CAP):
+    def __init__(self, recs, dropped_ptr, cur, nd, hw, lead, CAP, RING=False):
         self.recs = recs
         self.dropped_ptr = dropped_ptr
         self.cur = cur
@@ -218,6 +235,7 @@ class Tracer:
         self.lead = lead
         self.CAP = tl.constexpr(CAP)
         self.ON = tl.constexpr(True)
+        self.RING = tl.constexpr(RING)
         self.DEFER = tl.constexpr(False)
 
 
@@ -237,10 +255,14 @@ class DeferredTracer:
       release, behind the next wait's first read, or by :func:`finish`.
 
     Thread 0 (NVIDIA) stores every word of a record from its own registers.
+
+    Ring mode (``KTRACE = schema.RING_GATE | N``, ``ktrace.flight``): slot ``s`` is at ``s % N``
+    (:func:`_slot`), nothing is dropped, and every store point stores all that is pending, then
+    the lane's head (:func:`_ring_flush`): at most the latest probe's record waits in registers.
     """
 
     recs: tl.tensor  # *int64: this program's first slot
-    dropped_ptr: tl.tensor  # *int32: this program's dropped counter (stored by finish)
+    dropped_ptr: tl.tensor  # *int32: this program's dropped counter (stored by finish; ring mode: the head)
     cur: tl.tensor  # int32: slots claimed so far
     nd: tl.tensor  # int32: events dropped so far
     hw: tl.tensor  # int64: placement, pre-shifted into the tag word's high half
@@ -278,9 +300,10 @@ class DeferredTracer:
     CAP: tl.constexpr
     ON: tl.constexpr
     DEFER: tl.constexpr
+    RING: tl.constexpr  # ring mode: slots ``slot % CAP``, dropped_ptr holds the head (stored prefix)
 
     @triton.constexpr_function
-    def __init__(self, recs, dropped_ptr, cur, nd, hw, lead, w, n, sp, s0, s1, s2, s3, sgo, CAP):
+    def __init__(self, recs, dropped_ptr, cur, nd, hw, lead, w, n, sp, s0, s1, s2, s3, sgo, CAP, RING=False):
         self.recs = recs
         self.dropped_ptr = dropped_ptr
         self.cur = cur
@@ -300,6 +323,7 @@ class DeferredTracer:
         self.CAP = tl.constexpr(CAP)
         self.ON = tl.constexpr(True)
         self.DEFER = tl.constexpr(True)
+        self.RING = tl.constexpr(RING)
 
 
 @core._aggregate
@@ -308,12 +332,14 @@ class NoTracer:
 
     CAP: tl.constexpr
     ON: tl.constexpr
+    RING: tl.constexpr
     DEFER: tl.constexpr
 
     @triton.constexpr_function
     def __init__(self):
         self.CAP = tl.constexpr(0)
         self.ON = tl.constexpr(False)
+        self.RING = tl.constexpr(False)
         self.DEFER = tl.constexpr(False)
 
 
@@ -350,15 +376,16 @@ def _pack(a, b):
 
 
 @triton.jit
-def _program_slots(ktrace_buf, KTRACE: tl.constexpr):
-    """This program's first slot, its dropped counter and its placement word."""
+def _program_slots(ktrace_buf, CAP: tl.constexpr):
+    """This program's first slot, its dropped counter (its head in ring mode) and its placement
+    word, for ``CAP`` slots per program."""
     n0 = tl.num_programs(0)
     n1 = tl.num_programs(1)
     n2 = tl.num_programs(2)
     pid = (tl.program_id(2).to(tl.int64) * n1 + tl.program_id(1)) * n0 + tl.program_id(0)
     n_prog = n0.to(tl.int64) * n1 * n2
-    recs = ktrace_buf + _HEADER_WORDS + pid * (KTRACE * _WORDS)
-    dropped = (ktrace_buf + _HEADER_WORDS + n_prog * (KTRACE * _WORDS)).to(tl.pointer_type(tl.int32)) + pid
+    recs = ktrace_buf + _HEADER_WORDS + pid * (CAP * _WORDS)
+    dropped = (ktrace_buf + _HEADER_WORDS + n_prog * (CAP * _WORDS)).to(tl.pointer_type(tl.int32)) + pid
     hw = tl.cast(hw_id(), tl.int64) << 32
     return recs, dropped, hw
 
@@ -377,11 +404,17 @@ def init(ktrace_buf, KTRACE: tl.constexpr):
         :func:`init_deferred` (records kept in registers until storing them is free) and adds
         :func:`finish` at the kernel's end; elsewhere every record is stored by its probe.
 
-    Cost: when on, reads the SM id and the grid size once; writes nothing.
+    Cost: when on, reads the SM id and the grid size once; writes nothing (ring mode,
+    ``KTRACE = schema.RING_GATE | N``: one timer read and one 8-byte store, the lane's start
+    stamp in its NOW slot; see ``ktrace.flight``).
     """
     if _check_gate(KTRACE) > 0:
-        recs, dropped, hw = _program_slots(ktrace_buf, KTRACE)
-        return Tracer(recs, dropped, tl.zeros((), tl.int32), tl.zeros((), tl.int32), hw, _leader(), KTRACE)
+        CAP: tl.constexpr = _slots(KTRACE)
+        recs, dropped, hw = _program_slots(ktrace_buf, CAP)
+        kt = Tracer(recs, dropped, tl.zeros((), tl.int32), tl.zeros((), tl.int32), hw, _leader(), CAP, _is_ring(KTRACE))
+        if kt.RING:
+            tl.store(now_slot(kt) + 4, now())  # the lane's start: a lane never stamped never started
+        return kt
     else:
         return NoTracer()
 
@@ -394,11 +427,15 @@ def init_deferred(ktrace_buf, KTRACE: tl.constexpr):
     calling it in a kernel that does not end with :func:`finish` loses the last records.
     """
     if _check_gate(KTRACE) > 0:
-        recs, dropped, hw = _program_slots(ktrace_buf, KTRACE)
+        CAP: tl.constexpr = _slots(KTRACE)
+        recs, dropped, hw = _program_slots(ktrace_buf, CAP)
         z = tl.zeros((), tl.int64)
         n = tl.zeros((), tl.int32)
-        return DeferredTracer(recs, dropped, n, n, hw, _leader(), (n, n, z, z, z, n, n, n, z, n, n, n), (n, n, z, z, z, n, n, z, n),
-                              z, z, z, z, z, n, KTRACE)
+        kt = DeferredTracer(recs, dropped, n, n, hw, _leader(), (n, n, z, z, z, n, n, n, z, n, n, n), (n, n, z, z, z, n, n, z, n),
+                            z, z, z, z, z, n, CAP, _is_ring(KTRACE))
+        if kt.RING:
+            tl.store(now_slot(kt) + 4, now())  # the lane's start, as in init
+        return kt
     else:
         return NoTracer()
 
@@ -518,9 +555,13 @@ def _store_words(ptr, a, b, c, d, fits):
 @triton.jit
 def _slot(kt, slot, N: tl.constexpr):
     """Where slot ``slot`` is and whether ``N`` records (an event, or an event and its DETAIL
-    record) fit from it: the one place that maps a slot index to memory (a ring buffer would
-    change only this)."""
-    return kt.recs + slot * _WORDS, slot + (N - 1) < kt.CAP
+    record) fit from it: the one place that maps a slot index to memory. In ring mode slot
+    ``slot`` is at ``slot % CAP`` and always fits (the oldest record is overwritten; the head
+    counts it), and a pair may wrap: the callers store its two records separately."""
+    if kt.RING:
+        return kt.recs + (slot & (kt.CAP - 1)) * _WORDS, slot >= 0
+    else:
+        return kt.recs + slot * _WORDS, slot + (N - 1) < kt.CAP
 
 
 @triton.jit
@@ -534,6 +575,14 @@ def _claim(kt, N: tl.constexpr):
 @triton.jit
 def _write(kt, t0, t1, tag, args):
     """Store one 32-byte record at the cursor (or count it dropped) and advance."""
+    if kt.RING:
+        return _write_ring(kt, t0, t1, tag, args)
+    else:
+        return _write_slot(kt, t0, t1, tag, args)
+
+
+@triton.jit
+def _write_slot(kt, t0, t1, tag, args):
     p, fits, nd = _claim(kt, 1)
     if _nvidia():
         f = fits.to(tl.int32)
@@ -542,12 +591,20 @@ def _write(kt, t0, t1, tag, args):
     else:
         _store_words(p, t0, t1, kt.hw | tag, args, fits)
         tl.store(kt.dropped_ptr, nd, mask=fits == 0)
-    return Tracer(kt.recs, kt.dropped_ptr, kt.cur + 1, nd, kt.hw, kt.lead, kt.CAP)
+    return Tracer(kt.recs, kt.dropped_ptr, kt.cur + 1, nd, kt.hw, kt.lead, kt.CAP, kt.RING)
 
 
 @triton.jit
 def _write_ext(kt, t0, t1, tag, args, x0, x1, x23):
     """Store an event and its DETAIL record (two slots, from one thread) or count it dropped."""
+    if kt.RING:  # (two records: the pair may wrap around the ring's end)
+        return _write_ring(_write_ring(kt, t0, t1, tag, args, False), x0, x1, _tag(_DETAIL, 0, 0), x23)
+    else:
+        return _write_ext_slots(kt, t0, t1, tag, args, x0, x1, x23)
+
+
+@triton.jit
+def _write_ext_slots(kt, t0, t1, tag, args, x0, x1, x23):
     p, fits, nd = _claim(kt, 2)
     dtag = kt.hw | _tag(_DETAIL, 0, 0)
     if _nvidia():
@@ -559,7 +616,41 @@ def _write_ext(kt, t0, t1, tag, args, x0, x1, x23):
         _store_words(p, t0, t1, kt.hw | tag, args, fits)
         _store_words(p + _WORDS, x0, x1, dtag, x23, fits)
         tl.store(kt.dropped_ptr, nd, mask=fits == 0)
-    return Tracer(kt.recs, kt.dropped_ptr, kt.cur + 2, nd, kt.hw, kt.lead, kt.CAP)
+    return Tracer(kt.recs, kt.dropped_ptr, kt.cur + 2, nd, kt.hw, kt.lead, kt.CAP, kt.RING)
+
+
+@triton.jit
+def _write_ring(kt, t0, t1, tag, args, HEAD: tl.constexpr = True):
+    """Ring mode: store one record at slot ``cur % CAP`` (overwriting the oldest) and, with
+    ``HEAD``, the lane's head (records written in all) in the same asm block, then advance.
+    Never drops. (An event and its DETAIL store the head once, after the DETAIL.)"""
+    p, _ = _slot(kt, kt.cur, 1)
+    head = kt.cur + 1
+    if HEAD:
+        put_head = kt.lead
+    else:
+        put_head = kt.lead * 0
+    if _nvidia():
+        _st_record_nv(p.to(tl.int64, bitcast=True), tl.cast(t0, tl.int64), tl.cast(t1, tl.int64), kt.hw | tag,
+                      tl.cast(args, tl.int64), kt.lead, kt.dropped_ptr.to(tl.int64, bitcast=True), head, put_head)
+    else:
+        _store_words(p, t0, t1, kt.hw | tag, args, head > 0)
+        tl.store(kt.dropped_ptr, head, mask=put_head != 0)
+    return Tracer(kt.recs, kt.dropped_ptr, head, kt.nd, kt.hw, kt.lead, kt.CAP, kt.RING)
+
+
+@triton.jit
+def now_slot(kt):
+    """Ring mode: this lane's NOW slot (``schema.NOW_DTYPE``) as an int64 pointer.
+
+    Cost: the grid size and program id, a few integer ops; no memory access.
+    """
+    n0 = tl.num_programs(0)
+    n1 = tl.num_programs(1)
+    n2 = tl.num_programs(2)
+    pid = (tl.program_id(2).to(tl.int64) * n1 + tl.program_id(1)) * n0 + tl.program_id(0)
+    end = (kt.dropped_ptr - pid + n0.to(tl.int64) * n1 * n2).to(tl.int64, bitcast=True)
+    return ((end + 15) & -16).to(tl.pointer_type(tl.int64), bitcast=True) + pid * _NOW_WORDS
 
 
 # Deferred records (DeferredTracer). A pending record is stored by the predicated block below, in
@@ -587,6 +678,22 @@ def _store2(addr, a, b, c, d, e, f, g, h, go):
 
 
 @triton.jit
+def _store_pair(kt, slot, a, b, c, d, e, f, g, h, go):
+    """Store a pending event and its DETAIL record at slot ``slot`` if ``go`` and they fit;
+    returns whether they fit (int32). In ring mode the two go to their own ring slots (the pair
+    may wrap around the ring's end)."""
+    if kt.RING:
+        p0, fits = _slot(kt, slot, 1)
+        p1, _ = _slot(kt, slot + 1, 1)
+        _store1(p0.to(tl.int64, bitcast=True), a, b, c, d, go)
+        _store1(p1.to(tl.int64, bitcast=True), e, f, g, h, go)
+    else:
+        p, fits = _slot(kt, slot, 2)
+        _store2(p.to(tl.int64, bitcast=True), a, b, c, d, e, f, g, h, go & fits.to(tl.int32))
+    return fits.to(tl.int32)
+
+
+@triton.jit
 def _w(kt):
     """The pending WAIT's fields (a tuple, in DeferredTracer's order)."""
     return (kt.wslot, kt.wv, kt.wt0, kt.wt1, kt.wtag, kt.wfail, kt.wpeer, kt.wspins, kt.woff, kt.wval, kt.wexp, kt.wcmp)
@@ -602,16 +709,14 @@ def _n(kt):
 def _deferred(kt, cur, nd, w, sp, s0, s1, s2, s3, sgo, n=None):
     if n is None:
         n = _n(kt)
-    return DeferredTracer(kt.recs, kt.dropped_ptr, cur, nd, kt.hw, kt.lead, w, n, sp, s0, s1, s2, s3, sgo, kt.CAP)
+    return DeferredTracer(kt.recs, kt.dropped_ptr, cur, nd, kt.hw, kt.lead, w, n, sp, s0, s1, s2, s3, sgo, kt.CAP, kt.RING)
 
 
 @triton.jit
 def _flush_notify(kt):
     """Store the pending NOTIFY (event + DETAIL, packed here) in its slots, or count it dropped."""
-    p, fits = _slot(kt, kt.nslot, 2)
-    f = fits.to(tl.int32)
-    _store2(p.to(tl.int64, bitcast=True), kt.nt0, kt.nt1, kt.hw | kt.ntag, _pack(kt.npeer, kt.nval), kt.noff, tl.cast(kt.nseq, tl.int64),
-            kt.hw | _tag(_DETAIL, 0, 0), tl.zeros((), tl.int64), kt.lead & kt.nv & f)
+    f = _store_pair(kt, kt.nslot, kt.nt0, kt.nt1, kt.hw | kt.ntag, _pack(kt.npeer, kt.nval), kt.noff, tl.cast(kt.nseq, tl.int64),
+                    kt.hw | _tag(_DETAIL, 0, 0), tl.zeros((), tl.int64), kt.lead & kt.nv)
     nd = kt.nd + (kt.nv & (1 - f))
     n = (kt.nslot, tl.zeros((), tl.int32), kt.nt0, kt.nt1, kt.ntag, kt.npeer, kt.nval, kt.noff, kt.nseq)
     return _deferred(kt, kt.cur, nd, _w(kt), kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo, n)
@@ -620,11 +725,9 @@ def _flush_notify(kt):
 @triton.jit
 def _flush_wait(kt):
     """Store the pending WAIT (event + DETAIL, packed here) in its slots, or count it dropped."""
-    p, fits = _slot(kt, kt.wslot, 2)
-    f = fits.to(tl.int32)
     tag = kt.hw | kt.wtag | (tl.cast(kt.wfail, tl.int64) << _TIMEOUT_SHIFT)
-    _store2(p.to(tl.int64, bitcast=True), kt.wt0, kt.wt1, tag, _pack(kt.wpeer, kt.wspins), kt.woff, tl.cast(kt.wval, tl.int64),
-            kt.hw | _tag(_DETAIL, 0, 0), _pack(kt.wexp, kt.wcmp), kt.lead & kt.wv & f)
+    f = _store_pair(kt, kt.wslot, kt.wt0, kt.wt1, tag, _pack(kt.wpeer, kt.wspins), kt.woff, tl.cast(kt.wval, tl.int64),
+                    kt.hw | _tag(_DETAIL, 0, 0), _pack(kt.wexp, kt.wcmp), kt.lead & kt.wv)
     nd = kt.nd + (kt.wv & (1 - f))
     w = (kt.wslot, tl.zeros((), tl.int32), kt.wt0, kt.wt1, kt.wtag, kt.wfail, kt.wpeer, kt.wspins, kt.woff, kt.wval, kt.wexp, kt.wcmp)
     return _deferred(kt, kt.cur, nd, w, kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo)
@@ -637,6 +740,30 @@ def _flush_single(kt):
 
 
 @triton.jit
+def _put_head(kt, go):
+    """Ring mode: store the lane's head (``kt.cur``: every record below it is in the ring, none
+    above it) in the thread whose ``go`` is set."""
+    if _nvidia():
+        _st_dropped_nv(kt.dropped_ptr.to(tl.int64, bitcast=True), kt.cur, go)
+    else:
+        tl.store(kt.dropped_ptr, kt.cur, mask=go != 0)
+
+
+@triton.jit
+def _ring_flush(kt):
+    """Ring mode: store every pending record, then the head if anything was pending.
+
+    A deferred ring tracer stores at every store point all that is pending, so that at most the
+    latest probe's record is in registers and the records in memory are exactly those below the
+    head: a live reader (``ktrace.flight``) takes the ring's last N slots below the head as they
+    are, and a pending record can never land in a slot a newer one has taken."""
+    go = kt.lead & (kt.wv | kt.nv | kt.sgo)
+    kt = _flush_single(_flush_notify(_flush_wait(kt)))
+    _put_head(kt, go)
+    return kt
+
+
+@triton.jit
 def flush(kt):
     """Store the records a deferred tracer holds (no-op on other tracers). Returns the tracer.
 
@@ -644,16 +771,21 @@ def flush(kt):
     go out while that read is in flight, and the spin hides them); :func:`finish` at the end.
     """
     if kt.DEFER:
-        kt = _flush_single(_flush_notify(_flush_wait(kt)))
+        if kt.RING:
+            kt = _ring_flush(kt)
+        else:
+            kt = _flush_single(_flush_notify(_flush_wait(kt)))
     return kt
 
 
 @triton.jit
 def flush_single(kt):
     """Store a deferred tracer's pending span, instant or counter (``ktrace.shmem.notify`` does,
-    after its release, so that the next release does not wait for it). Returns the tracer."""
+    after its release, so that the next release does not wait for it). Returns the tracer.
+    (Ring mode: nothing here; the NOTIFY recorded next stores everything pending.)"""
     if kt.DEFER:
-        kt = _flush_single(kt)
+        if not kt.RING:
+            kt = _flush_single(kt)
     return kt
 
 
@@ -665,18 +797,26 @@ def finish(kt):
     ``kl.init`` in the kernel's body); a no-op on an immediate tracer or when tracing is off.
     """
     if kt.DEFER:
-        kt = flush(kt)
-        go = kt.lead & (kt.nd > 0).to(tl.int32)
-        if _nvidia():
-            _st_dropped_nv(kt.dropped_ptr.to(tl.int64, bitcast=True), kt.nd, go)
+        if kt.RING:  # (the head, stored even when nothing was pending: the lane's final count)
+            kt = _flush_single(_flush_notify(_flush_wait(kt)))
+            _put_head(kt, kt.lead)
         else:
-            tl.store(kt.dropped_ptr, kt.nd, mask=go != 0)
+            kt = flush(kt)
+            go = kt.lead & (kt.nd > 0).to(tl.int32)
+            if _nvidia():
+                _st_dropped_nv(kt.dropped_ptr.to(tl.int64, bitcast=True), kt.nd, go)
+            else:
+                tl.store(kt.dropped_ptr, kt.nd, mask=go != 0)
 
 
 @triton.jit
 def _pend(kt, t0, t1, tag, args):
-    """Deferred :func:`_write`: the pending single record is stored now, this one waits."""
-    _store1(kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo)
+    """Deferred :func:`_write`: the pending single record is stored now (ring mode: everything
+    pending), this one waits."""
+    if kt.RING:
+        kt = _ring_flush(kt)
+    else:
+        kt = _flush_single(kt)
     p, fits, nd = _claim(kt, 1)
     return _deferred(kt, kt.cur + 1, nd, _w(kt), p.to(tl.int64, bitcast=True), tl.cast(t0, tl.int64), tl.cast(t1, tl.int64), kt.hw | tag,
                      tl.cast(args, tl.int64), kt.lead & fits.to(tl.int32))
@@ -687,7 +827,10 @@ def _pend_wait(kt, tag, t0, t1, peer, spins, flag, value, expected, cmp, timed_o
     """Deferred WAIT: its fields kept as they are (copies, no arithmetic: this runs between a spin
     and what follows it) until the next release, wait or finish packs and stores them."""
     if not FLUSHED:  # (ktrace.shmem.wait flushed at its start: nothing can be pending here)
-        kt = _flush_wait(kt)
+        if kt.RING:
+            kt = _ring_flush(kt)
+        else:
+            kt = _flush_wait(kt)
     w = (kt.cur, tl.full((), 1, tl.int32), tl.cast(t0, tl.int64), tl.cast(t1, tl.int64), tl.cast(tag, tl.int64),
          tl.cast(timed_out, tl.int32), tl.cast(peer, tl.int32), tl.cast(spins, tl.int32), tl.cast(flag, tl.int64),
          tl.cast(value, tl.int32), tl.cast(expected, tl.int32), tl.cast(cmp, tl.int32))
@@ -697,8 +840,12 @@ def _pend_wait(kt, tag, t0, t1, peer, spins, flag, value, expected, cmp, timed_o
 @triton.jit
 def _pend_notify(kt, tag, t0, t1, peer, value, flag, seq):
     """Deferred NOTIFY: a pending one is stored now (after this notify's release), this one kept
-    until the next wait's first read, the next notify or finish."""
-    kt = _flush_notify(kt)
+    until the next wait's first read, the next notify or finish. (Ring mode: everything pending
+    is stored here, after the release.)"""
+    if kt.RING:
+        kt = _ring_flush(kt)
+    else:
+        kt = _flush_notify(kt)
     n = (kt.cur, tl.full((), 1, tl.int32), tl.cast(t0, tl.int64), tl.cast(t1, tl.int64), tl.cast(tag, tl.int64),
          tl.cast(peer, tl.int32), tl.cast(value, tl.int32), tl.cast(flag, tl.int64), tl.cast(seq, tl.int32))
     return _deferred(kt, kt.cur + 2, kt.nd, _w(kt), kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo, n)

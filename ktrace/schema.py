@@ -113,6 +113,10 @@ class EventFlag(enum.IntFlag):
     #: complete it). Its ``flag`` is the barrier (:func:`barrier_key`), ``value``/``expected`` the
     #: phase; ``peer`` is -1. Paired by (rank, launch, program, barrier, phase), never across programs.
     LOCAL = 4
+    #: A wait still spinning when a live dump (``ktrace.flight``) was taken: its end is the
+    #: dump's time, not a read that saw the flag. Set together with TIMEOUT, so that analyses
+    #: of hangs read it as a wait that did not get its signal by then.
+    OPEN = 8
 
 
 class TimerKind(enum.IntEnum):
@@ -339,6 +343,13 @@ def is_local(flags) -> np.ndarray:
     return (np.asarray(flags) & int(EventFlag.LOCAL)) != 0
 
 
+def wait_state(flags) -> np.ndarray:
+    """Per WAIT event, 0 (it saw its flag), 1 (it gave up at its bound: TIMEOUT) or 2 (still
+    spinning at a live dump: OPEN), as int64: how traces name it."""
+    f = np.asarray(flags)
+    return np.where((f & int(EventFlag.OPEN)) != 0, 2, is_timeout(f).astype(np.int64))
+
+
 def empty_aligned(n: int = 0) -> np.ndarray:
     """An aligned table (``ALIGNED_DTYPE``) of ``n`` zero rows."""
     return np.zeros(n, ALIGNED_DTYPE)
@@ -405,6 +416,79 @@ def packed_bytes(n_programs: int, n_records: int) -> int:
 
 def dropped_offset(n_programs: int, capacity: int) -> int:
     return HEADER_BYTES + n_programs * capacity * RECORD_BYTES
+
+
+# ---------------------------------------------------------------------------------------------
+# Ring mode (the flight recorder, ``ktrace.flight``)
+#
+# A launch traced in ring mode gets ``KTRACE = RING_GATE | N`` (N a power of two): each program
+# (lane) keeps its last N records, slot ``s % N`` for its s-th record, and the 4-byte word that
+# counts dropped events in the dense layout holds the lane's HEAD instead: records written in all
+# (mod 2**32), stored with every record. ``head - min(head, N)`` records were overwritten: exact.
+# After the counters, 16-byte aligned, each lane has a NOW slot (NOW_DTYPE) that a wait fills
+# once it has read its flag ``ks.NOW_AFTER_SPINS`` times and clears (``since = 0``) when it ends,
+# and that ``kl.init`` stamps with the lane's start time. The device never writes the header; the host reads the rest while
+# the kernel runs (the buffer lives in pinned host memory mapped into the device)::
+#
+#     [0, 64)                        header (written by the host)
+#     [64, 64 + P*N*32)              records, lane p's ring at 64 + p*N*32
+#     [.., .. + P*4)                 uint32 head per lane
+#     [now_offset, .. + P*64)        NOW slot per lane
+#
+# Captures never hold this layout: ``ktrace.flight.ring.unroll`` turns a ring into the dense
+# layout (records in order, the overwritten count as the lane's dropped count).
+# ---------------------------------------------------------------------------------------------
+
+#: Bit of the ``KTRACE`` gate that selects ring mode (``RING_GATE | N``, N slots per lane).
+RING_GATE = 1 << 24
+#: Bytes of a lane's NOW slot.
+NOW_BYTES = 64
+
+#: A lane's NOW slot: what it is waiting for at this moment (``since == 0``: not in a wait).
+#: ``cmp_region`` holds the comparison code (``Cmp``) in its low 8 bits and the wait's region id
+#: above them; ``seen`` is the last value the lane read from the flag (written when it changes).
+NOW_DTYPE = np.dtype(
+    [
+        ("since", "<u8"),  # raw timer ticks when the wait began; 0 when the lane is not waiting
+        ("flag", "<i8"),  # the flag's heap offset (bytes)
+        ("expected", "<i4"),
+        ("cmp_region", "<u4"),
+        ("peer", "<i4"),  # the rank expected to set the flag
+        ("seen", "<i4"),
+        ("started", "<u8"),  # raw timer ticks when the lane opened its tracer (kl.init); 0: not yet
+        ("reserved", "<u8", (3,)),
+    ]
+)
+assert NOW_DTYPE.itemsize == NOW_BYTES
+
+
+def is_ring_gate(ktrace: int) -> bool:
+    """Whether a ``KTRACE`` gate value selects ring mode."""
+    return int(ktrace) >= RING_GATE
+
+
+def ring_gate(slots: int) -> int:
+    """The ``KTRACE`` value of ring mode with ``slots`` records per lane (a power of two)."""
+    if not 2 <= slots < RING_GATE or slots & (slots - 1):
+        raise ValueError(f"ring slots per lane must be a power of two in [2, {RING_GATE}), got {slots}")
+    return RING_GATE | slots
+
+
+def heads_offset(n_programs: int, slots: int) -> int:
+    """Byte offset of a ring buffer's per-lane heads (where the dense layout counts drops)."""
+    return dropped_offset(n_programs, slots)
+
+
+def now_offset(n_programs: int, slots: int) -> int:
+    """Byte offset of a ring buffer's NOW slots (16-byte aligned after the heads)."""
+    return (heads_offset(n_programs, slots) + n_programs * DROPPED_BYTES + 15) // 16 * 16
+
+
+def ring_buffer_bytes(n_programs: int, slots: int) -> int:
+    """Size in bytes of a ring-mode buffer of ``n_programs`` lanes of ``slots`` records."""
+    if n_programs <= 0 or slots <= 0:
+        raise ValueError(f"n_programs and slots must be positive, got {n_programs}, {slots}")
+    return now_offset(n_programs, slots) + n_programs * NOW_BYTES
 
 
 @dataclass(frozen=True)

@@ -128,6 +128,7 @@ class PendingLaunch:
     raw: np.ndarray | None = None
     #: lanes per program (``ktrace.gluon``): names, one per lane; () for a program of one lane
     lanes: tuple = ()
+    gate: int = 0  # the KTRACE value of a ring-mode launch (ktrace.flight); 0: `capacity`
 
 
 @dataclass
@@ -156,6 +157,10 @@ class Session:
             other ranks to arrive before going on without them (``ktrace.captures.gather.arrive``).
         run_id: the run this capture belongs to (default: ``ktrace.captures.identity.run_id()``,
             the same on every rank).
+        flight_recorder: True or a ``ktrace.flight.recorder.FlightConfig``: trace in ring mode
+            (each lane keeps its last records and says what it waits for, in pinned host memory),
+            with a watchdog that writes a live dump when the kernels stop making progress while
+            a lane waits, and a dump on ``SIGUSR1`` (``ktrace dump``). See ``ktrace.flight``.
         profiler: a ``torch.profiler.profile`` recording the same run. Each traced launch is then
             wrapped in a profiler range named ``ktrace <kernel> #<launch index>`` (so the launch's
             CUPTI kernel record is found by its correlation id, not only by order), and
@@ -182,6 +187,8 @@ class Session:
     calibration: Any = None
     peer_timeout_s: float = PEER_TIMEOUT_S
     run_id: str | None = None
+    flight_recorder: Any = False
+    _flight: Any = field(default=None, repr=False)
     profiler: Any = None
     _calib: dict = field(default_factory=dict, repr=False)
     _notes: list = field(default_factory=list, repr=False)
@@ -212,6 +219,15 @@ class Session:
         if self.run_id is None:
             self.run_id = _run_id()
         register_process(self.heap.group if self.heap is not None else None)
+        if self.flight_recorder and self._flight is None:
+            from .flight.recorder import FlightConfig, Recorder
+
+            cfg = self.flight_recorder if isinstance(self.flight_recorder, FlightConfig) else FlightConfig()
+            try:
+                self._flight = Recorder(self, cfg).start()
+            except Exception as e:  # traced as usual then, in device arenas, with no watchdog
+                self._flight = None
+                self._note(f"the flight recorder could not start ({e}); launches are traced without it")
         return self
 
     def __enter__(self) -> "Session":
@@ -324,6 +340,8 @@ class Session:
         # a program of several lanes is that many virtual programs (``ktrace.schema``'s Lanes)
         grid = schema.virtual_grid(grid, max(1, len(lanes)))
         n_prog = grid[0] * grid[1] * grid[2]
+        if self._flight is not None:
+            return self._ring_launch(kernel, grid, n_prog, device)
         words = (schema.buffer_bytes(n_prog, capacity) + 7) // 8
         stream = torch.cuda.current_stream(device)
         arenas = self._arenas.setdefault(device, [])
@@ -356,17 +374,41 @@ class Session:
         self.kernels.setdefault(kernel.name, kernel)
         return pl
 
+    def _ring_launch(self, kernel: "TracedKernel", grid: tuple[int, int, int], n_prog: int, device: int):
+        """A launch in ring mode: its buffer is a slice of the flight recorder's pinned arena."""
+        import torch
+
+        index = len(self.launches)
+        buf = self._flight.new_buffer(index, n_prog)
+        if buf is None:
+            if not self._warned_full:
+                log.warning("[rank %s] ktrace: the flight recorder's arena is full; later launches run untraced", self.rank)
+                self._warned_full = True
+            return None
+        slots = self._flight.config.slots
+        pl = PendingLaunch(index=index, kernel=kernel.name, grid=grid, capacity=slots, device=device, host_ns=time.time_ns(),
+                           buffer=buf, stream=torch.cuda.current_stream(device).cuda_stream, gate=schema.ring_gate(slots))
+        self.launches.append(pl)
+        self.kernels.setdefault(kernel.name, kernel)
+        return pl
+
     def close(self) -> None:
         """Wait for the device, then copy each arena to the host once and release it."""
         if self.closed:
             return
         self.closed = True
+        if self._flight is not None:
+            self._flight.stop()
         if not self.launches:
             return
         import torch
 
         for dev in sorted({pl.device for pl in self.launches}):
             torch.cuda.synchronize(dev)
+        for pl in self.launches:
+            if pl.raw is None and pl.gate:  # ring mode: unrolled (or streamed) into the dense layout
+                pl.raw, pl.buffer = self._flight.final_raw(pl), None
+                pl.capacity = int(schema.unpack_header(pl.raw)["capacity"])
         host = {
             (dev, i): ar.tensor[: ar.used].cpu().numpy().view(np.uint8)
             for dev, arenas in self._arenas.items()
@@ -432,7 +474,8 @@ class Session:
                     raw=pl.raw,
                     host_ns=pl.host_ns,
                     stream=pl.stream,
-                    meta={"device": pl.device, **({"lanes": list(pl.lanes)} if pl.lanes else {})},
+                    meta={"device": pl.device, **({"lanes": list(pl.lanes)} if pl.lanes else {}),
+                          **({"ring_slots": pl.gate - schema.RING_GATE} if pl.gate else {})},
                 )
                 for pl in self.launches
             ],
@@ -789,7 +832,7 @@ class TracedKernel:
         pl = session._new_launch(self, g, cap, device, **lanes) if g[0] * g[1] * g[2] > 0 else None
         if pl is None:
             return self.jit_fn[grid](*args, **kwargs)
-        kwargs = dict(kwargs, ktrace_buf=pl.buffer, KTRACE=cap)
+        kwargs = dict(kwargs, ktrace_buf=pl.buffer, KTRACE=getattr(pl, "gate", 0) or cap)
         if self.lanes:
             kwargs["KTRACE_LANES"] = len(self.lanes)
         if getattr(session, "profiler", None) is not None:  # a named range around the launch: its CUPTI record by correlation

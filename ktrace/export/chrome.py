@@ -28,7 +28,7 @@ import orjson
 from .. import __version__, schema
 from ..clock.model import ClockModel
 from ..events import Batch
-from ..schema import EventKind, is_timeout
+from ..schema import EventKind, wait_state
 from . import _rows
 from .layout import (ACQUIRED, CLASS_KIND, COUNTER, INSTANT, NOTIFY, SPAN, WAIT, batch_flows, batch_lanes, event_class,
                      handoff_name, handoff_name_keys, notify_flow_ids)
@@ -148,7 +148,7 @@ def _batch_rows(plan: TracePlan, b: Batch, out) -> np.ndarray:
                 out([_rows.rows(n, head + [b',"name":', _names(ev["region"][idx], region_name), b',"cat":"span",']
                                 + _arg_parts(kind, ev, idx) + where)])
             elif cls == WAIT:
-                to = is_timeout(ev["flags"][idx]).astype(np.int64)
+                to = np.minimum(wait_state(ev["flags"][idx]), 1)
                 name = _names(handoff_name_keys(kind, ev[schema.arg_column(kind, "peer")][idx], ev["flags"][idx], ev["region"][idx]),
                               lambda k: handoff_name(EventKind.WAIT, k, region_name))
                 cat = _rows.Pick(_rows.table([b'"wait"', b'"wait,timeout"'] if to.any() else [b'"wait"']), to)

@@ -259,6 +259,8 @@ def track_name(rank: int, group: int, program: int, lane: int, partition: str | 
 #: red-orange, timed out dark magenta, releasing dark green).
 WAIT_NAME = "waiting for rank {peer}"
 TIMEOUT_NAME = "timed out waiting for rank {peer}"
+#: A wait still spinning when a live dump (``ktrace.flight``) was taken: it ends at the dump.
+OPEN_NAME = "still waiting for rank {peer} at the dump"
 NOTIFY_NAME = "releasing rank {peer}"
 
 
@@ -285,8 +287,10 @@ BARRIER_WAIT_NAME = "waiting for barrier {barrier}"
 BARRIER_RELEASE_NAME = "releasing barrier {barrier}"
 
 
-def wait_name(peer: int, timed_out: bool) -> str:
-    return (TIMEOUT_NAME if timed_out else WAIT_NAME).format(peer=peer)
+def wait_name(peer: int, timed_out: int) -> str:
+    """A wait's slice name; ``timed_out``: 0 or False (it saw its flag), 1 or True (it gave up),
+    2 (open at a live dump, ``schema.wait_state``)."""
+    return (OPEN_NAME if timed_out == 2 else TIMEOUT_NAME if timed_out else WAIT_NAME).format(peer=peer)
 
 
 def notify_name(peer: int) -> str:
@@ -295,11 +299,12 @@ def notify_name(peer: int) -> str:
 
 def handoff_name_keys(kind: int, arg0: np.ndarray, flags: np.ndarray, region: np.ndarray) -> np.ndarray:
     """A key per wait (``kind`` WAIT) or notify naming it (see :func:`handoff_name`): the peer
-    and, for a wait, whether it timed out; for an mbarrier hand-off (LOCAL) its barrier's region."""
-    from ..schema import is_local, is_timeout
+    and, for a wait, whether it saw its flag, timed out or was open at a live dump
+    (``schema.wait_state``); for an mbarrier hand-off (LOCAL) its barrier's region."""
+    from ..schema import is_local, wait_state
 
     peer = arg0.astype(np.int64)
-    key = (peer << 1) | (is_timeout(flags).astype(np.int64) if kind == EventKind.WAIT else 0)
+    key = (peer << 2) | (wait_state(flags) if kind == EventKind.WAIT else 0)
     return np.where(is_local(flags), (region.astype(np.int64) << 1) | 1, key << 1)
 
 
@@ -309,7 +314,7 @@ def handoff_name(kind: int, key: int, region_name) -> str:
         barrier = region_name(key >> 1)
         return (BARRIER_WAIT_NAME if kind == EventKind.WAIT else BARRIER_RELEASE_NAME).format(barrier=barrier)
     k = key >> 1
-    return wait_name(k >> 1, bool(k & 1)) if kind == EventKind.WAIT else notify_name(k)
+    return wait_name(k >> 2, k & 3) if kind == EventKind.WAIT else notify_name(k >> 2)
 
 
 def rank_title(rank: int, device: dict) -> str:

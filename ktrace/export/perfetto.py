@@ -43,7 +43,7 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
 from .. import schema
 from ..clock.model import ClockModel
 from ..events import Batch
-from ..schema import EventKind, is_timeout
+from ..schema import EventKind, wait_state
 from . import _rows
 from . import pool as _pool
 from .layout import (ACQUIRED, CLASS_KIND, COUNTER, HW_FIELDS, INSTANT, NOTIFY, SPAN, WAIT, batch_flows, batch_lanes, event_class,
@@ -506,7 +506,7 @@ class _Writer:
                 names = self.names.ids(ev["region"][idx], region_name)
             else:
                 if cls == WAIT:
-                    to = is_timeout(ev["flags"][idx]).astype(np.int64)
+                    to = np.minimum(wait_state(ev["flags"][idx]), 1)
                 k_ = CLASS_KIND[cls]
                 names = self.names.ids(handoff_name_keys(k_, ev["arg0"][idx], ev["flags"][idx], ev["region"][idx]),
                                        lambda k, k_=k_: handoff_name(k_, k, region_name))

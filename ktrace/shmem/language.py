@@ -21,6 +21,12 @@ return it advanced. With tracing on they record a NOTIFY / WAIT event (two slots
 flag's heap offset and the peer, so the stall analysis can pair them across ranks; with tracing
 off the tracer is a no-op and nothing is recorded.
 
+Ring mode (``ktrace.flight``, ``KTRACE = schema.RING_GATE | N``): a wait that has read its flag
+``NOW_AFTER_SPINS`` times writes what it waits for into its lane's NOW slot (flag, expected
+value, comparison, peer, the value read, since when), keeps the value read up to date when it
+changes and clears the slot when it ends; a shorter wait stores nothing more than in the dense
+mode. See docs/flight.md.
+
 Bounded waits: a wait gives up after ``timeout_ns`` (and/or ``max_spins`` reads), records its
 WAIT event with the TIMEOUT flag, writes what it waited for into the heap's error block (this
 rank's heap, first bytes) and returns. Once a wait on a rank has timed out, other waits of the
@@ -73,6 +79,9 @@ from .symmetric import RESERVED_BYTES as _RESERVED_BYTES
 
 #: Default bound of a wait (ns): long enough for any real signal, short enough to not hang CI.
 DEFAULT_TIMEOUT_NS: tl.constexpr = tl.constexpr(5_000_000_000)
+#: Ring mode (``ktrace.flight``): a wait fills its lane's NOW slot once it has read the flag this
+#: many times (tens of µs inside a GPU, more across GPUs), so short waits store nothing.
+NOW_AFTER_SPINS: tl.constexpr = tl.constexpr(64)
 #: Alignment (bytes) the host guarantees for every heap base.
 HEAP_ALIGN: tl.constexpr = tl.constexpr(256)
 
@@ -110,6 +119,13 @@ def _sem(sem):
 def _elem_bytes(dtype):
     bits = dtype.element_ty.primitive_bitwidth
     return max(1, bits // 8)
+
+
+@triton.constexpr_function
+def _cmp_region(cmp_code, rid):
+    """A NOW slot's ``cmp_region`` word (``schema.NOW_DTYPE``) as a signed int32."""
+    v = (cmp_code & 0xFF) | (rid << 8)
+    return v - (1 << 32) if v >= 1 << 31 else v
 
 
 @triton.constexpr_function
@@ -527,6 +543,10 @@ def wait_value(
     ok = _satisfied(v, expected, CMP)
     stop = ok
     t1 = t0
+    seen = v
+    if kt.ON:
+        if kt.RING:
+            now_ptr = kl.now_slot(kt)
     while not stop:
         if backoff_ns > 0:
             _nanosleep(backoff_ns)
@@ -545,6 +565,22 @@ def wait_value(
         if SPIN_BOUND:
             gave_up = gave_up | (spins >= max_spins)
         stop = ok | gave_up
+        if kt.ON:
+            if kt.RING:
+                # ktrace.flight: the lane's NOW slot says what it waits for, once the wait has spun
+                # NOW_AFTER_SPINS times (a hand-off's short wait stores nothing: stores between the
+                # spin and the next release delay that release), then the value seen when it changes
+                # (branched, not predicated: a short wait's spin runs none of it)
+                if spins >= NOW_AFTER_SPINS:
+                    fill = spins == NOW_AFTER_SPINS
+                    tl.store(now_ptr + 1, off, mask=fill)
+                    tl.store(now_ptr + 2, kl._pack(expected, _cmp_region(CMP, kl.region(name))), mask=fill)
+                    tl.store(now_ptr + 3, kl._pack(peer, v), mask=fill | (v != seen))
+                    tl.store(now_ptr, t0, mask=fill)  # since != 0 marks the slot filled
+        seen = v
+    if kt.ON:
+        if kt.RING:
+            tl.store(now_ptr, 0, mask=spins >= NOW_AFTER_SPINS)  # no longer waiting
     failed = ok == 0
     n0 = tl.num_programs(0)
     n1 = tl.num_programs(1)
