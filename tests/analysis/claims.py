@@ -322,12 +322,15 @@ _CMP = {"==": np.equal, "!=": np.not_equal, ">=": np.greater_equal, ">": np.grea
 
 
 def _reaches(vals: np.ndarray, expected: int, cmp: str) -> bool:
-    """Whether notifies writing ``vals`` (in time order) bring a flag to ``cmp expected``: as values set, or as
-    increments added (a counter)."""
+    """Whether notifies writing ``vals`` (in time order) bring a flag to ``cmp expected``. A notify's
+    record says the value, not whether it was set or added: as the capture format documents it
+    (``ktrace.pairing``), notifies that all write one value (more than one) are increments added to
+    a counter, others values set (a flag set to the round 9, 10, .. 13 has not reached 14, though
+    9 + 10 would)."""
     if vals.size == 0:
         return False
-    op = _CMP[cmp]
-    return bool(op(vals, expected).any() or op(np.cumsum(vals), expected).any())
+    counter = vals.size > 1 and bool((vals == vals[0]).all())
+    return bool(_CMP[cmp](np.cumsum(vals) if counter else vals, expected).any())
 
 
 def _gave_up(raw: Raw, c) -> list[str]:
