@@ -24,11 +24,12 @@ from . import causes, hangs, lanes, load, stalls
 from . import compare as _diff
 from . import timeline as overlap
 from . import timeline as _path
+from ..keys import group_index
 from ..text import fmt_ns
 from .names import OUTSIDE
 from .document import MIN_LINK_NS, PERFETTO_UI, Finding, link_range, perfetto_link
 from .document import jsonable as _jsonable
-from .trace import Progress, Trace, prepare, table_to_records
+from .trace import Progress, Trace, has_lanes, prepare, table_to_records
 
 _SEVERITY = {"error": 0, "warning": 1, "info": 2}
 
@@ -253,19 +254,24 @@ def _path_findings(trace: Trace, path: np.ndarray, w) -> list[Finding]:
     # (a signal step whose notify starts after its wait ended, within the clocks' bound, is no time)
     dur = np.maximum(path["dur_ns"], 0).astype(float)
     tot = float(dur.sum())
-    key = path["rank"].astype(np.int64) * (1 << 32) + path["program"].astype(np.int64)
-    ak, ainv = np.unique(key, return_inverse=True)
-    per_agent = np.bincount(ainv.reshape(-1), weights=dur, minlength=ak.size)
+    # the agent holding it: a program, or a lane of one (its partition) when programs have several
+    ainv, ak = group_index(path["rank"], path["program"], path["lane"])
+    per_agent = np.bincount(ainv, weights=dur, minlength=ak.shape[0])
     rk, rinv = np.unique(path["rank"], return_inverse=True)
     per_rank = np.bincount(rinv.reshape(-1), weights=dur, minlength=rk.size)
     top_r = int(rk[np.argmax(per_rank)])
     mine = path[path["rank"] == top_r]
-    top_a = int(ak[np.argmax(np.where((ak >> 32) == top_r, per_agent, -1))] & 0xFFFFFFFF)
-    a_share = float(per_agent[ak == (top_r << 32) + top_a][0]) / max(tot, 1)
+    top = int(np.argmax(np.where(ak[:, 0] == top_r, per_agent, -1)))
+    top_a, top_lane = int(ak[top, 1]), int(ak[top, 2])
+    a_share = float(per_agent[top]) / max(tot, 1)
     r_share = float(per_rank.max()) / max(tot, 1)
-    holder = (f"rank {top_r} program {top_a} holds {100 * a_share:.0f}% of its time" if a_share >= 0.995 * r_share
-              else f"rank {top_r} holds {100 * r_share:.0f}% of its time (program {top_a} {100 * a_share:.0f}%)")
-    claims.append({"kind": "holds_path", "agents": [[top_r, -1, top_a, 0]],
+    who = f"program {top_a}"
+    if has_lanes(trace):
+        launch_of = int(mine["launch"][(mine["program"] == top_a) & (mine["lane"] == top_lane)][0])
+        who += f" lane {top_lane} ({lanes.lane_name(trace, top_r, launch_of, top_lane)})"
+    holder = (f"rank {top_r} {who} holds {100 * a_share:.0f}% of its time" if a_share >= 0.995 * r_share
+              else f"rank {top_r} holds {100 * r_share:.0f}% of its time ({who} {100 * a_share:.0f}%)")
+    claims.append({"kind": "holds_path", "agents": [[top_r, -1, top_a, top_lane]],
                    "values": {"rank_share": r_share, "program_share": a_share}})
     names, ns = _path.path_region_time(trace, mine)
     reg = ""
@@ -275,9 +281,10 @@ def _path_findings(trace: Trace, path: np.ndarray, w) -> list[Finding]:
         share = float(ns[0]) / float(ns.sum())
         text += f", {100 * share:.0f}% of that " + (reg if reg.startswith(("(", "waiting")) else f"in '{reg}'")
         runs = mine[mine["kind"] == "run"]
-        seg = ([[int(p), int(l), int(a_) - trace.origin_ns, int(b_) - trace.origin_ns] for p, l, a_, b_ in zip(
-            runs["program"].tolist(), runs["launch"].tolist(), runs["start_ns"].tolist(), runs["end_ns"].tolist())]
-            if runs.size <= MAX_CLAIM_SEGMENTS else None)
+        # (program, launch, start, end, lane): the lane names whose events the segment walked
+        seg = ([[int(p), int(l), int(a_) - trace.origin_ns, int(b_) - trace.origin_ns, int(ln_)] for p, l, a_, b_, ln_ in zip(
+            runs["program"].tolist(), runs["launch"].tolist(), runs["start_ns"].tolist(), runs["end_ns"].tolist(),
+            runs["lane"].tolist())] if runs.size <= MAX_CLAIM_SEGMENTS else None)
         claims.append({"kind": "region_share", "agents": [[top_r, -1, -1, 0]],
                        "values": {"region": reg, "share": share, "run_ns": float(ns.sum()), "segments": seg}})
     text += "."

@@ -39,10 +39,12 @@ class Raw:
         self.t = (e["end_ns"] - self.origin).astype(np.int64)
         self.kind = e["kind"].astype(np.int64)
         self.rank, self.launch, self.program = (e[c].astype(np.int64) for c in ("rank", "launch", "program"))
+        # the lane of the program that recorded each event (0 in a capture of one lane per program)
+        self.lane = e["lane"].astype(np.int64) if "lane" in (e.dtype.names or ()) else np.zeros(e.size, np.int64)
         self.region = e["region"].astype(np.int64)
         self.timeout = schema.is_timeout(e["flags"])
-        # events named (rank, launch, program, k): the k-th its program recorded, in slot order
-        o = np.lexsort((e["slot"], e["program"], e["launch"], e["rank"]))
+        # events named (rank, launch, program, k): the k-th its program recorded, in (lane, slot) order
+        o = np.lexsort((e["slot"], self.lane, e["program"], e["launch"], e["rank"]))
         k, last = np.zeros(e.size, np.int64), None
         for n, i in enumerate(o.tolist()):
             a = (int(e["rank"][i]), int(e["launch"][i]), int(e["program"][i]))
@@ -59,9 +61,9 @@ class Raw:
     def arg(self, kind: int, name: str) -> np.ndarray:
         return self.e[arg_column(EventKind(kind), name)].astype(np.int64)
 
-    def sel(self, rank=-1, launch=-1, program=-1, kind=None) -> np.ndarray:
+    def sel(self, rank=-1, launch=-1, program=-1, kind=None, lane=-1) -> np.ndarray:
         m = np.ones(self.e.size, bool)
-        for col, v in ((self.rank, rank), (self.launch, launch), (self.program, program)):
+        for col, v in ((self.rank, rank), (self.launch, launch), (self.program, program), (self.lane, lane)):
             if v is not None and v >= 0:
                 m &= col == v
         if kind is not None:
@@ -73,11 +75,12 @@ class Raw:
         return int(self.s[m].min()), int(self.t[m].max())
 
     def leaf(self) -> np.ndarray:
-        """Per event, whether it is a span no other event of its program starts inside."""
+        """Per event, whether it is a span no other event of its program's lane starts inside (the
+        lanes of a program run at once)."""
         if self._leaf is None:
             out = np.zeros(self.e.size, bool)
             grp = defaultdict(list)
-            for i, a in enumerate(zip(self.rank.tolist(), self.launch.tolist(), self.program.tolist())):
+            for i, a in enumerate(zip(self.rank.tolist(), self.launch.tolist(), self.program.tolist(), self.lane.tolist())):
                 grp[a].append(i)
             for rows in grp.values():
                 rows = np.array(rows)
@@ -110,7 +113,7 @@ def raw_holds(raw: Raw, rid: int | None = None) -> tuple[np.ndarray, np.ndarray,
     idx = np.flatnonzero(nm)
     prev = idx - 1
     ok = (prev >= 0) & (raw.rank[prev] == raw.rank[idx]) & (raw.launch[prev] == raw.launch[idx]) & \
-        (raw.program[prev] == raw.program[idx])
+        (raw.program[prev] == raw.program[idx]) & (raw.lane[prev] == raw.lane[idx])
     idx, prev = idx[ok], prev[ok]
     held = np.maximum(raw.s[idx] - raw.t[prev], 0).astype(float)
     agent = list(zip(raw.rank[idx].tolist(), raw.launch[idx].tolist(), raw.program[idx].tolist(), raw.region[idx].tolist()))
@@ -441,7 +444,7 @@ def _handoffs(raw: Raw, c, cross_rank: bool) -> list[str]:
 def _holds_path(raw: Raw, c) -> list[str]:
     v = c["values"]
     a = _agents(c)[0]
-    ok = 0 < v["program_share"] <= v["rank_share"] + 1e-9 <= 1 + 1e-9 and raw.sel(a[0], -1, a[2]).any()
+    ok = 0 < v["program_share"] <= v["rank_share"] + 1e-9 <= 1 + 1e-9 and raw.sel(a[0], -1, a[2], lane=a[3]).any()
     return [] if ok else [f"shares {v} of an agent {a} that has no events"]
 
 
@@ -453,8 +456,8 @@ def _region_share(raw: Raw, c) -> list[str]:
     tot = defaultdict(float)
     run = covered = 0.0
     leaf = raw.leaf()
-    for p, l, a, b in v["segments"]:
-        m = raw.sel(r, l, p)
+    for p, l, a, b, *lane in v["segments"]:  # (a segment walked one lane of its program when it names one)
+        m = raw.sel(r, l, p, lane=lane[0] if lane else -1)
         run += b - a
         for kind_ok, label in ((leaf & m, None), (m & (raw.kind == W), "waiting")):
             ix = np.flatnonzero(kind_ok)
@@ -462,7 +465,7 @@ def _region_share(raw: Raw, c) -> list[str]:
             for rid, x in zip(raw.region[ix].tolist(), d.tolist()):
                 if x > 0:
                     tot[(label, rid)] += x
-        # the time any event of the program covers (the union of its intervals)
+        # the time any event of the program (or lane) covers (the union of its intervals)
         ix = np.flatnonzero(m & np.isin(raw.kind, (S, W, N)))
         iv = sorted(zip(np.clip(raw.s[ix], a, b).tolist(), np.clip(raw.t[ix], a, b).tolist()))
         end = a
