@@ -441,6 +441,35 @@ def _handoffs(raw: Raw, c, cross_rank: bool) -> list[str]:
     return bad
 
 
+def _lane_handoffs(raw: Raw, c) -> list[str]:
+    """Hand-offs between lanes of one program: an mbarrier wait (LOCAL) and the LOCAL notify of
+    another lane of its program on the same barrier and phase, or a flag wait and a notify of
+    another lane on that flag of the waiting rank; the notify started before the wait ended."""
+    v = c["values"]
+    bad = []
+    launches = set()
+    local = (raw.e["flags"].astype(np.int64) & int(schema.EventFlag.LOCAL)) != 0
+    for wk, nk in v["handoffs"]:
+        i, j = raw.key.get(tuple(wk)), raw.key.get(tuple(nk))
+        if i is None or j is None or raw.kind[i] != W or raw.kind[j] != N or local[i] != local[j]:
+            bad.append(f"hand-off {wk} <- {nk} is not a wait and its kind of notify")
+            continue
+        if (raw.rank[i], raw.launch[i], raw.program[i]) != (raw.rank[j], raw.launch[j], raw.program[j]) or raw.lane[i] == raw.lane[j]:
+            bad.append(f"hand-off {wk} <- {nk} does not cross lanes of one program")
+        if raw.arg(N, "flag")[j] != raw.arg(W, "flag")[i]:
+            bad.append(f"notify {nk} is not on wait {wk}'s barrier or flag")
+        elif local[i] and raw.arg(N, "value")[j] != raw.arg(W, "expected")[i]:
+            bad.append(f"notify {nk} completed another phase than wait {wk} waited for")
+        elif not local[i] and raw.arg(N, "peer")[j] != raw.rank[i]:
+            bad.append(f"notify {nk} is not to wait {wk}'s rank")
+        if raw.s[j] > raw.t[i] + 1000:
+            bad.append(f"notify {nk} starts after wait {wk} ended")
+        launches.add(int(raw.launch[i]))
+    if len(launches) != v["launches"]:
+        bad.append(f"hand-offs in {len(launches)} launches, the claim says {v['launches']}")
+    return bad
+
+
 def _holds_path(raw: Raw, c) -> list[str]:
     v = c["values"]
     a = _agents(c)[0]
@@ -558,6 +587,45 @@ def _slow_signals(raw: Raw, c) -> list[str]:
         f"{int(m.sum())} waits of rank {v['consumer']} on rank {v['producer']}, the claim counts {v['n_waits']}"]
 
 
+def _lane_holdup(raw: Raw, c) -> list[str]:
+    """In the named program, the other lanes' mbarrier waits released by the named lane (rule 3,
+    recomputed: the LOCAL notify of the same program, barrier and phase, the last to start), less
+    the time the lane was waiting itself during each, sum to the stated time; so does the named
+    waiter's part on the named barrier; and the waiter's own time not waiting is the one stated."""
+    v = c["values"]
+    r, l, p, h = _agents(c)[0]
+    local = (raw.e["flags"].astype(np.int64) & int(schema.EventFlag.LOCAL)) != 0
+    prog = raw.sel(r, l, p) & local
+    flag_w, exp_w, flag_n, val_n = raw.arg(W, "flag"), raw.arg(W, "expected"), raw.arg(N, "flag"), raw.arg(N, "value")
+    own = [(int(raw.s[i]), int(raw.t[i])) for i in np.flatnonzero(raw.sel(r, l, p, W, lane=h))]
+    total = part = 0.0
+    for i in np.flatnonzero(prog & (raw.kind == W) & ~raw.timeout):
+        cand = np.flatnonzero(prog & (raw.kind == N) & (flag_n == flag_w[i]) & (val_n == exp_w[i]))
+        if cand.size == 0 or exp_w[i] < 0:
+            continue
+        j = cand[np.argmax(raw.s[cand])]
+        if raw.lane[j] != h:
+            continue
+        a, b = int(raw.s[i]), int(raw.t[i])
+        x = max(0, (b - a) - sum(max(0, min(b, y1) - max(a, y0)) for y0, y1 in own))
+        total += x
+        if raw.lane[i] == v["waiter_lane"] and raw.region[i] == v["barrier"]:
+            part += x
+    bad = []
+    if not close(total, v["worst_ns"]):
+        bad.append(f"lane {h} of rank {r} program {p} held the others {total:.0f} ns, the claim says {v['worst_ns']:.0f}")
+    if not close(part, v["waiter_ns"]):
+        bad.append(f"lane {v['waiter_lane']} waited {part:.0f} ns of it on that barrier, the claim says {v['waiter_ns']:.0f}")
+    m = raw.sel(r, l, p, lane=v["waiter_lane"])
+    w = m & (raw.kind == W)
+    work = float(raw.t[m].max() - raw.s[m].min() - (raw.t[w] - raw.s[w]).sum()) if m.any() else 0.0
+    if not close(work, v["waiter_work_ns"]):
+        bad.append(f"lane {v['waiter_lane']} worked {work:.0f} ns itself, the claim says {v['waiter_work_ns']:.0f}")
+    if bool(v["idle"]) != (part > work):
+        bad.append(f"the waiter waited {part:.0f} ns on it and worked {work:.0f} ns: 'idle' is not {v['idle']}")
+    return bad
+
+
 CHECKS = {
     "held_back": _held_back, "started_late": _started_late, "waited_for": _waited_for,
     "program_started_late": _program_started_late, "worked_longer": _worked_longer, "extra_in_region": _extra_in_region,
@@ -565,12 +633,14 @@ CHECKS = {
     "never_sent": _never_sent, "gave_up": _gave_up, "stuck_waiting": _stuck_waiting, "not_waiting": _not_waiting,
     "saving": _saving, "not_shorter": _not_shorter, "not_shorter_balanced": _not_shorter_balanced, "waiting_removed": _waiting_removed,
     "crosses_ranks": lambda raw, c: _handoffs(raw, c, True), "crosses_programs": lambda raw, c: _handoffs(raw, c, False),
+    "crosses_lanes": _lane_handoffs,
     "holds_path": _holds_path, "region_share": _region_share, "without_notify": _without_notify,
     "slow_signals": _slow_signals, "notify_on_flag": _notify_on_flag,
     "exposed_communication": _exposed_communication, "silent_programs": _silent_programs,
+    "lane_holdup": _lane_holdup,
 }
 #: Numbers a claim states as amounts: none of them may be zero (a claim with nothing behind it is not written).
-AMOUNTS = ("magnitude_ns", "excess_ns", "saving_ns", "waiting_ns", "waited_ns")
+AMOUNTS = ("magnitude_ns", "excess_ns", "saving_ns", "waiting_ns", "waited_ns", "worst_ns")
 
 
 def check(raw: Raw, claim: dict) -> list[str]:
