@@ -361,6 +361,52 @@ def test_the_lane_finding_s_numbers_come_from_the_raw_events():
     assert f"{f.data['worst_ns'] / 1000:.1f} µs" in f.text
 
 
+def test_the_healthy_gemm_says_nothing_is_wrong():
+    """The same GEMM unslowed: its MMA partition sets the pace (the epilogue waits for it) and the
+    MMA partition worked longer than it waited on the loader: information, no warning."""
+    from ktrace.analysis.report import build_report
+
+    rep = build_report(FIX / "gluon_gemm.ktrace")
+    assert rep.summary["healthy"] and not [f for f in rep.findings if f.severity != "info"]
+    held = {f.data["partition"]: f for f in rep.findings if f.kind == "lane_holdup"}
+    assert set(held) == {"mma_partition", "load_partition"}
+    assert held["load_partition"].data["waiter_ns"] < held["load_partition"].data["waiter_work_ns"]
+
+
+def test_the_critical_path_walks_each_lane_and_names_the_slowed_loader():
+    """On the slowed loader the critical path runs through the loader's lane (its partition named),
+    and no run segment is longer than its lane's own life: a program's lanes run at once."""
+    from ktrace.analysis import prepare
+    from ktrace.analysis.report import build_report
+    from ktrace.analysis.timeline import critical_path
+
+    t = prepare(FIX / "gluon_gemm_slow_loader.ktrace")
+    path = critical_path(t)
+    ev = aligned_events(read_capture(FIX / "gluon_gemm_slow_loader.ktrace"))
+    for x in path[path["kind"] == "run"]:
+        m = (ev["program"] == x["program"]) & (ev["lane"] == x["lane"])
+        assert ev["start_ns"][m].min() <= x["start_ns"] and x["end_ns"] <= ev["end_ns"][m].max()
+    assert path["dur_ns"].sum() <= _launch_ns(ev)
+    f = next(f for f in build_report(FIX / "gluon_gemm_slow_loader.ktrace").findings if f.kind == "critical_path")
+    assert "lane 1 (load_partition)" in f.text and "crosses lanes of one program" in f.text
+
+
+def test_a_program_is_busy_as_long_as_its_busiest_lane():
+    """Recomputed the plain way: per program, the largest of its lanes' (life - own waits)."""
+    from ktrace.analysis import load, prepare
+
+    t = prepare(FIX / "gluon_gemm.ktrace")
+    wg = load.workgroups(t)
+    ev = aligned_events(read_capture(FIX / "gluon_gemm.ktrace"))
+    for p, busy in zip(wg["program"].tolist(), wg["busy_ns"].tolist()):
+        best = 0
+        for lane in np.unique(ev["lane"][ev["program"] == p]).tolist():
+            m = (ev["program"] == p) & (ev["lane"] == lane)
+            w = m & (ev["kind"] == EventKind.WAIT)
+            best = max(best, int(ev["end_ns"][m].max() - ev["start_ns"][m].min() - (ev["end_ns"][w] - ev["start_ns"][w]).sum()))
+        assert busy == best and busy > 0
+
+
 def test_the_communication_partition_s_notifies_release_the_waiting_partition():
     """The flag kernel at one rank (peer = itself, H100): per program the waiter (lane 0) waited
     for round 5 of the communication partition (lane 1) over the symmetric heap; pairing rule 1

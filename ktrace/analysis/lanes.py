@@ -20,7 +20,7 @@ import numpy as np
 from ..keys import group_index, lexorder
 from ..schema import EventKind, is_local, is_timeout
 from . import stalls
-from .trace import Trace
+from .trace import Trace, lane_view, wg_lanes
 
 #: One row per (rank, launch, lane that held others up).
 HOLDUP_DTYPE = np.dtype([
@@ -31,6 +31,7 @@ HOLDUP_DTYPE = np.dtype([
     ("worst_program", "<i4"), ("worst_ns", "<f8"),  # the program charged most, and its time
     ("waiter_lane", "<i4"), ("waiter_ns", "<f8"),  # in the worst program: the lane that waited most on it, how long
     ("barrier", "<u4"),  # the region (barrier name) of those waits
+    ("waiter_work_ns", "<f8"),  # in the worst program: the waiter lane's own time not waiting (its extent less its waits)
 ])
 
 
@@ -117,7 +118,26 @@ def _holdups(trace: Trace) -> np.ndarray:
         out["waiter_lane"][h[gi]] = kk[top, 1]
         out["waiter_ns"][h[gi]] = tot[top]
         out["barrier"][h[gi]] = kk[top, 2]
+        out["waiter_work_ns"][h[gi]] = _work(trace, out["rank"][h[gi]], out["launch"][h[gi]], out["worst_program"][h[gi]],
+                                             out["waiter_lane"][h[gi]])
     return out[np.argsort(-out["worst_ns"], kind="stable")]
+
+
+def _work(trace: Trace, rank: np.ndarray, launch: np.ndarray, program: np.ndarray, lane: np.ndarray) -> np.ndarray:
+    """Per (rank, launch, program, lane) asked: the lane's own time not waiting, its first start
+    to its last end less its waits (a lane waits for one thing at a time: they do not overlap)."""
+    v = lane_view(trace)
+    ws, we = stalls.workgroup_extent(v)
+    wr = trace.rows_of(EventKind.WAIT)
+    waited = np.bincount(v.wg[wr], weights=(trace.at(EventKind.WAIT, "end_ns") - trace.at(EventKind.WAIT, "start_ns")).astype(np.float64),
+                         minlength=v.n_workgroups)
+    gk = np.c_[v.wg_keys, wg_lanes(v)]
+    m = [int(max(gk[:, c].max(), q.max())) + 1 for c, q in ((1, launch), (2, program), (3, lane))]
+    code = ((gk[:, 0] * m[0] + gk[:, 1]) * m[1] + gk[:, 2]) * m[2] + gk[:, 3]  # (sorted: the view's workgroup order)
+    q = ((rank.astype(np.int64) * m[0] + launch) * m[1] + program) * m[2] + lane
+    i = np.clip(np.searchsorted(code, q), 0, code.size - 1)
+    ok = code[i] == q
+    return np.where(ok, (we[i] - ws[i]) - waited[i], 0.0)
 
 
 def lane_name(trace: Trace, rank: int, launch: int, lane: int) -> str:

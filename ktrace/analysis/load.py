@@ -1,7 +1,8 @@
 """Workgroup load: how busy each workgroup was, how uneven that was, and why.
 
 A workgroup is one program of one launch on one rank. Its lifetime runs from its first event's
-start to its last event's end; ``wait_ns`` is the time its waits spun and ``busy_ns`` the rest;
+start to its last event's end; ``wait_ns`` is the time its waits spun and ``busy_ns`` the rest
+(a program traced per lane is busy as long as its busiest lane: its lanes wait and work at once);
 ``held_ns`` is the part of that in which it held notifies back after being ready, beyond what
 the other ranks take (``stalls.notify_holds``: the straggler analysis reports that time as late
 notifies, so it is not counted again as slow work) and ``work_ns`` = ``busy_ns`` - ``held_ns``.
@@ -27,7 +28,7 @@ from ..schema import EventKind
 from .spans import workgroup_starts
 from .stalls import _holds, workgroup_extent
 from ..keys import dense_codes, group_count, group_index, group_median, group_sum
-from .trace import ColumnTable, Sparse, Trace
+from .trace import ColumnTable, Sparse, Trace, lane_view
 
 
 @dataclass(frozen=True)
@@ -220,7 +221,17 @@ def workgroups(trace: Trace, config: LoadConfig = LoadConfig()) -> ColumnTable:
     cols["sm"] = trace.column("hw")[workgroup_starts(trace)]
     wr = trace.rows_of(EventKind.WAIT)
     wdur = trace.at(EventKind.WAIT, "end_ns") - trace.at(EventKind.WAIT, "start_ns")
-    wait = cols["wait_ns"] = np.minimum(np.bincount(trace.wg[wr], weights=wdur, minlength=W).astype(np.int64), we - ws)
+    v = lane_view(trace)
+    if v is trace:
+        wait = cols["wait_ns"] = np.minimum(np.bincount(trace.wg[wr], weights=wdur, minlength=W).astype(np.int64), we - ws)
+    else:
+        # the lanes of a program wait at the same time as others work: the program is busy as
+        # long as its busiest lane (its first start to its last end, less its own waits)
+        vs, ve = workgroup_extent(v)
+        lane_busy = np.maximum((ve - vs) - np.bincount(v.wg[wr], weights=wdur, minlength=v.n_workgroups).astype(np.int64), 0)
+        busy_p = np.zeros(W, np.int64)
+        np.maximum.at(busy_p, trace.wg[workgroup_starts(v)], lane_busy)
+        wait = cols["wait_ns"] = (we - ws) - np.minimum(busy_p, we - ws)
     del wdur
     busy = (we - ws) - wait
     # time spent holding notifies back (a late producer, reported as a straggler) is not work

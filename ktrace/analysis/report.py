@@ -24,11 +24,12 @@ from . import causes, hangs, lanes, load, stalls
 from . import compare as _diff
 from . import timeline as overlap
 from . import timeline as _path
+from ..keys import group_index
 from ..text import fmt_ns
 from .names import OUTSIDE
 from .document import MIN_LINK_NS, PERFETTO_UI, Finding, link_range, perfetto_link
 from .document import jsonable as _jsonable
-from .trace import Progress, Trace, prepare, table_to_records
+from .trace import Progress, Trace, has_lanes, prepare, table_to_records
 
 _SEVERITY = {"error": 0, "warning": 1, "info": 2}
 
@@ -238,12 +239,15 @@ def _path_findings(trace: Trace, path: np.ndarray, w) -> list[Finding]:
         wrow, nrow, sl = wrow[ok], nrow[ok], sig["launch"][ok]
         cross_rank = trace.column("rank")[nrow] != trace.column("rank")[wrow]
         cross_prog = ~cross_rank & (trace.wg[nrow] != trace.wg[wrow])
-        for sel, what in ((cross_rank, "ranks"), (cross_prog, "programs of one rank")):
+        lane = trace.column("lane")
+        cross_lane = ~cross_rank & ~cross_prog & (lane[nrow] != lane[wrow])  # (mbarrier hand-offs between partitions)
+        kinds = {"ranks": "crosses_ranks", "programs of one rank": "crosses_programs", "lanes of one program": "crosses_lanes"}
+        for sel, what in ((cross_rank, "ranks"), (cross_prog, "programs of one rank"), (cross_lane, "lanes of one program")):
             ls = np.unique(sl[sel])
             if ls.size:
                 first = np.flatnonzero(sel)[np.unique(sl[sel], return_index=True)[1]]  # one per launch
                 parts.append(f"it crosses {what} in {ls.size:,} of {L:,} launch{'es' if L != 1 else ''}")
-                claims.append({"kind": "crosses_ranks" if what == "ranks" else "crosses_programs", "agents": [],
+                claims.append({"kind": kinds[what], "agents": [],
                                "values": {"launches": ls.size, "of": L,
                                           "handoffs": [[wk, nk] for wk, nk in zip(_event_key(trace, wrow[first]),
                                                                                    _event_key(trace, nrow[first]))]}})
@@ -253,19 +257,24 @@ def _path_findings(trace: Trace, path: np.ndarray, w) -> list[Finding]:
     # (a signal step whose notify starts after its wait ended, within the clocks' bound, is no time)
     dur = np.maximum(path["dur_ns"], 0).astype(float)
     tot = float(dur.sum())
-    key = path["rank"].astype(np.int64) * (1 << 32) + path["program"].astype(np.int64)
-    ak, ainv = np.unique(key, return_inverse=True)
-    per_agent = np.bincount(ainv.reshape(-1), weights=dur, minlength=ak.size)
+    # the agent holding it: a program, or a lane of one (its partition) when programs have several
+    ainv, ak = group_index(path["rank"], path["program"], path["lane"])
+    per_agent = np.bincount(ainv, weights=dur, minlength=ak.shape[0])
     rk, rinv = np.unique(path["rank"], return_inverse=True)
     per_rank = np.bincount(rinv.reshape(-1), weights=dur, minlength=rk.size)
     top_r = int(rk[np.argmax(per_rank)])
     mine = path[path["rank"] == top_r]
-    top_a = int(ak[np.argmax(np.where((ak >> 32) == top_r, per_agent, -1))] & 0xFFFFFFFF)
-    a_share = float(per_agent[ak == (top_r << 32) + top_a][0]) / max(tot, 1)
+    top = int(np.argmax(np.where(ak[:, 0] == top_r, per_agent, -1)))
+    top_a, top_lane = int(ak[top, 1]), int(ak[top, 2])
+    a_share = float(per_agent[top]) / max(tot, 1)
     r_share = float(per_rank.max()) / max(tot, 1)
-    holder = (f"rank {top_r} program {top_a} holds {100 * a_share:.0f}% of its time" if a_share >= 0.995 * r_share
-              else f"rank {top_r} holds {100 * r_share:.0f}% of its time (program {top_a} {100 * a_share:.0f}%)")
-    claims.append({"kind": "holds_path", "agents": [[top_r, -1, top_a, 0]],
+    who = f"program {top_a}"
+    if has_lanes(trace):
+        launch_of = int(mine["launch"][(mine["program"] == top_a) & (mine["lane"] == top_lane)][0])
+        who += f" lane {top_lane} ({lanes.lane_name(trace, top_r, launch_of, top_lane)})"
+    holder = (f"rank {top_r} {who} holds {100 * a_share:.0f}% of its time" if a_share >= 0.995 * r_share
+              else f"rank {top_r} holds {100 * r_share:.0f}% of its time ({who} {100 * a_share:.0f}%)")
+    claims.append({"kind": "holds_path", "agents": [[top_r, -1, top_a, top_lane]],
                    "values": {"rank_share": r_share, "program_share": a_share}})
     names, ns = _path.path_region_time(trace, mine)
     reg = ""
@@ -275,9 +284,10 @@ def _path_findings(trace: Trace, path: np.ndarray, w) -> list[Finding]:
         share = float(ns[0]) / float(ns.sum())
         text += f", {100 * share:.0f}% of that " + (reg if reg.startswith(("(", "waiting")) else f"in '{reg}'")
         runs = mine[mine["kind"] == "run"]
-        seg = ([[int(p), int(l), int(a_) - trace.origin_ns, int(b_) - trace.origin_ns] for p, l, a_, b_ in zip(
-            runs["program"].tolist(), runs["launch"].tolist(), runs["start_ns"].tolist(), runs["end_ns"].tolist())]
-            if runs.size <= MAX_CLAIM_SEGMENTS else None)
+        # (program, launch, start, end, lane): the lane names whose events the segment walked
+        seg = ([[int(p), int(l), int(a_) - trace.origin_ns, int(b_) - trace.origin_ns, int(ln_)] for p, l, a_, b_, ln_ in zip(
+            runs["program"].tolist(), runs["launch"].tolist(), runs["start_ns"].tolist(), runs["end_ns"].tolist(),
+            runs["lane"].tolist())] if runs.size <= MAX_CLAIM_SEGMENTS else None)
         claims.append({"kind": "region_share", "agents": [[top_r, -1, -1, 0]],
                        "values": {"region": reg, "share": share, "run_ns": float(ns.sum()), "segments": seg}})
     text += "."
@@ -327,13 +337,20 @@ def _capture_findings(trace: Trace, silent: np.ndarray, hang_launches: set) -> l
 def _lane_findings(trace: Trace, held: np.ndarray, cfg: ReportConfig) -> list[Finding]:
     """Per (rank, lane) of a kernel traced per lane (``ktrace.gluon``), the partition whose own
     work kept the others of its programs waiting (``lanes.holdups``), in its worst program of its
-    worst launch; a warning when that is ``min_share`` of the launch or more."""
+    worst launch.
+
+    Every pipeline has a lane that sets its pace; that alone is no fault. A warning only when
+    that is ``min_share`` of the launch or more, the partition does no compute by its name
+    (``ReportConfig.classes``: a compute partition setting the pace is a compute-bound kernel
+    doing what it should), and the lane it held up most waited on it longer than it worked itself
+    (it spent more of the program idle on this partition than busy); information otherwise."""
     out: list[Finding] = []
     if not held.size:
         return out
     lids, spans = causes.launch_makespans(trace)
     span_of = dict(zip(lids.tolist(), spans.tolist()))
     seen: set = set()
+    kt = stalls.kernel_time(trace)
     for row in held:  # (most first: the first of each (rank, lane name) is its worst launch)
         r, ln, lane = int(row["rank"]), int(row["launch"]), int(row["lane"])
         name = lanes.lane_name(trace, r, ln, lane)
@@ -343,21 +360,31 @@ def _lane_findings(trace: Trace, held: np.ndarray, cfg: ReportConfig) -> list[Fi
         total = float(span_of.get(ln, 0))
         kernel = trace.kernels.get((r, ln), "the kernel")
         waiter = lanes.lane_name(trace, r, ln, int(row["waiter_lane"]))
+        worked = float(row["waiter_work_ns"])
+        idle = float(row["waiter_ns"]) > worked
+        computes = cfg.classes.classify(name) == "compute"
         share = f" ({100 * float(row['worst_ns']) / total:.0f}% of that launch's {fmt_ns(total)})" if total > 0 else ""
+        why = ("; its partition computes: the pace of a compute-bound kernel" if computes else
+               "" if idle else f"; {waiter} worked longer itself ({fmt_ns(worked)}): the partition kept up")
         text = (f"partition {name} (lane {lane}) held up the other partitions of {kernel} on rank {r}: in its worst program "
                 f"(p{int(row['worst_program'])}, launch {ln}) they waited {fmt_ns(row['worst_ns'])} on its releases while it "
                 f"was not waiting itself{share}, {waiter} {fmt_ns(row['waiter_ns'])} of it on barrier "
-                f"'{trace.regions.get(int(row['barrier']), row['barrier'])}'; {int(row['programs'])} programs, "
-                f"{fmt_ns(row['held_ns'])} in all.")
-        sev = "warning" if total > 0 and row["worst_ns"] >= cfg.causes.min_share * total else "info"
-        kt = stalls.kernel_time(trace)
+                f"'{trace.regions.get(int(row['barrier']), row['barrier'])}'"
+                + (f" (it worked {fmt_ns(worked)} itself)" if idle else "")
+                + f"; {int(row['programs'])} programs, {fmt_ns(row['held_ns'])} in all{why}.")
+        warn = total > 0 and row["worst_ns"] >= cfg.causes.min_share * total and idle and not computes
         mine = kt[(kt["launch"] == ln) & (kt["rank"] == r)]
         lo = _rel(trace, mine["start_ns"][0]) if mine.size else None
         hi = _rel(trace, mine["end_ns"][0]) if mine.size else None
-        out.append(Finding("lane_holdup", sev, float(row["worst_ns"]), text, (r,), lo, hi,
+        claims = [{"kind": "lane_holdup", "agents": [[r, ln, int(row["worst_program"]), lane]],
+                   "values": {"worst_ns": float(row["worst_ns"]), "waiter_lane": int(row["waiter_lane"]),
+                              "waiter_ns": float(row["waiter_ns"]), "barrier": int(row["barrier"]),
+                              "waiter_work_ns": worked, "idle": bool(idle)}}]
+        out.append(Finding("lane_holdup", "warning" if warn else "info", float(row["worst_ns"]), text, (r,), lo, hi,
                            data={"lane": lane, "partition": name, "launch": ln, "program": int(row["worst_program"]),
                                  "held_ns": float(row["held_ns"]), "worst_ns": float(row["worst_ns"]),
-                                 "waiter": waiter, "waiter_ns": float(row["waiter_ns"])}))
+                                 "waiter": waiter, "waiter_ns": float(row["waiter_ns"]), "waiter_work_ns": worked},
+                           label=f"{name} held up the others", claims=claims))
     return out
 
 

@@ -23,11 +23,11 @@ import numpy as np
 
 from .. import keys
 from ..keys import dense_codes, group_index, group_sum, lexorder
-from ..schema import EventKind
+from ..schema import EventKind, is_local
 from . import spans as _spans
 from .intervals import last_at_or_before
 from .stalls import waits as _waits
-from .trace import Trace
+from .trace import Trace, lane_view, wg_lanes
 
 _COMM = r"comm|send|recv|put|get|copy|dispatch|combine|scatter|gather|all_?reduce|all_?to_?all|a2a|signal|barrier|push|pull|transfer|wait|notify|exchange"
 _COMPUTE = r"gemm|matmul|mm|dot|compute|expert|mlp|ffn|attn|softmax|norm|math|reduce_local|epilogue|prologue"
@@ -72,8 +72,10 @@ class RegionClasses:
 
 
 def leaf_spans(trace: Trace) -> np.ndarray:
-    """Rows of spans with no other event of their workgroup starting inside them."""
-    return trace.cached(("leaf",), lambda: _leaf_spans(trace))
+    """Rows of spans with no other event of their agent starting inside them (of their
+    workgroup, or of their lane when programs have several: lanes run at once)."""
+    v = lane_view(trace)
+    return v.cached(("leaf",), lambda: _leaf_spans(v))
 
 
 def _leaf_spans(trace: Trace) -> np.ndarray:
@@ -120,10 +122,13 @@ def _leaf_block(trace: Trace, a: int, b: int) -> np.ndarray:
 
 
 def event_class(trace: Trace, classes: RegionClasses = RegionClasses()) -> np.ndarray:
-    """Per event: 0 not counted, 1 communication, 2 compute (leaf spans, waits and notifies)."""
+    """Per event: 0 not counted, 1 communication, 2 compute (leaf spans, waits and notifies).
+
+    A hand-off inside one program (an mbarrier wait or arrive between the lanes of a program,
+    flagged LOCAL) is no communication: it is counted as neither."""
     kind = trace.column("kind")
     cls = np.zeros(kind.size, np.int8)
-    cls[(kind == int(EventKind.WAIT)) | (kind == int(EventKind.NOTIFY))] = 1
+    cls[((kind == int(EventKind.WAIT)) | (kind == int(EventKind.NOTIFY))) & ~is_local(trace.column("flags"))] = 1
     leaf = leaf_spans(trace)
     if leaf.size:
         rid = trace.column("region")[leaf]
@@ -296,6 +301,7 @@ PATH_DTYPE = np.dtype(
         ("kind", "O"),  # "run": a workgroup's own time; "signal": notify -> the wait that saw it
         ("rank", "<i4"),  # run: the workgroup that ran; signal: the workgroup that waited
         ("program", "<i4"),
+        ("lane", "<i4"),  # the program's lane (warp group, partition) that ran or waited; 0 with one lane
         ("start_ns", "<i8"),
         ("end_ns", "<i8"),
         ("dur_ns", "<i8"),
@@ -308,7 +314,8 @@ PATH_DTYPE = np.dtype(
 def critical_path(trace: Trace, launch: int | None = None, *, min_late_ns: int = 0) -> np.ndarray:
     """The cross-rank critical path of each launch (or of one) through notify -> wait edges.
 
-    From the event that ends last in the launch, go back through its workgroup to the latest wait
+    From the event that ends last in the launch, go back through its agent (workgroup, or lane of
+    it when programs have several) to the latest wait
     whose producer was late (``producer_late_ns > min_late_ns``) and that ended before the current
     point; jump to the producer's notify, and go on from there; stop at a workgroup's first event.
     Every launch walks at once: one vectorised step per cross-rank edge of the longest path, no
@@ -325,6 +332,9 @@ def critical_path(trace: Trace, launch: int | None = None, *, min_late_ns: int =
     if trace.n_workgroups == 0:
         return np.zeros(0, PATH_DTYPE)
     w = _waits(trace)
+    # the walk goes back through one agent's events: a lane's when programs have several (its
+    # lanes run at once); the view's rows are the trace's, so the waits' rows carry over
+    trace = lane_view(trace)
     late = np.nan_to_num(w["producer_late_ns"])
     sel = np.flatnonzero((w["notify_row"] >= 0) & (late > min_late_ns))
     del late
@@ -384,6 +394,7 @@ def critical_path(trace: Trace, launch: int | None = None, *, min_late_ns: int =
     out["step"] = n_per[L] - 1 - (np.arange(L.size) - first_of[L])
     out["kind"] = np.where(sig, "signal", "run").astype(object)
     out["rank"], out["program"] = trace.wg_keys[gg, 0], trace.wg_keys[gg, 2]
+    out["lane"] = wg_lanes(trace)[gg]
     out["start_ns"], out["end_ns"], out["dur_ns"] = s0, e0, e0 - s0
     out["wait_row"] = wrow
     region = np.full(L.size, "", dtype=object)
@@ -469,10 +480,12 @@ def path_region_time(trace: Trace, path: np.ndarray) -> tuple[np.ndarray, np.nda
     run = path[path["kind"] == "run"]
     if run.size == 0:
         return np.zeros(0, object), np.zeros(0)
-    gk = trace.wg_keys
-    code = (gk[:, 0] * (int(gk[:, 1].max()) + 1) + gk[:, 1]) * (int(gk[:, 2].max()) + 1) + gk[:, 2]
+    trace = lane_view(trace)  # (the path's agents: lanes when programs have several)
+    gk = np.c_[trace.wg_keys, wg_lanes(trace)]
+    m1, m2, m3 = (int(gk[:, c].max()) + 1 for c in (1, 2, 3))
+    code = ((gk[:, 0] * m1 + gk[:, 1]) * m2 + gk[:, 2]) * m3 + gk[:, 3]
     order = np.argsort(code, kind="stable")
-    q = (run["rank"].astype(np.int64) * (int(gk[:, 1].max()) + 1) + run["launch"]) * (int(gk[:, 2].max()) + 1) + run["program"]
+    q = ((run["rank"].astype(np.int64) * m1 + run["launch"]) * m2 + run["program"]) * m3 + run["lane"]
     g = order[np.clip(np.searchsorted(code[order], q), 0, code.size - 1)]
     s0, e0 = run["start_ns"].astype(np.int64), run["end_ns"].astype(np.int64)
     waits = trace.rows_of(EventKind.WAIT)

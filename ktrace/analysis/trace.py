@@ -327,6 +327,60 @@ def agent_keys(trace: Trace, agents: np.ndarray) -> np.ndarray:
     return out
 
 
+def lane_view(trace: Trace) -> Trace:
+    """The trace with each agent its own workgroup: ``trace`` itself when its programs have one
+    lane, else a view whose workgroups are the (rank, launch, program, lane) agents (cached).
+
+    The lanes of a program (warp groups, partitions) run at once: an analysis that walks a
+    workgroup's events as one sequence in time (leaf spans, coverage, the critical path) walks
+    each lane on its own in the view. Rows are the same as the trace's (its rows are sorted by
+    lane within a program), so row-level results (waits, pairs) carry over; the view's
+    ``wg_keys`` keep the real program and ``wg_lane`` gives each workgroup's lane.
+    """
+    if isinstance(trace, _LaneView) or not has_lanes(trace):
+        return trace
+    return trace.cached(("lane_view",), lambda: _LaneView(trace))
+
+
+class _LaneView(Trace):
+    """:func:`lane_view`: the parent's columns and rows, one workgroup per lane."""
+
+    def __init__(self, parent: Trace):
+        self.__dict__.update({k: v for k, v in parent.__dict__.items() if k not in ("_cache", "_locks")})
+        self._cache, self._locks = {}, {}
+        self._parent = parent
+        n = parent.n_events
+        lane = parent.column("lane")
+        new = np.r_[True, (parent.wg[1:] != parent.wg[:-1]) | (lane[1:] != lane[:-1])] if n else np.zeros(0, bool)
+        self.wg = np.cumsum(new, dtype=np.int64) - 1
+        first = np.flatnonzero(new)
+        self.wg_keys = parent.wg_keys[parent.wg[first]]
+        self.wg_lane = lane[first].astype(np.int64)
+
+    @property
+    def events(self) -> np.ndarray:
+        return self._parent.events
+
+    def column(self, name: str) -> np.ndarray:
+        return self._parent.column(name)
+
+    def at(self, kind: EventKind, name: str) -> np.ndarray:
+        return self._parent.at(kind, name)
+
+    def rows_of(self, kind: EventKind) -> np.ndarray:
+        return self._parent.rows_of(kind)
+
+    @property
+    def origin_ns(self) -> int:
+        return self._parent.origin_ns
+
+
+def wg_lanes(trace: Trace) -> np.ndarray:
+    """Per workgroup of ``trace`` (a :func:`lane_view` or a trace), its lane (0 without lanes)."""
+    got = getattr(trace, "wg_lane", None)
+    return got if got is not None else np.zeros(trace.n_workgroups, np.int64)
+
+
 class ColumnTable:
     """A table kept as plain columns, read like a structured array of ``dtype``.
 

@@ -70,7 +70,7 @@ def event_schema(pa):
     d = pa.dictionary(pa.int32(), pa.string())
     return pa.schema([
         ("capture", d), ("rank", pa.int32()), ("launch", pa.int32()), ("kernel", d), ("program", pa.int32()),
-        ("slot", pa.int32()), ("kind_id", pa.uint8()), ("kind", d), ("flags", pa.uint8()), ("region_id", pa.uint32()), ("region", d),
+        ("lane", pa.int32()), ("slot", pa.int32()), ("kind_id", pa.uint8()), ("kind", d), ("flags", pa.uint8()), ("region_id", pa.uint32()), ("region", d),
         ("hw", pa.uint32()), ("start", pa.int64()), ("end", pa.int64()),
         *[(c, pa.int64()) for c in schema.ARG_COLUMNS],
         ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("dur_ns", pa.int64()),
@@ -99,7 +99,8 @@ def write_events(capture, path: str | os.PathLike, *, name: str, model=None) -> 
             reg_idx, reg_names = _names(c["region"], capture.region_name)
             cols = [
                 _dict_col(pa, np.zeros(rows, np.int32), [name]), pa.array(np.full(rows, b.rank, np.int32)), pa.array(launch),
-                _dict_col(pa, k_idx, k_names), pa.array(c["program"].astype(np.int32)), pa.array(c["slot"].astype(np.int32)),
+                _dict_col(pa, k_idx, k_names), pa.array(c["program"].astype(np.int32)),
+                pa.array(_lane(c, rows)), pa.array(c["slot"].astype(np.int32)),
                 pa.array(c["kind"].astype(np.uint8)), _dict_col(pa, kind_idx, kind_names), pa.array(c["flags"].astype(np.uint8)),
                 pa.array(c["region"].astype(np.uint32)), _dict_col(pa, reg_idx, reg_names), pa.array(c["hw"].astype(np.uint32)),
                 pa.array(c["start"].astype(np.int64)), pa.array(c["end"].astype(np.int64)),
@@ -109,6 +110,12 @@ def write_events(capture, path: str | os.PathLike, *, name: str, model=None) -> 
             w.write_table(pa.Table.from_arrays(cols, schema=sch))
             n += rows
     return n
+
+
+def _lane(c, rows: int) -> np.ndarray:
+    """The lane column of a decoded batch (0 for a buffer written one lane per program)."""
+    lane = c.get("lane")
+    return np.zeros(rows, np.int32) if lane is None else np.asarray(lane).astype(np.int32)
 
 
 def _column(pa, v: np.ndarray):

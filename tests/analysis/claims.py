@@ -39,10 +39,12 @@ class Raw:
         self.t = (e["end_ns"] - self.origin).astype(np.int64)
         self.kind = e["kind"].astype(np.int64)
         self.rank, self.launch, self.program = (e[c].astype(np.int64) for c in ("rank", "launch", "program"))
+        # the lane of the program that recorded each event (0 in a capture of one lane per program)
+        self.lane = e["lane"].astype(np.int64) if "lane" in (e.dtype.names or ()) else np.zeros(e.size, np.int64)
         self.region = e["region"].astype(np.int64)
         self.timeout = schema.is_timeout(e["flags"])
-        # events named (rank, launch, program, k): the k-th its program recorded, in slot order
-        o = np.lexsort((e["slot"], e["program"], e["launch"], e["rank"]))
+        # events named (rank, launch, program, k): the k-th its program recorded, in (lane, slot) order
+        o = np.lexsort((e["slot"], self.lane, e["program"], e["launch"], e["rank"]))
         k, last = np.zeros(e.size, np.int64), None
         for n, i in enumerate(o.tolist()):
             a = (int(e["rank"][i]), int(e["launch"][i]), int(e["program"][i]))
@@ -59,9 +61,9 @@ class Raw:
     def arg(self, kind: int, name: str) -> np.ndarray:
         return self.e[arg_column(EventKind(kind), name)].astype(np.int64)
 
-    def sel(self, rank=-1, launch=-1, program=-1, kind=None) -> np.ndarray:
+    def sel(self, rank=-1, launch=-1, program=-1, kind=None, lane=-1) -> np.ndarray:
         m = np.ones(self.e.size, bool)
-        for col, v in ((self.rank, rank), (self.launch, launch), (self.program, program)):
+        for col, v in ((self.rank, rank), (self.launch, launch), (self.program, program), (self.lane, lane)):
             if v is not None and v >= 0:
                 m &= col == v
         if kind is not None:
@@ -73,11 +75,12 @@ class Raw:
         return int(self.s[m].min()), int(self.t[m].max())
 
     def leaf(self) -> np.ndarray:
-        """Per event, whether it is a span no other event of its program starts inside."""
+        """Per event, whether it is a span no other event of its program's lane starts inside (the
+        lanes of a program run at once)."""
         if self._leaf is None:
             out = np.zeros(self.e.size, bool)
             grp = defaultdict(list)
-            for i, a in enumerate(zip(self.rank.tolist(), self.launch.tolist(), self.program.tolist())):
+            for i, a in enumerate(zip(self.rank.tolist(), self.launch.tolist(), self.program.tolist(), self.lane.tolist())):
                 grp[a].append(i)
             for rows in grp.values():
                 rows = np.array(rows)
@@ -110,7 +113,7 @@ def raw_holds(raw: Raw, rid: int | None = None) -> tuple[np.ndarray, np.ndarray,
     idx = np.flatnonzero(nm)
     prev = idx - 1
     ok = (prev >= 0) & (raw.rank[prev] == raw.rank[idx]) & (raw.launch[prev] == raw.launch[idx]) & \
-        (raw.program[prev] == raw.program[idx])
+        (raw.program[prev] == raw.program[idx]) & (raw.lane[prev] == raw.lane[idx])
     idx, prev = idx[ok], prev[ok]
     held = np.maximum(raw.s[idx] - raw.t[prev], 0).astype(float)
     agent = list(zip(raw.rank[idx].tolist(), raw.launch[idx].tolist(), raw.program[idx].tolist(), raw.region[idx].tolist()))
@@ -441,10 +444,39 @@ def _handoffs(raw: Raw, c, cross_rank: bool) -> list[str]:
     return bad
 
 
+def _lane_handoffs(raw: Raw, c) -> list[str]:
+    """Hand-offs between lanes of one program: an mbarrier wait (LOCAL) and the LOCAL notify of
+    another lane of its program on the same barrier and phase, or a flag wait and a notify of
+    another lane on that flag of the waiting rank; the notify started before the wait ended."""
+    v = c["values"]
+    bad = []
+    launches = set()
+    local = (raw.e["flags"].astype(np.int64) & int(schema.EventFlag.LOCAL)) != 0
+    for wk, nk in v["handoffs"]:
+        i, j = raw.key.get(tuple(wk)), raw.key.get(tuple(nk))
+        if i is None or j is None or raw.kind[i] != W or raw.kind[j] != N or local[i] != local[j]:
+            bad.append(f"hand-off {wk} <- {nk} is not a wait and its kind of notify")
+            continue
+        if (raw.rank[i], raw.launch[i], raw.program[i]) != (raw.rank[j], raw.launch[j], raw.program[j]) or raw.lane[i] == raw.lane[j]:
+            bad.append(f"hand-off {wk} <- {nk} does not cross lanes of one program")
+        if raw.arg(N, "flag")[j] != raw.arg(W, "flag")[i]:
+            bad.append(f"notify {nk} is not on wait {wk}'s barrier or flag")
+        elif local[i] and raw.arg(N, "value")[j] != raw.arg(W, "expected")[i]:
+            bad.append(f"notify {nk} completed another phase than wait {wk} waited for")
+        elif not local[i] and raw.arg(N, "peer")[j] != raw.rank[i]:
+            bad.append(f"notify {nk} is not to wait {wk}'s rank")
+        if raw.s[j] > raw.t[i] + 1000:
+            bad.append(f"notify {nk} starts after wait {wk} ended")
+        launches.add(int(raw.launch[i]))
+    if len(launches) != v["launches"]:
+        bad.append(f"hand-offs in {len(launches)} launches, the claim says {v['launches']}")
+    return bad
+
+
 def _holds_path(raw: Raw, c) -> list[str]:
     v = c["values"]
     a = _agents(c)[0]
-    ok = 0 < v["program_share"] <= v["rank_share"] + 1e-9 <= 1 + 1e-9 and raw.sel(a[0], -1, a[2]).any()
+    ok = 0 < v["program_share"] <= v["rank_share"] + 1e-9 <= 1 + 1e-9 and raw.sel(a[0], -1, a[2], lane=a[3]).any()
     return [] if ok else [f"shares {v} of an agent {a} that has no events"]
 
 
@@ -456,8 +488,8 @@ def _region_share(raw: Raw, c) -> list[str]:
     tot = defaultdict(float)
     run = covered = 0.0
     leaf = raw.leaf()
-    for p, l, a, b in v["segments"]:
-        m = raw.sel(r, l, p)
+    for p, l, a, b, *lane in v["segments"]:  # (a segment walked one lane of its program when it names one)
+        m = raw.sel(r, l, p, lane=lane[0] if lane else -1)
         run += b - a
         for kind_ok, label in ((leaf & m, None), (m & (raw.kind == W), "waiting")):
             ix = np.flatnonzero(kind_ok)
@@ -465,7 +497,7 @@ def _region_share(raw: Raw, c) -> list[str]:
             for rid, x in zip(raw.region[ix].tolist(), d.tolist()):
                 if x > 0:
                     tot[(label, rid)] += x
-        # the time any event of the program covers (the union of its intervals)
+        # the time any event of the program (or lane) covers (the union of its intervals)
         ix = np.flatnonzero(m & np.isin(raw.kind, (S, W, N)))
         iv = sorted(zip(np.clip(raw.s[ix], a, b).tolist(), np.clip(raw.t[ix], a, b).tolist()))
         end = a
@@ -558,6 +590,45 @@ def _slow_signals(raw: Raw, c) -> list[str]:
         f"{int(m.sum())} waits of rank {v['consumer']} on rank {v['producer']}, the claim counts {v['n_waits']}"]
 
 
+def _lane_holdup(raw: Raw, c) -> list[str]:
+    """In the named program, the other lanes' mbarrier waits released by the named lane (rule 3,
+    recomputed: the LOCAL notify of the same program, barrier and phase, the last to start), less
+    the time the lane was waiting itself during each, sum to the stated time; so does the named
+    waiter's part on the named barrier; and the waiter's own time not waiting is the one stated."""
+    v = c["values"]
+    r, l, p, h = _agents(c)[0]
+    local = (raw.e["flags"].astype(np.int64) & int(schema.EventFlag.LOCAL)) != 0
+    prog = raw.sel(r, l, p) & local
+    flag_w, exp_w, flag_n, val_n = raw.arg(W, "flag"), raw.arg(W, "expected"), raw.arg(N, "flag"), raw.arg(N, "value")
+    own = [(int(raw.s[i]), int(raw.t[i])) for i in np.flatnonzero(raw.sel(r, l, p, W, lane=h))]
+    total = part = 0.0
+    for i in np.flatnonzero(prog & (raw.kind == W) & ~raw.timeout):
+        cand = np.flatnonzero(prog & (raw.kind == N) & (flag_n == flag_w[i]) & (val_n == exp_w[i]))
+        if cand.size == 0 or exp_w[i] < 0:
+            continue
+        j = cand[np.argmax(raw.s[cand])]
+        if raw.lane[j] != h:
+            continue
+        a, b = int(raw.s[i]), int(raw.t[i])
+        x = max(0, (b - a) - sum(max(0, min(b, y1) - max(a, y0)) for y0, y1 in own))
+        total += x
+        if raw.lane[i] == v["waiter_lane"] and raw.region[i] == v["barrier"]:
+            part += x
+    bad = []
+    if not close(total, v["worst_ns"]):
+        bad.append(f"lane {h} of rank {r} program {p} held the others {total:.0f} ns, the claim says {v['worst_ns']:.0f}")
+    if not close(part, v["waiter_ns"]):
+        bad.append(f"lane {v['waiter_lane']} waited {part:.0f} ns of it on that barrier, the claim says {v['waiter_ns']:.0f}")
+    m = raw.sel(r, l, p, lane=v["waiter_lane"])
+    w = m & (raw.kind == W)
+    work = float(raw.t[m].max() - raw.s[m].min() - (raw.t[w] - raw.s[w]).sum()) if m.any() else 0.0
+    if not close(work, v["waiter_work_ns"]):
+        bad.append(f"lane {v['waiter_lane']} worked {work:.0f} ns itself, the claim says {v['waiter_work_ns']:.0f}")
+    if bool(v["idle"]) != (part > work):
+        bad.append(f"the waiter waited {part:.0f} ns on it and worked {work:.0f} ns: 'idle' is not {v['idle']}")
+    return bad
+
+
 CHECKS = {
     "held_back": _held_back, "started_late": _started_late, "waited_for": _waited_for,
     "program_started_late": _program_started_late, "worked_longer": _worked_longer, "extra_in_region": _extra_in_region,
@@ -565,12 +636,14 @@ CHECKS = {
     "never_sent": _never_sent, "gave_up": _gave_up, "stuck_waiting": _stuck_waiting, "not_waiting": _not_waiting,
     "saving": _saving, "not_shorter": _not_shorter, "not_shorter_balanced": _not_shorter_balanced, "waiting_removed": _waiting_removed,
     "crosses_ranks": lambda raw, c: _handoffs(raw, c, True), "crosses_programs": lambda raw, c: _handoffs(raw, c, False),
+    "crosses_lanes": _lane_handoffs,
     "holds_path": _holds_path, "region_share": _region_share, "without_notify": _without_notify,
     "slow_signals": _slow_signals, "notify_on_flag": _notify_on_flag,
     "exposed_communication": _exposed_communication, "silent_programs": _silent_programs,
+    "lane_holdup": _lane_holdup,
 }
 #: Numbers a claim states as amounts: none of them may be zero (a claim with nothing behind it is not written).
-AMOUNTS = ("magnitude_ns", "excess_ns", "saving_ns", "waiting_ns", "waited_ns")
+AMOUNTS = ("magnitude_ns", "excess_ns", "saving_ns", "waiting_ns", "waited_ns", "worst_ns")
 
 
 def check(raw: Raw, claim: dict) -> list[str]:

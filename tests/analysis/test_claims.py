@@ -53,3 +53,19 @@ def test_every_claim_kind_has_a_check():
 
     assert {m.KIND for m in registry.MODULES} <= {"hang", "late_launch", "late_start", "late_notifies", "uneven_work",
                                                   "uneven_ranks", "slow_link"} | set(CHECKS)
+
+
+def test_a_false_lane_claim_is_caught():
+    """A lane holdup claim naming another lane, or a time half again as large, is false; so is a
+    critical-path share over a segment moved to another lane of its program."""
+    path = ROOT / "tests/fixtures/gluon/gluon_gemm_slow_loader.ktrace"
+    doc = report_json(build_report(str(path)))
+    raw = Raw(path)
+    c = next(c for f in doc["findings"] for c in f["claims"] if c["kind"] == "lane_holdup")
+    assert check(raw, c) == []
+    assert check(raw, {**c, "values": {**c["values"], "worst_ns": c["values"]["worst_ns"] * 1.5}})
+    assert check(raw, {**c, "agents": [[a[0], a[1], a[2], (a[3] + 1) % 3] for a in c["agents"]]})
+    share = next(c for f in doc["findings"] for c in f["claims"] if c["kind"] == "region_share")
+    assert check(raw, share) == []
+    moved = [[p, l, a, b, (ln + 1) % 3] for p, l, a, b, ln in share["values"]["segments"]]
+    assert check(raw, {**share, "values": {**share["values"], "segments": moved}})
