@@ -273,6 +273,12 @@ def _first_reaching(g_sorted: np.ndarray, v: np.ndarray, gw: np.ndarray, need: n
     return np.where((p < hi[gw]) & (counts[gw] > 0), p, -1)
 
 
+def free_pass(local, expected) -> np.ndarray:
+    """Per wait, whether it is an mbarrier's free pass: a LOCAL wait for phase -1, released by the
+    barrier's initialisation (rule 3), so that no notify is missing for it."""
+    return np.asarray(local, bool) & (np.asarray(expected) < 0)
+
+
 def _with_local(notifies: Mapping, waits: Mapping, ln: np.ndarray, lw: np.ndarray, fallback: bool) -> Pairs:
     """Rules 1-2 on the remote events and rule 3 on the local ones, as one :class:`Pairs`."""
     rn, rw = np.flatnonzero(~ln), np.flatnonzero(~lw)
@@ -284,7 +290,7 @@ def _with_local(notifies: Mapping, waits: Mapping, ln: np.ndarray, lw: np.ndarra
     of = _local({c: np.asarray(notifies[c])[li] for c in ("rank", "launch", "program", "flag", "value", "start")},
                 {c: np.asarray(waits[c])[lwi] for c in ("rank", "launch", "program", "flag", "expected", "timed_out")})
     got = of >= 0
-    free = np.asarray(waits["expected"])[lwi] < 0  # phase -1: released by the barrier's initialisation
+    free = free_pass(np.ones(lwi.size, bool), np.asarray(waits["expected"])[lwi])
     done = ~np.asarray(waits["timed_out"], bool)[lwi]
     w = np.concatenate([rw[remote.wait], lwi[got]])
     n = np.concatenate([rn[remote.notify], li[of[got]]])

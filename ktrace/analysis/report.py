@@ -24,7 +24,9 @@ from . import causes, hangs, lanes, load, stalls
 from . import compare as _diff
 from . import timeline as overlap
 from . import timeline as _path
+from .. import pairing
 from ..keys import group_index
+from ..schema import EventKind, arg_column, is_local
 from ..text import fmt_ns
 from .names import OUTSIDE
 from .document import MIN_LINK_NS, PERFETTO_UI, Finding, link_range, perfetto_link
@@ -497,7 +499,6 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
         "link_ns": float(allw["link_ns"][0]) if allw.size else 0.0,
         "unexplained_ns": float(allw["unexplained_ns"][0]) if allw.size else 0.0,
         "waits_released": int(paired.sum()),
-        "waits_unreleased": int((~paired & ~w["timed_out"]).sum()),
         "timeouts": int(w["timed_out"].sum()),
         "clock": (getattr(trace.clock, "method", None) if trace.clock is not None else "given table"),
         "clock_bound_ns": (float(trace.clock.max_rtt_ns / 2 + trace.clock.max_residual_ns) if trace.clock is not None else None),
@@ -511,7 +512,11 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
     }
     # completed waits the pairing matched to no notify: those whose flag got no notify at all
     # before they ended, and those whose flag did (a counter fed by several notifies)
-    unreleased = np.flatnonzero(~paired & ~w["timed_out"])
+    # (an mbarrier's free pass, phase -1, is released by the barrier's initialisation: not one)
+    rows_w = w["row"]
+    free = pairing.free_pass(is_local(trace.column("flags")[rows_w]),
+                             trace.column(arg_column(EventKind.WAIT, "expected"))[rows_w])
+    unreleased = np.flatnonzero(~paired & ~w["timed_out"] & ~free)
     on_flag = stalls.latest_flag_notify(trace, unreleased) >= 0
     none, unmatched = unreleased[~on_flag], unreleased[on_flag]
     summary["waits_unreleased"] = int(none.size)
