@@ -26,7 +26,7 @@ from . import timeline as overlap
 from . import timeline as _path
 from .. import pairing
 from ..keys import group_index
-from ..schema import EventKind, arg_column, is_local
+from ..schema import is_local
 from ..text import fmt_ns
 from .names import OUTSIDE
 from .document import MIN_LINK_NS, PERFETTO_UI, Finding, link_range, perfetto_link
@@ -513,9 +513,7 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
     # completed waits the pairing matched to no notify: those whose flag got no notify at all
     # before they ended, and those whose flag did (a counter fed by several notifies)
     # (an mbarrier's free pass, phase -1, is released by the barrier's initialisation: not one)
-    rows_w = w["row"]
-    free = pairing.free_pass(is_local(trace.column("flags")[rows_w]),
-                             trace.column(arg_column(EventKind.WAIT, "expected"))[rows_w])
+    free = pairing.free_pass(is_local(trace.column("flags")[w["row"]]), w["expected"])
     unreleased = np.flatnonzero(~paired & ~w["timed_out"] & ~free)
     on_flag = stalls.latest_flag_notify(trace, unreleased) >= 0
     none, unmatched = unreleased[~on_flag], unreleased[on_flag]
