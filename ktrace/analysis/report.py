@@ -24,7 +24,7 @@ from . import causes, hangs, lanes, load, stalls
 from . import compare as _diff
 from . import timeline as overlap
 from . import timeline as _path
-from ..text import fmt_ns
+from ..text import MEASURES, count_text, diff_headline, fmt_ns, kernel_time_text
 from .names import OUTSIDE
 from .document import MIN_LINK_NS, PERFETTO_UI, Finding, link_range, perfetto_link
 from .document import jsonable as _jsonable
@@ -447,9 +447,7 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
                 + _capture_findings(trace, silent, hang_launches))
     findings.sort(key=lambda f: (_SEVERITY[f.severity], f.kind not in causes.KINDS, -f.cost_ns,
                                  -float(f.data.get("excess_ns", 0.0) or 0.0) if f.kind in causes.KINDS else 0.0))
-    kt = stalls.kernel_time(trace)
     paired = w["notify_row"] >= 0
-    kernel_total = causes.kernel_time_total(trace)
     worst = [f for f in findings if f.severity in ("error", "warning") and f.kind != "capture"]
     top_info = next((f for f in findings if f.kind in causes.KINDS), None)
     allw = wc_totals[wc_totals["rank"] == -1]
@@ -457,12 +455,11 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
         "source": trace.source,
         "world_size": trace.world_size,
         "ranks": sorted(set(trace.wg_keys[:, 0].tolist())),
-        "launches": n_launches,
+        "launches": ctx.n_launches,
         "kernels": sorted(set(trace.kernels.values())),
         "events": trace.n_events,
         "workgroups": trace.n_workgroups,
-        "kernel_ns": float(kt["kernel_ns"].sum()),
-        "kernel_time_ns": kernel_total,
+        "kernel_time_ns": causes.kernel_time_total(trace),
         "waits": int(w.size),
         "wait_ns": total_wait,
         "producer_late_ns": float(np.nansum(w["producer_late_ns"])),
@@ -480,7 +477,7 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
         "trace_end_ns": int(trace.column("end_ns").max()) - trace.origin_ns if trace.n_events else 0,
         "sampled_launches": [int(sample.size), n_launches],
         "healthy": not worst,
-        "verdict": _verdict(worst, top_info, kernel_total, config),
+        "verdict": _verdict(worst, top_info, ctx.kernel_time_ns, config),
     }
     # completed waits the pairing matched to no notify: those whose flag got no notify at all
     # before they ended, and those whose flag did (a counter fed by several notifies)
@@ -642,13 +639,13 @@ def render_text(rep, *, max_findings: int = 10) -> str:
             lines.append(f"   ... and {len(findings) - max_findings} more (see --json / --html)")
     lines += [
         "",
-        f"Capture: {s['world_size']} ranks ({', '.join(map(str, s['ranks']))}), {s['launches']:,} launches of "
-        f"{', '.join(s['kernels']) or '?'}, {s['events']:,} events, {s['workgroups']:,} workgroups; kernel time "
-        f"{fmt_ns(s.get('kernel_time_ns'))} (launch durations summed)"
+        f"Capture: {s['world_size']} ranks ({', '.join(map(str, s['ranks']))}), {count_text('launches', s['launches'])} of "
+        f"{', '.join(s['kernels']) or '?'}, {count_text('events', s['events'])}, {s['workgroups']:,} workgroups; "
+        f"{kernel_time_text(s.get('kernel_time_ns'), s['launches'])}"
         + (" (PARTIAL)" if s["partial"] else ""),
         f"Clock: {s['clock']}" + (f", ranks aligned within ~{fmt_ns(s['clock_bound_ns'])}" if s.get("clock_bound_ns") else "")
         + (f" ({s['clock_bounds']})" if s.get("clock_bounds") else ""),
-        f"Waits: {s['waits']:,} waited {fmt_ns(s['wait_ns'])} in total: producer late {fmt_ns(s['producer_late_ns'])}, "
+        f"Waits: {count_text('waits', s['waits'])}, {MEASURES['wait_ns'][0]} {fmt_ns(s['wait_ns'])} in total: producer late {fmt_ns(s['producer_late_ns'])}, "
         f"signal latency {fmt_ns(s['signal_latency_ns'])} (of which {fmt_ns(s.get('unexplained_ns'))} beyond the "
         f"calibrated link latency or with no captured notify: unexplained); {s['waits_unreleased']} completed waits "
         f"without a captured notify"
@@ -667,7 +664,7 @@ def render_text(rep, *, max_findings: int = 10) -> str:
                                                  f"launches)." if s['sampled_launches'][0] < s['sampled_launches'][1] else "."))
     tr = sorted(rows("stalls_by_rank"), key=lambda r: r["rank"])
     if tr:
-        lines.append("Waiting per rank: " + ", ".join(
+        lines.append(f"{MEASURES['wait_ns'][0].capitalize()} per rank: " + ", ".join(
             f"r{r['rank']} {fmt_ns(r['wait_ns'])} ({100 * r['wait_frac']:.0f}% of program time)" if r.get("wait_frac") is not None
             else f"r{r['rank']} {fmt_ns(r['wait_ns'])}" for r in tr))
     lines.append("Times are relative to the capture's first event (time 0 of its Perfetto trace).")
@@ -716,9 +713,6 @@ def build_diff(a, b, *, progress: Progress | None = None, top: int = 10) -> Diff
         progress("diff", 2, 3)
     tables = _diff.diff(ta, tb)
     findings: list[Finding] = []
-    ranks = tables["ranks"]
-    kern = ranks[ranks["measure"] == "kernel"]
-    a_k, b_k = float(kern["a_ns"].sum()), float(kern["b_ns"].sum())
     ka, kb = sorted(set(ta.kernels.values())), sorted(set(tb.kernels.values()))
     if ka and kb and ka != kb:
         findings.append(Finding("capture", "warning", 0.0, f"the captures hold different kernels: A {ka}, B {kb}."))
@@ -739,8 +733,12 @@ def build_diff(a, b, *, progress: Progress | None = None, top: int = 10) -> Diff
                                 f"{fmt_ns(row['b_ns'])} per launch (busy {fmt_ns(row['a_busy_ns'])} -> {fmt_ns(row['b_busy_ns'])}).",
                                 (int(row["rank"]),)))
     findings.sort(key=lambda f: (_SEVERITY[f.severity], -f.cost_ns))
-    summary = {"a": ta.source, "b": tb.source, "kernel_a_ns": a_k, "kernel_b_ns": b_k,
-               "kernel_change": (b_k - a_k) / a_k if a_k else None}
+    # the report's quantities under the report's keys, [A, B]: one definition (ktrace.text.MEASURES)
+    summary = {"a": ta.source, "b": tb.source, "launches": [causes.launch_total(t) for t in (ta, tb)],
+               "events": [t.n_events for t in (ta, tb)],
+               "kernel_time_ns": [causes.kernel_time_total(t) for t in (ta, tb)],
+               "waits": [int(stalls.waits(t).size) for t in (ta, tb)],
+               "wait_ns": [float(stalls.waits(t)["wait_ns"].sum()) for t in (ta, tb)]}
     if progress:
         progress("done", 3, 3)
     return DiffReport(a=ta.source, b=tb.source, findings=findings, tables=tables, summary=summary)
@@ -748,17 +746,15 @@ def build_diff(a, b, *, progress: Progress | None = None, top: int = 10) -> Diff
 
 def render_diff_text(d: DiffReport, *, rows: int = 10) -> str:
     s = d.summary
-    ch = f" ({100 * s['kernel_change']:+.1f}%)" if s["kernel_change"] is not None else ""
-    lines = [f"ktrace diff: A = {d.a}, B = {d.b}", "",
-             f"Kernel time per launch, summed over ranks: {fmt_ns(s['kernel_a_ns'])} -> {fmt_ns(s['kernel_b_ns'])}{ch}", ""]
+    lines = [f"ktrace diff: A = {d.a}, B = {d.b}", "", diff_headline(s), ""]
     lines.append("Biggest movers:" if d.findings else "No differences.")
     for i, f in enumerate(d.findings, 1):
         lines.append(f"  {i}. {f.text}")
     r = d.tables["ranks"]
     if r.size:
-        lines += ["", "Per rank (per launch):"]
+        lines += ["", "Per rank (per launch; " + "; ".join(f"{k}: {v}" for k, v in _diff.RANK_MEASURES.items()) + "):"]
         for row in np.sort(r, order=["rank", "measure"]):
-            lines.append(f"  rank {row['rank']} {row['measure']:>6}: {fmt_ns(row['a_ns']):>10} -> {fmt_ns(row['b_ns']):>10}")
+            lines.append(f"  rank {row['rank']} {row['measure']:>9}: {fmt_ns(row['a_ns']):>10} -> {fmt_ns(row['b_ns']):>10}")
     return "\n".join(lines)
 
 
