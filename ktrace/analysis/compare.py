@@ -85,7 +85,7 @@ def diff_ranks(a: Trace, b: Trace) -> np.ndarray:
         out = {}
         for r in np.unique(kt["rank"]).tolist():
             n = max(nl.get(r, 1), 1)
-            out[(r, "extent")] = float(kt["kernel_ns"][kt["rank"] == r].sum()) / n
+            out[(r, "extent")] = float(kt["extent_ns"][kt["rank"] == r].sum()) / n
             out[(r, "wait time")] = float(w["wait_ns"][w["rank"] == r].sum()) / n
             out[(r, "busy")] = float(wg["busy_ns"][wg["rank"] == r].sum()) / n
         return out

@@ -25,6 +25,7 @@ from . import compare as _diff
 from . import timeline as overlap
 from . import timeline as _path
 from ..text import MEASURES, count_text, diff_headline, fmt_ns, kernel_time_text
+from .causes.words import share_text
 from .names import OUTSIDE
 from .document import MIN_LINK_NS, PERFETTO_UI, Finding, link_range, perfetto_link
 from .document import jsonable as _jsonable
@@ -121,10 +122,6 @@ def _rel(trace: Trace, t) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def _share_text(saving: float, total: float) -> str:
-    return f"{100 * saving / total:.0f}% of its kernel time" if total > 0 else "of its kernel time"
-
-
 def _severity(c: causes.Cause, total: float, cfg: ReportConfig) -> str:
     if c.kind == "hang":
         return "error"
@@ -187,19 +184,21 @@ def _overlap_findings(trace: Trace, ov: np.ndarray, sampled: int, n_launches: in
     inv = inv.reshape(-1)
     comm = np.bincount(inv, weights=ov["comm_ns"].astype(float), minlength=keys.size)
     exp = np.bincount(inv, weights=ov["exposed_ns"].astype(float), minlength=keys.size)
-    kern = np.bincount(inv, weights=ov["kernel_ns"].astype(float), minlength=keys.size)
+    kern = np.bincount(inv, weights=ov["extent_ns"].astype(float), minlength=keys.size)
     sig = (comm > 0) & (kern > 0) & (exp >= 0.1 * np.maximum(kern, 1))
     if not sig.any():
         return []
-    parts = ", ".join(f"rank {r} {fmt_ns(e)} ({100 * e / k:.0f}% of its kernel time)" for r, e, k, s_ in
+    # a share of the rank's extent (its first event to its last), not of the kernel time (every rank)
+    parts = ", ".join(f"rank {r} {fmt_ns(e)} ({100 * e / k:.0f}%)" for r, e, k, s_ in
                       zip(keys.tolist(), exp.tolist(), kern.tolist(), sig.tolist()) if s_)
     on = f" (measured on {sampled:,} of {n_launches:,} launches)" if sampled < n_launches else ""
     launches = np.unique(ov["launch"]).tolist()
     claims = [{"kind": "exposed_communication", "agents": [[int(r), -1, -1, 0]],
-               "values": {"launches": launches, "exposed_ns": float(e), "kernel_ns": float(k)}}
+               "values": {"launches": launches, "exposed_ns": float(e), "extent_ns": float(k)}}
               for r, e, k, s_ in zip(keys.tolist(), exp.tolist(), kern.tolist(), sig.tolist()) if s_]
     return [Finding("overlap", "info", float(exp[sig].sum()),
-                    f"communication exposed (no compute running on the rank to hide it): {parts}{on}.",
+                    f"communication exposed (no compute running on the rank to hide it; the share is of the rank's extent, "
+                    f"its first event to its last): {parts}{on}.",
                     tuple(int(r) for r in keys[sig]), data={"exposed_ns": exp[sig].tolist(), "ranks": keys[sig].tolist()},
                     label="exposed communication", claims=claims)]
 
@@ -600,13 +599,13 @@ def _verdict(worst: list, top_info, total: float, cfg: ReportConfig) -> str:
         if f.severity == "error":
             return f"{len(worst)} problem{'s' if len(worst) != 1 else ''}, the first a hang (below)."
         return (f"{len(worst)} cause{'s' if len(worst) != 1 else ''} worth fixing; the first would save "
-                f"{fmt_ns(f.cost_ns)} ({_share_text(f.cost_ns, total)}).")
+                f"{fmt_ns(f.cost_ns)} ({share_text(f.cost_ns, total)}).")
     limit = f"{100 * cfg.causes.min_share:.0f}%"
     if top_info is None:
         kinds = ", ".join(m.TITLE for m in causes.MODULES if m.KIND != "hang")
         return f"Nothing is wrong: no hang, and no root cause ({kinds}) found."
     return (f"Nothing is wrong: no hang, and no root cause would shorten the capture by {limit} or more of its kernel "
-            f"time (the largest would save {fmt_ns(top_info.cost_ns)}, {_share_text(top_info.cost_ns, total)}).")
+            f"time (the largest would save {fmt_ns(top_info.cost_ns)}, {share_text(top_info.cost_ns, total)}).")
 
 
 def render_text(rep, *, max_findings: int = 10) -> str:
