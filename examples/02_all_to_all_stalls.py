@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     t = A.prepare(str(src))                     # align the ranks' clocks: one time axis
     w = A.waits(t)
     show(A.stall_totals(t, "rank", w), ["rank", "n_waits", "wait_ns", "producer_late_ns", "signal_latency_ns", "wait_frac"],
-         "Waiting per rank")
+         "Wait time per rank")
     by_rank, _ = A.stragglers(t, w)
     show(by_rank, ["rank", "n_notifies", "n_late", "cost_ns", "held_median_ns", "held_excess_ns", "before_region", "before_ns"],
          "Producers, most costly first (who made the others wait)")

@@ -83,21 +83,21 @@ def _cmd_info(args) -> int:
 
     from .decode import impossible_times
     from .schema import is_timeout
-    from .text import printable as pr, programs_text, ranges_text
+    from .text import MEASURES, count_text, printable as pr, programs_text, ranges_text
 
     path = args.capture
     try:
         cap = read_capture(path)
         run = f", run {pr(cap.run_id)}" if cap.run_id else ", no run id (written by an older ktrace)"
         part = f" (PARTIAL: ranks {ranges_text(cap.missing_ranks)} missing)" if cap.partial else ""
-        n_idx = len({ln.index for rc in cap.ranks.values() for ln in rc.launches})
         lines = [f"{pr(path)}: world size {cap.world_size}, ranks {ranges_text(cap.ranks) or 'none'}{part}{run}, "
-                 f"{n_idx} launch{'' if n_idx == 1 else 'es'} (a launch: one kernel launch, on every rank that ran it)"]
+                 f"{count_text('launches', cap.n_launches)} ({MEASURES['launches'][1]})"]
+        n_events = 0
         lines += [f"  note: {pr(n)}" for n in cap.notes]
         timed_out = 0
         for r, rc in sorted(cap.ranks.items()):
             dev = pr(rc.device.get("name", "?"))
-            lines.append(f"  rank {r} on {dev} ({pr(rc.device.get('arch', '?'))}): {len(rc.launches)} launches")
+            lines.append(f"  rank {r} on {dev} ({pr(rc.device.get('arch', '?'))}): {count_text('launches', len(rc.launches))}")
             lines += [f"    note: {pr(n)}" for n in rc.notes]
             if rc.timeouts and rc.timeouts.get("count"):
                 lines.append(f"    {pr(rc.timeouts['count'])} wait(s) TIMED OUT during the capture (the heap's error block):")
@@ -124,8 +124,10 @@ def _cmd_info(args) -> int:
                            f"{'peer' if peers.size == 1 else 'peers'} {ranges_text(peers[:1000])}")
                 bad = impossible_times(ln.load_raw(), cap.world_size)
                 bad = f"; IMPOSSIBLE times, left out of analyses: {bad}" if bad else ""
-                lines.append(f"    launch {ln.index} {pr(ln.kernel)} grid {tuple(ln.grid)}: {d.written} events "
+                n_events += int(d.written)
+                lines.append(f"    launch {ln.index} {pr(ln.kernel)} grid {tuple(ln.grid)}: {count_text('events', d.written)} "
                              f"({parts or 'none'}){drop}{tos}{bad}")
+        lines[0] += f", {count_text('events', n_events)}"
         if timed_out:
             lines.append(f"  {timed_out} wait(s) timed out in all: the capture shows a hang (ktrace report says who waited on whom)")
     except (CaptureError, ValueError, OSError) as e:
@@ -214,10 +216,10 @@ def _merge_profile(cap, args, fmt: str) -> int:
 
 
 def _launches_text(cap) -> str:
-    """How many launches a capture holds, as ``info`` and ``report`` count them: kernel launches
-    (launch indices), each on every rank that ran it."""
-    n = len({ln.index for rc in cap.ranks.values() for ln in rc.launches})
-    return f"{n} launch{'' if n == 1 else 'es'}"
+    """How many launches a capture holds, counted and labelled as ``info`` and ``report`` do."""
+    from .text import count_text
+
+    return count_text("launches", cap.n_launches)
 
 
 def _write_selected(cap, args, fmt: str):

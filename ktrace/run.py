@@ -268,7 +268,10 @@ def worker(cfg: RunConfig) -> int:
             "fault": asdict(fault), "ranks": {str(r): e for r, e in enumerate(every)}, "capture": str(path),
         }
         (out / "run.json").write_text(json.dumps(info, indent=1, default=str))
-        print(f"wrote {path} ({path.stat().st_size:,} bytes, {len(merged.events()):,} events)", flush=True)
+        from .text import count_text
+
+        print(f"wrote {path} ({path.stat().st_size:,} bytes, {count_text('launches', merged.n_launches)}, "
+              f"{count_text('events', len(merged.events()))})", flush=True)
     return 0
 
 

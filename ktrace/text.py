@@ -26,6 +26,60 @@ def fmt_ns(ns) -> str:
     return f"{ns / 1e9:.2f} s"
 
 
+#: The one definition and label of each count and time that several commands print (``info``,
+#: ``report``, ``diff``, ``merge``, the HTML, the report JSON, the Parquet manifest): the JSON key
+#: (the report summary's, the diff summary's, the manifest's ``summary``) -> (label, definition).
+#: Text and HTML print ``label`` (with the definition where the figure first appears); the
+#: figures themselves come from one function each (``ktrace.captures.launch_count``,
+#: ``ktrace.analysis.causes.kernel_time_total``, the waits table), never computed again.
+MEASURES: dict[str, tuple[str, str]] = {
+    "launches": ("launches", "a launch: one kernel launch, on every rank that ran it"),
+    "events": ("events", "records decoded from the capture, every rank and launch"),
+    "kernel_time_ns": ("kernel time", "launch durations summed: each launch from its first event to its last, over every rank"),
+    "waits": ("waits", "traced spin-lock waits, every rank"),
+    "wait_ns": ("wait time", "the waits' durations summed"),
+}
+
+
+def count_text(key: str, n: int) -> str:
+    """A count with its label: ``count_text("launches", 2)`` -> "2 launches" (one: "1 launch")."""
+    label = MEASURES[key][0]
+    if n == 1:
+        label = label[:-2] if label.endswith("ches") else label[:-1]
+    return f"{n:,} {label}"
+
+
+def kernel_time_value(ns, launches: int | None = None) -> str:
+    """The kernel time with its definition: "52.0 µs (launch durations summed, 26.0 µs per launch)"."""
+    per = f", {fmt_ns(ns / launches)} per launch" if launches and launches > 1 and ns is not None else ""
+    return f"{fmt_ns(ns)} (launch durations summed{per})"
+
+
+def kernel_time_text(ns, launches: int | None = None) -> str:
+    """The kernel time with its label: "kernel time 52.0 µs (launch durations summed, ...)"."""
+    return f"{MEASURES['kernel_time_ns'][0]} {kernel_time_value(ns, launches)}"
+
+
+def kernel_time_change_text(a_ns, b_ns, a_launches: int, b_launches: int) -> str:
+    """``diff``'s first line, the same words as the report's: the kernel time of A and B, and per
+    launch (the captures may hold different numbers of launches; the change is per launch)."""
+    pa = a_ns / a_launches if a_launches else None
+    pb = b_ns / b_launches if b_launches else None
+    ch = f" ({100 * (pb - pa) / pa:+.1f}% per launch)" if pa and pb is not None else ""
+    return (f"{MEASURES['kernel_time_ns'][0]} (launch durations summed): {fmt_ns(a_ns)} over {count_text('launches', a_launches)}"
+            f" -> {fmt_ns(b_ns)} over {count_text('launches', b_launches)}; per launch {fmt_ns(pa)} -> {fmt_ns(pb)}{ch}")
+
+
+def diff_headline(s) -> str:
+    """``diff``'s first line (text and HTML) from its summary: A's and B's kernel time and wait
+    time, labelled and defined as the report's (:data:`MEASURES`)."""
+    (la, lb), (ka, kb), (na, nb), (wa, wb) = s["launches"], s["kernel_time_ns"], s["waits"], s["wait_ns"]
+    kt = kernel_time_change_text(ka, kb, la, lb)
+    wt = MEASURES["wait_ns"][0]
+    return (f"{kt[0].upper()}{kt[1:]}. {wt[0].upper()}{wt[1:]}: {fmt_ns(wa)} ({count_text('waits', na)}) -> "
+            f"{fmt_ns(wb)} ({count_text('waits', nb)}).")
+
+
 def ranks_text(ranks) -> str:
     """``[0, 1, 3]`` -> "ranks 0, 1, 3"; one rank -> "rank 2"."""
     rs = sorted({int(x) for x in ranks})

@@ -41,7 +41,7 @@ def test_examples_are_numbered_and_documented():
 def test_02_all_to_all_stalls_from_the_bundled_capture(tmp_path):
     r = _run("02_all_to_all_stalls.py", "--from-capture", "--out", "out", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    for title in ("Waiting per rank", "Producers, most costly first", "Outlier workgroups", "Imbalance per rank"):
+    for title in ("Wait time per rank", "Producers, most costly first", "Outlier workgroups", "Imbalance per rank"):
         assert title in r.stdout
     opened = _opened(r.stdout, tmp_path)
     assert len(opened) == 1 and opened[0].is_file() and opened[0].suffix == ".pftrace"

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ktrace.analysis.document import load as load_document
-from ktrace.text import fmt_ns
+from ktrace.text import MEASURES as M, diff_headline, fmt_ns, kernel_time_value
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d2330;background:#fff;max-width:1240px}
@@ -369,10 +369,11 @@ def render_html(report) -> str:
     unmatched = s.get("waits_unmatched") or 0
     summary_rows = [
         ("source", s["source"]), ("ranks", f"{s['world_size']} ({', '.join(map(str, s['ranks']))})" + (" PARTIAL" if s["partial"] else "")),
-        ("launches", f"{s['launches']:,}"), ("kernels", ", ".join(s["kernels"]) or "?"), ("events", f"{s['events']:,}"),
-        ("workgroups", f"{s['workgroups']:,}"), ("kernel time (launch durations summed)", fmt_ns(s.get("kernel_time_ns"))),
+        (M["launches"][0], f"{s['launches']:,}"), ("kernels", ", ".join(s["kernels"]) or "?"), (M["events"][0], f"{s['events']:,}"),
+        ("workgroups", f"{s['workgroups']:,}"), (M["kernel_time_ns"][0], kernel_time_value(s.get("kernel_time_ns"), s["launches"])),
         ("clock", str(s["clock"]) + (f", ranks aligned within ~{fmt_ns(s['clock_bound_ns'])}" if s.get("clock_bound_ns") else "")),
-        ("waits", f"{s['waits']:,}: {fmt_ns(s['wait_ns'])} (producer late {fmt_ns(s['producer_late_ns'])}, "
+        (M["waits"][0], f"{s['waits']:,}"),
+        (M["wait_ns"][0], f"{fmt_ns(s['wait_ns'])} (producer late {fmt_ns(s['producer_late_ns'])}, "
                   f"signal latency {fmt_ns(s['signal_latency_ns'])}, of which unexplained {fmt_ns(s.get('unexplained_ns'))})"),
         ("timeouts", s["timeouts"]), ("waits without a captured notify", s["waits_unreleased"]),
     ] + ([("waits not matched to one notify (their flag's notifies captured)", unmatched)] if unmatched else [])
@@ -406,7 +407,7 @@ def render_html(report) -> str:
                                                   "late_waiting_ns", "late_in_region_ns", "late_outside_ns", "late_missing_ns",
                                                   "link_ns", "unexplained_ns"], title="Why the waits waited, per rank (rank -1: all)")
         + _doc_table(doc, "stalls_by_rank", ["rank", "n_waits", "wait_ns", "producer_late_ns", "signal_latency_ns", "wait_frac",
-                                             "timeouts"], title="Waiting per rank")
+                                             "timeouts"], title=f"{M['wait_ns'][0].capitalize()} per rank")
         + _doc_table(doc, "stragglers", ["rank", "n_notifies", "n_late", "cost_ns", "held_excess_ns", "late_median_ns",
                                          "late_max_ns", "waiter_ranks", "before_region", "before_ns"], title="Producers")
         + _doc_table(doc, "outlier_workgroups", ["rank", "launch", "program", "sm", "work_ns", "held_ns", "wait_ns",
@@ -461,14 +462,12 @@ def _diff_bars(t: np.ndarray, n: int = 15) -> str:
 
 def render_diff_html(d) -> str:
     """A diff report (``ktrace.analysis.build_diff``) as one self-contained HTML page."""
-    s = d.summary
-    ch = f" ({100 * s['kernel_change']:+.1f}%)" if s["kernel_change"] is not None else ""
     bars = _diff_bars(d.tables["regions"])
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>ktrace diff</title>"
         f"<style>{_CSS}</style>{_SCRIPT}</head><body><h1>ktrace diff</h1>"
         f"<div class='sub'>A = {_e(d.a)}<br>B = {_e(d.b)}</div>"
-        f"<p>Kernel time per launch, summed over ranks: {_e(fmt_ns(s['kernel_a_ns']))} &rarr; {_e(fmt_ns(s['kernel_b_ns']))}{_e(ch)}</p>"
+        f"<p>{_e(diff_headline(d.summary))}</p>"
         f"<h2>Biggest movers</h2>{_findings_html([f.to_dict() for f in d.findings])}{_plot(bars, 'Per region and rank, how much time changed per launch.')}"
         "<h2>Tables</h2>"
         + _table(d.tables["regions"], ["region", "rank", "a_ns", "b_ns", "delta_ns", "rel_change", "a_count", "b_count"], n=25, title="Per region and rank")

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..captures import launch_count
 from ..schema import EventKind
 from .load import workgroups
-from .stalls import kernel_time
+from .stalls import kernel_time, waits
 from ..keys import group_index, group_sum
 from .trace import Trace
 
@@ -19,11 +20,10 @@ DIFF_FIELDS = [("a_ns", "<f8"), ("b_ns", "<f8"), ("delta_ns", "<f8"), ("rel_chan
 
 
 def _launches_per_rank(trace: Trace) -> dict[int, int]:
+    """Per rank, the launches it ran (counted as the summary's launches: ``launch_count``)."""
     k = trace.wg_keys
-    out: dict[int, int] = {}
-    for r in np.unique(k[:, 0]).tolist():
-        out[r] = int(np.unique(k[k[:, 0] == r, 1]).size)
-    return out
+    pairs = list(trace.kernels) or [tuple(x) for x in np.unique(k[:, :2], axis=0).tolist()]
+    return {r: launch_count(p for p in pairs if p[0] == r) for r in {int(p[0]) for p in pairs}}
 
 
 def _region_totals(trace: Trace) -> dict[tuple[str, int], tuple[float, float]]:
@@ -68,20 +68,26 @@ def diff_regions(a: Trace, b: Trace) -> np.ndarray:
                   extra=[("a_count", "<f8"), ("b_count", "<f8")])
 
 
+#: ``diff_ranks``' measures, in words: ``extent`` is not the kernel time (``ktrace.text.MEASURES``,
+#: over every rank) but one rank's share of it; ``wait time`` sums the same waits as the report's.
+RANK_MEASURES = {"extent": "the rank's first event to its last", "wait time": "its waits' durations summed",
+                 "busy": "its workgroups' busy time summed"}
+
+
 def diff_ranks(a: Trace, b: Trace) -> np.ndarray:
-    """Per (rank, measure): kernel time, wait time and busy time per launch in A and B."""
+    """Per (rank, measure of :data:`RANK_MEASURES`): per launch in A and B."""
 
     def per_rank(t: Trace) -> dict:
         kt = kernel_time(t)
         wg = workgroups(t)
+        w = waits(t)
         nl = _launches_per_rank(t)
         out = {}
         for r in np.unique(kt["rank"]).tolist():
             n = max(nl.get(r, 1), 1)
-            sel = wg["rank"] == r
-            out[(r, "kernel")] = float(kt["kernel_ns"][kt["rank"] == r].sum()) / n
-            out[(r, "wait")] = float(wg["wait_ns"][sel].sum()) / n
-            out[(r, "busy")] = float(wg["busy_ns"][sel].sum()) / n
+            out[(r, "extent")] = float(kt["extent_ns"][kt["rank"] == r].sum()) / n
+            out[(r, "wait time")] = float(w["wait_ns"][w["rank"] == r].sum()) / n
+            out[(r, "busy")] = float(wg["busy_ns"][wg["rank"] == r].sum()) / n
         return out
 
     return _table([("rank", "<i4"), ("measure", "O")], per_rank(a), per_rank(b))

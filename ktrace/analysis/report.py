@@ -27,7 +27,8 @@ from . import timeline as _path
 from .. import pairing
 from ..keys import group_index
 from ..schema import is_local
-from ..text import fmt_ns
+from ..text import MEASURES, count_text, diff_headline, fmt_ns, kernel_time_text
+from .causes.words import share_text
 from .names import OUTSIDE
 from .document import MIN_LINK_NS, PERFETTO_UI, Finding, link_range, perfetto_link
 from .document import jsonable as _jsonable
@@ -124,10 +125,6 @@ def _rel(trace: Trace, t) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def _share_text(saving: float, total: float) -> str:
-    return f"{100 * saving / total:.0f}% of its kernel time" if total > 0 else "of its kernel time"
-
-
 def _severity(c: causes.Cause, total: float, cfg: ReportConfig) -> str:
     if c.kind == "hang":
         return "error"
@@ -190,19 +187,21 @@ def _overlap_findings(trace: Trace, ov: np.ndarray, sampled: int, n_launches: in
     inv = inv.reshape(-1)
     comm = np.bincount(inv, weights=ov["comm_ns"].astype(float), minlength=keys.size)
     exp = np.bincount(inv, weights=ov["exposed_ns"].astype(float), minlength=keys.size)
-    kern = np.bincount(inv, weights=ov["kernel_ns"].astype(float), minlength=keys.size)
+    kern = np.bincount(inv, weights=ov["extent_ns"].astype(float), minlength=keys.size)
     sig = (comm > 0) & (kern > 0) & (exp >= 0.1 * np.maximum(kern, 1))
     if not sig.any():
         return []
-    parts = ", ".join(f"rank {r} {fmt_ns(e)} ({100 * e / k:.0f}% of its kernel time)" for r, e, k, s_ in
+    # a share of the rank's extent (its first event to its last), not of the kernel time (every rank)
+    parts = ", ".join(f"rank {r} {fmt_ns(e)} ({100 * e / k:.0f}%)" for r, e, k, s_ in
                       zip(keys.tolist(), exp.tolist(), kern.tolist(), sig.tolist()) if s_)
     on = f" (measured on {sampled:,} of {n_launches:,} launches)" if sampled < n_launches else ""
     launches = np.unique(ov["launch"]).tolist()
     claims = [{"kind": "exposed_communication", "agents": [[int(r), -1, -1, 0]],
-               "values": {"launches": launches, "exposed_ns": float(e), "kernel_ns": float(k)}}
+               "values": {"launches": launches, "exposed_ns": float(e), "extent_ns": float(k)}}
               for r, e, k, s_ in zip(keys.tolist(), exp.tolist(), kern.tolist(), sig.tolist()) if s_]
     return [Finding("overlap", "info", float(exp[sig].sum()),
-                    f"communication exposed (no compute running on the rank to hide it): {parts}{on}.",
+                    f"communication exposed (no compute running on the rank to hide it; the share is of the rank's extent, "
+                    f"its first event to its last): {parts}{on}.",
                     tuple(int(r) for r in keys[sig]), data={"exposed_ns": exp[sig].tolist(), "ranks": keys[sig].tolist()},
                     label="exposed communication", claims=claims)]
 
@@ -476,9 +475,7 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
                 + _capture_findings(trace, silent, hang_launches))
     findings.sort(key=lambda f: (_SEVERITY[f.severity], f.kind not in causes.KINDS, -f.cost_ns,
                                  -float(f.data.get("excess_ns", 0.0) or 0.0) if f.kind in causes.KINDS else 0.0))
-    kt = stalls.kernel_time(trace)
     paired = w["notify_row"] >= 0
-    kernel_total = causes.kernel_time_total(trace)
     worst = [f for f in findings if f.severity in ("error", "warning") and f.kind != "capture"]
     top_info = next((f for f in findings if f.kind in causes.KINDS), None)
     allw = wc_totals[wc_totals["rank"] == -1]
@@ -486,12 +483,11 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
         "source": trace.source,
         "world_size": trace.world_size,
         "ranks": sorted(set(trace.wg_keys[:, 0].tolist())),
-        "launches": n_launches,
+        "launches": ctx.n_launches,
         "kernels": sorted(set(trace.kernels.values())),
         "events": trace.n_events,
         "workgroups": trace.n_workgroups,
-        "kernel_ns": float(kt["kernel_ns"].sum()),
-        "kernel_time_ns": kernel_total,
+        "kernel_time_ns": causes.kernel_time_total(trace),
         "waits": int(w.size),
         "wait_ns": total_wait,
         "producer_late_ns": float(np.nansum(w["producer_late_ns"])),
@@ -508,7 +504,7 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
         "trace_end_ns": int(trace.column("end_ns").max()) - trace.origin_ns if trace.n_events else 0,
         "sampled_launches": [int(sample.size), n_launches],
         "healthy": not worst,
-        "verdict": _verdict(worst, top_info, kernel_total, config),
+        "verdict": _verdict(worst, top_info, ctx.kernel_time_ns, config),
     }
     # completed waits the pairing matched to no notify: those whose flag got no notify at all
     # before they ended, and those whose flag did (a counter fed by several notifies)
@@ -633,13 +629,13 @@ def _verdict(worst: list, top_info, total: float, cfg: ReportConfig) -> str:
         if f.severity == "error":
             return f"{len(worst)} problem{'s' if len(worst) != 1 else ''}, the first a hang (below)."
         return (f"{len(worst)} cause{'s' if len(worst) != 1 else ''} worth fixing; the first would save "
-                f"{fmt_ns(f.cost_ns)} ({_share_text(f.cost_ns, total)}).")
+                f"{fmt_ns(f.cost_ns)} ({share_text(f.cost_ns, total)}).")
     limit = f"{100 * cfg.causes.min_share:.0f}%"
     if top_info is None:
         kinds = ", ".join(m.TITLE for m in causes.MODULES if m.KIND != "hang")
         return f"Nothing is wrong: no hang, and no root cause ({kinds}) found."
     return (f"Nothing is wrong: no hang, and no root cause would shorten the capture by {limit} or more of its kernel "
-            f"time (the largest would save {fmt_ns(top_info.cost_ns)}, {_share_text(top_info.cost_ns, total)}).")
+            f"time (the largest would save {fmt_ns(top_info.cost_ns)}, {share_text(top_info.cost_ns, total)}).")
 
 
 def render_text(rep, *, max_findings: int = 10) -> str:
@@ -672,13 +668,13 @@ def render_text(rep, *, max_findings: int = 10) -> str:
             lines.append(f"   ... and {len(findings) - max_findings} more (see --json / --html)")
     lines += [
         "",
-        f"Capture: {s['world_size']} ranks ({', '.join(map(str, s['ranks']))}), {s['launches']:,} launches of "
-        f"{', '.join(s['kernels']) or '?'}, {s['events']:,} events, {s['workgroups']:,} workgroups; kernel time "
-        f"{fmt_ns(s.get('kernel_time_ns'))} (launch durations summed)"
+        f"Capture: {s['world_size']} ranks ({', '.join(map(str, s['ranks']))}), {count_text('launches', s['launches'])} of "
+        f"{', '.join(s['kernels']) or '?'}, {count_text('events', s['events'])}, {s['workgroups']:,} workgroups; "
+        f"{kernel_time_text(s.get('kernel_time_ns'), s['launches'])}"
         + (" (PARTIAL)" if s["partial"] else ""),
         f"Clock: {s['clock']}" + (f", ranks aligned within ~{fmt_ns(s['clock_bound_ns'])}" if s.get("clock_bound_ns") else "")
         + (f" ({s['clock_bounds']})" if s.get("clock_bounds") else ""),
-        f"Waits: {s['waits']:,} waited {fmt_ns(s['wait_ns'])} in total: producer late {fmt_ns(s['producer_late_ns'])}, "
+        f"Waits: {count_text('waits', s['waits'])}, {MEASURES['wait_ns'][0]} {fmt_ns(s['wait_ns'])} in total: producer late {fmt_ns(s['producer_late_ns'])}, "
         f"signal latency {fmt_ns(s['signal_latency_ns'])} (of which {fmt_ns(s.get('unexplained_ns'))} beyond the "
         f"calibrated link latency or with no captured notify: unexplained); {s['waits_unreleased']} completed waits "
         f"without a captured notify"
@@ -697,7 +693,7 @@ def render_text(rep, *, max_findings: int = 10) -> str:
                                                  f"launches)." if s['sampled_launches'][0] < s['sampled_launches'][1] else "."))
     tr = sorted(rows("stalls_by_rank"), key=lambda r: r["rank"])
     if tr:
-        lines.append("Waiting per rank: " + ", ".join(
+        lines.append(f"{MEASURES['wait_ns'][0].capitalize()} per rank: " + ", ".join(
             f"r{r['rank']} {fmt_ns(r['wait_ns'])} ({100 * r['wait_frac']:.0f}% of program time)" if r.get("wait_frac") is not None
             else f"r{r['rank']} {fmt_ns(r['wait_ns'])}" for r in tr))
     lines.append("Times are relative to the capture's first event (time 0 of its Perfetto trace).")
@@ -746,9 +742,6 @@ def build_diff(a, b, *, progress: Progress | None = None, top: int = 10) -> Diff
         progress("diff", 2, 3)
     tables = _diff.diff(ta, tb)
     findings: list[Finding] = []
-    ranks = tables["ranks"]
-    kern = ranks[ranks["measure"] == "kernel"]
-    a_k, b_k = float(kern["a_ns"].sum()), float(kern["b_ns"].sum())
     ka, kb = sorted(set(ta.kernels.values())), sorted(set(tb.kernels.values()))
     if ka and kb and ka != kb:
         findings.append(Finding("capture", "warning", 0.0, f"the captures hold different kernels: A {ka}, B {kb}."))
@@ -769,8 +762,12 @@ def build_diff(a, b, *, progress: Progress | None = None, top: int = 10) -> Diff
                                 f"{fmt_ns(row['b_ns'])} per launch (busy {fmt_ns(row['a_busy_ns'])} -> {fmt_ns(row['b_busy_ns'])}).",
                                 (int(row["rank"]),)))
     findings.sort(key=lambda f: (_SEVERITY[f.severity], -f.cost_ns))
-    summary = {"a": ta.source, "b": tb.source, "kernel_a_ns": a_k, "kernel_b_ns": b_k,
-               "kernel_change": (b_k - a_k) / a_k if a_k else None}
+    # the report's quantities under the report's keys, [A, B]: one definition (ktrace.text.MEASURES)
+    summary = {"a": ta.source, "b": tb.source, "launches": [causes.launch_total(t) for t in (ta, tb)],
+               "events": [t.n_events for t in (ta, tb)],
+               "kernel_time_ns": [causes.kernel_time_total(t) for t in (ta, tb)],
+               "waits": [int(stalls.waits(t).size) for t in (ta, tb)],
+               "wait_ns": [float(stalls.waits(t)["wait_ns"].sum()) for t in (ta, tb)]}
     if progress:
         progress("done", 3, 3)
     return DiffReport(a=ta.source, b=tb.source, findings=findings, tables=tables, summary=summary)
@@ -778,17 +775,15 @@ def build_diff(a, b, *, progress: Progress | None = None, top: int = 10) -> Diff
 
 def render_diff_text(d: DiffReport, *, rows: int = 10) -> str:
     s = d.summary
-    ch = f" ({100 * s['kernel_change']:+.1f}%)" if s["kernel_change"] is not None else ""
-    lines = [f"ktrace diff: A = {d.a}, B = {d.b}", "",
-             f"Kernel time per launch, summed over ranks: {fmt_ns(s['kernel_a_ns'])} -> {fmt_ns(s['kernel_b_ns'])}{ch}", ""]
+    lines = [f"ktrace diff: A = {d.a}, B = {d.b}", "", diff_headline(s), ""]
     lines.append("Biggest movers:" if d.findings else "No differences.")
     for i, f in enumerate(d.findings, 1):
         lines.append(f"  {i}. {f.text}")
     r = d.tables["ranks"]
     if r.size:
-        lines += ["", "Per rank (per launch):"]
+        lines += ["", "Per rank (per launch; " + "; ".join(f"{k}: {v}" for k, v in _diff.RANK_MEASURES.items()) + "):"]
         for row in np.sort(r, order=["rank", "measure"]):
-            lines.append(f"  rank {row['rank']} {row['measure']:>6}: {fmt_ns(row['a_ns']):>10} -> {fmt_ns(row['b_ns']):>10}")
+            lines.append(f"  rank {row['rank']} {row['measure']:>9}: {fmt_ns(row['a_ns']):>10} -> {fmt_ns(row['b_ns']):>10}")
     return "\n".join(lines)
 
 

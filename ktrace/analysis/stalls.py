@@ -211,16 +211,17 @@ def latest_flag_notify(trace: Trace, wpos: np.ndarray) -> np.ndarray:
 
 
 def kernel_time(trace: Trace) -> np.ndarray:
-    """Per (rank, launch), the launch's extent on that rank: first event start to last event end.
+    """Per (rank, launch), the launch's extent on that rank: first event start to last event end
+    (one rank's share of the kernel time, which runs over every rank: ``causes.kernel_time_total``).
 
     Returns:
-        A table with ``rank``, ``launch``, ``start_ns``, ``end_ns``, ``kernel_ns``.
+        A table with ``rank``, ``launch``, ``start_ns``, ``end_ns``, ``extent_ns``.
     """
     key = ("kernel_time",)
     if key in trace._cache:
         return trace._cache[key]
     s, e = trace.column("start_ns"), trace.column("end_ns")
-    out = np.zeros(0, [("rank", "<i4"), ("launch", "<i4"), ("start_ns", "<i8"), ("end_ns", "<i8"), ("kernel_ns", "<i8")])
+    out = np.zeros(0, [("rank", "<i4"), ("launch", "<i4"), ("start_ns", "<i8"), ("end_ns", "<i8"), ("extent_ns", "<i8")])
     if s.size:
         # the table is sorted by rank, launch: contiguous groups
         first, r_first, l_first = rank_launch_starts(trace)
@@ -228,7 +229,7 @@ def kernel_time(trace: Trace) -> np.ndarray:
         out["rank"], out["launch"] = r_first, l_first
         out["start_ns"] = np.minimum.reduceat(s, first)
         out["end_ns"] = np.maximum.reduceat(e, first)
-        out["kernel_ns"] = out["end_ns"] - out["start_ns"]
+        out["extent_ns"] = out["end_ns"] - out["start_ns"]
     trace._cache[key] = out
     return out
 
@@ -356,7 +357,7 @@ def stall_totals(trace: Trace, by: str = "rank", w: np.ndarray | None = None) ->
         kt = kernel_time(trace)
         nprog = np.bincount(_lookup_rows(kt_keys(kt), trace.wg_keys[:, :2]), minlength=kt.size) if kt.size else np.zeros(0)
         per_rank = np.zeros(int(max(kt["rank"].max() + 1 if kt.size else 0, trace.world_size)), np.float64)
-        np.add.at(per_rank, kt["rank"], kt["kernel_ns"] * nprog)
+        np.add.at(per_rank, kt["rank"], kt["extent_ns"] * nprog)
         out["time_ns"] = per_rank[np.asarray(out["rank"], np.int64)] if per_rank.size else 0
     out["wait_frac"] = np.where(out["time_ns"] > 0, out["wait_ns"] / np.maximum(out["time_ns"], 1), np.nan)
     return out[np.argsort(-out["wait_ns"], kind="stable")]

@@ -142,7 +142,7 @@ OVERLAP_DTYPE = np.dtype(
     [
         ("rank", "<i4"),
         ("launch", "<i4"),
-        ("kernel_ns", "<i8"),
+        ("extent_ns", "<i8"),  # the rank's first event to its last (stalls.kernel_time)
         ("comm_ns", "<i8"),  # union of communication intervals over the rank's workgroups
         ("compute_ns", "<i8"),
         ("hidden_ns", "<i8"),  # communication while some workgroup of the rank computed
@@ -170,14 +170,17 @@ def overlap(trace: Trace, classes: RegionClasses = RegionClasses(), *, launches=
     s, e, kind = trace.column("start_ns"), trace.column("end_ns"), trace.column("kind")
     if s.size == 0:
         return np.zeros(0, OVERLAP_DTYPE)
+    from .stalls import kernel_time
+
     first, r, l = _spans.rank_launch_starts(trace)
+    extent = kernel_time(trace)["extent_ns"]  # the same (rank, launch) groups, in the same order
     last = np.r_[first[1:], s.size]
     if launches is not None:  # only the groups of those launches, and their rows
         keep = np.isin(l, np.asarray(launches))
-        first, last, r, l = first[keep], last[keep], r[keep], l[keep]
+        first, last, r, l, extent = first[keep], last[keep], r[keep], l[keep], extent[keep]
     G = first.size
     out = np.zeros(G, OVERLAP_DTYPE)
-    out["rank"], out["launch"] = r, l
+    out["rank"], out["launch"], out["extent_ns"] = r, l, extent
     if G == 0:
         return out
     cnt = last - first
@@ -201,7 +204,6 @@ def _overlap_block(out: np.ndarray, first: np.ndarray, cnt: np.ndarray, s, e, ki
     gid = np.repeat(np.arange(G, dtype=np.int64), cnt)
     s, e, kind, cls = s[rows], e[rows], kind[rows], cls[rows]
     del rows
-    out["kernel_ns"] = np.maximum.reduceat(e, starts) - np.minimum.reduceat(s, starts)
     is_wait = kind == int(EventKind.WAIT)
     # interval sets: 0 communication, 1 compute, 2 waits
     sets = [np.flatnonzero(cls == 1), np.flatnonzero(cls == 2), np.flatnonzero(is_wait)]
@@ -282,7 +284,7 @@ def launch_timing(trace: Trace) -> np.ndarray:
     kt = kt[o]
     out["launch"], out["rank"] = kt["launch"], kt["rank"]
     out["kernel"] = np.array([trace.kernel_name(a, b) for a, b in zip(kt["rank"].tolist(), kt["launch"].tolist())], dtype=object)
-    out["start_ns"], out["end_ns"], out["dur_ns"] = kt["start_ns"], kt["end_ns"], kt["kernel_ns"]
+    out["start_ns"], out["end_ns"], out["dur_ns"] = kt["start_ns"], kt["end_ns"], kt["extent_ns"]
     li, lk = np.unique(kt["launch"], return_inverse=True)
     lk = lk.reshape(-1)
     smin = np.full(li.size, np.iinfo(np.int64).max)

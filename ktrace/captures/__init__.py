@@ -17,6 +17,7 @@ from .file import (
     RankCapture,
     capture_from_bytes,
     capture_to_bytes,
+    launch_count,
     merge_captures,
     read_buffers,
     read_capture,
@@ -24,6 +25,6 @@ from .file import (
 )
 
 __all__ = [
-    "Capture", "CaptureError", "Launch", "RankCapture", "capture_from_bytes", "capture_to_bytes", "merge_captures",
+    "Capture", "CaptureError", "Launch", "RankCapture", "capture_from_bytes", "capture_to_bytes", "launch_count", "merge_captures",
     "read_buffers", "read_capture", "write_capture",
 ]

@@ -346,6 +346,13 @@ class RankCapture:
     timeouts: dict | None = None
 
 
+def launch_count(rank_launches) -> int:
+    """How many launches: the distinct launch indices of ``(rank, launch index)`` pairs (a launch is
+    one kernel launch, on every rank that ran it: 4 ranks running 2 launches hold 2). The one
+    count that ``info``, ``merge``, ``report``, ``diff`` and the Parquet manifest print."""
+    return len({int(li) for _, li in rank_launches})
+
+
 @dataclass
 class Capture:
     """A whole capture: one or more ranks, the region names, the clock model."""
@@ -377,6 +384,11 @@ class Capture:
         if len(self.ranks) >= ws and all(0 <= r < ws for r in self.ranks):
             return []
         return [r for r in range(min(ws, MAX_WORLD_SIZE)) if r not in self.ranks]
+
+    @property
+    def n_launches(self) -> int:
+        """The capture's launches (``ktrace.text.MEASURES``), counted by :func:`launch_count`."""
+        return launch_count((r, ln.index) for r, rc in self.ranks.items() for ln in rc.launches)
 
     def events(self) -> np.ndarray:
         """Every event of every rank and launch, one table (``schema.EVENT_DTYPE``), raw ticks.

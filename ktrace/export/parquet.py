@@ -30,6 +30,7 @@ import numpy as np
 import orjson
 
 from .. import schema
+from ..text import MEASURES
 
 log = logging.getLogger("ktrace")
 
@@ -201,6 +202,8 @@ def export_parquet(capture_path: str | os.PathLike, out_dir: str | os.PathLike, 
         rows[t] = tab.num_rows
     manifest = {"format": "ktrace-parquet", "version": PARQUET_VERSION, "capture": name, "source": str(capture_path),
                 "run_id": run_id, "clock": rep.summary.get("clock"),
+                # the counts and times the report prints, under its keys (ktrace.text.MEASURES)
+                "summary": {k: doc["summary"].get(k) for k in MEASURES},
                 "files": {t: f"{t}.parquet" for t in rows}, "rows": rows}
     (out / "manifest.json").write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
     return manifest

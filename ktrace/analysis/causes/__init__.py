@@ -18,6 +18,7 @@ from .model import (
     ReplayResult,
     kernel_time_total,
     launch_makespans,
+    launch_total,
     one_way_latency_ns,
     one_way_pairs,
     replay,
@@ -30,6 +31,6 @@ from .find import causes_table, context, find, root_causes
 from .registry import BY_KIND, KINDS, MODULES
 
 __all__ = ["BY_KIND", "CAUSE_DTYPE", "KINDS", "MODULES", "WAIT_CAUSE_DTYPE", "Cause", "CauseConfig", "Changes", "Claim",
-           "Context", "Description", "ReplayResult", "causes_table", "context", "find", "kernel_time_total",
+           "Context", "Description", "ReplayResult", "causes_table", "context", "find", "kernel_time_total", "launch_total",
            "launch_makespans", "one_way_latency_ns", "one_way_pairs", "replay", "replay_model", "root_causes", "sample_launches",
            "wait_cause_totals", "wait_causes"]

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ... import pairing
+from ...captures import launch_count
 from ...keys import dense_codes, group_median, lexorder
 from ...schema import EventKind, arg_column, is_local, is_timeout
 from ...text import ranges_text
@@ -806,7 +807,7 @@ class Context:
 
     @property
     def n_launches(self) -> int:
-        return int(launch_makespans(self.trace)[0].size)
+        return launch_total(self.trace)
 
     def rel(self, t) -> int:
         """An absolute time as ns since the capture's first event (the traces' time 0)."""
@@ -915,11 +916,18 @@ def _object_codes(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return head_codes[np.cumsum(new) - 1], np.array(names, dtype=object)
 
 
+def launch_total(trace: Trace) -> int:
+    """The capture's launches (``ktrace.text.MEASURES``), counted by ``ktrace.captures.launch_count``
+    as ``info`` and ``merge`` count them (a trace made from bare events: its launches with events)."""
+    return launch_count(trace.kernels) if trace.kernels else int(launch_makespans(trace)[0].size)
+
+
 def kernel_time_total(trace: Trace) -> float:
-    """The capture's kernel time: every launch's duration (first start to last end over ranks), summed."""
+    """The capture's kernel time (``ktrace.text.MEASURES``): every launch's duration (first start to
+    last end over every rank), summed. The one function behind every kernel time ktrace prints."""
     return float(launch_makespans(trace)[1].sum())
 
 
 __all__ = ["CAUSE_DTYPE", "Cause", "CauseConfig", "Changes", "Claim", "Context", "Description", "ReplayResult",
-           "WAIT_CAUSE_DTYPE", "kernel_time_total", "launch_makespans", "one_way_latency_ns", "one_way_pairs", "replay", "replay_model",
+           "WAIT_CAUSE_DTYPE", "kernel_time_total", "launch_makespans", "launch_total", "one_way_latency_ns", "one_way_pairs", "replay", "replay_model",
            "sample_launches", "wait_cause_totals", "wait_causes"]

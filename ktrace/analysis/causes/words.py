@@ -13,6 +13,7 @@ from .model import Cause, Claim, Context
 
 
 def share_text(saving: float, total: float) -> str:
+    """A saving as a share of the capture's kernel time (``ktrace.text.MEASURES``): "19% of its kernel time"."""
     return f"{100 * saving / total:.0f}% of its kernel time" if total > 0 else "of its kernel time"
 
 
