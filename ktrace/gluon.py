@@ -345,6 +345,152 @@ def expect(kt, bar, nbytes: gl.constexpr, phase, name: gl.constexpr, index=0, re
 
 
 # ---------------------------------------------------------------------------------------------
+# held records: made at the event, stored later (off a partition's critical path)
+# ---------------------------------------------------------------------------------------------
+
+_ST_VEC2_PTX: gl.constexpr = gl.constexpr(_kl._ST_VEC2_PTX)
+_ST_VEC4_PTX: gl.constexpr = gl.constexpr(_kl._ST_VEC4_PTX)
+_ST_DROPPED_PTX: gl.constexpr = gl.constexpr(_kl._ST_DROPPED_PTX)
+
+
+@core._aggregate
+class Held:
+    """A record made (slot taken, words fixed) but not stored yet: :func:`store` stores it."""
+
+    p: gl.tensor  # int64: the address of its slot
+    go: gl.tensor  # int32 [threads of the lane]: 1 in the lane's thread 0 when it fits
+    w0: gl.tensor
+    w1: gl.tensor
+    w2: gl.tensor
+    w3: gl.tensor
+    w4: gl.tensor
+    w5: gl.tensor
+    w6: gl.tensor
+    w7: gl.tensor
+    N: gl.constexpr  # 16-byte stores: 2 (one record) or 4 (an event and its DETAIL record)
+    ON: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, p, go, w0, w1, w2, w3, w4, w5, w6, w7, N):
+        self.p = p
+        self.go = go
+        self.w0 = w0
+        self.w1 = w1
+        self.w2 = w2
+        self.w3 = w3
+        self.w4 = w4
+        self.w5 = w5
+        self.w6 = w6
+        self.w7 = w7
+        self.N = gl.constexpr(N)
+        self.ON = gl.constexpr(True)
+
+
+@core._aggregate
+class NoHeld:
+    ON: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self):
+        self.ON = gl.constexpr(False)
+
+
+@gluon.jit
+def _take(kt, n: gl.constexpr):
+    """Take ``n`` slots at the cursor: (advanced tracer, their address, go). A record that does
+    not fit is counted dropped now (the count stored by the lane's thread 0, as :func:`_write`)."""
+    fits = (kt.cur + (n - 1) < kt.CAP).to(gl.int32)
+    nd = kt.nd + (1 - fits)
+    gl.inline_asm_elementwise(_ST_DROPPED_PTX, "=r,l,r,r,~{memory}",
+                              [kt.dropped_ptr.to(gl.int64, bitcast=True), nd, kt.lead & (1 - fits)], dtype=gl.int32,
+                              is_pure=False, pack=1)
+    p = (kt.recs + kt.cur * _WORDS).to(gl.int64, bitcast=True)
+    return Tracer(kt.recs, kt.dropped_ptr, kt.cur + n, nd, kt.hw, kt.lead, kt.CAP), p, kt.lead & fits
+
+
+@gluon.jit
+def held_none(kt, n: gl.constexpr = 1):
+    """A held record that stores nothing (the value a loop starts with): ``n`` slots' shape
+    (1: a span, mark or counter; 2: a wait or a release)."""
+    if kt.ON:
+        z = gl.to_tensor(0).to(gl.int64)
+        return Held(z, kt.lead & 0, z, z, z, z, z, z, z, z, 2 * n)
+    else:
+        return NoHeld()
+
+
+@gluon.jit
+def begin_at(kt, name: gl.constexpr, t0, arg0=0, arg1=0):
+    """Open a span that starts at ``t0``, a timer reading already taken (e.g. the release just
+    before it, :func:`arrive_held`): no timer read."""
+    if kt.ON:
+        return Span(t0, _pack(gl.to_tensor(arg0), gl.to_tensor(arg1)), region(name))
+    else:
+        return NoSpan()
+
+
+@gluon.jit
+def end_held(kt, span, t1):
+    """Close ``span`` at ``t1`` (a timer reading, ``timestamp(kt)``, taken after its start) and
+    hold its record: ``(kt, held)``. No timer read, nothing stored (:func:`store` does)."""
+    if kt.ON:
+        kt, p, go = _take(kt, 1)
+        z = gl.to_tensor(0).to(gl.int64)
+        return kt, Held(p, go, span.t0.to(gl.int64), t1.to(gl.int64), kt.hw | _tag(_SPAN, span.REGION, 0),
+                        span.args.to(gl.int64), z, z, z, z, 2)
+    else:
+        return kt, NoHeld()
+
+
+@gluon.jit
+def wait_held(kt, bar, phase, t0, name: gl.constexpr, index=0):
+    """:func:`wait` whose start is ``t0`` (a timer reading taken just before it, e.g. the end of
+    the span before) and whose record is held: ``(kt, held)``. One timer read, after the wait."""
+    mbarrier.wait(bar, phase & 1)
+    if kt.ON:
+        t1 = now()
+        kt, p, go = _take(kt, 2)
+        ph = gl.to_tensor(phase)
+        return kt, Held(p, go, t0.to(gl.int64), t1, kt.hw | _tag(_WAIT, region(name), _LOCAL_DETAIL),
+                        _pack(gl.to_tensor(-1), gl.to_tensor(-1)), _barrier_key(region(name), index), ph.to(gl.int64),
+                        kt.hw | _tag(_DETAIL, 0, 0), _pack(ph, gl.to_tensor(_EQ)), 4)
+    else:
+        return kt, NoHeld()
+
+
+@gluon.jit
+def arrive_held(kt, bar, phase, name: gl.constexpr, index=0, count: gl.constexpr = 1):
+    """:func:`arrive` whose record is held: ``(kt, held, t)`` with ``t`` the timer read after
+    the arrive (the release's time; a span that starts right after may start at it,
+    :func:`begin_at`)."""
+    mbarrier.arrive(bar, count=count)
+    if kt.ON:
+        t = now()
+        kt, p, go = _take(kt, 2)
+        z = gl.to_tensor(0).to(gl.int64)
+        return kt, Held(p, go, t, t, kt.hw | _tag(_NOTIFY, region(name), _LOCAL_DETAIL),
+                        _pack(gl.to_tensor(-1), gl.to_tensor(phase)), _barrier_key(region(name), index), z,
+                        kt.hw | _tag(_DETAIL, 0, 0), z, 4), t
+    else:
+        return kt, NoHeld(), 0
+
+
+@gluon.jit
+def store(kt, held):
+    """Store a held record (16-byte stores by the lane's thread 0; nothing when it did not fit
+    or is :func:`held_none`). Cost: the stores only, their words were fixed when it was made."""
+    if kt.ON and held.ON:
+        if held.N == 2:
+            gl.inline_asm_elementwise(_ST_VEC2_PTX, "=r,l,l,l,l,l,r,~{memory}",
+                                      [held.p, held.w0, held.w1, held.w2, held.w3, held.go], dtype=gl.int32,
+                                      is_pure=False, pack=1)
+        else:
+            gl.inline_asm_elementwise(_ST_VEC4_PTX, "=r,l,l,l,l,l,l,l,l,l,r,~{memory}",
+                                      [held.p, held.w0, held.w1, held.w2, held.w3, held.w4, held.w5, held.w6, held.w7,
+                                       held.go], dtype=gl.int32, is_pure=False, pack=1)
+
+
+# ---------------------------------------------------------------------------------------------
 # flags across ranks (the symmetric heap: ``ktrace.shmem.gluon`` translates the pointers)
 # ---------------------------------------------------------------------------------------------
 
@@ -422,5 +568,6 @@ def timestamp(kt):
 
 
 __all__ = ["Tracer", "NoTracer", "Span", "NoSpan", "init", "begin", "end", "mark", "counter", "wait", "arrive", "expect",
-           "notify_flag", "wait_flag",
+           "notify_flag", "wait_flag", "Held", "NoHeld", "held_none", "begin_at", "end_held", "wait_held", "arrive_held",
+           "store",
            "now", "timestamp", "region"]
