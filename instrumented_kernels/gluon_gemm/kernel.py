@@ -82,17 +82,8 @@ def mma_partition(a_desc, b_desc, a_bufs, b_bufs, ready, empty, c_ready, c_empty
     k_tiles = gl.cdiv(K, BK)
     it = 0
     t = 0
-    # Per tile: the span, the c_empty wait and the c_ready release are recorded with three timer
-    # reads (a tile starts when the previous one was handed off; its span ends as the wait
-    # starts) and held in registers; they are stored while the next tile's first MMA runs, so
-    # neither the hand-off's proxy fence (which waits for every store in flight) nor the next
-    # tile's first MMA waits for them.
-    t_rel = kg.timestamp(kt)
-    r_span = kg.held_none(kt, 1)
-    r_wait = kg.held_none(kt, 2)
-    r_rel = kg.held_none(kt, 2)
     for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
-        span = kg.begin_at(kt, "mma tile", t_rel, tile)
+        span = kg.begin(kt, "mma tile", tile)
         acc = gl.zeros((BM, BN), gl.float32, acc_layout)
         for kk in range(k_tiles):
             s = it % STAGES
@@ -101,10 +92,6 @@ def mma_partition(a_desc, b_desc, a_bufs, b_bufs, ready, empty, c_ready, c_empty
             acc = warpgroup_mma(a_bufs.index(s), b_bufs.index(s), acc, is_async=True)
             # at most one MMA in flight: the one before this has read its stage, which is freed
             acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
-            if kk == 0:  # the previous tile's records, while this tile's first MMA runs
-                kg.store(kt, r_span)
-                kg.store(kt, r_wait)
-                kg.store(kt, r_rel)
             if kk > 0:
                 sp = (it - 1) % STAGES
                 kt = kg.arrive(kt, empty.index(sp), (it - 1) // STAGES, "empty", sp, record=STAGE_PROBES)
@@ -112,16 +99,12 @@ def mma_partition(a_desc, b_desc, a_bufs, b_bufs, ready, empty, c_ready, c_empty
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         sl = (it - 1) % STAGES
         kt = kg.arrive(kt, empty.index(sl), (it - 1) // STAGES, "empty", sl, record=STAGE_PROBES)
-        t_end = kg.timestamp(kt)  # the span's end and the c_empty wait's start
-        kt, r_span = kg.end_held(kt, span, t_end)
-        kt, r_wait = kg.wait_held(kt, c_empty, t - 1, t_end, "c_empty")
+        kt = kg.end(kt, span)
+        kt = kg.wait(kt, c_empty, t - 1, "c_empty")
         c_smem.store(acc.to(gl.float16))
         fence_async_shared()
-        kt, r_rel, t_rel = kg.arrive_held(kt, c_ready, t, "c_ready")
+        kt = kg.arrive(kt, c_ready, t, "c_ready")
         t += 1
-    kg.store(kt, r_span)
-    kg.store(kt, r_wait)
-    kg.store(kt, r_rel)
 
 
 @gluon.jit
