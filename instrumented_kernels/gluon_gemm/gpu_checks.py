@@ -222,6 +222,9 @@ def bench(out, res):
         fns = {"untraced": tile.untraced, "untraced_twin": tile.untraced, "traced_tile": tile.traced,
                "traced_stage": stage.traced, "triton_gemm": lambda: matmul(A, B, out=C),
                "torch": lambda: torch.matmul(A, B, out=C)}
+        if os.environ.get("GLUON_ATTRIBUTE"):  # the default density recorded in one partition only
+            for lane, part in enumerate(("mma", "loader", "epilogue")):
+                fns[f"traced_{part}_only"] = GluonGemm(M, N, K, GluonGemmConfig(stage_probes=False, traced_lanes=1 << lane)).direct(A, B, C).traced
         if before:  # the same launch with an earlier copy of the kernel module (a before/after run)
             fns["traced_tile_before"] = before.GluonGemm(M, N, K, before.GluonGemmConfig(stage_probes=False)).direct(A, B, C).traced
         t = H.time_interleaved(fns, reps=reps, warmup=10)
