@@ -48,7 +48,7 @@ def _handoff_asm(ktrace_slots: int) -> str:
     return compile_asm(gpk.handoff_kernel, HANDOFF_SIG, {"KTRACE": ktrace_slots, "KTRACE_LANES": 2}, CUDA_SM90, num_warps=4)
 
 
-def _gemm_asm(slots: int, stage_probes: bool = True) -> str:
+def _gemm_asm(slots: int, stage_probes: bool = True, traced_lanes: int = 7) -> str:
     import torch
     from triton.backends.nvidia.compiler import CUDABackend
     from triton.experimental.gluon import language as gl
@@ -62,7 +62,8 @@ def _gemm_asm(slots: int, stage_probes: bool = True) -> str:
     descs = [TensorDescriptor.from_tensor(a, s, lay(s, gl.float16)) for s in ([128, 64], [64, 128], [128, 128])]
     sig = {n: native_specialize_impl(CUDABackend, d, False, True, True)[0] for n, d in zip(("a_desc", "b_desc", "c_desc"), descs)}
     sig.update(M="i32", N="i32", K="i32", ktrace_buf="*i64")
-    consts = {"STAGES": 4, "LOADER_DELAY_NS": 0, "STAGE_PROBES": stage_probes, "KTRACE": slots, "KTRACE_LANES": 3}
+    consts = {"STAGES": 4, "LOADER_DELAY_NS": 0, "STAGE_PROBES": stage_probes, "KTRACE": slots, "KTRACE_LANES": 3,
+              "TRACED_LANES": traced_lanes}
     return compile_asm(gluon_gemm_kernel, sig, consts, CUDA_SM90, num_warps=4)
 
 
@@ -84,6 +85,19 @@ def test_probes_compile_away_when_off(which):
 def test_gemm_tile_density_records_less_than_stage_density():
     tile, stage = _gemm_asm(64, stage_probes=False), _gemm_asm(64, stage_probes=True)
     assert 0 < tile.count("%globaltimer") < stage.count("%globaltimer")
+
+
+def test_gemm_traced_lanes_split_the_probes_by_partition():
+    """A launch traced in one partition only (to time each partition's probes) compiles that
+    partition's probes and no other's: the three single-lane kernels' timer reads and record
+    stores add up to those of the kernel traced in every lane."""
+    def counts(asm):
+        return asm.count("%globaltimer"), asm.count("st.global.v2.b64")
+
+    full = counts(_gemm_asm(64, stage_probes=False))
+    parts = [counts(_gemm_asm(64, stage_probes=False, traced_lanes=1 << lane)) for lane in range(3)]
+    assert all(p[0] > 0 and p[1] > 0 for p in parts)
+    assert tuple(map(sum, zip(*parts))) == full
 
 
 def test_records_are_stored_by_one_thread_of_each_lane_after_the_wait():

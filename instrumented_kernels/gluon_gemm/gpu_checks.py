@@ -10,6 +10,7 @@ small traced cases only (for ``compute-sanitizer --tool memcheck``).
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -208,6 +209,8 @@ def bench(out, res):
     from instrumented_kernels.gluon_gemm.kernel import GluonGemm, GluonGemmConfig
 
     reps = int(os.environ.get("GLUON_BENCH_REPS", "100"))
+    # GLUON_BEFORE=module: also time the traced launch of an earlier copy of kernel.py
+    before = importlib.import_module(os.environ["GLUON_BEFORE"]) if os.environ.get("GLUON_BEFORE") else None
     r = {"device": torch.cuda.get_device_name(), "reps": reps}
     for sh in R.SHAPES["bench"]:
         M, N, K = sh["M"], sh["N"], sh["K"]
@@ -216,12 +219,20 @@ def bench(out, res):
         C = torch.empty((M, N), dtype=torch.float16, device="cuda")
         tile = GluonGemm(M, N, K, GluonGemmConfig(stage_probes=False)).direct(A, B, C)
         stage = GluonGemm(M, N, K, GluonGemmConfig(stage_probes=True)).direct(A, B, C)
-        fns = {"untraced": tile.untraced, "traced_tile": tile.traced, "traced_stage": stage.traced,
-               "triton_gemm": lambda: matmul(A, B, out=C), "torch": lambda: torch.matmul(A, B, out=C)}
+        fns = {"untraced": tile.untraced, "untraced_twin": tile.untraced, "traced_tile": tile.traced,
+               "traced_stage": stage.traced, "triton_gemm": lambda: matmul(A, B, out=C),
+               "torch": lambda: torch.matmul(A, B, out=C)}
+        if os.environ.get("GLUON_ATTRIBUTE"):  # the default density recorded in one partition only
+            for lane, part in enumerate(("mma", "loader", "epilogue")):
+                fns[f"traced_{part}_only"] = GluonGemm(M, N, K, GluonGemmConfig(stage_probes=False, traced_lanes=1 << lane)).direct(A, B, C).traced
+        if before:  # the same launch with an earlier copy of the kernel module (a before/after run)
+            fns["traced_tile_before"] = before.GluonGemm(M, N, K, before.GluonGemmConfig(stage_probes=False)).direct(A, B, C).traced
         t = H.time_interleaved(fns, reps=reps, warmup=10)
         row = {n: {"median_us": x.median_us, "p10_us": x.p10_us, "p90_us": x.p90_us} for n, x in t.items()}
-        for n in ("traced_tile", "traced_stage", "triton_gemm", "torch"):
+        for n in [k for k in fns if k != "untraced"]:
             row[f"{n}/untraced"] = H.paired_ratio(t, n, "untraced")
+        if before:
+            row["traced_tile/traced_tile_before"] = H.paired_ratio(t, "traced_tile", "traced_tile_before")
         row["tflops_untraced"] = 2 * M * N * K / t["untraced"].median_us / 1e6
         row["buffer_bytes"] = {"tile": tile.buffer.numel() * 8, "stage": stage.buffer.numel() * 8}
         r[sh["name"]] = row
@@ -235,8 +246,10 @@ def main():
     res = {}
     only = os.environ.get("GLUON_STEPS")
     steps = [probes, lambda o, r: gemm_checks(o, r, memcheck)] + ([] if memcheck else [flags, scatter, captures, bench])
-    if only:  # e.g. GLUON_STEPS=scatter
-        steps = [{"probes": probes, "flags": flags, "scatter": scatter, "captures": captures, "bench": bench}[k] for k in only.split(",")]
+    if only and not memcheck:  # e.g. GLUON_STEPS=scatter
+        gemm = lambda o, r: gemm_checks(o, r, memcheck)  # noqa: E731
+        steps = [{"probes": probes, "gemm": gemm, "flags": flags, "scatter": scatter, "captures": captures, "bench": bench}[k]
+                 for k in only.split(",")]
     for step in steps:
         t0 = time.time()
         try:

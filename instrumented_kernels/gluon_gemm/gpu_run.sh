@@ -1,6 +1,9 @@
 #!/bin/bash
 # One device run: checks + benchmark + captures, then memcheck on the small cases.
 # Usage (from the repository root): bash instrumented_kernels/gluon_gemm/gpu_run.sh OUT_DIR
+# (GLUON_STEPS=probes,gemm,bench picks steps; GLUON_BEFORE=module also times an earlier copy of
+# kernel.py, traced, in the benchmark; GLUON_ATTRIBUTE=1 also times the default density recorded
+# in one partition at a time; memcheck always runs the small traced cases)
 set -u
 OUT=${1:?out dir}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader

@@ -127,8 +127,15 @@ def epilogue_partition(c_desc, c_smem, c_ready, c_empty, M, N, ktrace_buf, KTRAC
 
 @gluon.jit
 def gluon_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, STAGES: gl.constexpr, LOADER_DELAY_NS: gl.constexpr,
-                      STAGE_PROBES: gl.constexpr, ktrace_buf=None, KTRACE: gl.constexpr = 0, KTRACE_LANES: gl.constexpr = 1):
-    """Warp-specialized persistent GEMM (see the module docstring); grid = (programs,)."""
+                      STAGE_PROBES: gl.constexpr, ktrace_buf=None, KTRACE: gl.constexpr = 0, KTRACE_LANES: gl.constexpr = 1,
+                      TRACED_LANES: gl.constexpr = 7):
+    """Warp-specialized persistent GEMM (see the module docstring); grid = (programs,).
+
+    ``TRACED_LANES``: a traced launch records in lane ``l`` if bit ``l`` is set (all by default;
+    fewer splits the probes' cost by partition, for timing only)."""
+    K_MMA: gl.constexpr = KTRACE * (TRACED_LANES & 1)
+    K_LOAD: gl.constexpr = KTRACE * ((TRACED_LANES >> 1) & 1)
+    K_EPI: gl.constexpr = KTRACE * ((TRACED_LANES >> 2) & 1)
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
     c_smem = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
@@ -143,10 +150,10 @@ def gluon_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, STAGES: gl.constexpr, LOA
     mbarrier.init(c_empty, count=1)
     gl.warp_specialize([
         (mma_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, c_ready, c_empty, c_smem, M, N, K,
-                         STAGE_PROBES, ktrace_buf, KTRACE, KTRACE_LANES)),
+                         STAGE_PROBES, ktrace_buf, K_MMA, KTRACE_LANES)),
         (load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, c_ready, c_empty, M, N, K, LOADER_DELAY_NS,
-                          STAGE_PROBES, ktrace_buf, KTRACE, KTRACE_LANES)),
-        (epilogue_partition, (c_desc, c_smem, c_ready, c_empty, M, N, ktrace_buf, KTRACE, KTRACE_LANES)),
+                          STAGE_PROBES, ktrace_buf, K_LOAD, KTRACE_LANES)),
+        (epilogue_partition, (c_desc, c_smem, c_ready, c_empty, M, N, ktrace_buf, K_EPI, KTRACE_LANES)),
     ], [1, 1], [48, 48])
 
 
@@ -178,12 +185,14 @@ class GluonGemmConfig:
     loader_delay_ns: int = 0
     #: traced launches record every stage's hand-off (wait, arrive, expect); False: per tile only
     stage_probes: bool = True
+    #: lanes that record in a traced launch (bit l: lane l of LANES); fewer only to time each one's cost
+    traced_lanes: int = 7
 
     def __post_init__(self):
         if self.BM != 64 * (self.BM // 64) or self.BN not in (64, 128, 256) or self.BK not in (32, 64):
             raise ValueError(f"unsupported tile {self.BM}x{self.BN}x{self.BK}")
-        if not 2 <= self.STAGES <= 8 or self.loader_delay_ns < 0:
-            raise ValueError(f"bad STAGES {self.STAGES} or loader_delay_ns {self.loader_delay_ns}")
+        if not 2 <= self.STAGES <= 8 or self.loader_delay_ns < 0 or not 0 < self.traced_lanes < 8:
+            raise ValueError(f"bad STAGES {self.STAGES}, loader_delay_ns {self.loader_delay_ns} or traced_lanes {self.traced_lanes}")
 
 
 class GluonGemm:
@@ -228,7 +237,8 @@ class GluonGemm:
         a, b, c = self.descriptors(A, B, C)
         k = self.traced_kernel if traced else gluon_gemm_kernel
         k[(self.programs,)](a, b, c, self.M, self.N, self.K, STAGES=self.cfg.STAGES,
-                            LOADER_DELAY_NS=self.cfg.loader_delay_ns, STAGE_PROBES=self.cfg.stage_probes, num_warps=4)
+                            LOADER_DELAY_NS=self.cfg.loader_delay_ns, STAGE_PROBES=self.cfg.stage_probes,
+                            TRACED_LANES=self.cfg.traced_lanes, num_warps=4)
         return C
 
 
@@ -253,7 +263,7 @@ class DirectLaunch:
     def _launch(self, **trace):
         g = self.gemm
         gluon_gemm_kernel[(g.programs,)](*self.descs, g.M, g.N, g.K, STAGES=g.cfg.STAGES, LOADER_DELAY_NS=g.cfg.loader_delay_ns,
-                                         STAGE_PROBES=g.cfg.stage_probes, num_warps=4, **trace)
+                                         STAGE_PROBES=g.cfg.stage_probes, TRACED_LANES=g.cfg.traced_lanes, num_warps=4, **trace)
 
     def untraced(self):
         self._launch()
