@@ -4,7 +4,7 @@
 
 For each message size: every (method, warps, block) variant of :data:`VARIANTS` untraced, and
 for the small sizes the traced launch at each probe density, all timed in one interleaved run
-with NCCL ``all_reduce`` (``harness.time_interleaved``: batches of 20 calls, rotating order,
+with NCCL ``all_reduce`` (``harness.time_interleaved``: batches of 20 calls, a fresh random order each repetition,
 GPUs lined up before each batch, maximum over ranks, medians). Every variant's output is checked
 against the reference first (fresh random bf16 inputs).
 """

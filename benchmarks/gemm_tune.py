@@ -11,7 +11,7 @@ to use on this GPU.
 Shapes are the GEMM + all-scatter benchmark shapes (``instrumented_kernels/gemm_all_scatter/
 shapes.json``); each rank's GEMM is ``M x N/world x K``. Inputs are fresh random bf16 each run;
 every configuration's output is checked against ``torch.matmul`` (relative error <= 1e-2)
-before it is timed. Times: ``harness.time_interleaved`` (CUDA events, rotating order, medians).
+before it is timed. Times: ``harness.time_interleaved`` (CUDA events, a fresh random order each repetition, medians).
 """
 
 from __future__ import annotations

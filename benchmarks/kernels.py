@@ -5,7 +5,7 @@ Cases come from each kernel folder's ``bench.py`` (``cases(world_size) -> list[B
 see ``instrumented_kernels.harness``); a folder without one is skipped. For each case: build it
 (fresh random inputs), run every variant once, check the outputs against the reference, then
 time the variants side by side: interleaved batches of ``batch`` calls between two CUDA events,
-the order rotating every repetition, each batch queued while the GPU sleeps (so the figure is
+in a fresh seeded random order every repetition, each batch queued while the GPU sleeps (so the figure is
 device time per call, not the host's launch rate) and started right after a one-element NCCL
 all-reduce that lines the GPUs up (so no variant inherits the rank skew another left behind);
 a repetition's figure is the maximum over ranks, the table shows the median over ``reps``

@@ -36,7 +36,7 @@ and consumer programs on one GPU, the peer is the rank itself) or two (launched 
     hook      rows from another module (``--hook module:function``), e.g. a Gluon GEMM's
 
 Suites combine with commas. Variants of a case are timed side by side by
-``instrumented_kernels.harness.time_interleaved`` (rotating order, GPUs lined up before each
+``instrumented_kernels.harness.time_interleaved`` (a fresh seeded random order each repetition, GPUs lined up before each
 batch, the slowest rank per repetition); a ratio is the median over repetitions of that
 repetition's variant / untraced time, with its 10th-90th percentile spread. Every variant's
 result is checked (received data against the sender's, flag and counter values, no timeout) and
@@ -65,6 +65,7 @@ import triton.language as tl
 
 import ktrace
 import ktrace.language as kl
+from instrumented_kernels import harness as H
 from ktrace import schema
 
 
@@ -90,9 +91,8 @@ def _median_times(launchers: dict, reps: int, warmup: int) -> dict:
             launchers[n]()
     torch.cuda.synchronize()
     ev = {n: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)] for n in names}
-    for r in range(reps):
-        for i in range(len(names)):  # the order rotates: each variant follows each other equally often
-            n = names[(r + i) % len(names)]
+    for r, order in enumerate(H.run_orders(names, reps)):  # each variant follows each other about equally often
+        for n in order:
             a, b = ev[n][r]
             a.record()
             launchers[n]()

@@ -32,8 +32,8 @@ Host API
         used by benchmarks to time the probes' own cost without a capture session.
     ``time_interleaved(fns, reps, warmup, dist=None, batch=1, hold_cycles=0)``
         Time callables side by side: each repetition runs every callable ``batch`` times
-        between two CUDA events, the order of the callables rotating from one repetition to
-        the next, after ``warmup`` rounds; with ``hold_cycles`` the GPU first sleeps so the host
+        between two CUDA events, the callables in a fresh seeded random order each repetition
+        (``run_orders``), after ``warmup`` rounds; with ``hold_cycles`` the GPU first sleeps so the host
         can queue the batch (device time, not launch rate); with ``dist`` a one-element NCCL
         all-reduce right before each start event lines the ranks' GPUs up, so no batch pays
         for the skew another callable left behind. Returns ``{name: Timing}`` per call; with
@@ -79,6 +79,7 @@ import contextlib
 import logging
 import math
 import os
+import random
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -470,6 +471,14 @@ def paired_ratio(timings: dict, a: str, b: str) -> tuple[float, float, float]:
     return _quantiles([x / y for x, y in zip(sa, sb) if y > 0])
 
 
+def run_orders(names: list, reps: int, seed: int = 0) -> list[list]:
+    """The order of the callables in each of ``reps`` repetitions: a random permutation each,
+    from a fixed seed (every rank of a run draws the same orders, so their GPUs run the same
+    callable at the same time)."""
+    rng = random.Random(0x6B74 + seed)
+    return [rng.sample(list(names), len(names)) for _ in range(reps)]
+
+
 def time_interleaved(
     fns: dict[str, Callable[[], Any]],
     reps: int = 100,
@@ -483,8 +492,11 @@ def time_interleaved(
     Fairness between the callables (each point was seen to bias traced/untraced ratios by up to
     11 % when ignored):
 
-    * the order rotates by one place each repetition, so every callable follows every other
-      equally often (what ran before a batch decides the caches' and the peers' state);
+    * each repetition runs the callables in a fresh random order (:func:`run_orders`: seeded, the
+      same on every rank), so every callable follows every other about equally often (what ran
+      before a batch decides the caches' and the peers' state). A rotation by one place, used
+      before, let each callable follow the same one in every repetition: an untraced twin of the
+      untraced Gluon GEMM timed 0.995 of it (H100, 500 repetitions);
     * with ``dist``, a one-element NCCL all-reduce is queued right before each start event:
       a callable whose ranks finish unevenly (a local GEMM, a skewed all-to-all) would
       otherwise hand the skew to whichever multi-rank callable comes next, which then times
@@ -531,16 +543,15 @@ def time_interleaved(
         if ev is not None:
             ev[1].record()
 
-    for w in range(warmup):
-        for i in range(len(names)):
-            one_batch(names[(w + i) % len(names)])
+    for order in run_orders(names, warmup, seed=1):
+        for n in order:
+            one_batch(n)
     torch.cuda.synchronize()
     if multi:
         tdist.barrier()
     ev = {n: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)] for n in names}
-    for r in range(reps):
-        for i in range(len(names)):
-            n = names[(r + i) % len(names)]
+    for r, order in enumerate(run_orders(names, reps)):
+        for n in order:
             one_batch(n, ev[n][r])
     torch.cuda.synchronize()
     samples = [[a.elapsed_time(b) * 1000.0 / batch for a, b in ev[n]] for n in names]
