@@ -467,7 +467,10 @@ def decode_columns(bufs, columns=COLUMNS, *, records: bool = False):
     if K > 1 and ("program" in columns or "slot" in columns or "lane" in columns):
         cols["program"] = stacked % P
     lanes = np.maximum(hdr["lanes"].astype(np.int64), 1)
-    if "lane" in columns or ("program" in columns and (lanes > 1).any()):
+    if (lanes == 1).all():  # (one lane a program: the program is as stored, every lane 0)
+        if "lane" in columns:
+            cols["lane"] = np.zeros(cols["program"].size, np.int32)
+    elif "lane" in columns or "program" in columns:
         # lane buffers: virtual program v is lane v % L of program v // L (``ktrace.schema``)
         per_row = lanes[0] if (lanes == lanes[0]).all() else np.repeat(lanes, counts)
         cols["program"], lane = np.divmod(cols["program"], per_row)
@@ -543,16 +546,62 @@ def screen_counts(buf, world_size: int) -> tuple[np.ndarray, str | None]:
     Raises:
         DecodeError: the buffer does not decode (as :func:`decode_buffer` says).
     """
-    rec, _, header, _ = _records(buf)
-    kind = rec["tag"] & 0xF
-    counts = np.bincount(kind, minlength=16).astype(np.int64)
-    counts[EventKind.EMPTY] += header.n_programs * header.capacity - rec.shape[0]
-    return counts, _impossible(rec, kind, header, int(counts.sum() - counts[EventKind.EMPTY] - counts[EventKind.DETAIL]), world_size)
+    return screen_batch([buf], world_size)[0]
 
 
-def _impossible(rec: np.ndarray, kind: np.ndarray, header: schema.Header, n: int, world_size: int) -> str | None:
-    if not n:
-        return None
+def screen_batch(bufs, world_size: int) -> list[tuple[np.ndarray, str | None]]:
+    """:func:`screen_counts` of several launches' buffers at once: the reductions run over the
+    batch's record slots together (segment by segment), so that a report over thousands of small
+    launches does not pay numpy's per-call cost a dozen times per launch.
+
+    Raises:
+        DecodeError: a buffer does not decode (as :func:`decode_buffer` says).
+    """
+    parts = [_records(b) for b in bufs]
+    nb = len(parts)
+    sizes = np.array([p[0].shape[0] for p in parts], np.int64)
+    rec = np.concatenate([p[0] for p in parts]) if nb else np.zeros(0, schema.RECORD_DTYPE)
+    seg = np.repeat(np.arange(nb, dtype=np.int64), sizes)
+    kind = (rec["tag"] & 0xF).astype(np.int64)
+    counts = np.bincount(seg * 16 + kind, minlength=nb * 16).reshape(nb, 16)
+    counts[:, EventKind.EMPTY] += np.array([p[2].n_programs * p[2].capacity for p in parts], np.int64) - sizes
+    n_main = counts.sum(axis=1) - counts[:, EventKind.EMPTY] - counts[:, EventKind.DETAIL]
+    main = (kind != EventKind.EMPTY) & (kind != EventKind.DETAIL)
+    s0, s1 = rec["t0"].view(np.int64), rec["t1"].view(np.int64)
+    big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    # per launch (segments in order; a launch without slots gets the reductions' identities)
+    at = np.cumsum(sizes) - sizes
+    has = sizes > 0
+
+    def per(ufunc, x, empty):
+        out = np.full(nb, empty, x.dtype)
+        if has.any():
+            out[has] = ufunc.reduceat(x, at[has])
+        return out
+
+    first = per(np.minimum, np.where(main, s0, big), big)
+    last = per(np.maximum, np.where(main, s1, small), small)
+    backwards = per(np.add, (main & (s1 < s0)).astype(np.int64), 0)
+    local = is_local((rec["tag"] >> schema.KIND_BITS) & 0xF)
+    peer = rec["arg0"]
+    # (an mbarrier hand-off, LOCAL, names no peer: it stays inside its program)
+    bad_peer = ((kind == _PEER_KINDS[0]) | (kind == _PEER_KINDS[1])) & ~local & ((peer < 0) | (peer >= world_size))
+    n_bad_peer = per(np.add, bad_peer.astype(np.int64), 0)
+    out = []
+    for i, (_, _, header, _) in enumerate(parts):
+        why = None
+        f, l, n = int(first[i]), int(last[i]), int(n_main[i])
+        if not n or f < 0 or l < 0 or backwards[i]:
+            pass  # (nothing to judge, or decoding refuses it, saying where)
+        elif l == 0:
+            why = f"every one of its {n} events has time 0"
+        elif (l - f) * 1e9 / header.tick_hz > MAX_LAUNCH_NS:
+            why = f"its events span {(l - f) / header.tick_hz:.3g} s (times 0 or stale among real ones)"
+        elif n_bad_peer[i]:
+            j = at[i] + int(np.argmax(bad_peer[at[i] : at[i] + sizes[i]]))
+            why = f"a wait or notify names peer {int(peer[j])}, outside world size {world_size}"
+        out.append((counts[i], why))
+    return out
     main = (kind != EventKind.EMPTY) & (kind != EventKind.DETAIL)
     # masked reductions over the record slots (no gathers: this runs on every launch a report reads)
     s0, s1 = rec["t0"].view(np.int64), rec["t1"].view(np.int64)

@@ -680,7 +680,7 @@ def _aligned_columns(cap, model) -> _Columns | None:
     table).
     """
     from ..captures.file import CaptureError, read_buffers
-    from ..decode import DecodeError, screen_counts
+    from ..decode import DecodeError, screen_batch
     from ..events import launch_refs, make_batches, read_batch
 
     refs = launch_refs(cap)
@@ -696,8 +696,9 @@ def _aligned_columns(cap, model) -> _Columns | None:
             # read for this count only (a buffer not read from its file yet is not kept on its
             # launch: all of them at once would be the raw capture's size again); the CRC is
             # checked when the batch is decoded below
-            for li, buf in zip(batch, read_buffers([refs[li][1] for li in batch], verify=False)):
-                per_launch[li], why = screen_counts(buf, int(cap.world_size))
+            bufs = read_buffers([refs[li][1] for li in batch], verify=False)
+            for li, (counts, why) in zip(batch, screen_batch(bufs, int(cap.world_size))):
+                per_launch[li] = counts
                 if why:
                     bad[(refs[li][0], refs[li][1].index)] = why
     except (DecodeError, CaptureError):
@@ -709,7 +710,7 @@ def _aligned_columns(cap, model) -> _Columns | None:
     kind_start = {k: np.cumsum(per_launch[:, k]) - per_launch[:, k] for k in at_kinds}
     n = int(rows_of.sum())
     dt = schema.ALIGNED_DTYPE
-    cols = {c: np.empty(n, dt[c]) for c in _COPIED}
+    cols = {c: (np.zeros if c == "lane" else np.empty)(n, dt[c]) for c in _COPIED}  # (lanes: 0 unless copied)
     # (each argument at its recorded width, and below, a 64-bit one at 32 bits where every value
     # fits: about half of int64 for a wait's or a notify's)
     at = {(k, a): np.empty(int(per_launch[:, k].sum()), schema.arg_dtype(k, a)) for k in at_kinds for a in _COPIED_AT[0]}
@@ -725,7 +726,8 @@ def _aligned_columns(cap, model) -> _Columns | None:
         cols["rank"][dest] = b.rank
         cols["launch"][dest] = b.per_row([refs[li][1].index for li in batch])
         for c in ("program", "lane", "kind", "flags", "region", "hw", "start_ns", "end_ns"):
-            cols[c][dest] = b.cols[c]
+            if c != "lane" or any(h.lanes > 1 for h in b.headers):  # (lanes: 0 where a program has one)
+                cols[c][dest] = b.cols[c]
         kind = b.cols["kind"]
         which = np.repeat(np.arange(lis.size), counts)
         for kk in at_kinds:
