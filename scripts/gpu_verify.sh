@@ -8,25 +8,7 @@
 set -uo pipefail
 OUT=${OUT:-out}; L="$OUT/logs"; mkdir -p "$L"
 STEPS=${STEPS:-"gpu multigpu rank_death kernels run bench"}
-export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/ktrace-site .whl/*.whl \
-    && export PYTHONPATH=/tmp/ktrace-site:$PYTHONPATH || { echo "wheel install failed"; exit 1; }
-fi
-failed=()
-step() {  # step NAME LIMIT_S CMD...
-  local name=$1 lim=$2; shift 2; local t0=$SECONDS
-  case " $STEPS " in *" $name "*) ;; *) return ;; esac
-  echo "=== $name: $*" | tee "$L/$name.log"
-  timeout --kill-after=10 "$lim" "$@" >> "$L/$name.log" 2>&1; local rc=$?
-  echo "=== $name: exit $rc after $((SECONDS - t0)) s" | tee -a "$L/$name.log"
-  grep -E "passed|failed|error|PASSED|FAILED|ratio|traced" "$L/$name.log" | tail -n "${TAIL:-6}" | sed 's/^/    /'
-  [ "$rc" -eq 0 ] || failed+=("$name(rc=$rc)")
-}
-{ nvidia-smi --query-gpu=name,driver_version --format=csv
-  python3 -c "import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__, torch.cuda.device_count())"
-} > "$L/device.txt" 2>&1; cat "$L/device.txt"
+source "$(dirname "$0")/_gpu_prelude.sh"
 PYT="python3 -m pytest -q -p no:cacheprovider -rfE"
 step gpu 100 $PYT -m gpu tests/gpu
 step multigpu 200 python3 -m ktrace.testing.launch -n 2 --timeout 190 -- $PYT -m multigpu tests/multigpu -s
