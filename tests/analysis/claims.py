@@ -15,7 +15,7 @@ import numpy as np
 from ktrace import schema
 from ktrace.captures import read_capture
 from ktrace.events import aligned_events
-from ktrace.schema import Cmp, EventKind, arg_column
+from ktrace.schema import EventKind, arg_column
 
 W, N, S = int(EventKind.WAIT), int(EventKind.NOTIFY), int(EventKind.SPAN)
 #: A stated number agrees with the events when within this share of it, or this many ns.
@@ -422,55 +422,64 @@ def _waiting_removed(raw: Raw, c) -> list[str]:
                                                                       f"{v['ranks']} waited {total:.0f} ns in all"]
 
 
-def _handoffs(raw: Raw, c, cross_rank: bool) -> list[str]:
+def _each_handoff(raw: Raw, c, judge) -> list[str]:
+    """The checks every hand-off claim shares: each (wait, notify) pair it lists is a wait and a
+    notify of the capture, the notify started before the wait ended, and the pairs span as many
+    launches as the claim says; ``judge(i, j, wk, nk)`` gives what is false of a pair by the claim's
+    kind, and whether the pair is of that kind at all (if not, nothing else is judged of it)."""
     v = c["values"]
     bad = []
     launches = set()
     for wk, nk in v["handoffs"]:
         i, j = raw.key.get(tuple(wk)), raw.key.get(tuple(nk))
-        if i is None or j is None or raw.kind[i] != W or raw.kind[j] != N:
-            bad.append(f"hand-off {wk} <- {nk} is not a wait and a notify")
+        why, of_kind = judge(i, j, wk, nk)
+        bad += why
+        if not of_kind:
             continue
-        same_rank = raw.rank[i] == raw.rank[j]
-        if cross_rank == bool(same_rank) or (not cross_rank and raw.program[i] == raw.program[j]):
-            bad.append(f"hand-off {wk} <- {nk} does not cross {'ranks' if cross_rank else 'programs'}")
-        if raw.arg(N, "peer")[j] != raw.rank[i] or raw.arg(N, "flag")[j] != raw.arg(W, "flag")[i]:
-            bad.append(f"notify {nk} is not on wait {wk}'s flag")
         if raw.s[j] > raw.t[i] + 1000:
             bad.append(f"notify {nk} starts after wait {wk} ended")
         launches.add(int(raw.launch[i]))
     if len(launches) != v["launches"]:
         bad.append(f"hand-offs in {len(launches)} launches, the claim says {v['launches']}")
     return bad
+
+
+def _handoffs(raw: Raw, c, cross_rank: bool) -> list[str]:
+    def judge(i, j, wk, nk):
+        if i is None or j is None or raw.kind[i] != W or raw.kind[j] != N:
+            return [f"hand-off {wk} <- {nk} is not a wait and a notify"], False
+        why = []
+        same_rank = raw.rank[i] == raw.rank[j]
+        if cross_rank == bool(same_rank) or (not cross_rank and raw.program[i] == raw.program[j]):
+            why.append(f"hand-off {wk} <- {nk} does not cross {'ranks' if cross_rank else 'programs'}")
+        if raw.arg(N, "peer")[j] != raw.rank[i] or raw.arg(N, "flag")[j] != raw.arg(W, "flag")[i]:
+            why.append(f"notify {nk} is not on wait {wk}'s flag")
+        return why, True
+
+    return _each_handoff(raw, c, judge)
 
 
 def _lane_handoffs(raw: Raw, c) -> list[str]:
     """Hand-offs between lanes of one program: an mbarrier wait (LOCAL) and the LOCAL notify of
     another lane of its program on the same barrier and phase, or a flag wait and a notify of
     another lane on that flag of the waiting rank; the notify started before the wait ended."""
-    v = c["values"]
-    bad = []
-    launches = set()
     local = (raw.e["flags"].astype(np.int64) & int(schema.EventFlag.LOCAL)) != 0
-    for wk, nk in v["handoffs"]:
-        i, j = raw.key.get(tuple(wk)), raw.key.get(tuple(nk))
+
+    def judge(i, j, wk, nk):
         if i is None or j is None or raw.kind[i] != W or raw.kind[j] != N or local[i] != local[j]:
-            bad.append(f"hand-off {wk} <- {nk} is not a wait and its kind of notify")
-            continue
+            return [f"hand-off {wk} <- {nk} is not a wait and its kind of notify"], False
+        why = []
         if (raw.rank[i], raw.launch[i], raw.program[i]) != (raw.rank[j], raw.launch[j], raw.program[j]) or raw.lane[i] == raw.lane[j]:
-            bad.append(f"hand-off {wk} <- {nk} does not cross lanes of one program")
+            why.append(f"hand-off {wk} <- {nk} does not cross lanes of one program")
         if raw.arg(N, "flag")[j] != raw.arg(W, "flag")[i]:
-            bad.append(f"notify {nk} is not on wait {wk}'s barrier or flag")
+            why.append(f"notify {nk} is not on wait {wk}'s barrier or flag")
         elif local[i] and raw.arg(N, "value")[j] != raw.arg(W, "expected")[i]:
-            bad.append(f"notify {nk} completed another phase than wait {wk} waited for")
+            why.append(f"notify {nk} completed another phase than wait {wk} waited for")
         elif not local[i] and raw.arg(N, "peer")[j] != raw.rank[i]:
-            bad.append(f"notify {nk} is not to wait {wk}'s rank")
-        if raw.s[j] > raw.t[i] + 1000:
-            bad.append(f"notify {nk} starts after wait {wk} ended")
-        launches.add(int(raw.launch[i]))
-    if len(launches) != v["launches"]:
-        bad.append(f"hand-offs in {len(launches)} launches, the claim says {v['launches']}")
-    return bad
+            why.append(f"notify {nk} is not to wait {wk}'s rank")
+        return why, True
+
+    return _each_handoff(raw, c, judge)
 
 
 def _holds_path(raw: Raw, c) -> list[str]:
