@@ -88,6 +88,9 @@ def run_case(case: H.BenchCase, dist: H.Dist, reps: int | None, warmup: int | No
             row["traced_ratio_p10"] = round(p10, 4)
             row["traced_ratio_p90"] = round(p90, 4)
             row["traced_ratio_of_medians"] = round(us["traced"] / us["ktrace"], 4)
+        if "ktrace" in us and "traced_ring" in us:  # ring mode (the flight recorder), paired the same way
+            med, p10, p90 = H.paired_ratio(timings, "traced_ring", "ktrace")
+            row["ring_ratio"], row["ring_ratio_p10"], row["ring_ratio_p90"] = round(med, 4), round(p10, 4), round(p90, 4)
         row["bytes"] = built.bytes
         row.update(built.extra)
     finally:
@@ -111,12 +114,12 @@ def table(rows: list[dict], device: str, world: int) -> str:
     lines = [
         f"# {device} x {world} ranks",
         "",
-        "| kernel | case | ktrace µs (p10-p90) | baseline µs | speedup | traced µs | traced/untraced (p10-p90) |",
-        "|---|---|---|---|---|---|---|",
+        "| kernel | case | ktrace µs (p10-p90) | baseline µs | speedup | traced µs | traced/untraced (p10-p90) | ring/untraced (p10-p90) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['kernel']} | {r['case']} | FAILED: {r['error']} | | | | |")
+            lines.append(f"| {r['kernel']} | {r['case']} | FAILED: {r['error']} | | | | | |")
             continue
         us = r["us"]
         f = lambda k: f"{us[k]:.1f}" if k in us else "-"  # noqa: E731
@@ -126,8 +129,9 @@ def table(rows: list[dict], device: str, world: int) -> str:
         ratio = r.get("traced_ratio", "-")
         if "traced_ratio_p10" in r:
             ratio = f"{ratio} ({r['traced_ratio_p10']}-{r['traced_ratio_p90']})"
+        ring = f"{r['ring_ratio']} ({r['ring_ratio_p10']}-{r['ring_ratio_p90']})" if "ring_ratio" in r else "-"
         lines.append(
-            f"| {r['kernel']} | {r['case']} | {f('ktrace')}{spread} | {f('baseline')} | {r.get('speedup', '-')} | {f('traced')} | {ratio} |"
+            f"| {r['kernel']} | {r['case']} | {f('ktrace')}{spread} | {f('baseline')} | {r.get('speedup', '-')} | {f('traced')} | {ratio} | {ring} |"
         )
     return "\n".join(lines)
 

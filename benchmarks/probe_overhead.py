@@ -249,6 +249,8 @@ HOLD_CYCLES = 5_000_000
 
 #: Probe variants of each hand-off kernel: name -> compile-time switches. "untraced" is KTRACE=0;
 #: every other variant is a traced launch (KTRACE = its slots) into a preallocated buffer.
+#: Slots per lane of the ring-mode variants (``RING``: the flight recorder's ring, in device memory).
+RING = 64
 PINGPONG_VARIANTS = {
     "untraced": {},
     "untraced (twin)": {},
@@ -262,6 +264,8 @@ PINGPONG_VARIANTS = {
     "all": {"WAITS": True, "NOTIFIES": True, "SPANS": 1, "MARKS": True},
     "signals, immediate": {"WAITS": True, "NOTIFIES": True, "IMMEDIATE": True},
     "all, immediate": {"WAITS": True, "NOTIFIES": True, "SPANS": 1, "MARKS": True, "IMMEDIATE": True},
+    "signals, ring": {"WAITS": True, "NOTIFIES": True, "RING": RING},
+    "all, ring": {"WAITS": True, "NOTIFIES": True, "SPANS": 1, "MARKS": True, "RING": RING},
 }
 PIPELINE_VARIANTS = {
     "untraced": {},
@@ -277,6 +281,8 @@ PIPELINE_VARIANTS = {
     "all, immediate": {"WAITS": True, "NOTIFIES": True, "SPANS": 1, "IMMEDIATE": True},
     "untraced, backoff": {"BACKOFF": 200},
     "signals, backoff": {"WAITS": True, "NOTIFIES": True, "BACKOFF": 200},
+    "signals, ring": {"WAITS": True, "NOTIFIES": True, "RING": RING},
+    "all, ring": {"WAITS": True, "NOTIFIES": True, "SPANS": 1, "RING": RING},
 }
 FANIN_VARIANTS = {
     "untraced": {},
@@ -287,6 +293,8 @@ FANIN_VARIANTS = {
     "signals, immediate": {"WAITS": True, "NOTIFIES": True, "IMMEDIATE": True},
     "untraced, backoff": {"BACKOFF": 200},
     "signals, backoff": {"WAITS": True, "NOTIFIES": True, "BACKOFF": 200},
+    "signals, ring": {"WAITS": True, "NOTIFIES": True, "RING": RING},
+    "all, ring": {"WAITS": True, "NOTIFIES": True, "SPANS": 1, "RING": RING},
 }
 #: Ping-pong with raw operations at each hand-off instead of probes (untraced launches).
 DIAG_VARIANTS = {"untraced": {}, **{f"diag {d}": {"DIAG": d} for d in range(1, 7)}}
@@ -301,7 +309,7 @@ def _kernel_for(kernel, sw: dict):
     """The kernel a variant launches, and its compile-time switches: as ``@ktrace.trace``
     prepares it (records deferred, flushed at the end: the default), or as written (``IMMEDIATE``:
     each record stored by its probe, the old path, for comparison)."""
-    sw = dict(sw)
+    sw = {k: v for k, v in sw.items() if k != "RING"}  # the buffer's mode, not a kernel switch
     if sw.pop("IMMEDIATE", False):
         return kernel, sw
     if kernel not in _PREPARED:
@@ -317,6 +325,11 @@ def _slots_per_round(sw: dict) -> int:
     """Event slots one round (ping-pong, fan-in) or tile (pipeline) takes in a program, at most
     (a WAIT or NOTIFY takes two: the event and its DETAIL record)."""
     return 2 * bool(sw.get("WAITS")) + 2 * bool(sw.get("NOTIFIES")) + sw.get("SPANS", 0) + bool(sw.get("MARKS")) + bool(sw.get("COUNTERS"))
+
+
+def _signals(sw: dict) -> int:
+    """WAIT and NOTIFY events one round (ping-pong, fan-in) or tile (pipeline) records."""
+    return bool(sw.get("WAITS")) + bool(sw.get("NOTIFIES"))
 
 
 def _events_per_round(sw: dict) -> int:
@@ -348,9 +361,27 @@ def _decode(buf, n_programs: int, capacity: int):
     return decode_buffer(raw)
 
 
-def _check_records(name: str, buf, n_programs: int, capacity: int, expected: int) -> float | None:
+def _check_records(name: str, buf, n_programs: int, capacity: int, expected: int, signals: int) -> float | None:
     """Every record of a traced launch is there, none dropped, none ends before it starts.
-    Returns the mean number of flag reads per recorded wait (None without WAIT records)."""
+    ``expected`` events, ``signals`` of them WAITs or NOTIFYs (two slots each: the event and its
+    DETAIL record). In ring mode (``capacity`` a ring gate) the lanes' heads count every slot
+    written and the records the rings kept decode with none ending before its start.
+    Returns the mean number of flag reads per recorded wait (None without WAIT records or in ring mode)."""
+    if schema.is_ring_gate(capacity):
+        import numpy as np
+
+        from ktrace.decode import decode_buffer
+        from ktrace.flight import ring
+
+        slots = capacity & (schema.RING_GATE - 1)
+        rec, heads, _ = ring.split_ring(buf.cpu().numpy().view(np.uint8), n_programs, slots)
+        hdr = schema.Header(timer=schema.TimerKind.NV_GLOBALTIMER, tick_hz=10**9, capacity=slots, n_programs=n_programs, grid=(n_programs, 1, 1))
+        ev = decode_buffer(ring.unroll(rec, heads, hdr)[0]).events
+        bad = int((ev["end"] < ev["start"]).sum())
+        if int(heads.sum()) != expected + signals or not len(ev) or bad:
+            raise SystemExit(f"{name}: ring heads sum to {int(heads.sum())} slots (expected {expected + signals}), "
+                             f"{len(ev)} events kept, {bad} ending before their start")
+        return None
     d = _decode(buf, n_programs, capacity)
     ev = d.events
     bad = int((ev["end"] < ev["start"]).sum()) if len(ev) else 0
@@ -379,8 +410,13 @@ def _variant_launchers(kernel, variants: dict, grid, args_fn, slots_fn, n_progra
                 k[grid](*args_fn(ep.next()), **fixed, **sw, num_warps=num_warps)
             out[name] = (fn, None, 0)
             continue
-        slots = slots_fn(sw)
-        buf = torch.zeros((schema.buffer_bytes(n_programs, slots) + 7) // 8, dtype=torch.int64, device=device)
+        ring = variants[name].get("RING", 0)
+        if ring:  # ring mode: RING slots per lane, KTRACE the ring's gate (``_check_records`` reads the heads)
+            slots = schema.ring_gate(ring)
+            buf = torch.zeros((schema.ring_buffer_bytes(n_programs, ring) + 7) // 8, dtype=torch.int64, device=device)
+        else:
+            slots = slots_fn(sw)
+            buf = torch.zeros((schema.buffer_bytes(n_programs, slots) + 7) // 8, dtype=torch.int64, device=device)
 
         def fn(sw=sw, buf=buf, slots=slots, k=k):
             k[grid](*args_fn(ep.next()), **fixed, **sw, num_warps=num_warps, ktrace_buf=buf, KTRACE=slots)
@@ -392,7 +428,6 @@ def _variant_launchers(kernel, variants: dict, grid, args_fn, slots_fn, n_progra
 def _time_case(dist, H, case: str, launchers: dict, reps: int, warmup: int, batch: int, handoffs: int, plans=()) -> list[dict]:
     """Compile every variant on every rank, run each once, then time them interleaved."""
     import torch
-    import torch.distributed as tdist
 
     with H.compile_only(*plans):
         for fn, _, _ in launchers.values():
@@ -455,7 +490,8 @@ def _pingpong_case(dist, H, heap, variants: dict, rounds: int, reps: int, warmup
             buf.zero_()
             fn()
             torch.cuda.synchronize()
-            _note_spins(rows, name, _check_records(f"{case}/{name}", buf, P, slots, P * rounds * _events_per_round(variants[name])))
+            _note_spins(rows, name, _check_records(f"{case}/{name}", buf, P, slots, P * rounds * _events_per_round(variants[name]),
+                                                        P * rounds * _signals(variants[name])))
     return rows
 
 
@@ -492,13 +528,12 @@ def _pipeline_case(dist, H, heap, variants: dict, tiles: int, tile_elems: int, r
         if buf is not None:
             sw = variants[name]  # producer: notify + spans per tile; consumer: wait + spans
             per_tile = bool(sw.get("WAITS")) + bool(sw.get("NOTIFIES")) + 2 * sw.get("SPANS", 0)
-            _note_spins(rows, name, _check_records(f"{case}/{name}", buf, 2, slots, tiles * per_tile))
+            _note_spins(rows, name, _check_records(f"{case}/{name}", buf, 2, slots, tiles * per_tile, tiles * _signals(sw)))
     return rows
 
 
 def _fanin_case(dist, H, heap, variants: dict, rounds: int, reps: int, warmup: int, case: str) -> list[dict]:
     import torch
-    import torch.distributed as tdist
 
     import handoff_kernels as hk
 
@@ -530,7 +565,8 @@ def _fanin_case(dist, H, heap, variants: dict, rounds: int, reps: int, warmup: i
             buf.zero_()
             fn()
             torch.cuda.synchronize()
-            _note_spins(rows, name, _check_records(f"{case}/{name}", buf, nprog, slots, nprog * rounds * _events_per_round(variants[name])))
+            _note_spins(rows, name, _check_records(f"{case}/{name}", buf, nprog, slots, nprog * rounds * _events_per_round(variants[name]),
+                                                        nprog * rounds * _signals(variants[name])))
     return rows
 
 

@@ -45,7 +45,7 @@ def record(out: Path, delay_us: float) -> Path:
 
     M, N, K = 512, 512, 1024
     inp = R.generate_input(0, 1, 1, M, N, K)
-    gemm = GluonGemm(M, N, K, GluonGemmConfig(loader_delay_ns=int(delay_us * 1000)), programs=8)
+    gemm = GluonGemm(M, N, K, GluonGemmConfig(loader_delay_ns=int(delay_us * 1000), stage_probes=True), programs=8)
     C = torch.full((M, N), float("nan"), dtype=torch.float16, device="cuda")
     gemm(inp["A"], inp["B"], C)                                # untraced: the plain launch
     with ktrace.capture() as cap:                              # traced: each partition its lane

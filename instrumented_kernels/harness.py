@@ -434,6 +434,43 @@ def trace_buffer(n_programs: int, capacity: int, device):
     return torch.zeros((schema.buffer_bytes(n_programs, capacity) + 7) // 8, dtype=torch.int64, device=device)
 
 
+#: Slots per lane of a benchmark's ring-mode launch (the flight recorder's default ring).
+RING_SLOTS = 64
+
+
+def ring_buffer(n_programs: int, device, slots: int = RING_SLOTS):
+    """A zeroed int64 buffer in ring mode's layout (``schema.ring_buffer_bytes``) in device memory."""
+    import torch
+
+    from ktrace import schema
+
+    return torch.zeros((schema.ring_buffer_bytes(n_programs, slots) + 7) // 8, dtype=torch.int64, device=device)
+
+
+def trace_args(cache: dict, key, traced, n_programs: int, capacity: int, device) -> dict:
+    """The trace arguments of a direct launch (no capture session; for timing the probes).
+
+    Args:
+        cache: where the buffers are kept between launches (one per key, programs, capacity, mode).
+        key: names the kernel within the plan.
+        traced: False (untraced: no arguments), True (a dense buffer of ``capacity`` slots per
+            program) or ``"ring"`` (ring mode, :data:`RING_SLOTS` slots per program, as the flight
+            recorder launches it, with the ring in device memory).
+        n_programs, capacity, device: the launch's programs, slots per program and device.
+    """
+    from ktrace import schema
+
+    if not traced:
+        return {}
+    if traced not in (True, "ring"):
+        raise ValueError(f"traced must be False, True or 'ring', got {traced!r}")
+    ring = traced == "ring"
+    k = (key, n_programs, capacity, ring)
+    if k not in cache:
+        cache[k] = ring_buffer(n_programs, device) if ring else trace_buffer(n_programs, capacity, device)
+    return {"ktrace_buf": cache[k], "KTRACE": schema.ring_gate(RING_SLOTS) if ring else capacity}
+
+
 # ---------------------------------------------------------------------------------------------
 # timing
 # ---------------------------------------------------------------------------------------------

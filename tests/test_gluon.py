@@ -98,6 +98,10 @@ def test_gemm_traced_lanes_split_the_probes_by_partition():
     parts = [counts(_gemm_asm(64, stage_probes=False, traced_lanes=1 << lane)) for lane in range(3)]
     assert all(p[0] > 0 and p[1] > 0 for p in parts)
     assert tuple(map(sum, zip(*parts))) == full
+    # the default density: the loader's and the epilogue's span per tile (two timer reads, one
+    # 32-byte record); the MMA partition's span and its side of the tile hand-off (wait, release)
+    assert parts[1] == parts[2] == (2, 2)
+    assert parts[0] == (5, 2 + 4 + 4)
 
 
 def test_records_are_stored_by_one_thread_of_each_lane_after_the_wait():

@@ -243,9 +243,10 @@ class AllGatherGemm:
         self.epoch = 0
         self.heap.barrier()
 
-    def __call__(self, A_loc, B, traced: bool = False):
+    def __call__(self, A_loc, B, traced: bool | str = False):
         """Run the fused kernel; returns ``C_r`` (``M x N_loc``). ``traced``: use the plan's own
-        event buffer (timing the probes without a capture session)."""
+        event buffer (timing the probes without a capture session; ``"ring"``: in ring mode,
+        :func:`harness.trace_args`)."""
         if tuple(A_loc.shape) != (self.M_loc, self.K) or tuple(B.shape) != (self.K, self.N_loc):
             raise ValueError(f"expected A_r {self.M_loc}x{self.K} and B_r {self.K}x{self.N_loc}, got {tuple(A_loc.shape)}, {tuple(B.shape)}")
         if A_loc.dtype != self.dtype or B.dtype != self.dtype:
@@ -260,10 +261,7 @@ class AllGatherGemm:
         extra = {}
         if traced:
             cap = _slots(meta)
-            key = (progs, cap)
-            if key not in self._trace_bufs:
-                self._trace_bufs[key] = harness.trace_buffer(progs, cap, self.heap.device)
-            extra = {"ktrace_buf": self._trace_bufs[key], "KTRACE": cap}
+            extra = harness.trace_args(self._trace_bufs, "kernel", traced, progs, cap, self.heap.device)
         d, s = self.config.fault.kernel_args(self.rank)
         C = self.C
         ag_gemm_kernel[(progs,)](

@@ -1,5 +1,6 @@
 """Benchmark cases of the all-reduce for ``benchmarks/kernels.py``: ours (one-shot and two-shot)
-vs NCCL ``all_reduce`` at each message size of ``shapes.json``, plus our traced launch."""
+vs NCCL ``all_reduce`` at each message size of ``shapes.json``, plus our traced launch (``traced``:
+a dense buffer; ``traced_ring``: ring mode, the flight recorder's cost)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ def _build(nbytes: int, method: str, dtype: str):
         import torch
         import torch.distributed as tdist
 
+        from ktrace import schema
+
         from .kernel import AllReduce, AllReduceConfig
         from .reference import check, generate_input
 
@@ -27,15 +30,18 @@ def _build(nbytes: int, method: str, dtype: str):
         x = generate_input(dist.rank, dist.world_size, seed, n, dtype, dist.device)
         out = H.poison(torch.empty_like(x))
         out_t = H.poison(torch.empty_like(x))
+        out_ring = H.poison(torch.empty_like(x))
         nccl = x.clone()
         slots = plan.slots()
         tbuf = H.trace_buffer(plan.nprog, slots, dist.device)
+        rbuf, ring = H.ring_buffer(plan.nprog, dist.device), schema.ring_gate(H.RING_SLOTS)
 
         def checks():
             torch.cuda.synchronize()
             plan.heap.check()
             check(out, dist.world_size, seed, n, dtype, rank=dist.rank)
             check(out_t, dist.world_size, seed, n, dtype, rank=dist.rank)
+            check(out_ring, dist.world_size, seed, n, dtype, rank=dist.rank)
             ref = x.clone()
             tdist.all_reduce(ref)
             check(ref, dist.world_size, seed, n, dtype, rank=dist.rank)
@@ -44,6 +50,7 @@ def _build(nbytes: int, method: str, dtype: str):
             variants={
                 "ktrace": lambda: plan(x, out),
                 "traced": lambda: plan(x, out_t, ktrace_buf=tbuf, ktrace_slots=slots),
+                "traced_ring": lambda: plan(x, out_ring, ktrace_buf=rbuf, ktrace_slots=ring),
                 "baseline": lambda: tdist.all_reduce(nccl),
             },
             check=checks,

@@ -15,6 +15,8 @@ def _build(shape: dict):
     def build(dist: H.Dist) -> H.Built:
         import torch
 
+        from ktrace import schema
+
         from . import baseline
         from .kernel import MoEAllToAll, MoEConfig
         from .reference import check_combine, expert_scales, generate_input
@@ -31,10 +33,12 @@ def _build(shape: dict):
         scales = scales_all[r * EL : (r + 1) * EL].contiguous()
         out = H.poison(torch.empty_like(inp["x"]))
         out_t = H.poison(torch.empty_like(inp["x"]))
+        out_ring = H.poison(torch.empty_like(inp["x"]))
         res = {}
         sd, sc = plan.slots("dispatch"), plan.slots("combine")
         bd = H.trace_buffer(plan.nprog, sd, dist.device)
         bc = H.trace_buffer(plan.nprog, sc, dist.device)
+        rd, rc, ring = H.ring_buffer(plan.nprog, dist.device), H.ring_buffer(plan.nprog, dist.device), schema.ring_gate(H.RING_SLOTS)
 
         def ours():
             plan.dispatch(inp["x"], inp["topk_idx"], inp["topk_w"], inp["m"])
@@ -44,6 +48,10 @@ def _build(shape: dict):
             plan.dispatch(inp["x"], inp["topk_idx"], inp["topk_w"], inp["m"], ktrace_buf=bd, ktrace_slots=sd)
             plan.combine(scales, out_t, ktrace_buf=bc, ktrace_slots=sc)
 
+        def traced_ring():
+            plan.dispatch(inp["x"], inp["topk_idx"], inp["topk_w"], inp["m"], ktrace_buf=rd, ktrace_slots=ring)
+            plan.combine(scales, out_ring, ktrace_buf=rc, ktrace_slots=ring)
+
         def base():
             res["base"] = baseline.dispatch_combine(inp, scales, r, W, EL)
 
@@ -52,12 +60,13 @@ def _build(shape: dict):
             plan.heap.check()
             check_combine(out, inp, scales_all, rank=r)
             check_combine(out_t, inp, scales_all, rank=r)
+            check_combine(out_ring, inp, scales_all, rank=r)
             check_combine(res["base"], inp, scales_all, rank=r)
 
         m = inp["m"]
         moved = int(sum(((inp["topk_idx"][:m].long() // EL) == d).any(dim=1).sum() for d in range(W))) * cfg.hidden * 2 * 2
         return H.Built(
-            variants={"ktrace": ours, "traced": traced, "baseline": base},
+            variants={"ktrace": ours, "traced": traced, "traced_ring": traced_ring, "baseline": base},
             check=checks,
             bytes=moved,
             extra={"m": m, "programs": plan.nprog, "slots_dispatch": sd, "slots_combine": sc},

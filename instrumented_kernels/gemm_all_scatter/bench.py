@@ -6,6 +6,7 @@ timed side by side in each case:
 ``ktrace``       the schedule, untraced.
 ``traced``       the same launch traced at its default probe density (spans per tile, every
                  wait and notify recorded).
+``traced_ring``  the same in ring mode (the flight recorder's cost).
 ``baseline``     ``torch.matmul`` + ``all_gather_into_tensor`` (NCCL).
 ``gemm_only``    our GEMM kernel alone on every SM (the bulk schedule's first kernel).
 ``torch_matmul`` ``torch.matmul`` alone (the baseline's compute).
@@ -72,15 +73,17 @@ def _build(shape: dict, schedule: str):
             sh["heap"].check()
             harness.check_close(f"{KERNEL}/{schedule} vs baseline", got, want, rank=dist.rank)
             sh["heap"].barrier()
-            harness.poison(sh["C"])
-            sh["heap"].barrier()
-            got = plan(A, B, traced=True)
-            sh["heap"].check()
-            harness.check_close(f"{KERNEL}/{schedule} traced vs baseline", got, want, rank=dist.rank)
+            for traced in (True, "ring"):
+                harness.poison(sh["C"])
+                sh["heap"].barrier()
+                got = plan(A, B, traced=traced)
+                sh["heap"].check()
+                harness.check_close(f"{KERNEL}/{schedule} traced ({traced}) vs baseline", got, want, rank=dist.rank)
 
         variants = {
             "ktrace": lambda: plan(A, B),
             "traced": lambda: plan(A, B, traced=True),
+            "traced_ring": lambda: plan(A, B, traced="ring"),
             "baseline": lambda: torch_baseline(A, B, sh["gathered"]),
             "gemm_only": lambda: sh["bulk"].gemm_only(A, B),
             "torch_matmul": lambda: torch.matmul(A, B, out=sh["local"]),

@@ -486,7 +486,7 @@ class GemmAllScatter:
         self.arrive = heap.zeros(self.world, dtype=torch.int32, name="gemm_all_scatter.arrive")
         self.epoch = 0
         self._comm_stream = torch.cuda.Stream(device=dev) if cfg.schedule == "producer_consumer" else None
-        self._trace_bufs: dict[str, tuple] = {}
+        self._trace_bufs: dict = {}
         heap.barrier()
 
     # ------------------------------------------------------------------------------------------
@@ -509,16 +509,9 @@ class GemmAllScatter:
         if A.device != self.heap.device or B.device != self.heap.device:
             raise ValueError("A and B must be on the heap's device")
 
-    def _trace(self, name: str, traced: bool, n_programs: int, capacity: int) -> dict:
-        """Direct-launch trace arguments (a buffer kept per kernel) when ``traced``."""
-        if not traced:
-            return {}
-        key = (name, n_programs, capacity)
-        buf = self._trace_bufs.get(key)
-        if buf is None:
-            buf = harness.trace_buffer(n_programs, capacity, self.heap.device)
-            self._trace_bufs[key] = buf
-        return {"ktrace_buf": buf, "KTRACE": capacity}
+    def _trace(self, name: str, traced, n_programs: int, capacity: int) -> dict:
+        """Direct-launch trace arguments (a buffer kept per kernel) when ``traced`` (True or "ring")."""
+        return harness.trace_args(self._trace_bufs, name, traced, n_programs, capacity, self.heap.device)
 
     def _common(self, A=None, B=None):
         C = self.C
@@ -540,13 +533,14 @@ class GemmAllScatter:
         d, s = self.config.fault.kernel_args(self.rank)
         return dict(fault_delay_ns=d, fault_skip=s, FAULTS=self.config.fault.active)
 
-    def __call__(self, A, B, traced: bool = False):
+    def __call__(self, A, B, traced: bool | str = False):
         """Run the schedule; returns ``C`` (``M x N``, this rank's heap).
 
         Args:
             A: ``M x K``; B: this rank's ``K x N_loc`` slice.
             traced: launch with this plan's own event buffers (for timing the probes without a
-                capture session). Under ``ktrace.capture()`` launches are traced anyway.
+                capture session; ``"ring"``: in ring mode, :func:`harness.trace_args`). Under
+                ``ktrace.capture()`` launches are traced anyway.
         """
         self._check_inputs(A, B)
         self.epoch += 1
@@ -586,7 +580,7 @@ class GemmAllScatter:
             )
         return self.C
 
-    def _launch_gemm(self, A, B, signal: bool, traced: bool):
+    def _launch_gemm(self, A, B, signal: bool, traced: bool | str):
         progs = self.gemm_programs
         meta = dict(M=self.M, N_loc=self.N_loc, BLOCK_M=self.gemm_cfg.block_m, BLOCK_N=self.gemm_cfg.block_n,
                     NUM_PROGS=progs, world=self.world, SIGNAL=signal)
@@ -596,7 +590,7 @@ class GemmAllScatter:
             NUM_PROGS=progs, SIGNAL=signal, **self._trace("gemm", traced, progs, _gemm_slots(meta)),
         )
 
-    def _launch_scatter(self, wait_tiles: bool, programs: int, traced: bool):
+    def _launch_scatter(self, wait_tiles: bool, programs: int, traced: bool | str):
         g = self.gemm_cfg
         meta = dict(M=self.M, N_loc=self.N_loc, BLOCK_M=g.block_m, BLOCK_N=g.block_n, NUM_PROGS=programs,
                     world=self.world, WAIT_TILES=wait_tiles, NOTIFY_PER_TILE=self.config.notify_per_tile)

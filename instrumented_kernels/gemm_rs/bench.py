@@ -1,7 +1,7 @@
 """Benchmark cases of GEMM + reduce-scatter for ``benchmarks/kernels.py``: ``cases(world_size)``.
 
 Variants per shape (bf16): ``ktrace`` (the fused kernel), ``traced`` (the same, traced at its
-default probe density), ``baseline`` (``torch.matmul`` + NCCL ``reduce_scatter_tensor``) and
+default probe density), ``traced_ring`` (the same in ring mode: the flight recorder's cost), ``baseline`` (``torch.matmul`` + NCCL ``reduce_scatter_tensor``) and
 ``torch_matmul`` (the baseline's GEMM alone: the compute floor).
 """
 
@@ -37,16 +37,18 @@ def _build(shape: dict):
             got = plan(A, B)
             heap.check()
             harness.check_close(f"{KERNEL} vs baseline", got, want, rank=dist.rank)
-            harness.poison(plan.out)
-            heap.barrier()
-            got = plan(A, B, traced=True)
-            heap.check()
-            harness.check_close(f"{KERNEL} traced vs baseline", got, want, rank=dist.rank)
+            for traced in (True, "ring"):
+                harness.poison(plan.out)
+                heap.barrier()
+                got = plan(A, B, traced=traced)
+                heap.check()
+                harness.check_close(f"{KERNEL} traced ({traced}) vs baseline", got, want, rank=dist.rank)
 
         return harness.Built(
             variants={
                 "ktrace": lambda: plan(A, B),
                 "traced": lambda: plan(A, B, traced=True),
+                "traced_ring": lambda: plan(A, B, traced="ring"),
                 "baseline": lambda: torch_baseline(A, B, partial, out),
                 "torch_matmul": lambda: torch.matmul(A, B, out=partial),
             },

@@ -201,8 +201,9 @@ class GemmReduceScatter:
         self.epoch = 0
         self.heap.barrier()
 
-    def __call__(self, A, B, traced: bool = False):
-        """Run the fused kernel; returns ``out_r``. ``traced``: use the plan's own event buffer."""
+    def __call__(self, A, B, traced: bool | str = False):
+        """Run the fused kernel; returns ``out_r``. ``traced``: use the plan's own event buffer
+        (``"ring"``: in ring mode, :func:`harness.trace_args`)."""
         if tuple(A.shape) != (self.M, self.K) or tuple(B.shape) != (self.K, self.N):
             raise ValueError(f"expected A_r {self.M}x{self.K} and B_r {self.K}x{self.N}, got {tuple(A.shape)}, {tuple(B.shape)}")
         if A.dtype != self.dtype or B.dtype != self.dtype:
@@ -213,10 +214,7 @@ class GemmReduceScatter:
         extra = {}
         if traced:
             cap = _slots(dict(world=self.world, M_loc=self.M_loc, N=self.N, BLOCK_M=g.block_m, BLOCK_N=g.block_n, NUM_PROGS=progs))
-            key = (progs, cap)
-            if key not in self._trace_bufs:
-                self._trace_bufs[key] = harness.trace_buffer(progs, cap, self.heap.device)
-            extra = {"ktrace_buf": self._trace_bufs[key], "KTRACE": cap}
+            extra = harness.trace_args(self._trace_bufs, "kernel", traced, progs, cap, self.heap.device)
         d, s = self.config.fault.kernel_args(self.rank)
         P, out = self.P, self.out
         gemm_rs_kernel[(progs,)](

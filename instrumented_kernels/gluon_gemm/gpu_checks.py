@@ -144,7 +144,7 @@ def gemm_checks(out, res, memcheck):
         seed = H.fresh_seed()
         inp = R.generate_input(0, 1, seed, M, N, K)
         ref = R.reference(0, 1, seed, M, N, K)
-        for name, cfg, traced in (("untraced", GluonGemmConfig(), False), ("traced_stage", GluonGemmConfig(), True),
+        for name, cfg, traced in (("untraced", GluonGemmConfig(), False), ("traced_stage", GluonGemmConfig(stage_probes=True), True),
                                   ("traced_tile", GluonGemmConfig(stage_probes=False), True)):
             g = GluonGemm(M, N, K, cfg)
             C = H.poison(torch.empty((M, N), dtype=torch.float16, device="cuda"))
@@ -161,7 +161,7 @@ def gemm_checks(out, res, memcheck):
     inp = R.generate_input(0, 1, 7, M, N, K)
     counts = {}
     for cap in (None, 40):
-        g = GluonGemm(M, N, K, GluonGemmConfig(), programs=8, events_per_lane=cap)
+        g = GluonGemm(M, N, K, GluonGemmConfig(stage_probes=True), programs=8, events_per_lane=cap)
         C = torch.empty((M, N), dtype=torch.float16, device="cuda")
         with ktrace.capture() as c:
             g(inp["A"], inp["B"], C, traced=True)
@@ -190,7 +190,7 @@ def captures(out, res):
     inp = R.generate_input(0, 1, 11, M, N, K)
     r = {}
     for name, delay in (("gluon_gemm", 0), ("gluon_gemm_slow_loader", 2000)):
-        g = GluonGemm(M, N, K, GluonGemmConfig(loader_delay_ns=delay), programs=8)
+        g = GluonGemm(M, N, K, GluonGemmConfig(loader_delay_ns=delay, stage_probes=True), programs=8)
         C = torch.empty((M, N), dtype=torch.float16, device="cuda")
         g(inp["A"], inp["B"], C, traced=False)  # compiled before the capture
         with ktrace.capture() as c:
@@ -209,9 +209,10 @@ def bench(out, res):
     from instrumented_kernels.gluon_gemm.kernel import GluonGemm, GluonGemmConfig
 
     reps = int(os.environ.get("GLUON_BENCH_REPS", "100"))
+    batch = int(os.environ.get("GLUON_BENCH_BATCH", "1"))  # launches between a callable's two events
     # GLUON_BEFORE=module: also time the traced launch of an earlier copy of kernel.py
     before = importlib.import_module(os.environ["GLUON_BEFORE"]) if os.environ.get("GLUON_BEFORE") else None
-    r = {"device": torch.cuda.get_device_name(), "reps": reps}
+    r = {"device": torch.cuda.get_device_name(), "reps": reps, "batch": batch}
     for sh in R.SHAPES["bench"]:
         M, N, K = sh["M"], sh["N"], sh["K"]
         inp = R.generate_input(0, 1, 5, M, N, K)
@@ -225,9 +226,17 @@ def bench(out, res):
         if os.environ.get("GLUON_ATTRIBUTE"):  # the default density recorded in one partition only
             for lane, part in enumerate(("mma", "loader", "epilogue")):
                 fns[f"traced_{part}_only"] = GluonGemm(M, N, K, GluonGemmConfig(stage_probes=False, traced_lanes=1 << lane)).direct(A, B, C).traced
+            # every probe runs, every record is counted dropped (one slot per lane): the stores' share
+            fns["traced_tile_all_dropped"] = GluonGemm(M, N, K, GluonGemmConfig(stage_probes=False), events_per_lane=1).direct(A, B, C).traced
+        if os.environ.get("GLUON_EXP"):  # experiments: an experimental copy's EPI_MODE variants (epilogue lane only, and all lanes)
+            exp = importlib.import_module(os.environ["GLUON_EXP"])
+            exps = {"A_epi4": dict(EPI_MODE=4), "B_arrive_only": dict(EPI_MODE=4, MMA_HANDOFF=1), "C_spans_only": dict(EPI_MODE=4, MMA_HANDOFF=0)}
+            for name, kw in exps.items():
+                d = exp.GluonGemm(M, N, K, exp.GluonGemmConfig(stage_probes=False)).direct(A, B, C)
+                fns[f"exp_{name}"] = lambda d=d, kw=kw: d._launch(ktrace_buf=d.buffer, KTRACE=d.capacity, KTRACE_LANES=3, **kw)
         if before:  # the same launch with an earlier copy of the kernel module (a before/after run)
             fns["traced_tile_before"] = before.GluonGemm(M, N, K, before.GluonGemmConfig(stage_probes=False)).direct(A, B, C).traced
-        t = H.time_interleaved(fns, reps=reps, warmup=10)
+        t = H.time_interleaved(fns, reps=reps, warmup=10, batch=batch)
         row = {n: {"median_us": x.median_us, "p10_us": x.p10_us, "p90_us": x.p90_us} for n, x in t.items()}
         for n in [k for k in fns if k != "untraced"]:
             row[f"{n}/untraced"] = H.paired_ratio(t, n, "untraced")

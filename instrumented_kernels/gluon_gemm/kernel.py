@@ -108,7 +108,8 @@ def mma_partition(a_desc, b_desc, a_bufs, b_bufs, ready, empty, c_ready, c_empty
 
 
 @gluon.jit
-def epilogue_partition(c_desc, c_smem, c_ready, c_empty, M, N, ktrace_buf, KTRACE: gl.constexpr, KTRACE_LANES: gl.constexpr):
+def epilogue_partition(c_desc, c_smem, c_ready, c_empty, M, N, STAGE_PROBES: gl.constexpr, ktrace_buf, KTRACE: gl.constexpr,
+                       KTRACE_LANES: gl.constexpr):
     kt = kg.init(ktrace_buf, KTRACE, KTRACE_LANES, 2)
     BM: gl.constexpr = c_desc.block_type.shape[0]
     BN: gl.constexpr = c_desc.block_type.shape[1]
@@ -116,12 +117,15 @@ def epilogue_partition(c_desc, c_smem, c_ready, c_empty, M, N, ktrace_buf, KTRAC
     n_tiles = gl.cdiv(M, BM) * n_n
     t = 0
     for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
-        kt = kg.wait(kt, c_ready, t, "c_ready")
+        # the tile's hand-off is recorded here only with STAGE_PROBES: per tile, the epilogue's
+        # wait and release records cost 1.5-2 % at 4096^3 (H100; its span alone, with the MMA
+        # partition's side of the hand-off recorded, 0.7-0.9 %: BENCHMARKS.md)
+        kt = kg.wait(kt, c_ready, t, "c_ready", record=STAGE_PROBES)
         span = kg.begin(kt, "store tile", tile)
         tma.async_copy_shared_to_global(c_desc, [(tile // n_n) * BM, (tile % n_n) * BN], c_smem)
         tma.store_wait(0)
         kt = kg.end(kt, span)
-        kt = kg.arrive(kt, c_empty, t, "c_empty")
+        kt = kg.arrive(kt, c_empty, t, "c_empty", record=STAGE_PROBES)
         t += 1
 
 
@@ -153,7 +157,7 @@ def gluon_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, STAGES: gl.constexpr, LOA
                          STAGE_PROBES, ktrace_buf, K_MMA, KTRACE_LANES)),
         (load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, c_ready, c_empty, M, N, K, LOADER_DELAY_NS,
                           STAGE_PROBES, ktrace_buf, K_LOAD, KTRACE_LANES)),
-        (epilogue_partition, (c_desc, c_smem, c_ready, c_empty, M, N, ktrace_buf, K_EPI, KTRACE_LANES)),
+        (epilogue_partition, (c_desc, c_smem, c_ready, c_empty, M, N, STAGE_PROBES, ktrace_buf, K_EPI, KTRACE_LANES)),
     ], [1, 1], [48, 48])
 
 
@@ -183,8 +187,11 @@ class GluonGemmConfig:
     STAGES: int = 4
     #: spin this long before each stage's copies (the slowed-loader scenario); 0 = off
     loader_delay_ns: int = 0
-    #: traced launches record every stage's hand-off (wait, arrive, expect); False: per tile only
-    stage_probes: bool = True
+    #: False (the default density): per tile, a span in each partition and the MMA partition's
+    #: side of the tile's hand-off (its wait for ``c_empty``, its release of ``c_ready``); True:
+    #: every stage's hand-off as well (waits, arrives, expects) and the epilogue's side of the
+    #: tile's: every mbarrier hand-off paired (what a diagnosis wants; 5-14 % slower)
+    stage_probes: bool = False
     #: lanes that record in a traced launch (bit l: lane l of LANES); fewer only to time each one's cost
     traced_lanes: int = 7
 

@@ -71,7 +71,9 @@ SPEC = RunSpec(
         Param("N", int, 4096, "columns (a multiple of 8)"),
         Param("K", int, 4096, "depth (a multiple of 8)"),
         Param("loader_delay_us", float, 0.0, "slow the loader on purpose: µs spun before each stage's copies"),
-        Param("probes", str, "stage", "stage: record every stage's hand-off; tile: per tile only", choices=("stage", "tile")),
+        Param("probes", str, "stage", "stage: every mbarrier hand-off recorded and paired (a diagnosis run; "
+              "5-14 % slower); tile: the kernel's default density (spans per tile, the MMA side of the tile hand-off)",
+              choices=("stage", "tile")),
         Param("variant", str, "gemm", "gemm: each rank its own GEMM; all_scatter: fused with the all-scatter of its "
               "rows (a communication partition on the symmetric heap)", choices=("gemm", "all_scatter")),
     ),
