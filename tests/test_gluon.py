@@ -379,6 +379,25 @@ def test_the_lane_finding_s_numbers_come_from_the_raw_events():
     assert f"{f.data['worst_ns'] / 1000:.1f} µs" in f.text
 
 
+def test_waits_on_barriers_whose_releases_the_density_leaves_out_are_not_called_missing():
+    """At the GEMM's default density the MMA partition records its wait for ``c_empty`` but the
+    epilogue does not record the release: those waits are counted apart, not as notifies missing."""
+    from ktrace.analysis.report import build_report, render_text
+
+    ev = aligned_events(read_capture(FIX / "gluon_gemm_tile.ktrace"))
+    local = schema.is_local(ev["flags"])
+    waits = (ev["kind"] == EventKind.WAIT) & local
+    w_flag, n_flag = ev[schema.arg_column(EventKind.WAIT, "flag")], ev[schema.arg_column(EventKind.NOTIFY, "flag")]
+    assert waits.any() and len(set(w_flag[waits].tolist())) == 1  # one barrier waited on: c_empty
+    assert not ((ev["kind"] == EventKind.NOTIFY) & local & (n_flag == w_flag[waits][0])).any()  # its releases: not recorded
+    rep = build_report(FIX / "gluon_gemm_tile.ktrace")
+    s = rep.summary
+    free = int(s["waits"]) - s["waits_release_untraced"]
+    assert s["waits_unreleased"] == 0 and s["waits_release_untraced"] > 0 and s["waits"] == int(waits.sum())
+    assert free == int(waits.sum()) // 2  # each program's first tile: the free pass (phase -1), one of its two tiles
+    assert f"({s['waits_release_untraced']} more on mbarriers whose releases this probe density does not record)" in render_text(rep)
+
+
 def test_the_healthy_gemm_says_nothing_is_wrong():
     """The same GEMM unslowed: its MMA partition sets the pace (the epilogue waits for it) and the
     MMA partition worked longer than it waited on the loader: information, no warning."""

@@ -189,8 +189,8 @@ def captures(out, res):
     M, N, K = 512, 512, 1024
     inp = R.generate_input(0, 1, 11, M, N, K)
     r = {}
-    for name, delay in (("gluon_gemm", 0), ("gluon_gemm_slow_loader", 2000)):
-        g = GluonGemm(M, N, K, GluonGemmConfig(loader_delay_ns=delay, stage_probes=True), programs=8)
+    for name, delay, stage in (("gluon_gemm", 0, True), ("gluon_gemm_slow_loader", 2000, True), ("gluon_gemm_tile", 0, False)):
+        g = GluonGemm(M, N, K, GluonGemmConfig(loader_delay_ns=delay, stage_probes=stage), programs=8)
         C = torch.empty((M, N), dtype=torch.float16, device="cuda")
         g(inp["A"], inp["B"], C, traced=False)  # compiled before the capture
         with ktrace.capture() as c:

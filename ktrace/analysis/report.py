@@ -210,6 +210,23 @@ def _overlap_findings(trace: Trace, ov: np.ndarray, sampled: int, n_launches: in
 MAX_CLAIM_SEGMENTS = 2000
 
 
+def _barrier_released(trace: Trace, w, pos: np.ndarray) -> np.ndarray:
+    """Per wait (positions in ``w``), whether its program recorded any mbarrier release (a LOCAL
+    notify) on its barrier in its launch."""
+    from ..schema import EventKind, arg_column
+
+    Nk = EventKind.NOTIFY
+    nrows = trace.rows_of(Nk)
+    loc = is_local(trace.at(Nk, "flags")) if nrows.size else np.zeros(0, bool)
+    if pos.size == 0 or not loc.any():
+        return np.zeros(pos.size, bool)
+    cols = ("rank", "launch", "program")
+    nk = [trace.at(Nk, c)[loc].astype(np.int64) for c in cols] + [trace.at(Nk, arg_column(Nk, "flag"))[loc].astype(np.int64)]
+    wk = [np.asarray(w[c])[pos].astype(np.int64) for c in cols] + [np.asarray(w["flag"])[pos].astype(np.int64)]
+    inv, _ = group_index(*(np.concatenate([a, b]) for a, b in zip(nk, wk)))
+    return np.isin(inv[nk[0].size:], inv[: nk[0].size])
+
+
 def _event_key(trace: Trace, rows: np.ndarray) -> list[list[int]]:
     """Events named the way a reader of the raw capture finds them: (rank, launch, program, k), the
     k-th event its program recorded (in slot order; the trace's own columns, not the full table)."""
@@ -509,15 +526,25 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
     # completed waits the pairing matched to no notify: those whose flag got no notify at all
     # before they ended, and those whose flag did (a counter fed by several notifies)
     # (an mbarrier's free pass, phase -1, is released by the barrier's initialisation: not one)
-    free = pairing.free_pass(is_local(trace.column("flags")[w["row"]]), w["expected"])
+    local = is_local(trace.column("flags")[w["row"]])
+    free = pairing.free_pass(local, w["expected"])
     unreleased = np.flatnonzero(~paired & ~w["timed_out"] & ~free)
     on_flag = stalls.latest_flag_notify(trace, unreleased) >= 0
     none, unmatched = unreleased[~on_flag], unreleased[on_flag]
+    # mbarrier waits on a barrier none of whose releases the program recorded: the probe density
+    # left that side out (a kernel's default density), not a release gone missing
+    untraced = local[none] & ~_barrier_released(trace, w, none)
+    none, untraced = none[~untraced], none[untraced]
     summary["waits_unreleased"] = int(none.size)
+    summary["waits_release_untraced"] = int(untraced.size)
     summary["waits_unmatched"] = int(unmatched.size)
     summary["claims"] = [{"kind": "without_notify", "agents": [], "values": {
         "waits": int(none.size),
         "events": _event_key(trace, w["row"][none]) if none.size <= MAX_CLAIM_SEGMENTS else None}}]
+    if untraced.size:
+        summary["claims"].append({"kind": "release_untraced", "agents": [], "values": {
+            "waits": int(untraced.size),
+            "events": _event_key(trace, w["row"][untraced]) if untraced.size <= MAX_CLAIM_SEGMENTS else None}})
     if unmatched.size:
         summary["claims"].append({"kind": "notify_on_flag", "agents": [], "values": {
             "waits": int(unmatched.size),
@@ -678,6 +705,8 @@ def render_text(rep, *, max_findings: int = 10) -> str:
         f"signal latency {fmt_ns(s['signal_latency_ns'])} (of which {fmt_ns(s.get('unexplained_ns'))} beyond the "
         f"calibrated link latency or with no captured notify: unexplained); {s['waits_unreleased']} completed waits "
         f"without a captured notify"
+        + (f" ({s['waits_release_untraced']} more on mbarriers whose releases this probe density does not record)"
+           if s.get("waits_release_untraced") else "")
         + (f", {s['waits_unmatched']} more not matched to one notify (notifies on their flag were captured: "
            f"released in the replay by the last before their end)" if s.get("waits_unmatched") else "")
         + f"; {s['timeouts']} timed out.",

@@ -545,6 +545,23 @@ def _without_notify(raw: Raw, c) -> list[str]:
     return bad[:5] + ([f"... and {len(bad) - 5} more"] if len(bad) > 5 else [])
 
 
+def _release_untraced(raw: Raw, c) -> list[str]:
+    """mbarrier waits said to be on a barrier whose releases were not recorded: each is a LOCAL
+    wait, and its program recorded no LOCAL notify on that barrier in that launch."""
+    v = c["values"]
+    if v["events"] is None:
+        return []
+    local = schema.is_local(raw.e["flags"])
+    bad = []
+    for wk in v["events"]:
+        i = raw.key[tuple(wk)]
+        m = ((raw.kind == N) & local & (raw.rank == raw.rank[i]) & (raw.launch == raw.launch[i])
+             & (raw.program == raw.program[i]) & (raw.arg(N, "flag") == raw.arg(W, "flag")[i]))
+        if not local[i] or m.any():
+            bad.append(f"wait {wk}: local {bool(local[i])}, {int(m.sum())} releases of its barrier recorded")
+    return bad[:5]
+
+
 def _notify_on_flag(raw: Raw, c) -> list[str]:
     """Waits said to have notifies on their flag (not matched to one): each has one before its end."""
     v = c["values"]
@@ -647,7 +664,7 @@ CHECKS = {
     "crosses_ranks": lambda raw, c: _handoffs(raw, c, True), "crosses_programs": lambda raw, c: _handoffs(raw, c, False),
     "crosses_lanes": _lane_handoffs,
     "holds_path": _holds_path, "region_share": _region_share, "without_notify": _without_notify,
-    "slow_signals": _slow_signals, "notify_on_flag": _notify_on_flag,
+    "slow_signals": _slow_signals, "notify_on_flag": _notify_on_flag, "release_untraced": _release_untraced,
     "exposed_communication": _exposed_communication, "silent_programs": _silent_programs,
     "lane_holdup": _lane_holdup,
 }
