@@ -102,6 +102,30 @@ def _diag(scratch, i, DIAG: tl.constexpr, WHERE: tl.constexpr, NW: tl.constexpr)
                 tl.store(scratch + k, v + k)
 
 
+@triton.jit
+def _notify_timed(kt, flag, value, rank, peer, heap_bases, T0: tl.constexpr):
+    """``ks.notify`` (set, sys scope) with its NOTIFY record's timer reads placed by ``T0`` (an
+    experiment on where the reads cost): 1 the start read before the CTA barrier; 2 no start
+    read (start = end, read after the release); 3 no timer read at all (both 0)."""
+    my_base = tl.load(heap_bases + rank)
+    remote = ks._moved(flag, tl.load(heap_bases + peer) - my_base)
+    if T0 == 1:
+        t0 = kl.now()
+    tl.debug_barrier()
+    tl.atomic_xchg(remote, value, sem="release", scope="sys")
+    if T0 == 1:
+        t1 = kl.now()
+    elif T0 == 2:
+        t1 = kl.now()
+        t0 = t1
+    else:
+        t0 = tl.zeros((), tl.int64)
+        t1 = t0
+    kt = kl.flush_single(kt)
+    off = flag.to(tl.int64, bitcast=True) - my_base
+    return kl.record_notify(kt, "notify", t0, t1, peer, value, off, kt.cur)
+
+
 @triton.jit(do_not_specialize=["rounds", "epoch", "rank", "peer", "first"])
 def pingpong(
     flag,
@@ -120,6 +144,7 @@ def pingpong(
     DIAG: tl.constexpr = 0,
     NW: tl.constexpr = 4,
     LOCAL: tl.constexpr = False,
+    NOTIFY_T0: tl.constexpr = 0,
     ktrace_buf=None,
     KTRACE: tl.constexpr = 0,
 ):
@@ -148,7 +173,10 @@ def pingpong(
             s = kl.begin(kt, "round", i)
         if first != 0:
             if NOTIFIES:
-                kt = ks.notify(kt, theirs, v, rank, peer, heap_bases)
+                if NOTIFY_T0 > 0:
+                    kt = _notify_timed(kt, theirs, v, rank, peer, heap_bases, NOTIFY_T0)
+                else:
+                    kt = ks.notify(kt, theirs, v, rank, peer, heap_bases)
             else:
                 ks.notify(quiet, theirs, v, rank, peer, heap_bases)
             _diag(scratch, i, DIAG, 1, NW)
@@ -159,7 +187,10 @@ def pingpong(
         _diag(scratch, i, DIAG, 0, NW)
         if first == 0:
             if NOTIFIES:
-                kt = ks.notify(kt, theirs, v, rank, peer, heap_bases)
+                if NOTIFY_T0 > 0:
+                    kt = _notify_timed(kt, theirs, v, rank, peer, heap_bases, NOTIFY_T0)
+                else:
+                    kt = ks.notify(kt, theirs, v, rank, peer, heap_bases)
             else:
                 ks.notify(quiet, theirs, v, rank, peer, heap_bases)
             _diag(scratch, i, DIAG, 1, NW)

@@ -28,6 +28,7 @@ and consumer programs on one GPU, the peer is the rank itself) or two (launched 
               Reads per wait come from the WAIT records.
     diag      the ping-pong with raw operations at the hand-off instead of probes
               (handoff_kernels.DIAG_NAMES): what a store or a timer read costs there
+    notify    the ping-pong with its NOTIFY record's timer reads moved (before the barrier, one after the release, none)
     a2a       the MoE all-to-all (GPU MODE shape) with controls: an untraced twin (A/A),
               traced, traced into one slot per program (probes run, nothing stored), each call
               split into dispatch and combine; ``--baseline`` adds all_to_all_single (2 ranks)
@@ -266,6 +267,20 @@ PINGPONG_VARIANTS = {
     "all, immediate": {"WAITS": True, "NOTIFIES": True, "SPANS": 1, "MARKS": True, "IMMEDIATE": True},
     "signals, ring": {"WAITS": True, "NOTIFIES": True, "RING": RING},
     "all, ring": {"WAITS": True, "NOTIFIES": True, "SPANS": 1, "MARKS": True, "RING": RING},
+}
+#: The ping-pong's NOTIFY record with its timer reads moved (``handoff_kernels._notify_timed``):
+#: where a traced notify's cost comes from (``--suite notify``).
+NOTIFY_VARIANTS = {
+    "untraced": {},
+    "untraced (twin)": {},
+    "notifies": {"NOTIFIES": True},
+    "notifies, start read before the barrier": {"NOTIFIES": True, "NOTIFY_T0": 1},
+    "notifies, one read after the release": {"NOTIFIES": True, "NOTIFY_T0": 2},
+    "notifies, no timer read": {"NOTIFIES": True, "NOTIFY_T0": 3},
+    "signals": {"WAITS": True, "NOTIFIES": True},
+    "signals, start read before the barrier": {"WAITS": True, "NOTIFIES": True, "NOTIFY_T0": 1},
+    "signals, one read after the release": {"WAITS": True, "NOTIFIES": True, "NOTIFY_T0": 2},
+    "signals, no timer read": {"WAITS": True, "NOTIFIES": True, "NOTIFY_T0": 3},
 }
 PIPELINE_VARIANTS = {
     "untraced": {},
@@ -606,13 +621,17 @@ class OneGpuHeap:
 
 
 def handoff_suite(dist, H, reps: int, warmup: int, which: str = "handoff", quick: bool = False) -> list[dict]:
-    """The hand-off-bound suite (``which="handoff"``) or the ping-pong diagnostics (``"diag"``).
+    """The hand-off-bound suite (``which="handoff"``) or the ping-pong diagnostics (``"diag"``: raw
+    operations at the hand-off; ``"notify"``: the NOTIFY record's timer reads moved).
     At one rank (``dist.world_size == 1``) the peer is the rank itself: the ping-pong runs
     between two programs, the pipeline's producer and consumer are two programs of one GPU."""
     heap = H.heap(64 << 20) if dist.world_size > 1 else OneGpuHeap(64 << 20, dist.device)
     rows: list[dict] = []
     if which == "diag":
         return _pingpong_case(dist, H, heap, DIAG_VARIANTS, 200, reps, warmup, "ping-pong, raw ops")
+    if which == "notify":
+        rounds = 200 if dist.world_size > 1 else 500
+        return _pingpong_case(dist, H, heap, NOTIFY_VARIANTS, rounds, reps, warmup, f"ping-pong x{rounds}, notify timer reads")
     rounds = 200 if dist.world_size > 1 else 500
     rows += _pingpong_case(dist, H, heap, PINGPONG_VARIANTS, rounds, reps, warmup, f"ping-pong x{rounds}")
     for tiles, elems in PIPELINE_SHAPES[:1] if quick else PIPELINE_SHAPES:
@@ -807,7 +826,7 @@ def _print_rows(rows: list[dict]) -> None:
     sys.stdout.flush()
 
 
-SUITES = ("copy", "handoff", "diag", "a2a", "local", "cost", "hook")
+SUITES = ("copy", "handoff", "diag", "notify", "a2a", "local", "cost", "hook")
 
 
 def _hook_suite(spec: str, dist, H, reps: int, warmup: int) -> list[dict]:
@@ -874,14 +893,14 @@ def main(argv=None) -> int:
         dist = H.setup()
     else:  # one rank, no launcher: the hand-off suite between programs of this GPU
         dist = H.Dist(0, 1, torch.device("cuda", torch.cuda.current_device()))
-        if not set(suites) <= {"handoff", "diag", "hook"}:
+        if not set(suites) <= {"handoff", "diag", "notify", "hook"}:
             raise SystemExit(f"--suite {a.suite}: a2a needs 2 ranks (python -m ktrace.testing.launch -n 2 -- ...)")
     if dist.world_size > 1 and dist.world_size % 2:
         raise SystemExit(f"--suite {a.suite} needs one rank or an even number of ranks (pairs r, r ^ 1), got {dist.world_size}")
     for x in suites:
         if x == "a2a":
             rows += _a2a_suite(dist, H, reps, warmup, a.baseline)
-        elif x in ("handoff", "diag"):
+        elif x in ("handoff", "diag", "notify"):
             rows += handoff_suite(dist, H, reps, warmup, x, a.quick)
         elif x == "hook":
             rows += _hook_suite(a.hook or "", dist, H, reps, warmup)

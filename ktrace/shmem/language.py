@@ -47,6 +47,8 @@ Memory model (NVIDIA PTX / AMD GFX942 LLVM model)
       ("block" is Triton's "cta"); they are Triton's ``tl.atomic_*`` on the translated pointer.
 
 Cost
+    * The base table is read by :func:`heap_base` as invariant data (``ld.global.nc`` on NVIDIA):
+      the compiler may hoist the reads out of a loop and merge repeated ones, traced or not.
     * :func:`translate`: two scalar loads of the (cached) base table, a subtraction and an add. The
       bases are 256-byte aligned (checked by the host) and the shift carries that alignment hint,
       so loads and stores through a translated pointer stay vectorised (128-bit) when the
@@ -271,7 +273,26 @@ def translate(ptr, from_rank, to_rank, heap_bases):
 
     Cost: two scalar loads from the base table and two integer ops; no memory ordering.
     """
-    return _moved(ptr, tl.load(heap_bases + to_rank) - tl.load(heap_bases + from_rank))
+    return _moved(ptr, heap_base(heap_bases, to_rank) - heap_base(heap_bases, from_rank))
+
+
+@triton.jit
+def heap_base(heap_bases, rank):
+    """``rank``'s heap base (int64) from the base table.
+
+    The table does not change while a kernel runs, so on NVIDIA it is read as invariant data
+    (``ld.global.nc`` in inline assembly with no side effects and no memory clobber): the
+    compiler may hoist the read out of a loop and merge repeated reads. A ``tl.load`` could not
+    be hoisted past a traced probe's assembly (which clobbers memory, so that it stays in program
+    order): in a traced loop every notify re-read both bases right before its barrier, and that
+    read, after the previous spin had invalidated L1, sat in front of the release (measured: +97
+    ns per hand-off of a one-GPU ping-pong, BENCHMARKS.md). AMD: ``tl.load``.
+    """
+    p = heap_bases + rank
+    if _is_nvidia():
+        return tl.inline_asm_elementwise("ld.global.nc.u64 $0, [$1];", "=l,l", [p], dtype=tl.int64, is_pure=True, pack=1)
+    else:
+        return tl.load(p)
 
 
 @triton.jit
@@ -287,12 +308,12 @@ def _moved(ptr, delta):
 @triton.jit
 def heap_offset(ptr, rank, heap_bases):
     """Byte offset of ``ptr`` (into ``rank``'s heap) from that heap's base (int64)."""
-    return ptr.to(tl.int64, bitcast=True) - tl.load(heap_bases + rank)
+    return ptr.to(tl.int64, bitcast=True) - heap_base(heap_bases, rank)
 
 
 @triton.jit
 def _error_block(rank, heap_bases):
-    base = tl.load(heap_bases + rank)
+    base = heap_base(heap_bases, rank)
     return base.to(tl.pointer_type(tl.int32), bitcast=True)
 
 
@@ -454,8 +475,8 @@ def notify(
     OP: tl.constexpr = _notify_op(op)
     # Both bases are read before the barrier, so their latency hides behind it and the record
     # needs no load after the release.
-    my_base = tl.load(heap_bases + rank)
-    remote = _moved(flag, tl.load(heap_bases + peer) - my_base)
+    my_base = heap_base(heap_bases, rank)
+    remote = _moved(flag, heap_base(heap_bases, peer) - my_base)
     tl.debug_barrier()
     if kt.ON:
         t0 = kl.now()
@@ -527,7 +548,7 @@ def wait_value(
     LIMIT: tl.constexpr = timeout_ns // tick_ns()
     # This rank's heap base, read once: the error block is at it, and the flag's heap offset (the
     # WAIT record's) is taken from it before the spin, so nothing is loaded after the flag is seen.
-    my_base = tl.load(heap_bases + rank)
+    my_base = heap_base(heap_bases, rank)
     err = my_base.to(tl.pointer_type(tl.int32), bitcast=True)
     off = flag.to(tl.int64, bitcast=True) - my_base
     lead = kl._leader()  # the thread that reports a timeout (read here, off the path after the spin)
@@ -670,6 +691,7 @@ def wait(
 __all__ = [
     "DEFAULT_TIMEOUT_NS",
     "HEAP_ALIGN",
+    "heap_base",
     "tick_ns",
     "load_acquire",
     "load_relaxed",
