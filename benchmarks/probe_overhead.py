@@ -328,7 +328,10 @@ def _kernel_for(kernel, sw: dict):
     if sw.pop("IMMEDIATE", False):
         return kernel, sw
     if kernel not in _PREPARED:
-        _PREPARED[kernel] = ktrace.trace(kernel).jit_fn
+        prepared = ktrace.trace(kernel).jit_fn
+        if prepared is kernel:  # (the decorator left it as written: the log says why)
+            raise SystemExit(f"{kernel.__name__}: @ktrace.trace kept its records immediate; the deferred variants would not be")
+        _PREPARED[kernel] = prepared
     return _PREPARED[kernel], sw
 
 

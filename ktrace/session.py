@@ -649,8 +649,12 @@ def _callee(node, scope: dict):
 
 
 def _assigned_to(parents: dict, call, name: str) -> bool:
-    """Whether the call's result is assigned back to ``name`` (``kt = f(kt)``, ``kt, x = f(kt)``)."""
+    """Whether the call's result is assigned back to ``name`` (``kt = f(kt)``, ``kt, x = f(kt)``)
+    or returned (``return f(kt)`` in a helper: its caller, checked in turn, assigns it back; a
+    kernel itself may not return)."""
     st = parents.get(id(call))
+    if isinstance(st, ast.Return):
+        return True
     if not isinstance(st, ast.Assign):
         return False
     for t in st.targets:
@@ -676,7 +680,7 @@ def _tracer_threaded(fn, name: str, depth: int = 0, seen=None) -> str | None:
     scope = {**fn.__globals__, **inspect.getclosurevars(fn.fn).nonlocals}
     parents = {}
     for st in ast.walk(fdef):
-        if isinstance(st, ast.Assign) and isinstance(st.value, ast.Call):
+        if isinstance(st, (ast.Assign, ast.Return)) and isinstance(st.value, ast.Call):
             parents[id(st.value)] = st
     for call in ast.walk(fdef):
         if not isinstance(call, ast.Call):

@@ -178,10 +178,28 @@ def test_a_tracer_passed_to_a_helper_that_drops_it_keeps_records_immediate(caplo
         kt = helper(kt, x)
         kt = kl.end(kt, s)
 
+    @triton.jit
+    def returning(kt, x):  # a helper that hands the probe's tracer straight back
+        tl.store(x, 2)
+        return kl.mark(kt, "returned")
+
+    @triton.jit
+    def threading_by_return(x, ktrace_buf=None, KTRACE: tl.constexpr = 0):
+        kt = kl.init(ktrace_buf, KTRACE)
+        kt = returning(kt, x)
+
+    @triton.jit
+    def dropping_by_return(x, ktrace_buf=None, KTRACE: tl.constexpr = 0):
+        kt = kl.init(ktrace_buf, KTRACE)
+        returning(kt, x)
+
     with caplog.at_level(logging.INFO, logger="ktrace"):
         assert ktrace.trace(dropping).jit_fn is dropping
+        assert ktrace.trace(dropping_by_return).jit_fn is dropping_by_return
     assert "passes the tracer to helper without keeping its result" in caplog.text
+    assert "passes the tracer to returning without keeping its result" in caplog.text
     assert ktrace.trace(threading).jit_fn.ktrace_original is threading
+    assert ktrace.trace(threading_by_return).jit_fn.ktrace_original is threading_by_return
 
 
 def test_init_imported_by_name_is_prepared_too():
