@@ -132,6 +132,27 @@ def lexorder(*keys: np.ndarray, _inner: bool = False) -> np.ndarray:
     return o
 
 
+def _steps(c) -> np.ndarray:
+    """``np.diff`` of an integer column in int64 (no int64 copy of the column first)."""
+    c = np.asarray(c)
+    return np.subtract(c[1:], c[:-1], dtype=np.int64)
+
+
+def is_lexsorted(*cols: np.ndarray, strict: bool = False) -> bool:
+    """Whether rows are in lexicographic order of ``cols``, first column first (with ``strict``,
+    the last column strictly increasing among rows equal in the others)."""
+    *keys, last = cols
+    same = None  # rows equal to the one before in every column so far
+    for c in keys:
+        d = _steps(c)
+        if ((d < 0) if same is None else (same & (d < 0))).any():
+            return False
+        same = (d == 0) if same is None else (same & (d == 0))
+    d = _steps(last)
+    bad = (d <= 0) if strict else (d < 0)
+    return not (bad if same is None else (same & bad)).any()
+
+
 def group_index(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Dense group ids of rows keyed by several integer columns.
 

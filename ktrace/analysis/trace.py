@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from .. import schema
-from ..keys import dense_codes
+from ..keys import dense_codes, is_lexsorted
 from ..schema import EventKind
 from ..text import printable, ranges_text
 
@@ -524,15 +524,7 @@ def fill_table(out: np.ndarray, columns: dict) -> np.ndarray:
 def _is_sorted(*cols: np.ndarray) -> bool:
     """Whether rows are in lexicographic order of ``cols`` (rank, launch, program[, lane], slot),
     the last strictly increasing among rows equal in the others."""
-    *keys, slot = cols
-    same = None  # rows equal to the one before in every key so far
-    for c in keys:
-        d = np.diff(np.asarray(c, np.int64))
-        if ((d < 0) if same is None else (same & (d < 0))).any():
-            return False
-        same = (d == 0) if same is None else (same & (d == 0))
-    ds = np.diff(np.asarray(slot, np.int64))
-    return not (same & (ds <= 0)).any()
+    return is_lexsorted(*cols, strict=True)
 
 
 def _workgroups(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
