@@ -450,6 +450,16 @@ class ColumnTable:
                     c = self._cols[name] = np.asarray(self._lazy[name](_EVERY))
         return c
 
+    def take(self, name: str, idx: np.ndarray) -> np.ndarray:
+        """Column ``name`` at the rows ``idx`` (an index array): what ``t[idx][name]`` gives,
+        without building the rows (a lazy column is made at those rows only)."""
+        c = self._cols.get(name)
+        if c is not None:
+            return c[idx].astype(self.dtype[name], copy=False)
+        if name not in self._lazy and name not in self._derived:
+            raise ValueError(f"no field of name {name}")
+        return np.asarray((self._derived.get(name) or self._lazy[name])(np.asarray(idx, np.int64)), self.dtype[name])
+
     def __array__(self, dtype=None, copy=None):
         """Every row as a structured array (``np.asarray(t)``, ``np.sort(t, order=...)``): the
         whole table built at once."""
