@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...keys import group_median
+from ...keys import distinct, group_median
 from ...text import fmt_ns
 from ..load import _HANDOFF_ROLES
 from ..names import OUTSIDE, region_label
@@ -111,7 +111,7 @@ def describe(c: Cause, ctx: Context) -> Description:
     named, n_agents = workgroup_agents(wg, ids)
     role_inv, role_codes = _role_codes(wg)
     ri = int(np.searchsorted(role_codes, d.role))
-    role_launches = np.unique(wg["launch"][role_inv == ri]).tolist()
+    role_launches = distinct(wg["launch"][role_inv == ri]).tolist()
     part = next((i for i, n in sorted(enumerate(_HANDOFF_ROLES), key=lambda x: -len(x[1])) if d.role.endswith(" " + n)), -1)
     launches = [int(x) for x in c.launches.tolist()]
     claims = [Claim("worked_longer", named, {"launches": launches, "n_agents": n_agents, "role_launches": role_launches,
