@@ -151,7 +151,7 @@ def _exact(notifies: Mapping, waits: Mapping, timed_out: np.ndarray) -> np.ndarr
              (notifies["value"], waits["expected"])]
     kn, kw = np.zeros(n_n, np.int64), np.zeros(n_w, np.int64)
     total = 1
-    # (keys built in place, one column's temporary at a time: waits are millions on a large capture)
+    # (keys built in place: waits are millions on a large capture)
     for a, b in sides:
         a, b = np.asarray(a), np.asarray(b)
         lo = min(int(a.min()), int(b.min()))
@@ -163,7 +163,8 @@ def _exact(notifies: Mapping, waits: Mapping, timed_out: np.ndarray) -> np.ndarr
             break
         for key, col in ((kn, a), (kw, b)):
             key *= size
-            key += np.subtract(col, lo, dtype=np.int64)
+            np.add(key, col, out=key, dtype=np.int64)  # (in place: no temporary of millions)
+            key -= lo
     # round of each notify: its occurrence in its group, by (launch, start) on its own rank; the
     # notifies sorted by (group, round), so that round r of a group is at its first position + r
     on = lexorder(kn, notifies["launch"], notifies["start"])
@@ -181,11 +182,16 @@ def _exact(notifies: Mapping, waits: Mapping, timed_out: np.ndarray) -> np.ndarr
     # round of each wait: its occurrence among its program's waits of the group, by (launch, order)
     prog = np.asarray(waits["program"])
     p_lo = int(prog.min())
-    prog = np.subtract(prog, p_lo, dtype=np.int64)
+    n_prog = int(prog.max()) - p_lo + 1
+    if groups.size < 1 << 15 and n_prog <= 1 << 15:  # (held in 16 bits: less memory, and radix sorts)
+        gw, prog = gw.astype(np.int16), (prog - prog.dtype.type(p_lo)).astype(np.int16)
+    else:
+        prog = np.subtract(prog, p_lo, dtype=np.int64)
     ow = _group_order(gw, prog, waits)
     g = gw[ow]
     del gw
-    sub = g * (int(prog.max()) + 1)
+    sub = g.astype(np.int32 if g.dtype == np.int16 else np.int64)
+    sub *= n_prog
     sub += prog[ow]
     del prog
     occ = _occurrence(sub)  # (the waits in that order)
@@ -208,15 +214,15 @@ def _group_order(gw: np.ndarray, prog: np.ndarray, waits: Mapping) -> np.ndarray
 
     Waits given in (rank, launch, order) order (as a trace's rows are; a group is one consumer
     rank's) are already in (launch, order) order within each group and program: a stable sort
-    by (group, program) alone keeps it, and two radix passes do that when both fit 16 bits.
+    by (group, program) alone keeps it, and two radix passes do that when both are held in 16 bits.
     """
     rank, launch, order = (np.asarray(waits[c]) for c in ("rank", "launch", "order"))
     ordered = gw.size <= 1 or is_lexsorted(rank, launch, order)
     if not ordered:
         return lexorder(gw, prog, launch, order)
-    if int(gw.max(initial=0)) < 1 << 15 and int(prog.max(initial=0)) < 1 << 15:
-        o = np.argsort(prog.astype(np.int16), kind="stable")  # (numpy: a radix sort for 16 bits)
-        return o[np.argsort(gw.astype(np.int16)[o], kind="stable")]
+    if gw.dtype == np.int16 and prog.dtype == np.int16:
+        o = np.argsort(prog, kind="stable")  # (numpy: a radix sort for 16 bits)
+        return o[np.argsort(gw[o], kind="stable")]
     return lexorder(gw, prog)
 
 
