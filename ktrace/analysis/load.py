@@ -207,7 +207,7 @@ def _handoff_roles(trace: Trace, kcode: np.ndarray, knames: np.ndarray) -> tuple
     # (a kernel whose programs do both, or vary in how much, keeps one role)
     mixed = seen[:, 1] & seen[:, 2] & ~seen[:, 3]
     key = kcode * 4 + np.where(mixed[kcode], part, 0)
-    u, inv = np.unique(key, return_inverse=True)
+    inv, u = dense_codes(key)  # (a table of the few keys present: no sort of every workgroup)
     names = np.array([f"{knames[k // 4]} {_HANDOFF_ROLES[k % 4]}" if mixed[k // 4] else knames[k // 4] for k in u.tolist()],
                      dtype=object)
     o = np.argsort(names, kind="stable")  # (sorted names, as the codes of a column are)
