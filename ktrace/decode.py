@@ -382,6 +382,70 @@ def _check_events(buf) -> None:
     _events(rec, _Slots(h.capacity, kept), ())
 
 
+def _buffer_bytes(buf) -> np.ndarray:
+    """A buffer's bytes as a uint8 array (no copy where it is contiguous)."""
+    if isinstance(buf, np.ndarray):
+        return np.ascontiguousarray(buf).view(np.uint8).reshape(-1)
+    return np.frombuffer(memoryview(buf).cast("B"), np.uint8)
+
+
+def _stack(mvs: list):
+    """The headers (``HEADER_DTYPE``, one a buffer), packed kept-slot counts (None: dense), record
+    slots per buffer, the record slots stacked (``RECORD_DTYPE``), the dropped counts stacked,
+    and ``blame(check)`` (raises :class:`BufferDecodeError` for the first buffer ``check``
+    refuses) of several buffers of one layout, their headers checked together.
+
+    Raises:
+        BufferDecodeError: a buffer is bad (the message :func:`decode_buffer` gives for it alone).
+        ValueError: the buffers do not share one layout.
+    """
+    K = len(mvs)
+    sizes = np.array([m.size for m in mvs], np.int64)
+
+    def blame(check) -> None:
+        for i, m in enumerate(mvs):  # the first buffer that fails ``check``, with its own message
+            try:
+                check(m)
+            except DecodeError as e:
+                raise BufferDecodeError(str(e), i) from None
+
+    if (sizes < schema.HEADER_BYTES).any():
+        blame(read_header)
+    hdr = np.frombuffer(b"".join([m[: schema.HEADER_BYTES].tobytes() for m in mvs]), schema.HEADER_DTYPE)
+    version, layout, P_, C_ = hdr["version"], hdr["layout"], hdr["n_programs"].astype(np.int64), hdr["capacity"].astype(np.int64)
+    ok = ((hdr["magic"] == schema.MAGIC) & (version >= 1) & (version <= schema.FORMAT_VERSION) & (hdr["header_bytes"] == schema.HEADER_BYTES)
+          & (hdr["record_bytes"] == schema.RECORD_BYTES) & ((layout == schema.LAYOUT_DENSE) | ((layout == schema.LAYOUT_PACKED) & (version >= 2)))
+          & np.isin(hdr["timer"], [int(t) for t in schema.TimerKind]) & (C_ > 0) & (P_ > 0) & (hdr["tick_hz"] >= MIN_TICK_HZ) & (hdr["tick_hz"] <= MAX_TICK_HZ)
+          & (hdr["grid"].astype(np.int64).prod(axis=1) == P_) & (hdr["lanes"] <= schema.MAX_LANES)
+          & (hdr["grid"][:, 0].astype(np.int64) % np.maximum(hdr["lanes"], 1) == 0))
+    if not ok.all():
+        blame(read_header)
+    P, C, lay = int(P_[0]), int(C_[0]), int(layout[0])
+    if (P_ != P).any() or (C_ != C).any() or (layout != lay).any():
+        raise ValueError("buffers of different layouts cannot be decoded together")
+    packed = lay == schema.LAYOUT_PACKED
+    if packed:
+        hb = schema.HEADER_BYTES + schema.packed_counts_bytes(P)
+        if (sizes < hb).any():
+            blame(split_head)
+        kept = np.concatenate([m[schema.HEADER_BYTES : schema.HEADER_BYTES + 4 * P] for m in mvs]).view("<u4")
+        if int(kept.max()) > C:
+            blame(split_head)
+        n_rec = kept.reshape(K, P).sum(axis=1, dtype=np.int64)
+    else:
+        hb, kept = schema.HEADER_BYTES, None
+        n_rec = np.full(K, P * C, np.int64)
+    if (sizes < hb + n_rec * schema.RECORD_BYTES + P * schema.DROPPED_BYTES).any():
+        blame(_records)
+    rb = schema.RECORD_BYTES
+    if K == 1:
+        rec = np.frombuffer(mvs[0], schema.RECORD_DTYPE, count=int(n_rec[0]), offset=hb)
+    else:
+        rec = np.concatenate([m[hb : hb + n * rb] for m, n in zip(mvs, n_rec.tolist())]).view(schema.RECORD_DTYPE)
+    dropped = np.concatenate([m[hb + n * rb : hb + n * rb + 4 * P] for m, n in zip(mvs, n_rec.tolist())]).view("<u4")
+    return hdr, kept, n_rec, rec, dropped, blame
+
+
 def decode_columns(bufs, columns=COLUMNS, *, records: bool = False):
     """Decode several launches' buffers into plain columns, in one pass.
 
@@ -413,49 +477,8 @@ def decode_columns(bufs, columns=COLUMNS, *, records: bool = False):
     if not K:
         cols = {c: np.zeros(0, np.int64) for c in set(columns) | {"kind", "flags", "start", "end"}}
         return ([], np.zeros(0, np.int64), cols, np.zeros(0, schema.RECORD_DTYPE)) if records else ([], np.zeros(0, np.int64), cols)
-    sizes = np.array([m.size for m in mvs], np.int64)
-
-    def blame(check) -> None:
-        for i, m in enumerate(mvs):  # the first buffer that fails ``check``, with its own message
-            try:
-                check(m)
-            except DecodeError as e:
-                raise BufferDecodeError(str(e), i) from None
-
-    if (sizes < schema.HEADER_BYTES).any():
-        blame(read_header)
-    hdr = np.frombuffer(b"".join([m[: schema.HEADER_BYTES].tobytes() for m in mvs]), schema.HEADER_DTYPE)
-    version, layout, P_, C_ = hdr["version"], hdr["layout"], hdr["n_programs"].astype(np.int64), hdr["capacity"].astype(np.int64)
-    ok = ((hdr["magic"] == schema.MAGIC) & (version >= 1) & (version <= schema.FORMAT_VERSION) & (hdr["header_bytes"] == schema.HEADER_BYTES)
-          & (hdr["record_bytes"] == schema.RECORD_BYTES) & ((layout == schema.LAYOUT_DENSE) | ((layout == schema.LAYOUT_PACKED) & (version >= 2)))
-          & np.isin(hdr["timer"], [int(t) for t in schema.TimerKind]) & (C_ > 0) & (P_ > 0) & (hdr["tick_hz"] >= MIN_TICK_HZ) & (hdr["tick_hz"] <= MAX_TICK_HZ)
-          & (hdr["grid"].astype(np.int64).prod(axis=1) == P_) & (hdr["lanes"] <= schema.MAX_LANES)
-          & (hdr["grid"][:, 0].astype(np.int64) % np.maximum(hdr["lanes"], 1) == 0))
-    if not ok.all():
-        blame(read_header)
-    P, C, lay = int(P_[0]), int(C_[0]), int(layout[0])
-    if (P_ != P).any() or (C_ != C).any() or (layout != lay).any():
-        raise ValueError("decode_columns: buffers of different layouts cannot be decoded together")
-    packed = lay == schema.LAYOUT_PACKED
-    if packed:
-        hb = schema.HEADER_BYTES + schema.packed_counts_bytes(P)
-        if (sizes < hb).any():
-            blame(split_head)
-        kept = np.concatenate([m[schema.HEADER_BYTES : schema.HEADER_BYTES + 4 * P] for m in mvs]).view("<u4")
-        if int(kept.max()) > C:
-            blame(split_head)
-        n_rec = kept.reshape(K, P).sum(axis=1, dtype=np.int64)
-    else:
-        hb, kept = schema.HEADER_BYTES, None
-        n_rec = np.full(K, P * C, np.int64)
-    if (sizes < hb + n_rec * schema.RECORD_BYTES + P * schema.DROPPED_BYTES).any():
-        blame(_records)
-    rb = schema.RECORD_BYTES
-    if K == 1:
-        rec = np.frombuffer(mvs[0], schema.RECORD_DTYPE, count=int(n_rec[0]), offset=hb)
-    else:
-        rec = np.concatenate([m[hb : hb + n * rb] for m, n in zip(mvs, n_rec.tolist())]).view(schema.RECORD_DTYPE)
-    dropped = np.concatenate([m[hb + n * rb : hb + n * rb + 4 * P] for m, n in zip(mvs, n_rec.tolist())]).view("<u4")
+    hdr, kept, n_rec, rec, dropped, blame = _stack(mvs)
+    P, C, lay, version = int(hdr["n_programs"][0]), int(hdr["capacity"][0]), int(hdr["layout"][0]), hdr["version"]
     want = set(columns) | {"program"}  # the launch of each row comes from its stacked program
     try:
         cols = _events(rec, _Slots(C, kept), want)
@@ -557,14 +580,26 @@ def screen_batch(bufs, world_size: int) -> list[tuple[np.ndarray, str | None]]:
     Raises:
         DecodeError: a buffer does not decode (as :func:`decode_buffer` says).
     """
-    parts = [_records(b) for b in bufs]
-    nb = len(parts)
-    sizes = np.array([p[0].shape[0] for p in parts], np.int64)
-    rec = np.concatenate([p[0] for p in parts]) if nb else np.zeros(0, schema.RECORD_DTYPE)
-    seg = np.repeat(np.arange(nb, dtype=np.int64), sizes)
-    kind = (rec["tag"] & 0xF).astype(np.int64)
-    counts = np.bincount(seg * 16 + kind, minlength=nb * 16).reshape(nb, 16)
-    counts[:, EventKind.EMPTY] += np.array([p[2].n_programs * p[2].capacity for p in parts], np.int64) - sizes
+    nb = len(bufs)
+    if not nb:
+        return []
+    try:  # a batch of one layout (what ``ktrace.events.make_batches`` gives): headers read together
+        hdr, _, sizes, rec, _, _ = _stack([_buffer_bytes(b) for b in bufs])
+        slots = hdr["n_programs"].astype(np.int64) * hdr["capacity"].astype(np.int64)
+        tick_hz = hdr["tick_hz"].tolist()
+    except (DecodeError, ValueError):  # (one at a time: the first bad buffer raises its own error)
+        parts = [_records(b) for b in bufs]
+        sizes = np.array([p[0].shape[0] for p in parts], np.int64)
+        # (stacked as raw bytes: a buffer's records sit at any byte offset, and numpy copies
+        # unaligned structured records field by field, several times slower than the bytes)
+        rec = np.concatenate([p[0].view(np.uint8) for p in parts]).view(schema.RECORD_DTYPE)
+        slots = np.array([p[2].n_programs * p[2].capacity for p in parts], np.int64)
+        tick_hz = [p[2].tick_hz for p in parts]
+    tag = rec["tag"]
+    kind = (tag & 0xF).astype(np.uint8)
+    # each slot's (launch, kind) as one index: launch * 16 + kind
+    counts = np.bincount(np.repeat(np.arange(0, 16 * nb, 16, dtype=np.int64), sizes) + kind, minlength=nb * 16).reshape(nb, 16)
+    counts[:, EventKind.EMPTY] += slots - sizes
     n_main = counts.sum(axis=1) - counts[:, EventKind.EMPTY] - counts[:, EventKind.DETAIL]
     main = (kind != EventKind.EMPTY) & (kind != EventKind.DETAIL)
     s0, s1 = rec["t0"].view(np.int64), rec["t1"].view(np.int64)
@@ -582,23 +617,26 @@ def screen_batch(bufs, world_size: int) -> list[tuple[np.ndarray, str | None]]:
     first = per(np.minimum, np.where(main, s0, big), big)
     last = per(np.maximum, np.where(main, s1, small), small)
     backwards = per(np.add, (main & (s1 < s0)).astype(np.int64), 0)
-    local = is_local((rec["tag"] >> schema.KIND_BITS) & 0xF)
     peer = rec["arg0"]
-    # (an mbarrier hand-off, LOCAL, names no peer: it stays inside its program)
-    bad_peer = ((kind == _PEER_KINDS[0]) | (kind == _PEER_KINDS[1])) & ~local & ((peer < 0) | (peer >= world_size))
-    n_bad_peer = per(np.add, bad_peer.astype(np.int64), 0)
+    # (an mbarrier hand-off, LOCAL, names no peer: it stays inside its program; judged at the
+    # waits and notifies only)
+    hand = np.flatnonzero((kind == _PEER_KINDS[0]) | (kind == _PEER_KINDS[1]))
+    p_hand = peer[hand]
+    bad_hand = ~is_local((tag[hand] >> schema.KIND_BITS) & 0xF) & ((p_hand < 0) | (p_hand >= world_size))
+    bad_at = hand[bad_hand]  # the slots naming a peer outside the world, in order
+    n_bad_peer = np.bincount(np.searchsorted(at, bad_at, side="right") - 1, minlength=nb) if bad_at.size else np.zeros(nb, np.int64)
     out = []
-    for i, (_, _, header, _) in enumerate(parts):
+    for i, hz in enumerate(tick_hz):
         why = None
         f, l, n = int(first[i]), int(last[i]), int(n_main[i])
         if not n or f < 0 or l < 0 or backwards[i]:
             pass  # (nothing to judge, or decoding refuses it, saying where)
         elif l == 0:
             why = f"every one of its {n} events has time 0"
-        elif (l - f) * 1e9 / header.tick_hz > MAX_LAUNCH_NS:
-            why = f"its events span {(l - f) / header.tick_hz:.3g} s (times 0 or stale among real ones)"
+        elif (l - f) * 1e9 / hz > MAX_LAUNCH_NS:
+            why = f"its events span {(l - f) / hz:.3g} s (times 0 or stale among real ones)"
         elif n_bad_peer[i]:
-            j = at[i] + int(np.argmax(bad_peer[at[i] : at[i] + sizes[i]]))
+            j = int(bad_at[np.searchsorted(bad_at, at[i])])
             why = f"a wait or notify names peer {int(peer[j])}, outside world size {world_size}"
         out.append((counts[i], why))
     return out

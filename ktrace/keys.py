@@ -57,6 +57,20 @@ def dense_codes(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return inv.reshape(-1).astype(np.int64), u
 
 
+def distinct(x: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of an integer array (``np.unique(x)``), by a table of the
+    values present where the range allows (no sort, no codes)."""
+    x = np.asarray(x)
+    if x.size == 0 or x.dtype.kind not in "iu":
+        return np.unique(x)
+    lo, hi = int(x.min()), int(x.max())
+    if hi - lo + 1 > min(max(4 * x.size + 1024, 1 << 25), 1 << 31):
+        return np.unique(x)
+    present = np.zeros(hi - lo + 1, bool)
+    present[x - x.dtype.type(lo)] = True  # (exact in x's own type: the offsets fit 31 bits)
+    return (np.flatnonzero(present) + lo).astype(x.dtype)
+
+
 def argsort_stable(k: np.ndarray) -> np.ndarray:
     """``np.argsort(k, kind="stable")`` for an integer array, faster on large unsorted input.
 
@@ -130,6 +144,27 @@ def lexorder(*keys: np.ndarray, _inner: bool = False) -> np.ndarray:
     so = lexorder(run, *(np.asarray(k)[sub] for k in keys[used:]), _inner=True)
     o[pos] = sub[so]
     return o
+
+
+def _steps(c) -> np.ndarray:
+    """``np.diff`` of an integer column in int64 (no int64 copy of the column first)."""
+    c = np.asarray(c)
+    return np.subtract(c[1:], c[:-1], dtype=np.int64)
+
+
+def is_lexsorted(*cols: np.ndarray, strict: bool = False) -> bool:
+    """Whether rows are in lexicographic order of ``cols``, first column first (with ``strict``,
+    the last column strictly increasing among rows equal in the others)."""
+    *keys, last = cols
+    same = None  # rows equal to the one before in every column so far
+    for c in keys:
+        d = _steps(c)
+        if ((d < 0) if same is None else (same & (d < 0))).any():
+            return False
+        same = (d == 0) if same is None else (same & (d == 0))
+    d = _steps(last)
+    bad = (d <= 0) if strict else (d < 0)
+    return not (bad if same is None else (same & bad)).any()
 
 
 def group_index(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -39,7 +39,7 @@ counter (rule 2), ordered by the ``start`` the caller gives (every caller passes
 Everything else is ordered by each rank's own keys, so raw timer ticks do as well
 as aligned nanoseconds, and the pairing can judge the clock alignment instead of depending on it.
 
-Everything is vectorised (packed composite keys, two sorts and a binary search): millions of
+Everything is vectorised (packed composite keys, a few sorts and binary searches): millions of
 waits pair in about a second.
 """
 
@@ -50,7 +50,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from .keys import argsort_stable, dense_codes, group_index, lexorder
+from .keys import group_index, is_lexsorted, lexorder
 from .schema import Cmp
 
 #: Columns :func:`pair` reads of the notifies: the producer's rank, its launch, its own time
@@ -151,7 +151,7 @@ def _exact(notifies: Mapping, waits: Mapping, timed_out: np.ndarray) -> np.ndarr
              (notifies["value"], waits["expected"])]
     kn, kw = np.zeros(n_n, np.int64), np.zeros(n_w, np.int64)
     total = 1
-    # (keys built in place, one column's temporary at a time: waits are millions on a large capture)
+    # (keys built in place: waits are millions on a large capture)
     for a, b in sides:
         a, b = np.asarray(a), np.asarray(b)
         lo = min(int(a.min()), int(b.min()))
@@ -160,47 +160,70 @@ def _exact(notifies: Mapping, waits: Mapping, timed_out: np.ndarray) -> np.ndarr
         if total >= _LIMIT:  # too wide to pack: dense codes of the key rows instead
             k, _ = group_index(*(np.concatenate([_i64(x), _i64(y)]) for x, y in sides))
             kn, kw = k[:n_n], k[n_n:]
-            total = int(k.max()) + 1
             break
         for key, col in ((kn, a), (kw, b)):
             key *= size
-            key += np.subtract(col, lo, dtype=np.int64)
-    if total * (max(n_n, n_w) + 1) >= _LIMIT:  # room for the round number in the key
-        k, _ = dense_codes(np.concatenate([kn, kw]))
-        kn, kw = k[:n_n], k[n_n:]
-    # round of each notify: its occurrence in its group, by (launch, start) on its own rank
+            np.add(key, col, out=key, dtype=np.int64)  # (in place: no temporary of millions)
+            key -= lo
+    # round of each notify: its occurrence in its group, by (launch, start) on its own rank; the
+    # notifies sorted by (group, round), so that round r of a group is at its first position + r
     on = lexorder(kn, notifies["launch"], notifies["start"])
-    occ_n = np.empty(n_n, np.int64)
-    occ_n[on] = _occurrence(kn[on])
-    del on
+    ks = kn[on]
+    del kn
+    first = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]])
+    groups, g_start = ks[first], first
+    g_count = np.diff(np.r_[first, n_n])
+    del ks
+    # each wait's group among the notifies' (len(groups): a group no notify has, never paired)
+    gw = np.searchsorted(groups, kw)
+    np.minimum(gw, groups.size - 1, out=gw)
+    gw[groups[gw] != kw] = groups.size
+    del kw
     # round of each wait: its occurrence among its program's waits of the group, by (launch, order)
     prog = np.asarray(waits["program"])
-    ow = lexorder(kw, prog, waits["launch"], waits["order"])
     p_lo = int(prog.min())
-    sub = kw[ow]
-    sub *= int(prog.max()) - p_lo + 1
-    sub += np.subtract(prog[ow], p_lo, dtype=np.int64)
-    occ_w = np.empty(n_w, np.int64)
-    occ_w[ow] = _occurrence(sub)
-    del sub, ow
-    big = int(max(int(occ_n.max()), int(occ_w.max())) + 1)
-    keyn = kn * big
-    keyn += occ_n
-    keyw = kw * big
-    keyw += occ_w
-    del occ_n, occ_w, kn, kw
-    sn = argsort_stable(keyn)
-    ks = keyn[sn]
-    del keyn
-    j = np.searchsorted(ks, keyw)
-    ok = j < n_n
+    n_prog = int(prog.max()) - p_lo + 1
+    if groups.size < 1 << 15 and n_prog <= 1 << 15:  # (held in 16 bits: less memory, and radix sorts)
+        gw, prog = gw.astype(np.int16), (prog - prog.dtype.type(p_lo)).astype(np.int16)
+    else:
+        prog = np.subtract(prog, p_lo, dtype=np.int64)
+    ow = _group_order(gw, prog, waits)
+    g = gw[ow]
+    del gw
+    sub = g.astype(np.int32 if g.dtype == np.int16 else np.int64)
+    sub *= n_prog
+    sub += prog[ow]
+    del prog
+    occ = _occurrence(sub)  # (the waits in that order)
+    del sub
+    ok = g < groups.size
+    np.minimum(g, groups.size - 1, out=g)
+    ok &= occ < g_count[g]
+    j = g_start[g]
+    j += occ
+    del g, occ
     np.minimum(j, n_n - 1, out=j)
-    ok &= ks[j] == keyw
-    ok &= ~timed_out
-    del ks, keyw
-    out = sn[j]
-    out[~ok] = -1
+    ok &= ~np.asarray(timed_out, bool)[ow]
+    out = np.empty(n_w, np.int64)
+    out[ow] = np.where(ok, on[j], -1)
     return out
+
+
+def _group_order(gw: np.ndarray, prog: np.ndarray, waits: Mapping) -> np.ndarray:
+    """The waits in the stable order of (group ``gw``, program ``prog``, launch, order).
+
+    Waits given in (rank, launch, order) order (as a trace's rows are; a group is one consumer
+    rank's) are already in (launch, order) order within each group and program: a stable sort
+    by (group, program) alone keeps it, and two radix passes do that when both are held in 16 bits.
+    """
+    rank, launch, order = (np.asarray(waits[c]) for c in ("rank", "launch", "order"))
+    ordered = gw.size <= 1 or is_lexsorted(rank, launch, order)
+    if not ordered:
+        return lexorder(gw, prog, launch, order)
+    if gw.dtype == np.int16 and prog.dtype == np.int16:
+        o = np.argsort(prog, kind="stable")  # (numpy: a radix sort for 16 bits)
+        return o[np.argsort(gw[o], kind="stable")]
+    return lexorder(gw, prog)
 
 
 def _reaching(notifies: Mapping, waits: Mapping, left: np.ndarray) -> np.ndarray:

@@ -255,3 +255,34 @@ def test_decode_columns_and_split_match_decode_buffer(real_raw):
     assert got.value.index == 1 and str(got.value) == str(alone.value)
     with pytest.raises(ValueError, match="different layouts"):
         decode_columns([real_raw[0], real_raw[1]])
+
+
+def test_screen_batch_is_each_buffer_screened_alone(real_raw):
+    """The counts and verdicts of launches screened together (one layout, or several) are those
+    of each screened alone; a zeroed launch is named, a buffer that does not decode raises its
+    own error."""
+    from ktrace.decode import screen_batch, screen_counts
+
+    zeroed = real_raw[1].copy()
+    P, C = decode_buffer(zeroed).header.n_programs, decode_buffer(zeroed).header.capacity
+    rec = zeroed[64 : 64 + P * C * 32].view(schema.RECORD_DTYPE)
+    rec["t0"][(rec["tag"] & 0xF) != 0] = 0
+    rec["t1"][(rec["tag"] & 0xF) != 0] = 0
+    peer = real_raw[2].copy()  # a wait naming peer 9 of a world of 2
+    rec = peer[64:].view(np.uint8)[: (peer.size - 64) // 32 * 32].view(schema.RECORD_DTYPE)
+    rec["arg0"][np.flatnonzero((rec["tag"] & 0xF) == EventKind.WAIT)[:1]] = 9
+    packed = [pack_buffer(b) for b in real_raw]
+    for batch in ([real_raw[1], zeroed, real_raw[1]], [packed[0], packed[0]], packed, real_raw + [zeroed, peer]):
+        alone = [screen_counts(b, 2) for b in batch]
+        got = screen_batch(batch, 2)
+        assert [c.tolist() for c, _ in got] == [c.tolist() for c, _ in alone]
+        assert [w for _, w in got] == [w for _, w in alone]
+    assert screen_counts(zeroed, 2)[1].startswith("every one of its") and "peer 9" in screen_counts(peer, 2)[1]
+    bad = real_raw[2].copy()
+    bad[64 + 16] = (bad[64 + 16] & 0xF0) | 9
+    bad[:4] = np.frombuffer(b"\x7fELF", np.uint8)
+    with pytest.raises(DecodeError, match="not a ktrace event buffer") as alone:
+        decode_buffer(bad)
+    with pytest.raises(DecodeError) as got:
+        screen_batch([real_raw[2], bad], 2)
+    assert str(got.value) == str(alone.value) and type(got.value) is DecodeError

@@ -37,6 +37,26 @@ def test_argsort_stable_and_dense_codes(n):
         codes, u = keys.dense_codes(k)
         ru, rinv = np.unique(k, return_inverse=True)
         assert np.array_equal(u, ru) and np.array_equal(codes, rinv.reshape(-1))
+        d = keys.distinct(k)
+        assert d.dtype == ru.dtype and np.array_equal(d, ru)
+
+
+@pytest.mark.parametrize("n", [0, 1, 6, 40])
+def test_is_lexsorted_is_row_by_row_comparison(n):
+    rng = np.random.default_rng(n + 2)
+    for trial in range(200):
+        cols = [rng.integers(0, 3, n), rng.integers(0, 3, n).astype(np.int32), rng.integers(0, 4, n)][: 1 + trial % 3]
+        if trial % 2:  # mostly sorted, so that both answers occur
+            o = np.lexsort(cols[::-1])
+            cols = [c[o] for c in cols]
+            if n > 1 and trial % 4 == 1:
+                i = int(rng.integers(0, n - 1))
+                for c in cols:
+                    c[[i, i + 1]] = c[[i + 1, i]]
+        rows = list(zip(*(c.tolist() for c in cols)))
+        assert keys.is_lexsorted(*cols) == all(r <= q for r, q in zip(rows, rows[1:]))
+        assert keys.is_lexsorted(*cols, strict=True) == all(r[:-1] < q[:-1] or (r[:-1] == q[:-1] and r[-1] < q[-1])
+                                                             for r, q in zip(rows, rows[1:]))
 
 
 def test_occurrence_counts_within_runs():

@@ -272,3 +272,54 @@ def test_the_trace_processor_shows_one_arrow_per_counter_wait(tmp_path, name):
                             "where b.ts < a.ts") == 0
         finally:
             t.close()
+
+
+def _rule1_reference(notifies, waits):
+    """Rule 1 from its words, one event at a time: the k-th notify of a (producer, consumer,
+    flag, value) group in (launch, start) order releases the k-th wait of each program of that
+    group in (launch, order) order; timed-out waits take their round unpaired."""
+    rounds: dict = {}
+    n_order = sorted(range(notifies["rank"].size), key=lambda i: (notifies["launch"][i], notifies["start"][i]))
+    for i in n_order:
+        rounds.setdefault((notifies["rank"][i], notifies["peer"][i], notifies["flag"][i], notifies["value"][i]), []).append(i)
+    out = np.full(waits["rank"].size, -1, np.int64)
+    seen: dict = {}
+    for i in sorted(range(waits["rank"].size), key=lambda i: (waits["launch"][i], waits["order"][i])):
+        g = (waits["peer"][i], waits["rank"][i], waits["flag"][i], waits["expected"][i])
+        k = seen.get((g, waits["program"][i]), 0)
+        seen[(g, waits["program"][i])] = k + 1
+        if not waits["timed_out"][i] and k < len(rounds.get(g, ())):
+            out[i] = rounds[g][k]
+    return out
+
+
+@pytest.mark.parametrize("n_flags", [7, 40_000])
+def test_exact_pairs_by_round_whatever_the_order_of_the_waits(n_flags):
+    # CONSTRUCTED: 3 ranks, launches of several rounds on a few flags (or on more flags than 2^15
+    # groups), some notifies and waits missing, some waits timed out; the waits given in record
+    # order (rank, launch, order) and shuffled pair the same, and as the rule says, wait by wait
+    rng = np.random.default_rng(7)
+    n_n = 3000 if n_flags < 100 else 40_000
+    n_w = 3 * n_n
+    notifies = {"rank": rng.integers(0, 3, n_n), "launch": rng.integers(0, 4, n_n), "start": rng.integers(0, 10**6, n_n),
+                "peer": rng.integers(0, 3, n_n), "value": rng.integers(1, 3, n_n), "flag": rng.integers(0, n_flags, n_n) * 8}
+    # most waits wait for one of the notifies (in a launch of their own choosing), the rest at random
+    of = rng.integers(0, n_n, n_w)
+    waits = {"rank": notifies["peer"][of], "launch": rng.integers(0, 4, n_w), "program": rng.integers(0, 5, n_w),
+             "peer": notifies["rank"][of], "flag": notifies["flag"][of], "expected": notifies["value"][of],
+             "cmp": np.zeros(n_w, np.int64), "timed_out": rng.random(n_w) < 0.05}
+    noise = rng.random(n_w) < 0.2
+    waits["flag"][noise] = rng.integers(0, n_flags, int(noise.sum())) * 8
+    o = np.lexsort((waits["launch"], waits["rank"]))  # record order: rank, launch, then the slot
+    waits = {k: v[o] for k, v in waits.items()}
+    waits["order"] = np.arange(n_w)
+    ref = _rule1_reference(notifies, waits)
+    p = pair(notifies, waits, fallback=False)
+    got = np.full(n_w, -1, np.int64)
+    got[p.wait] = p.notify
+    assert (got >= 0).sum() > n_w // 4 and np.array_equal(got, ref)
+    s = rng.permutation(n_w)
+    p = pair(notifies, {k: v[s] for k, v in waits.items()}, fallback=False)
+    got_s = np.full(n_w, -1, np.int64)
+    got_s[s[p.wait]] = p.notify
+    assert np.array_equal(got_s, ref)

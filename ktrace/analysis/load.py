@@ -27,7 +27,7 @@ import numpy as np
 from ..schema import EventKind
 from .spans import workgroup_starts
 from .stalls import _holds, workgroup_extent
-from ..keys import dense_codes, group_count, group_index, group_median, group_sum
+from ..keys import dense_codes, distinct, group_count, group_index, group_median, group_sum
 from .trace import ColumnTable, Sparse, Trace, lane_view
 
 
@@ -151,6 +151,24 @@ def _region_time(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 _BLOCK = 1 << 20
 
 
+def wait_regions(trace: Trace) -> np.ndarray:
+    """The region ids the trace's waits name, sorted (cached)."""
+    return trace.cached(("wait_regions",), lambda: distinct(trace.at(EventKind.WAIT, "region")))
+
+
+def role_region_medians(trace: Trace, rinv: np.ndarray, g: int) -> np.ndarray:
+    """Per region (a column of :func:`region_time`), the median time of the workgroups of role
+    ``g`` (``rinv``: each workgroup's role), a column at a time (no copy of the role's rows);
+    cached per role of that ``rinv`` (the outliers' top regions and the uneven-work causes both
+    read them)."""
+    def make():
+        m, rids = region_time(trace)
+        members = rinv == g
+        return rinv, np.array([np.median(m[members, j]) for j in range(rids.size)])
+
+    return trace.cached(("role_region_median", id(rinv), int(g)), make)[1]  # (rinv kept: its id stays its own)
+
+
 def _kernel_codes(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """Per workgroup, a code into the sorted kernel names (object array) of the capture: one name
     lookup per (rank, launch), not per workgroup (cached)."""
@@ -189,7 +207,7 @@ def _handoff_roles(trace: Trace, kcode: np.ndarray, knames: np.ndarray) -> tuple
     # (a kernel whose programs do both, or vary in how much, keeps one role)
     mixed = seen[:, 1] & seen[:, 2] & ~seen[:, 3]
     key = kcode * 4 + np.where(mixed[kcode], part, 0)
-    u, inv = np.unique(key, return_inverse=True)
+    inv, u = dense_codes(key)  # (a table of the few keys present: no sort of every workgroup)
     names = np.array([f"{knames[k // 4]} {_HANDOFF_ROLES[k % 4]}" if mixed[k // 4] else knames[k // 4] for k in u.tolist()],
                      dtype=object)
     o = np.argsort(names, kind="stable")  # (sorted names, as the codes of a column are)
@@ -252,7 +270,7 @@ def workgroups(trace: Trace, config: LoadConfig = LoadConfig()) -> ColumnTable:
     m, rids = region_time(trace)
     if config.roles == "region":  # kernel + the leaf span region (not a wait) with the most time
         kern = kernel_names(trace)
-        is_wait_col = np.isin(rids, dense_codes(trace.at(EventKind.WAIT, "region"))[1])
+        is_wait_col = np.isin(rids, wait_regions(trace))
         is_wait_col &= ~np.isin(rids, dense_codes(trace.column("region")[spans])[1])
         if rids.size:
             ms = np.where(is_wait_col[None, :], -1.0, m)
@@ -297,8 +315,7 @@ def workgroups(trace: Trace, config: LoadConfig = LoadConfig()) -> ColumnTable:
     top_ex = np.full(oi.size, np.nan)
     if oi.size and rids.size:
         for g in np.unique(rinv[oi]).tolist():
-            members = rinv == g
-            med_r = np.array([np.median(m[members, j]) for j in range(rids.size)])  # (a column at a time)
+            med_r = role_region_medians(trace, rinv, g)
             sel = np.flatnonzero(rinv[oi] == g)
             ex = m[oi[sel]] - med_r
             j = np.argmax(ex, axis=1)

@@ -449,6 +449,9 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
         return (stalls.stall_totals(trace, "rank", w), overlap.overlap(trace, config.classes, launches=sample))
 
     def load_part():
+        # the time per region first: the workgroups table needs it and the other thread's holds,
+        # and it needs neither (made while the holds are)
+        load.region_time(trace)
         wg = load.workgroups(trace, config.load)
         path = overlap.critical_path(trace)
         return wg, path

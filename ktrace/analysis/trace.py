@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from .. import schema
-from ..keys import dense_codes
+from ..keys import dense_codes, is_lexsorted
 from ..schema import EventKind
 from ..text import printable, ranges_text
 
@@ -450,6 +450,16 @@ class ColumnTable:
                     c = self._cols[name] = np.asarray(self._lazy[name](_EVERY))
         return c
 
+    def take(self, name: str, idx: np.ndarray) -> np.ndarray:
+        """Column ``name`` at the rows ``idx`` (an index array): what ``t[idx][name]`` gives,
+        without building the rows (a lazy column is made at those rows only)."""
+        c = self._cols.get(name)
+        if c is not None:
+            return c[idx].astype(self.dtype[name], copy=False)
+        if name not in self._lazy and name not in self._derived:
+            raise ValueError(f"no field of name {name}")
+        return np.asarray((self._derived.get(name) or self._lazy[name])(np.asarray(idx, np.int64)), self.dtype[name])
+
     def __array__(self, dtype=None, copy=None):
         """Every row as a structured array (``np.asarray(t)``, ``np.sort(t, order=...)``): the
         whole table built at once."""
@@ -524,15 +534,7 @@ def fill_table(out: np.ndarray, columns: dict) -> np.ndarray:
 def _is_sorted(*cols: np.ndarray) -> bool:
     """Whether rows are in lexicographic order of ``cols`` (rank, launch, program[, lane], slot),
     the last strictly increasing among rows equal in the others."""
-    *keys, slot = cols
-    same = None  # rows equal to the one before in every key so far
-    for c in keys:
-        d = np.diff(np.asarray(c, np.int64))
-        if ((d < 0) if same is None else (same & (d < 0))).any():
-            return False
-        same = (d == 0) if same is None else (same & (d == 0))
-    ds = np.diff(np.asarray(slot, np.int64))
-    return not (same & (ds <= 0)).any()
+    return is_lexsorted(*cols, strict=True)
 
 
 def _workgroups(trace: Trace) -> tuple[np.ndarray, np.ndarray]:

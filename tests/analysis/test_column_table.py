@@ -49,6 +49,20 @@ def test_lazy_columns_are_made_for_the_rows_asked_then_kept_whole():
     assert len(calls) == 2  # rows now come from the kept column
 
 
+def test_take_is_a_column_of_the_rows_without_building_them():
+    calls = []
+    t, a, b = _table(calls)
+    idx = np.array([3, 0, 49, 3])
+    rows = t[idx]
+    calls.clear()
+    for name in ("a", "b", "name", "d"):
+        got = t.take(name, idx)
+        assert got.tolist() == rows[name].tolist() and got.dtype == DT[name]
+    assert [c.tolist() for c in calls] == [[3, 0, 49, 3]] and "name" not in t._cols  # (made at those rows only)
+    with pytest.raises(ValueError):
+        t.take("nosuch", idx)
+
+
 def test_derived_columns_are_never_kept():
     t, a, _ = _table([])
     d1, d2 = t["d"], t["d"]

@@ -59,7 +59,7 @@ from ...text import ranges_text
 from ..intervals import last_at_or_before, segmented_cummax, segmented_cumsum
 from ..names import OUTSIDE
 from ..spans import coverage, covered
-from ..stalls import latest_flag_notify, workgroup_extent
+from ..stalls import kernel_time, latest_flag_notify, workgroup_extent
 from ..stalls import waits as _waits
 from ..trace import Sparse, Trace, fill_table
 
@@ -287,12 +287,13 @@ def launch_makespans(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     def build():
         if trace.n_workgroups == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        ws, we = workgroup_extent(trace)
-        lcode, lids = dense_codes(trace.wg_keys[:, 1])
+        # from each rank's extent of the launch (a few per launch: not a pass over every workgroup)
+        kt = kernel_time(trace)
+        lcode, lids = dense_codes(kt["launch"])
         lo = np.full(lids.size, np.iinfo(np.int64).max)
         hi = np.full(lids.size, np.iinfo(np.int64).min)
-        np.minimum.at(lo, lcode, ws)
-        np.maximum.at(hi, lcode, we)
+        np.minimum.at(lo, lcode, kt["start_ns"])
+        np.maximum.at(hi, lcode, kt["end_ns"])
         return lids.astype(np.int64), (hi - lo).astype(np.int64)
 
     return trace.cached(("launch_makespans",), build)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...keys import group_median
+from ...keys import distinct, group_median
 from ...text import fmt_ns
 from ..load import _HANDOFF_ROLES
 from ..names import OUTSIDE, region_label
@@ -38,24 +38,18 @@ class Detail:
     workgroups: np.ndarray  # their workgroup ids
 
 
-def _extra_region(ctx: Context, sel: np.ndarray, members: np.ndarray) -> tuple[str, float]:
+def _extra_region(ctx: Context, sel: np.ndarray, role_inv: np.ndarray, ri: int) -> tuple[str, float]:
     """The region (a leaf span: work, not waiting) where the workgroups ``sel`` spent the most
-    beyond the median of the role's ``members``, and how much (their mean); ("", NaN) when none
-    is above."""
-    from ...schema import EventKind
-    from ..load import region_time
+    beyond the median of their role (``ri`` of ``role_inv``), and how much (their mean); ("", NaN)
+    when none is above."""
+    from ..load import region_time, role_region_medians, wait_regions
 
     mtx, rids = region_time(ctx.trace)
     if rids.size == 0 or sel.size == 0:
         return "", float("nan")
     mine = mtx[sel].astype(np.float64).mean(axis=0)
-
-    def medians():  # per region, the role's median (a column at a time: no copy of the role's rows)
-        return np.array([np.median(mtx[members, j]) for j in range(rids.size)])
-
-    med = ctx.trace.cached(("role_region_median", members.size, int(members[0]) if members.size else -1), medians)
-    ex = mine - med
-    ex[np.isin(rids, ctx.trace.at(EventKind.WAIT, "region"))] = -np.inf  # (time in waits is not work)
+    ex = mine - role_region_medians(ctx.trace, role_inv, ri)
+    ex[np.isin(rids, wait_regions(ctx.trace))] = -np.inf  # (time in waits is not work)
     j = int(np.argmax(ex))
     if not ex[j] >= 1.0:
         return "", float("nan")
@@ -67,11 +61,12 @@ def detect(ctx: Context) -> list[Cause]:
     if wg is None or wg.size == 0 or not wg["overloaded"].any():
         return []
     over = np.flatnonzero(wg["overloaded"])
-    ov = wg[over]
+    # (their top region alone: not their whole rows, each lazy column made at them)
+    top = wg.take("top_region", over) if hasattr(wg, "take") else wg["top_region"][over]
     role_inv, role_codes = _role_codes(wg)
     med = group_median(role_inv, wg["work_ns"].astype(np.float64), role_codes.size)
     med_items = group_median(role_inv, wg["work_items"].astype(np.float64), role_codes.size)
-    reg_inv, reg_names = _object_codes(ov["top_region"])
+    reg_inv, reg_names = _object_codes(top)
     key = role_inv[over] * max(reg_names.size, 1) + reg_inv
     out = []
     for k in np.unique(key).tolist():  # (role, region): a handful
@@ -87,7 +82,7 @@ def detect(ctx: Context) -> list[Cause]:
         rp = np.unique(wg["rank"][sel].astype(np.int64) * (1 << 32) + wg["program"][sel].astype(np.int64))
         progs = {int(r): (rp[(rp >> 32) == r] & 0xFFFFFFFF).tolist() for r in ranks}
         excess = float(np.clip(wg["work_ns"][sel] - med[ri], 0, None).sum())
-        region, rex = _extra_region(ctx, sel, np.flatnonzero(role_inv == ri))
+        region, rex = _extra_region(ctx, sel, role_inv, ri)
         work = float(np.mean(wg["work_ns"][sel]))
         out.append(Cause(KIND, ranks[0] if len(ranks) == 1 else -1, ranks, codes, changes=changes, excess_ns=excess,
                          detail=Detail(role=str(role_codes[ri]), region=region, region_excess_ns=rex,
@@ -116,7 +111,7 @@ def describe(c: Cause, ctx: Context) -> Description:
     named, n_agents = workgroup_agents(wg, ids)
     role_inv, role_codes = _role_codes(wg)
     ri = int(np.searchsorted(role_codes, d.role))
-    role_launches = np.unique(wg["launch"][role_inv == ri]).tolist()
+    role_launches = distinct(wg["launch"][role_inv == ri]).tolist()
     part = next((i for i, n in sorted(enumerate(_HANDOFF_ROLES), key=lambda x: -len(x[1])) if d.role.endswith(" " + n)), -1)
     launches = [int(x) for x in c.launches.tolist()]
     claims = [Claim("worked_longer", named, {"launches": launches, "n_agents": n_agents, "role_launches": role_launches,
