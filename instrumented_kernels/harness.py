@@ -425,6 +425,20 @@ def check_close(what: str, out, ref, tol: float = 1e-2, rank: int | None = None)
     return e
 
 
+def check_launches(what: str, launch, out, heap, want, rank: int | None = None, modes=(False, True, "ring")) -> None:
+    """Check a plan's launch in each trace mode against ``want``: ``launch(traced)`` for each of
+    ``modes`` (untraced, a dense trace, ring mode: :func:`trace_args`), its output buffer ``out``
+    poisoned before (once every rank is past the previous launch, whose writes into this rank's
+    heap could otherwise land on the poison) and the heap's error block checked after."""
+    for traced in modes:
+        heap.barrier()
+        poison(out)
+        heap.barrier()
+        got = launch(traced)
+        heap.check()
+        check_close(f"{what}{f' traced ({traced})' if traced else ''} vs baseline", got, want, rank=rank)
+
+
 def trace_buffer(n_programs: int, capacity: int, device):
     """A zeroed int64 event buffer for ``n_programs`` programs of ``capacity`` slots each."""
     import torch

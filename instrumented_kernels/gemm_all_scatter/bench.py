@@ -67,18 +67,7 @@ def _build(shape: dict, schedule: str):
         def check():
             torch_baseline(A, B, sh["gathered"])
             want = columns(sh["gathered"]).clone()
-            harness.poison(sh["C"])
-            sh["heap"].barrier()
-            got = plan(A, B)
-            sh["heap"].check()
-            harness.check_close(f"{KERNEL}/{schedule} vs baseline", got, want, rank=dist.rank)
-            sh["heap"].barrier()
-            for traced in (True, "ring"):
-                harness.poison(sh["C"])
-                sh["heap"].barrier()
-                got = plan(A, B, traced=traced)
-                sh["heap"].check()
-                harness.check_close(f"{KERNEL}/{schedule} traced ({traced}) vs baseline", got, want, rank=dist.rank)
+            harness.check_launches(f"{KERNEL}/{schedule}", lambda traced: plan(A, B, traced=traced), sh["C"], sh["heap"], want, rank=dist.rank)
 
         variants = {
             "ktrace": lambda: plan(A, B),

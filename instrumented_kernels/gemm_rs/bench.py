@@ -32,17 +32,7 @@ def _build(shape: dict):
 
         def check():
             want = torch_baseline(A, B, partial, out).clone()
-            harness.poison(plan.out)
-            heap.barrier()
-            got = plan(A, B)
-            heap.check()
-            harness.check_close(f"{KERNEL} vs baseline", got, want, rank=dist.rank)
-            for traced in (True, "ring"):
-                harness.poison(plan.out)
-                heap.barrier()
-                got = plan(A, B, traced=traced)
-                heap.check()
-                harness.check_close(f"{KERNEL} traced ({traced}) vs baseline", got, want, rank=dist.rank)
+            harness.check_launches(KERNEL, lambda traced: plan(A, B, traced=traced), plan.out, heap, want, rank=dist.rank)
 
         return harness.Built(
             variants={
