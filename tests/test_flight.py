@@ -237,6 +237,39 @@ def test_live_report_names_waiters_flag_and_the_lane_that_never_sent(tmp_path):
     assert any("sender rank 0 program 0: 4 notifies" in e for e in rep.evidence)
 
 
+def _hung_sim(seen_in_heap: int):
+    """Programs 1-3 spin on flags[0] >= 5 (last read 4); the dump read ``seen_in_heap`` from the heap."""
+    sim = RingSim(4, 16)
+    t = 1000
+    for p in range(4):
+        sim.start(p, 10)
+    for i in range(4):
+        sim.notify(0, t + 6, 0, 4096, i + 1)
+        for p in (1, 2, 3):
+            sim.wait(p, t, t + 20, 0, 4096, i + 1, i + 1)
+        t += 30
+    for p in (1, 2, 3):
+        sim.spin(p, t + 30, 0, 4096, 5, 4)
+    cap = _dump_capture({0: sim})
+    for w in cap.ranks[0].launches[0].meta["live"]["open_waits"]:
+        w["heap_value"] = seen_in_heap
+    return cap
+
+
+def test_live_report_says_what_the_heap_held_at_the_dump(tmp_path):
+    """The recorder reads each waited-on flag from the heap at a dump: the headline shows it, and
+    "never sent" is said only when the heap does not satisfy the wait either."""
+    from ktrace.analysis.live import live_report
+
+    rep = live_report(read_capture(write_capture(tmp_path / "a.ktrace", _hung_sim(4))))
+    assert "flag 'flags'[0] >= 5 (last read 4; 4 in the heap at the dump)" in rep.headline
+    assert rep.headline.startswith("HUNG") and "which never sent it" in rep.headline
+    rep = live_report(read_capture(write_capture(tmp_path / "b.ktrace", _hung_sim(5))))
+    assert rep.headline.startswith("WAITING at the dump (watchdog): rank 0 programs 1-3 wait on flag 'flags'[0] >= 5 "
+                                   "(last read 4; 5 in the heap at the dump) from rank 0 program 0: the heap already satisfies")
+    assert "never sent" not in rep.headline
+
+
 def test_live_report_unknown_sender_and_never_started():
     from ktrace.analysis.live import live_report
 
@@ -310,6 +343,9 @@ def test_real_dump_report_first_line():
     assert (op["end"] == ln.meta["live"]["dump_ticks"]).all() and (op["end"] > op["start"]).all()
     nt = d.events[d.events["kind"] == EventKind.NOTIFY]
     assert int(nt["arg1"].max()) == waits[0]["seen"] == waits[0]["expected"] - 1
+    # the flag as the heap held it at the dump (read by the recorder): what the waiters last read
+    assert cap.meta["live"]["heap_read"] == "read" and {w["heap_value"] for w in waits} == {waits[0]["seen"]}
+    assert f"(last read {waits[0]['seen']}; {waits[0]['seen']} in the heap at the dump)" in rep.headline
 
 
 @pytest.mark.skipif(not FIXTURE.exists(), reason="fixture not recorded yet")

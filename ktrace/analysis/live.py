@@ -47,6 +47,7 @@ class OpenWait:
     peer: int
     region: str
     waited_ns: float  # from the wait's start to the dump
+    heap: int | None = None  # the flag's value read from the heap at the dump (None: not read)
 
     @property
     def lane(self) -> Lane:
@@ -151,7 +152,8 @@ def live_report(cap) -> LiveReport | None:
                                       flag_name=flag_name(trace, int(w["flag"])), expected=int(w["expected"]),
                                       cmp=cmp_text(int(w["cmp"])), seen=int(w["seen"]), peer=int(w["peer"]),
                                       region=region_label(trace, int(w["region"])),
-                                      waited_ns=(ticks - int(w["since"])) * 1e9 / hz))
+                                      waited_ns=(ticks - int(w["since"])) * 1e9 / hz,
+                                      heap=int(w["heap_value"]) if "heap_value" in w else None))
             dump_ago[r] = live
     reason = ", ".join(sorted({str((cap.meta.get("live") or {}).get("reason", "dump"))}))
     waiting = {w.lane: w for w in waits}
@@ -240,7 +242,9 @@ def _flag(trace, off) -> str:
 def _wait_text(ws: list[OpenWait]) -> str:
     w = ws[0]
     seen = sorted({x.seen for x in ws})
-    return (f"flag {w.flag_name} {w.cmp} {w.expected} (last read {', '.join(map(str, seen))})")
+    heap = sorted({x.heap for x in ws if x.heap is not None})
+    held = f"; {', '.join(map(str, heap))} in the heap at the dump" if heap and len(heap) == 1 and all(x.heap is not None for x in ws) else ""
+    return (f"flag {w.flag_name} {w.cmp} {w.expected} (last read {', '.join(map(str, seen))}{held})")
 
 
 def _group(waits: list[OpenWait]) -> dict:
@@ -274,8 +278,20 @@ def _headline(waits, edges, cycle, roots, senders, last, state, waiting, trace, 
     others = [w.lane for w in waits if w.lane not in held and w.lane not in lanes]
     tail = f"; {_lanes_text(sorted(held))} wait{'s' if len(held) == 1 else ''} behind {'it' if len(lanes) == 1 else 'them'}" if held else ""
     tail += f"; {_lanes_text(others)} wait{'s' if len(others) == 1 else ''} on other lanes" if others else ""
+    heap = {w.heap for w in ws}
+    if len(heap) == 1 and None not in heap and _holds(ws[0].cmp, heap.pop(), ws[0].expected):
+        # the flag was written after the lanes' last read (its sender's record may still be in
+        # its registers): not "never sent"
+        return (f"WAITING at the dump ({reason}): {_lanes_text(lanes)} wait{'s' if len(lanes) == 1 else ''} on {_wait_text(ws)} "
+                f"from {_lane_text(root)}: the heap already satisfies the wait (written after their last read){tail}")
     return (f"HUNG at the dump ({reason}): {_lanes_text(lanes)} wait{'s' if len(lanes) == 1 else ''} on {_wait_text(ws)} "
             f"from {_lane_text(root)}, which never sent it{sent}: {_doing(root, last, state, trace)}{tail}")
+
+
+def _holds(cmp: str, value: int, expected: int) -> bool:
+    """Whether ``value cmp expected`` (an operator of ``schema.CMP_SYMBOLS``; False for an unknown one)."""
+    return {"==": value == expected, "!=": value != expected, ">=": value >= expected, ">": value > expected,
+            "<=": value <= expected, "<": value < expected}.get(cmp, False)
 
 
 def _behind(edges: dict) -> dict:

@@ -17,8 +17,10 @@ for the session. When the capture opens it
 Everything a dump needs from CUDA exists before the first launch: a dump reads pinned memory
 and writes a file, with no CUDA call (creating a CUDA stream while a kernel spins blocks the host;
 a synchronising call would wait for ever). The flag's value in a dump is the value the waiting
-lane last read from it, which the lane writes into its NOW slot whenever it changes: the heap
-itself is device memory that the host cannot read without a CUDA call.
+lane last read from it, which the lane writes into its NOW slot whenever it changes; with the
+capture's heap (``ktrace.capture(heap=...)``) a dump also reads each waited-on flag from the heap
+itself: 4-byte copies on a stream made when the capture opens (copy engines, no SM: they run
+beside a kernel that holds every SM), waited for at most ``copy_timeout_s``.
 
 The watchdog dumps when no lane of any launch has written a record for ``stall_s`` seconds while
 some lane is in a wait (a finished kernel leaves no lane waiting), once per stall; ``SIGUSR1``
@@ -50,6 +52,8 @@ log = logging.getLogger("ktrace")
 #: Environment variable naming the directory where recording processes register for ``ktrace dump``.
 REGISTRY_ENV = "KTRACE_FLIGHT_DIR"
 _ALIGN = 256
+#: At most this many distinct flags are read from the heap per dump (4 bytes each).
+HEAP_READS = 1024
 
 
 def registry_dir() -> Path:
@@ -176,6 +180,13 @@ class Recorder:
         else:
             self._arena = torch.zeros(self.config.arena_bytes, dtype=torch.uint8, pin_memory=True)
             self._host = self._arena.numpy()
+        heap = getattr(self.session, "heap", None)
+        if heap is not None and getattr(heap, "device", None) is not None and heap.device.type == "cuda":
+            # the flags' reads at a dump: a pinned landing area, a stream and an event, made now
+            self._flag_host = torch.zeros(HEAP_READS, dtype=torch.int32, pin_memory=True)
+            self._flag_side = self._side if self._staging is not None else torch.cuda.Stream(dev)
+            self._flag_done = torch.cuda.Event()
+            self._heap_bytes = heap.buffer.view(torch.uint8)
         self._clock = _device_clock(dev)
         return self._run()
 
@@ -235,6 +246,32 @@ class Recorder:
             time.sleep(0.0005)
         self._copied_ns = time.time_ns()
         return True
+
+    def read_flags(self, offsets) -> tuple[dict, str]:
+        """The int32 values at these heap offsets (this rank's heap) now, read on the recorder's
+        own stream (4-byte copies to pinned memory) and waited for at most ``copy_timeout_s``.
+
+        Returns ``(values, how)``: offset -> value for those read, and what happened in words
+        ("read", or why not: no heap given to the capture, the copy did not complete, ...)."""
+        if getattr(self, "_flag_host", None) is None:
+            return {}, "no heap was given to the capture"
+        import torch
+
+        offs = sorted({int(o) for o in offsets if 0 <= int(o) <= self._heap_bytes.numel() - 4})[:HEAP_READS]
+        if not offs:
+            return {}, "no flag to read"
+        dst = self._flag_host.view(torch.uint8)
+        with torch.cuda.stream(self._flag_side):
+            for i, o in enumerate(offs):
+                dst[4 * i : 4 * i + 4].copy_(self._heap_bytes[o : o + 4], non_blocking=True)
+            self._flag_done.record(self._flag_side)
+        end = time.monotonic() + self.config.copy_timeout_s
+        while not self._flag_done.query():
+            if time.monotonic() > end:
+                return {}, f"the heap read did not complete within {self.config.copy_timeout_s} s"
+            time.sleep(0.0005)
+        vals = self._flag_host.numpy()[: len(offs)].tolist()
+        return dict(zip(offs, vals)), "read"
 
     def _ring_bytes(self, r: RingLaunch) -> np.ndarray:
         return np.array(self._host[r.offset : r.offset + r.nbytes])  # a copy: the device keeps writing
@@ -356,6 +393,13 @@ class Recorder:
             }
             launches.append(Launch(index=pl.index, kernel=pl.kernel, grid=pl.grid, capacity=r.slots + 2, raw=raw,
                                    host_ns=pl.host_ns, stream=pl.stream, meta={"device": pl.device, "live": live}))
+        # the waited-on flags as the heap holds them now (after the rings: a flag set since a
+        # lane's last read shows here first)
+        values, how = self.read_flags(w["flag"] for ln in launches for w in ln.meta["live"]["open_waits"])
+        for ln in launches:
+            for w in ln.meta["live"]["open_waits"]:
+                if w["flag"] in values:
+                    w["heap_value"] = int(values[w["flag"]])
         names: dict[int, str] = {}
         for k in list(s.kernels.values()):
             names.update(regions.scan_kernel(k.jit_fn))
@@ -365,7 +409,7 @@ class Recorder:
         meta = s._meta()
         meta["live"] = {"reason": reason, "dump_ns": host_ns, "pid": os.getpid(), "sequence": n,
                         "clock_bound_ns": bound, "stall_s": self.config.stall_s,
-                        "placement": self.config.placement}
+                        "placement": self.config.placement, "heap_read": how}
         notes = [f"live dump ({reason}) taken while the kernels ran: open waits end at the dump"]
         if not fresh:
             notes.append(f"the copy of the rings from device memory did not complete within {self.config.copy_timeout_s} s: "

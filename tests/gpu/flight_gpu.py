@@ -372,6 +372,13 @@ def hang(out: Path, stall_s: float, placement: str = "pinned") -> dict:
                                "open_waits": len(w1), "waited_s_at_dump": waited, "file_seen_after_launch_s": (t_d1 - t_launch) / 1e9,
                                "clock_bound_ns": live1["clock_bound_ns"]}
         print(f"watchdog dump {d1.name}: {len(w1)} open waits, waited {min(waited):.3f}-{max(waited):.3f} s (T = {stall_s} s)", flush=True)
+        # each waited-on flag read from the heap at the dump: the notify was skipped, so the heap
+        # holds what the lanes last read
+        summary["watchdog"]["heap_read"] = live1.get("heap_read")
+        summary["watchdog"]["heap_vs_seen"] = sorted({(w.get("heap_value"), w["seen"]) for w in w1})
+        print(f"heap read: {live1.get('heap_read')}; (heap, last read): {summary['watchdog']['heap_vs_seen']}", flush=True)
+        if live1.get("heap_read") != "read" or any(w.get("heap_value") != w["seen"] for w in w1):
+            raise SystemExit(f"the dump's heap read: {live1.get('heap_read')}, {summary['watchdog']['heap_vs_seen']}")
         if ch.poll() is not None:
             raise SystemExit("the child ended before the signal")
         r = subprocess.run([sys.executable, "-m", "ktrace.cli", "dump", "--registry", str(out / "registry")],
