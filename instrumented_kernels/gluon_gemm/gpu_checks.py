@@ -228,12 +228,6 @@ def bench(out, res):
                 fns[f"traced_{part}_only"] = GluonGemm(M, N, K, GluonGemmConfig(stage_probes=False, traced_lanes=1 << lane)).direct(A, B, C).traced
             # every probe runs, every record is counted dropped (one slot per lane): the stores' share
             fns["traced_tile_all_dropped"] = GluonGemm(M, N, K, GluonGemmConfig(stage_probes=False), events_per_lane=1).direct(A, B, C).traced
-        if os.environ.get("GLUON_EXP"):  # experiments: an experimental copy's EPI_MODE variants (epilogue lane only, and all lanes)
-            exp = importlib.import_module(os.environ["GLUON_EXP"])
-            exps = {"A_epi4": dict(EPI_MODE=4), "B_arrive_only": dict(EPI_MODE=4, MMA_HANDOFF=1), "C_spans_only": dict(EPI_MODE=4, MMA_HANDOFF=0)}
-            for name, kw in exps.items():
-                d = exp.GluonGemm(M, N, K, exp.GluonGemmConfig(stage_probes=False)).direct(A, B, C)
-                fns[f"exp_{name}"] = lambda d=d, kw=kw: d._launch(ktrace_buf=d.buffer, KTRACE=d.capacity, KTRACE_LANES=3, **kw)
         if before:  # the same launch with an earlier copy of the kernel module (a before/after run)
             fns["traced_tile_before"] = before.GluonGemm(M, N, K, before.GluonGemmConfig(stage_probes=False)).direct(A, B, C).traced
         t = H.time_interleaved(fns, reps=reps, warmup=10, batch=batch)
