@@ -130,16 +130,12 @@ def epilogue_partition(c_desc, c_smem, c_ready, c_empty, M, N, STAGE_PROBES: gl.
 
 
 @gluon.jit
-def gluon_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, STAGES: gl.constexpr, LOADER_DELAY_NS: gl.constexpr,
-                      STAGE_PROBES: gl.constexpr, ktrace_buf=None, KTRACE: gl.constexpr = 0, KTRACE_LANES: gl.constexpr = 1,
-                      TRACED_LANES: gl.constexpr = 7):
-    """Warp-specialized persistent GEMM (see the module docstring); grid = (programs,).
+def pipeline_buffers(a_desc, b_desc, c_desc, STAGES: gl.constexpr, C_READERS: gl.constexpr):
+    """The pipeline's shared memory, its mbarriers initialised: ``STAGES`` operand stages
+    (``ready`` / ``empty``), the output tile and its hand-off (``c_ready``; ``c_empty`` completes
+    when all ``C_READERS`` partitions that read the tile have arrived).
 
-    ``TRACED_LANES``: a traced launch records in lane ``l`` if bit ``l`` is set (all by default;
-    fewer splits the probes' cost by partition, for timing only)."""
-    K_MMA: gl.constexpr = KTRACE * (TRACED_LANES & 1)
-    K_LOAD: gl.constexpr = KTRACE * ((TRACED_LANES >> 1) & 1)
-    K_EPI: gl.constexpr = KTRACE * ((TRACED_LANES >> 2) & 1)
+    Returns ``(a_bufs, b_bufs, c_smem, ready, empty, c_ready, c_empty)``."""
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
     c_smem = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
@@ -151,7 +147,22 @@ def gluon_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, STAGES: gl.constexpr, LOA
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=1)
     mbarrier.init(c_ready, count=1)
-    mbarrier.init(c_empty, count=1)
+    mbarrier.init(c_empty, count=C_READERS)
+    return a_bufs, b_bufs, c_smem, ready, empty, c_ready, c_empty
+
+
+@gluon.jit
+def gluon_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, STAGES: gl.constexpr, LOADER_DELAY_NS: gl.constexpr,
+                      STAGE_PROBES: gl.constexpr, ktrace_buf=None, KTRACE: gl.constexpr = 0, KTRACE_LANES: gl.constexpr = 1,
+                      TRACED_LANES: gl.constexpr = 7):
+    """Warp-specialized persistent GEMM (see the module docstring); grid = (programs,).
+
+    ``TRACED_LANES``: a traced launch records in lane ``l`` if bit ``l`` is set (all by default;
+    fewer splits the probes' cost by partition, for timing only)."""
+    K_MMA: gl.constexpr = KTRACE * (TRACED_LANES & 1)
+    K_LOAD: gl.constexpr = KTRACE * ((TRACED_LANES >> 1) & 1)
+    K_EPI: gl.constexpr = KTRACE * ((TRACED_LANES >> 2) & 1)
+    a_bufs, b_bufs, c_smem, ready, empty, c_ready, c_empty = pipeline_buffers(a_desc, b_desc, c_desc, STAGES, 1)
     gl.warp_specialize([
         (mma_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, c_ready, c_empty, c_smem, M, N, K,
                          STAGE_PROBES, ktrace_buf, K_MMA, KTRACE_LANES)),

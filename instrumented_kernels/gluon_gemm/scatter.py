@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
+from triton.experimental.gluon.language.nvidia.hopper import tma
 
 import ktrace
 import ktrace.gluon as kg
 import ktrace.shmem.gluon as ksg
 
-from .kernel import GluonGemmConfig, events_per_lane, load_partition, mma_partition
+from .kernel import GluonGemmConfig, events_per_lane, load_partition, mma_partition, pipeline_buffers
 
 #: Rows of the tile the communication partition moves at a time (one warp: 16 x BN halves).
 CHUNK: gl.constexpr = gl.constexpr(16)
@@ -88,18 +88,8 @@ def gemm_scatter_kernel(a_desc, b_desc, c_desc, c_all, flags, M, N, K, rank, wor
     """GEMM of this rank's rows + all-scatter of them (see the module docstring); grid = (programs,)."""
     BM: gl.constexpr = c_desc.block_type.shape[0]
     BN: gl.constexpr = c_desc.block_type.shape[1]
-    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
-    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
-    c_smem = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    c_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    c_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)
-    mbarrier.init(c_ready, count=1)
-    mbarrier.init(c_empty, count=2)  # the epilogue and the communication partition both read the tile
+    # the epilogue and the communication partition both read the tile
+    a_bufs, b_bufs, c_smem, ready, empty, c_ready, c_empty = pipeline_buffers(a_desc, b_desc, c_desc, STAGES, 2)
     gl.warp_specialize([
         (mma_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, c_ready, c_empty, c_smem, M, N, K,
                          STAGE_PROBES, ktrace_buf, KTRACE, KTRACE_LANES)),
