@@ -366,6 +366,13 @@ class _Epochs:
         return self.epoch
 
 
+def _direct_header(n_programs: int, capacity: int) -> "schema.Header":
+    """The header of a direct launch's buffer (one-dimensional grid, NVIDIA timer), which the
+    launch itself does not write."""
+    return schema.Header(timer=schema.TimerKind.NV_GLOBALTIMER, tick_hz=10**9, capacity=capacity, n_programs=n_programs,
+                         grid=(n_programs, 1, 1))
+
+
 def _decode(buf, n_programs: int, capacity: int):
     """Decode a preallocated buffer (the header is written here: a direct launch has none)."""
     import numpy as np
@@ -374,8 +381,7 @@ def _decode(buf, n_programs: int, capacity: int):
 
     nbytes = schema.buffer_bytes(n_programs, capacity)
     raw = buf.cpu().numpy().view(np.uint8)[:nbytes].copy()
-    hdr = schema.Header(timer=schema.TimerKind.NV_GLOBALTIMER, tick_hz=10**9, capacity=capacity, n_programs=n_programs, grid=(n_programs, 1, 1))
-    raw[:64] = np.frombuffer(hdr.to_bytes(), np.uint8)
+    raw[:64] = np.frombuffer(_direct_header(n_programs, capacity).to_bytes(), np.uint8)
     return decode_buffer(raw)
 
 
@@ -393,8 +399,7 @@ def _check_records(name: str, buf, n_programs: int, capacity: int, expected: int
 
         slots = capacity & (schema.RING_GATE - 1)
         rec, heads, _ = ring.split_ring(buf.cpu().numpy().view(np.uint8), n_programs, slots)
-        hdr = schema.Header(timer=schema.TimerKind.NV_GLOBALTIMER, tick_hz=10**9, capacity=slots, n_programs=n_programs, grid=(n_programs, 1, 1))
-        ev = decode_buffer(ring.unroll(rec, heads, hdr)[0]).events
+        ev = decode_buffer(ring.unroll(rec, heads, _direct_header(n_programs, slots))[0]).events
         bad = int((ev["end"] < ev["start"]).sum())
         if int(heads.sum()) != expected + signals or not len(ev) or bad:
             raise SystemExit(f"{name}: ring heads sum to {int(heads.sum())} slots (expected {expected + signals}), "
