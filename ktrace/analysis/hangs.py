@@ -65,22 +65,27 @@ def _reaches(values: np.ndarray, expected: int, cmp: int) -> np.ndarray:
     the flag, the running sum when they add to it. Notifies that all write the same value are
     read as a counter (adds: the running sum), others as sets (see ``stalls.release_pairs``).
     """
-    out = np.zeros(values.size, bool)
     counter = values.size > 1 and bool((values == values[0]).all())
-    for v in ((np.cumsum(values),) if counter else (values,)):
-        if cmp == int(Cmp.EQ):
-            out |= v == expected
-        elif cmp == int(Cmp.NE):
-            out |= v != expected
-        elif cmp == int(Cmp.GE):
-            out |= v >= expected
-        elif cmp == int(Cmp.GT):
-            out |= v > expected
-        elif cmp == int(Cmp.LE):
-            out |= v <= expected
-        elif cmp == int(Cmp.LT):
-            out |= v < expected
-    return out
+    return compares(np.cumsum(values) if counter else values, expected, cmp)
+
+
+def compares(values, expected: int, cmp: int) -> np.ndarray:
+    """Whether each value compares ``cmp`` (a ``schema.Cmp`` code) to ``expected``, as a wait
+    tests its flag; False for an unknown code."""
+    v = np.asarray(values)
+    if cmp == int(Cmp.EQ):
+        return v == expected
+    if cmp == int(Cmp.NE):
+        return v != expected
+    if cmp == int(Cmp.GE):
+        return v >= expected
+    if cmp == int(Cmp.GT):
+        return v > expected
+    if cmp == int(Cmp.LE):
+        return v <= expected
+    if cmp == int(Cmp.LT):
+        return v < expected
+    return np.zeros(v.shape, bool)
 
 
 def timeouts(trace: Trace) -> np.ndarray:

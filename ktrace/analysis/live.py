@@ -24,9 +24,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..schema import EventFlag, EventKind, arg_column
+from ..schema import CMP_SYMBOLS, EventFlag, EventKind, arg_column
 from ..text import fmt_ns, ranges_text
-from .hangs import cmp_text
+from .hangs import cmp_text, compares
+
+#: A wait's operator (as :func:`cmp_text` writes it) back to its ``schema.Cmp`` code.
+_CMP_CODES = {s: c for c, s in CMP_SYMBOLS.items()}
 
 Lane = tuple  # (rank, launch, program)
 
@@ -279,19 +282,13 @@ def _headline(waits, edges, cycle, roots, senders, last, state, waiting, trace, 
     tail = f"; {_lanes_text(sorted(held))} wait{'s' if len(held) == 1 else ''} behind {'it' if len(lanes) == 1 else 'them'}" if held else ""
     tail += f"; {_lanes_text(others)} wait{'s' if len(others) == 1 else ''} on other lanes" if others else ""
     heap = {w.heap for w in ws}
-    if len(heap) == 1 and None not in heap and _holds(ws[0].cmp, heap.pop(), ws[0].expected):
+    if len(heap) == 1 and None not in heap and bool(compares(heap.pop(), ws[0].expected, _CMP_CODES.get(ws[0].cmp, -1))):
         # the flag was written after the lanes' last read (its sender's record may still be in
         # its registers): not "never sent"
         return (f"WAITING at the dump ({reason}): {_lanes_text(lanes)} wait{'s' if len(lanes) == 1 else ''} on {_wait_text(ws)} "
                 f"from {_lane_text(root)}: the heap already satisfies the wait (written after their last read){tail}")
     return (f"HUNG at the dump ({reason}): {_lanes_text(lanes)} wait{'s' if len(lanes) == 1 else ''} on {_wait_text(ws)} "
             f"from {_lane_text(root)}, which never sent it{sent}: {_doing(root, last, state, trace)}{tail}")
-
-
-def _holds(cmp: str, value: int, expected: int) -> bool:
-    """Whether ``value cmp expected`` (an operator of ``schema.CMP_SYMBOLS``; False for an unknown one)."""
-    return {"==": value == expected, "!=": value != expected, ">=": value >= expected, ">": value > expected,
-            "<=": value <= expected, "<": value < expected}.get(cmp, False)
 
 
 def _behind(edges: dict) -> dict:
