@@ -211,14 +211,15 @@ MAX_CLAIM_SEGMENTS = 2000
 
 
 def _barrier_released(trace: Trace, w, pos: np.ndarray) -> np.ndarray:
-    """Per wait (positions in ``w``), whether its program recorded any mbarrier release (a LOCAL
-    notify) on its barrier in its launch."""
+    """Per mbarrier wait (positions in ``w``), whether its program recorded any mbarrier release
+    (a LOCAL notify) on its barrier in its launch."""
     from ..schema import EventKind, arg_column
 
+    if pos.size == 0:
+        return np.zeros(0, bool)
     Nk = EventKind.NOTIFY
-    nrows = trace.rows_of(Nk)
-    loc = is_local(trace.at(Nk, "flags")) if nrows.size else np.zeros(0, bool)
-    if pos.size == 0 or not loc.any():
+    loc = is_local(trace.at(Nk, "flags"))
+    if not loc.any():
         return np.zeros(pos.size, bool)
     cols = ("rank", "launch", "program")
     nk = [trace.at(Nk, c)[loc].astype(np.int64) for c in cols] + [trace.at(Nk, arg_column(Nk, "flag"))[loc].astype(np.int64)]
@@ -536,7 +537,8 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
     none, unmatched = unreleased[~on_flag], unreleased[on_flag]
     # mbarrier waits on a barrier none of whose releases the program recorded: the probe density
     # left that side out (a kernel's default density), not a release gone missing
-    untraced = local[none] & ~_barrier_released(trace, w, none)
+    untraced = local[none]  # (only mbarrier waits are asked: most captures have none unreleased)
+    untraced[untraced] = ~_barrier_released(trace, w, none[untraced])
     none, untraced = none[~untraced], none[untraced]
     summary["waits_unreleased"] = int(none.size)
     summary["waits_release_untraced"] = int(untraced.size)
