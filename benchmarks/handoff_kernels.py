@@ -106,7 +106,9 @@ def _diag(scratch, i, DIAG: tl.constexpr, WHERE: tl.constexpr, NW: tl.constexpr)
 def _notify_timed(kt, flag, value, rank, peer, heap_bases, T0: tl.constexpr):
     """``ks.notify`` (set, sys scope) with its NOTIFY record's timer reads placed by ``T0`` (an
     experiment on where the reads cost): 1 the start read before the CTA barrier; 2 no start
-    read (start = end, read after the release); 3 no timer read at all (both 0)."""
+    read (start = end, read after the release); 3 no timer read at all (both 0). It reads the
+    heap's bases with ``tl.load``, as ``ks.notify`` did before ``ks.heap_base``: in a traced loop
+    those reads stay in front of the barrier, which is what this experiment found (BENCHMARKS.md)."""
     my_base = tl.load(heap_bases + rank)
     remote = ks._moved(flag, tl.load(heap_bases + peer) - my_base)
     if T0 == 1:
