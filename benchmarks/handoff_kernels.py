@@ -128,7 +128,25 @@ def _notify_timed(kt, flag, value, rank, peer, heap_bases, T0: tl.constexpr):
     return kl.record_notify(kt, "notify", t0, t1, peer, value, off, kt.cur)
 
 
-@triton.jit(do_not_specialize=["rounds", "epoch", "rank", "peer", "first"])
+@triton.jit
+def _delay(cycles):
+    """Busy-wait about ``cycles`` SM cycles (``%clock64``); one clock read when ``cycles`` <= 0."""
+    t = _clock()
+    c = t
+    while c - t < cycles:
+        c = _clock()
+
+
+@triton.jit
+def _jitter(i, side, J):
+    """A pseudo-random delay in [0, J) cycles for round ``i`` of ``side`` (the same sequence in
+    every variant and launch)."""
+    h = (tl.cast(i, tl.int64) * 2654435761 + tl.cast(side, tl.int64) * 40503 + 12345) & 0xFFFFFFFF
+    h = (h ^ (h >> 13)) * 1274126177 & 0xFFFFFFFF
+    return h % J
+
+
+@triton.jit(do_not_specialize=["rounds", "epoch", "rank", "peer", "first", "delay"])
 def pingpong(
     flag,
     scratch,
@@ -147,6 +165,8 @@ def pingpong(
     NW: tl.constexpr = 4,
     LOCAL: tl.constexpr = False,
     NOTIFY_T0: tl.constexpr = 0,
+    JITTER: tl.constexpr = 0,
+    delay=0,
     ktrace_buf=None,
     KTRACE: tl.constexpr = 0,
 ):
@@ -155,6 +175,8 @@ def pingpong(
     The rank with ``first`` != 0 signals first each round. Values: ``(epoch - 1) * rounds + i + 1``.
     With ``LOCAL`` the two sides are programs 0 and 1 of one launch on one GPU (``flag[0]`` and
     ``flag[1]``; ``rank``, ``peer`` and ``first`` are ignored; ``heap_bases[0]`` is the error block).
+    Each side busy-waits ``delay`` SM cycles after each wait, before its next notify (the
+    polling-phase sweep), plus a pseudo-random ``[0, JITTER)`` cycles per round when JITTER > 0.
     """
     kt = kl.init(ktrace_buf, KTRACE)
     quiet = kl.init(ktrace_buf, 0)
@@ -186,6 +208,10 @@ def pingpong(
             kt = ks.wait(kt, mine, v, rank, peer, heap_bases)
         else:
             ks.wait(quiet, mine, v, rank, peer, heap_bases)
+        d = delay
+        if JITTER > 0:
+            d = d + _jitter(i, first, JITTER)
+        _delay(d)
         _diag(scratch, i, DIAG, 0, NW)
         if first == 0:
             if NOTIFIES:

@@ -339,6 +339,37 @@ def _traced(name: str, sw: dict) -> bool:
     return bool(_slots_per_round(sw)) or name == "on, no probe"
 
 
+def _phase_variants(delays) -> dict:
+    """The ping-pong's polling-phase sweep: each probe kind at each extra delay (SM cycles) between
+    a wait and the next notify, with its own untraced reference."""
+    kinds = {"untraced": {}, "waits": {"WAITS": True}, "notifies": {"NOTIFIES": True},
+             "signals": {"WAITS": True, "NOTIFIES": True}, "all": {"WAITS": True, "NOTIFIES": True, "SPANS": 1, "MARKS": True}}
+    return {f"{k} @{d}" if d or k != "untraced" else "untraced": {**sw, "DELAY": d} for d in delays for k, sw in kinds.items()}
+
+
+#: Extra cycles of the phase sweep: 0 to 1,200 in steps of 50 (past two flag reads at ~1.9 GHz).
+PHASE_DELAYS = list(range(0, 1201, 50))
+#: The jittered ping-pong: each side waits a pseudo-random 0 to JITTER cycles per round.
+JITTER_CYCLES = 1024
+
+
+def _phase_rows(rows: list[dict], delays) -> list[dict]:
+    """Per probe kind, the cost averaged over the sweep's delays (ns per hand-off and ratio of the
+    mean times): a ping-pong's hand-off moves by whole flag reads with the path's length, so one
+    delay measures where the step falls, and the mean over a range of delays measures the path."""
+    by = {r["variant"]: r for r in rows}
+    base = lambda d: by["untraced" if d == 0 else f"untraced @{d}"]  # noqa: E731
+    out = []
+    for kind in ("waits", "notifies", "signals", "all"):
+        name = lambda d: f"{kind} @{d}"  # noqa: E731
+        diffs = [1000.0 * (by[name(d)]["median_us"] - base(d)["median_us"]) / by[name(d)]["handoffs"] for d in delays]
+        ratio = sum(by[name(d)]["median_us"] for d in delays) / sum(base(d)["median_us"] for d in delays)
+        out.append({"case": rows[0]["case"] + ", mean over delays", "variant": kind, "median_us": float("nan"), "p10_us": float("nan"),
+                    "p90_us": float("nan"), "handoffs": rows[0]["handoffs"], "ratio": ratio, "ratio_p10": min(diffs), "ratio_p90": max(diffs),
+                    "extra_ns_per_handoff": sum(diffs) / len(diffs)})
+    return out
+
+
 def _slots_per_round(sw: dict) -> int:
     """Event slots one round (ping-pong, fan-in) or tile (pipeline) takes in a program, at most
     (a WAIT or NOTIFY takes two: the event and its DETAIL record)."""
@@ -428,6 +459,8 @@ def _variant_launchers(kernel, variants: dict, grid, args_fn, slots_fn, n_progra
     ep = fixed.pop("_epochs")
     for name, sw in variants.items():
         k, sw = _kernel_for(kernel, sw)
+        if "DELAY" in sw:  # a runtime argument (the ping-pong's polling-phase sweep), not a switch
+            sw = {**{x: y for x, y in sw.items() if x != "DELAY"}, "delay": sw["DELAY"]}
         if not _traced(name, sw):  # untraced (diagnostics too)
             def fn(sw=sw, k=k):
                 k[grid](*args_fn(ep.next()), **fixed, **sw, num_warps=num_warps)
@@ -640,8 +673,22 @@ def handoff_suite(dist, H, reps: int, warmup: int, which: str = "handoff", quick
     if which == "notify":
         rounds = 200 if dist.world_size > 1 else 500
         return _pingpong_case(dist, H, heap, NOTIFY_VARIANTS, rounds, reps, warmup, f"ping-pong x{rounds}, notify timer reads")
+    if which == "phase":
+        rounds = 200 if dist.world_size > 1 else 500
+        rows = _pingpong_case(dist, H, heap, _phase_variants(PHASE_DELAYS), rounds, reps, warmup, f"ping-pong x{rounds}, phase sweep")
+        for r in rows:  # each delay's ratio against its own untraced run
+            v = r["variant"]
+            if "@" in v:
+                d = int(v.split("@")[1])
+                u = next(x for x in rows if x["variant"] == (f"untraced @{d}" if d else "untraced"))
+                r["extra_ns_per_handoff"] = 1000.0 * (r["median_us"] - u["median_us"]) / r["handoffs"]
+                r["ratio"] = r["median_us"] / u["median_us"]
+                r["ratio_p10"] = r["ratio_p90"] = float("nan")
+        return rows + _phase_rows(rows, PHASE_DELAYS)
     rounds = 200 if dist.world_size > 1 else 500
     rows += _pingpong_case(dist, H, heap, PINGPONG_VARIANTS, rounds, reps, warmup, f"ping-pong x{rounds}")
+    jit = {k: {**v, "JITTER": JITTER_CYCLES} for k, v in PINGPONG_VARIANTS.items() if "ring" not in k and "immediate" not in k}
+    rows += _pingpong_case(dist, H, heap, jit, rounds, reps, warmup, f"ping-pong x{rounds}, jitter 0-{JITTER_CYCLES} cycles")
     for tiles, elems in PIPELINE_SHAPES[:1] if quick else PIPELINE_SHAPES:
         rows += _pipeline_case(dist, H, heap, PIPELINE_VARIANTS, tiles, elems, reps, warmup, f"pipeline {tiles} x {elems // 1024}K fp32")
     rows += _fanin_case(dist, H, heap, FANIN_VARIANTS, 50, reps, warmup, "fan-in x50")
@@ -834,7 +881,7 @@ def _print_rows(rows: list[dict]) -> None:
     sys.stdout.flush()
 
 
-SUITES = ("copy", "handoff", "diag", "notify", "a2a", "local", "cost", "hook")
+SUITES = ("copy", "handoff", "phase", "diag", "notify", "a2a", "local", "cost", "hook")
 
 
 def _hook_suite(spec: str, dist, H, reps: int, warmup: int) -> list[dict]:
@@ -901,14 +948,14 @@ def main(argv=None) -> int:
         dist = H.setup()
     else:  # one rank, no launcher: the hand-off suite between programs of this GPU
         dist = H.Dist(0, 1, torch.device("cuda", torch.cuda.current_device()))
-        if not set(suites) <= {"handoff", "diag", "notify", "hook"}:
+        if not set(suites) <= {"handoff", "phase", "diag", "notify", "hook"}:
             raise SystemExit(f"--suite {a.suite}: a2a needs 2 ranks (python -m ktrace.testing.launch -n 2 -- ...)")
     if dist.world_size > 1 and dist.world_size % 2:
         raise SystemExit(f"--suite {a.suite} needs one rank or an even number of ranks (pairs r, r ^ 1), got {dist.world_size}")
     for x in suites:
         if x == "a2a":
             rows += _a2a_suite(dist, H, reps, warmup, a.baseline)
-        elif x in ("handoff", "diag", "notify"):
+        elif x in ("handoff", "phase", "diag", "notify"):
             rows += handoff_suite(dist, H, reps, warmup, x, a.quick)
         elif x == "hook":
             rows += _hook_suite(a.hook or "", dist, H, reps, warmup)

@@ -79,6 +79,11 @@ import ktrace.language as kl
 from . import codes as _codes
 from .symmetric import RESERVED_BYTES as _RESERVED_BYTES
 
+import os as _os
+
+#: How often a spin reads the error word (every N-th read of the flag). EXPERIMENT: env override.
+CHECK_EVERY = int(_os.environ.get("KTRACE_WAIT_CHECK_EVERY", "1"))
+
 #: Default bound of a wait (ns): long enough for any real signal, short enough to not hang CI.
 DEFAULT_TIMEOUT_NS: tl.constexpr = tl.constexpr(5_000_000_000)
 #: Ring mode (``ktrace.flight``): a wait fills its lane's NOW slot once it has read the flag this
@@ -533,6 +538,7 @@ def wait_value(
     scope: tl.constexpr = tl.constexpr("sys"),
     name: tl.constexpr = tl.constexpr("wait"),
     backoff_ns: tl.constexpr = 0,
+    check_every: tl.constexpr = CHECK_EVERY,
 ):
     """:func:`wait` that also returns the last value read and whether the wait succeeded.
 
@@ -578,7 +584,13 @@ def wait_value(
         v = load_acquire(flag, scope)
         spins += 1
         ok = _satisfied(v, expected, CMP)
-        gave_up = load_relaxed(err) != 0
+        if check_every <= 1:
+            gave_up = load_relaxed(err) != 0
+        else:
+            e = tl.zeros((), tl.int32)
+            if (spins % check_every) == 0:
+                e = load_relaxed(err)
+            gave_up = e != 0
         if NEED_T:
             t1 = kl.now()
         if TIMED:
@@ -650,6 +662,7 @@ def wait(
     scope: tl.constexpr = tl.constexpr("sys"),
     name: tl.constexpr = tl.constexpr("wait"),
     backoff_ns: tl.constexpr = 0,
+    check_every: tl.constexpr = CHECK_EVERY,
 ):
     """Spin until this rank's ``flag`` compares ``cmp`` to ``expected``, then acquire.
 
@@ -684,7 +697,7 @@ def wait(
     spin (immediate tracer: a release that follows at once waits for it) or later, off the
     path (deferred tracer, see ``ktrace.language.DeferredTracer``).
     """
-    kt, v, ok = wait_value(kt, flag, expected, rank, peer, heap_bases, cmp, timeout_ns, max_spins, scope, name, backoff_ns)
+    kt, v, ok = wait_value(kt, flag, expected, rank, peer, heap_bases, cmp, timeout_ns, max_spins, scope, name, backoff_ns, check_every)
     return kt
 
 
