@@ -298,6 +298,9 @@ PIPELINE_VARIANTS = {
     "signals, backoff": {"WAITS": True, "NOTIFIES": True, "BACKOFF": 200},
     "signals, ring": {"WAITS": True, "NOTIFIES": True, "RING": RING},
     "all, ring": {"WAITS": True, "NOTIFIES": True, "SPANS": 1, "RING": RING},
+    "signals, buffer +4 KiB": {"WAITS": True, "NOTIFIES": True, "PAD": 4096},
+    "signals, buffer +1 MiB": {"WAITS": True, "NOTIFIES": True, "PAD": 1 << 20},
+    "signals, buffer +32 MiB": {"WAITS": True, "NOTIFIES": True, "PAD": 32 << 20},
 }
 FANIN_VARIANTS = {
     "untraced": {},
@@ -324,7 +327,7 @@ def _kernel_for(kernel, sw: dict):
     """The kernel a variant launches, and its compile-time switches: as ``@ktrace.trace``
     prepares it (records deferred, flushed at the end: the default), or as written (``IMMEDIATE``:
     each record stored by its probe, the old path, for comparison)."""
-    sw = {k: v for k, v in sw.items() if k != "RING"}  # the buffer's mode, not a kernel switch
+    sw = {k: v for k, v in sw.items() if k not in ("RING", "PAD")}  # the buffer's mode and place, not kernel switches
     if sw.pop("IMMEDIATE", False):
         return kernel, sw
     if kernel not in _PREPARED:
@@ -472,7 +475,8 @@ def _variant_launchers(kernel, variants: dict, grid, args_fn, slots_fn, n_progra
             buf = torch.zeros((schema.ring_buffer_bytes(n_programs, ring) + 7) // 8, dtype=torch.int64, device=device)
         else:
             slots = slots_fn(sw)
-            buf = torch.zeros((schema.buffer_bytes(n_programs, slots) + 7) // 8, dtype=torch.int64, device=device)
+            pad = variants[name].get("PAD", 0) // 8  # (placement experiment: the buffer starts PAD bytes into its allocation)
+            buf = torch.zeros(pad + (schema.buffer_bytes(n_programs, slots) + 7) // 8, dtype=torch.int64, device=device)[pad:]
 
         def fn(sw=sw, buf=buf, slots=slots, k=k):
             k[grid](*args_fn(ep.next()), **fixed, **sw, num_warps=num_warps, ktrace_buf=buf, KTRACE=slots)
