@@ -166,6 +166,7 @@ def pingpong(
     LOCAL: tl.constexpr = False,
     NOTIFY_T0: tl.constexpr = 0,
     JITTER: tl.constexpr = 0,
+    CHECK: tl.constexpr = 1,
     delay=0,
     ktrace_buf=None,
     KTRACE: tl.constexpr = 0,
@@ -205,9 +206,9 @@ def pingpong(
                 ks.notify(quiet, theirs, v, rank, peer, heap_bases)
             _diag(scratch, i, DIAG, 1, NW)
         if WAITS:
-            kt = ks.wait(kt, mine, v, rank, peer, heap_bases)
+            kt = ks.wait(kt, mine, v, rank, peer, heap_bases, check_every=CHECK)
         else:
-            ks.wait(quiet, mine, v, rank, peer, heap_bases)
+            ks.wait(quiet, mine, v, rank, peer, heap_bases, check_every=CHECK)
         d = delay
         if JITTER > 0:
             d = d + _jitter(i, first, JITTER)
@@ -247,6 +248,7 @@ def pipeline(
     NOTIFIES: tl.constexpr = False,
     SPANS: tl.constexpr = 0,
     BACKOFF: tl.constexpr = 0,
+    CHECK: tl.constexpr = 1,
     ktrace_buf=None,
     KTRACE: tl.constexpr = 0,
 ):
@@ -278,9 +280,9 @@ def pipeline(
     else:
         for t in range(tiles):
             if WAITS:
-                kt = ks.wait(kt, flags + t, epoch, rank, peer, heap_bases, backoff_ns=BACKOFF)
+                kt = ks.wait(kt, flags + t, epoch, rank, peer, heap_bases, backoff_ns=BACKOFF, check_every=CHECK)
             else:
-                ks.wait(quiet, flags + t, epoch, rank, peer, heap_bases, backoff_ns=BACKOFF)
+                ks.wait(quiet, flags + t, epoch, rank, peer, heap_bases, backoff_ns=BACKOFF, check_every=CHECK)
             for j in tl.static_range(NS):
                 if SPANS > 0:
                     s = kl.begin(kt, "take", t, j)
@@ -307,6 +309,7 @@ def fanin(
     NOTIFIES: tl.constexpr = False,
     SPANS: tl.constexpr = 0,
     BACKOFF: tl.constexpr = 0,
+    CHECK: tl.constexpr = 1,
     ktrace_buf=None,
     KTRACE: tl.constexpr = 0,
 ):
@@ -330,9 +333,9 @@ def fanin(
             ks.notify(quiet, counter, 1, rank, peer, heap_bases, op="add")
         want = nprog * (base + r + 1)
         if WAITS:
-            kt = ks.wait(kt, counter, want, rank, peer, heap_bases, backoff_ns=BACKOFF)
+            kt = ks.wait(kt, counter, want, rank, peer, heap_bases, backoff_ns=BACKOFF, check_every=CHECK)
         else:
-            ks.wait(quiet, counter, want, rank, peer, heap_bases, backoff_ns=BACKOFF)
+            ks.wait(quiet, counter, want, rank, peer, heap_bases, backoff_ns=BACKOFF, check_every=CHECK)
 
 
 @triton.jit

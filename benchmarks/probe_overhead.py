@@ -252,6 +252,9 @@ HOLD_CYCLES = 5_000_000
 #: every other variant is a traced launch (KTRACE = its slots) into a preallocated buffer.
 #: Slots per lane of the ring-mode variants (``RING``: the flight recorder's ring, in device memory).
 RING = 64
+#: The spin reading the error word every 8th read of the flag (``ks.wait(check_every=8)``).
+CHECK8 = {"untraced, check 8": {"CHECK": 8}, "signals, check 8": {"WAITS": True, "NOTIFIES": True, "CHECK": 8},
+          "all, check 8": {"WAITS": True, "NOTIFIES": True, "SPANS": 1, "CHECK": 8}}
 PINGPONG_VARIANTS = {
     "untraced": {},
     "untraced (twin)": {},
@@ -267,6 +270,9 @@ PINGPONG_VARIANTS = {
     "all, immediate": {"WAITS": True, "NOTIFIES": True, "SPANS": 1, "MARKS": True, "IMMEDIATE": True},
     "signals, ring": {"WAITS": True, "NOTIFIES": True, "RING": RING},
     "all, ring": {"WAITS": True, "NOTIFIES": True, "SPANS": 1, "MARKS": True, "RING": RING},
+    "untraced, check 8": {"CHECK": 8},
+    "signals, check 8": {"WAITS": True, "NOTIFIES": True, "CHECK": 8},
+    "all, check 8": {"WAITS": True, "NOTIFIES": True, "SPANS": 1, "MARKS": True, "CHECK": 8},
 }
 #: The ping-pong's NOTIFY record with its timer reads moved (``handoff_kernels._notify_timed``):
 #: where a traced notify's cost comes from (``--suite notify``).
@@ -298,9 +304,8 @@ PIPELINE_VARIANTS = {
     "signals, backoff": {"WAITS": True, "NOTIFIES": True, "BACKOFF": 200},
     "signals, ring": {"WAITS": True, "NOTIFIES": True, "RING": RING},
     "all, ring": {"WAITS": True, "NOTIFIES": True, "SPANS": 1, "RING": RING},
-    "signals, buffer +4 KiB": {"WAITS": True, "NOTIFIES": True, "PAD": 4096},
     "signals, buffer +1 MiB": {"WAITS": True, "NOTIFIES": True, "PAD": 1 << 20},
-    "signals, buffer +32 MiB": {"WAITS": True, "NOTIFIES": True, "PAD": 32 << 20},
+    **CHECK8,
 }
 FANIN_VARIANTS = {
     "untraced": {},
@@ -313,6 +318,7 @@ FANIN_VARIANTS = {
     "signals, backoff": {"WAITS": True, "NOTIFIES": True, "BACKOFF": 200},
     "signals, ring": {"WAITS": True, "NOTIFIES": True, "RING": RING},
     "all, ring": {"WAITS": True, "NOTIFIES": True, "SPANS": 1, "RING": RING},
+    **CHECK8,
 }
 #: Ping-pong with raw operations at each hand-off instead of probes (untraced launches).
 DIAG_VARIANTS = {"untraced": {}, **{f"diag {d}": {"DIAG": d} for d in range(1, 7)}}

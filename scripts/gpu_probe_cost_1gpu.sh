@@ -4,7 +4,7 @@
 # records, the immediate ones side by side), the worst-case copy, and the GPU tier of the probes
 # (compute-sanitizer memcheck included). Logs and JSON go to $OUT (default ./out).
 # STEPS (default "handoff copy tests") picks steps; "diag": the ping-pong with raw operations at the hand-off;
-# "kernels": benchmarks/kernels.py at 1 rank.
+# "phase": the ping-pong's polling-phase sweep; "kernels": benchmarks/kernels.py at 1 rank.
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -19,6 +19,8 @@ for step in $STEPS; do
   case $step in
     handoff) timeout "${HANDOFF_TIMEOUT:-240}" python3 benchmarks/probe_overhead.py --suite handoff --reps "${REPS:-40}" \
                --json "$OUT/handoff1.json" > "$OUT/handoff1.log" 2>&1 || rc=1 ;;
+    phase) timeout 150 python3 benchmarks/probe_overhead.py --suite phase --reps "${PHASE_REPS:-15}" \
+             --json "$OUT/phase1.json" > "$OUT/phase1.log" 2>&1 || rc=1 ;;
     diag) timeout 120 python3 benchmarks/probe_overhead.py --suite diag --reps "${REPS:-40}" \
             --json "$OUT/diag1.json" > "$OUT/diag1.log" 2>&1 || rc=1 ;;
     copy) timeout 120 python3 benchmarks/probe_overhead.py --suite copy --no-proton --reps "${COPY_REPS:-100}" \
@@ -29,5 +31,5 @@ for step in $STEPS; do
   esac
   echo "$step done t=$(el) rc=$rc"
 done
-for f in handoff1 diag1 copy gpu_tests kernels_n1; do [ -f "$OUT/$f.log" ] && { echo "== $f"; tail -n 60 "$OUT/$f.log"; }; done
+for f in handoff1 phase1 diag1 copy gpu_tests kernels_n1; do [ -f "$OUT/$f.log" ] && { echo "== $f"; tail -n 60 "$OUT/$f.log"; }; done
 exit $rc

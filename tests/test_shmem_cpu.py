@@ -357,6 +357,24 @@ def test_wait_notify_ptx(traced):
         assert re.search(r"st\.global\.v2\.b64|st\.global\.b64", ptx)
 
 
+@triton.jit
+def _check_every_kernel(flag, rank, peer, heap_bases, CHECK: tl.constexpr, ktrace_buf=None, KTRACE: tl.constexpr = 0):
+    kt = kl.init(ktrace_buf, KTRACE)
+    kt = ks.wait(kt, flag, 7, rank, peer, heap_bases, check_every=CHECK)
+
+
+@pytest.mark.parametrize("check", [1, 8])
+def test_wait_check_every(check):
+    """check_every=N: the spin reads the error word only every N-th flag read (a branch between
+    the flag's acquire load and the error word's load); 1 (default): after each read."""
+    ptx = compile_aligned(_check_every_kernel, _SIGNAL_SIG, {"CHECK": check, "KTRACE": 8}, TARGETS["sm_90"])
+    spin = ptx[ptx.rindex("ld.acquire.sys.global.b32"):]  # the loop's read (the first read is before the loop)
+    between = spin[: spin.index("ld.relaxed.sys.global.b32")]
+    assert (re.search(r"\bbra(\.uni)?\s", between) is not None) == (check > 1)
+    gcn = compile_aligned(_check_every_kernel, _SIGNAL_SIG, {"CHECK": check, "KTRACE": 8}, TARGETS["gfx942"])
+    assert gcn.count("buffer_inv sc0 sc1") >= 2 and "s_memrealtime" in gcn
+
+
 @pytest.mark.parametrize("traced", [False, True])
 def test_wait_notify_gfx942(traced):
     gcn = compile_aligned(
