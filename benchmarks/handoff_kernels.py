@@ -249,13 +249,15 @@ def pipeline(
     SPANS: tl.constexpr = 0,
     BACKOFF: tl.constexpr = 0,
     CHECK: tl.constexpr = 1,
+    JITTER: tl.constexpr = 0,
     ktrace_buf=None,
     KTRACE: tl.constexpr = 0,
 ):
     """Program 0 sends ``src`` (``tiles * tile_elems`` fp32) tile by tile into the peer's ``dst``
     (heap, 2 parities); program 1 receives the peer's tiles into ``out``. ``flags[t]`` (heap
     int32, one per tile) is set to ``epoch`` when tile ``t`` has landed. ``tile_elems`` must be a
-    multiple of ``max(SPANS, 1) * BLOCK``."""
+    multiple of ``max(SPANS, 1) * BLOCK``. With JITTER > 0 the consumer busy-waits a pseudo-random
+    0 to JITTER SM cycles before each wait (the same sequence in every variant and launch)."""
     kt = kl.init(ktrace_buf, KTRACE)
     quiet = kl.init(ktrace_buf, 0)
     pid = tl.program_id(0)
@@ -279,6 +281,8 @@ def pipeline(
                 ks.notify(quiet, flags + t, epoch, rank, peer, heap_bases)
     else:
         for t in range(tiles):
+            if JITTER > 0:
+                _delay(_jitter(t, 1, JITTER))
             if WAITS:
                 kt = ks.wait(kt, flags + t, epoch, rank, peer, heap_bases, backoff_ns=BACKOFF, check_every=CHECK)
             else:

@@ -707,6 +707,8 @@ def handoff_suite(dist, H, reps: int, warmup: int, which: str = "handoff", quick
     rows += _pingpong_case(dist, H, heap, jit, rounds, reps, warmup, f"ping-pong x{rounds}, jitter 0-{JITTER_CYCLES} cycles")
     for tiles, elems in PIPELINE_SHAPES[:1] if quick else PIPELINE_SHAPES:
         rows += _pipeline_case(dist, H, heap, PIPELINE_VARIANTS, tiles, elems, reps, warmup, f"pipeline {tiles} x {elems // 1024}K fp32")
+        jit = {k: {**PIPELINE_VARIANTS[k], "JITTER": JITTER_CYCLES} for k in ("untraced", "untraced (twin)", "waits", "notifies", "signals", "all")}
+        rows += _pipeline_case(dist, H, heap, jit, tiles, elems, reps, warmup, f"pipeline {tiles} x {elems // 1024}K fp32, consumer jitter")
     rows += _fanin_case(dist, H, heap, FANIN_VARIANTS, 50, reps, warmup, "fan-in x50")
     return rows
 
