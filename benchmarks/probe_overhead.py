@@ -2,7 +2,7 @@
 
 ``--suite copy`` (one GPU, the default): a 64 Mi-element fp32 copy, 1024 elements per program
 (65,536 programs), one span per program; and a denser case, 4 spans per program. Launches are
-interleaved round-robin and each is timed with CUDA events; medians over ``--reps`` repetitions
+interleaved in a fresh random order each repetition and each is timed with CUDA events; medians over ``--reps`` repetitions
 after ``--warmup`` ones; ratios are traced / untraced medians. Variants:
 
     untraced      KTRACE=0: the kernel with its probes compiled away
@@ -24,8 +24,17 @@ and consumer programs on one GPU, the peer is the rank itself) or two (launched 
               on, no probe executed). Traced variants run the kernel as ``@ktrace.trace``
               prepares it (records deferred, ``kl.finish`` appended); ", immediate" variants run
               it as written (each record stored by its probe: the old path), side by side.
-              ", backoff" variants sleep 200 ns between a waiter's reads (schedule experiment).
+              ", backoff" variants sleep 200 ns between a waiter's reads (schedule experiment);
+              ", check 8" variants read the error word every 8th read (``ks.wait(check_every=8)``);
+              ", ring" variants record in ring mode. Two more cases: the ping-pong with a
+              pseudo-random 0-1,024-cycle delay after each wait ("jitter": the polling phase
+              averaged inside a launch) and the pipeline with that delay before each of the
+              consumer's waits. Pipeline controls: the buffer 1 MiB further, the lanes 128 KiB
+              apart, one slot per lane (every record counted dropped, nothing stored).
               Reads per wait come from the WAIT records.
+    phase     the ping-pong's polling-phase sweep: each probe kind and its own untraced run at 25
+              extra delays (0-1,200 SM cycles after each wait), and per kind the cost averaged
+              over the delays (docs/probes.md, "A hand-off's cost, phase averaged")
     diag      the ping-pong with raw operations at the hand-off instead of probes
               (handoff_kernels.DIAG_NAMES): what a store or a timer read costs there
     notify    the ping-pong with its NOTIFY record's timer reads moved (before the barrier, one after the release, none)
@@ -376,7 +385,7 @@ def _phase_rows(rows: list[dict], delays) -> list[dict]:
         diffs = [1000.0 * (by[name(d)]["median_us"] - base(d)["median_us"]) / by[name(d)]["handoffs"] for d in delays]
         ratio = sum(by[name(d)]["median_us"] for d in delays) / sum(base(d)["median_us"] for d in delays)
         out.append({"case": rows[0]["case"] + ", mean over delays", "variant": kind, "median_us": float("nan"), "p10_us": float("nan"),
-                    "p90_us": float("nan"), "handoffs": rows[0]["handoffs"], "ratio": ratio, "ratio_p10": min(diffs), "ratio_p90": max(diffs),
+                    "p90_us": float("nan"), "handoffs": rows[0]["handoffs"], "ratio": ratio, "extra_ns_min": min(diffs), "extra_ns_max": max(diffs),
                     "extra_ns_per_handoff": sum(diffs) / len(diffs)})
     return out
 
@@ -698,8 +707,9 @@ def handoff_suite(dist, H, reps: int, warmup: int, which: str = "handoff", quick
                 d = int(v.split("@")[1])
                 u = next(x for x in rows if x["variant"] == (f"untraced @{d}" if d else "untraced"))
                 r["extra_ns_per_handoff"] = 1000.0 * (r["median_us"] - u["median_us"]) / r["handoffs"]
-                r["ratio"] = r["median_us"] / u["median_us"]
-                r["ratio_p10"] = r["ratio_p90"] = float("nan")
+                r["ratio"] = r["median_us"] / u["median_us"]  # (of the medians: each delay has its own reference)
+                r.pop("ratio_p10", None)
+                r.pop("ratio_p90", None)
         return rows + _phase_rows(rows, PHASE_DELAYS)
     rounds = 200 if dist.world_size > 1 else 500
     rows += _pingpong_case(dist, H, heap, PINGPONG_VARIANTS, rounds, reps, warmup, f"ping-pong x{rounds}")
@@ -891,6 +901,8 @@ def _print_rows(rows: list[dict]) -> None:
         ratio = f"{r['ratio']:.4f}" + (f" ({r['ratio_p10']:.4f}-{r['ratio_p90']:.4f})" if "ratio_p10" in r else "") if "ratio" in r else "-"
         extra = f"{r['extra_ns_per_handoff']:+.1f}" if "extra_ns_per_handoff" in r else ""
         tail = f"  {r['spins_per_wait']:.2f} reads/wait" if "spins_per_wait" in r else ""
+        if "extra_ns_min" in r:
+            tail += f"  ({r['extra_ns_min']:+.1f} to {r['extra_ns_max']:+.1f} ns over the delays)"
         if "dispatch_us" in r:
             tail += f"  dispatch {r['dispatch_us']:.1f} µs combine {r['combine_us']:.1f} µs"
             if "dispatch_ratio" in r:
@@ -920,7 +932,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--suite", default="copy",
                     help="comma-separated, of: copy: the worst-case copy (one GPU); handoff: ping-pong, pipeline, fan-in "
-                         "(2 ranks, launched with ktrace.testing.launch); diag: the ping-pong with raw operations instead "
+                         "(2 ranks, launched with ktrace.testing.launch, or 1 rank without a launcher: programs of one GPU); phase: the "
+                         "ping-pong's polling-phase sweep (each probe kind at 25 extra delays); diag: the ping-pong with raw operations instead "
                          "of probes (2 ranks); a2a: the all-to-all with controls (2 ranks); local: ping-pong inside one GPU; "
                          "cost: cycles per probe in a loop (one GPU)")
     ap.add_argument("--reps", type=int, default=None, help="timed repetitions (default 200 for copy, 30 otherwise)")

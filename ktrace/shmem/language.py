@@ -59,7 +59,8 @@ Cost
       prepared by ``@ktrace.trace``); nothing is stored before the release.
     * :func:`wait`: one acquire load per spin, then a relaxed read of the error word (one after
       the other: a spin is two load latencies, and every waiting warp reads each word once per
-      spin), plus a timer read per spin when bounded by time or traced. No barrier: on NVIDIA
+      spin; ``check_every=N`` reads the error word every N-th spin only, a spin is then one load
+      latency), plus a timer read per spin when bounded by time or traced. No barrier: on NVIDIA
       thread 0 alone counts and describes a timeout (a branch taken only on failure). Traced,
       immediate tracer: one 64-byte record store after the spin, which a notify right after the
       wait waits for; deferred tracer: the record is kept (register copies) and the tracer's
@@ -678,9 +679,9 @@ def wait(
         check_every: read the rank's error word (has another wait given up?) after every
             ``check_every``-th read of the flag instead of after each (compile-time, default 1).
             A spin is then one load latency instead of two, so the wait sees its flag sooner:
-            a two-program ping-pong on one H100 hands off 13-17 % faster with 8
-            (``BENCHMARKS.md``); a timeout elsewhere on the rank is noticed up to that many
-            reads later. Traced or not, the WAIT record is the same.
+            a two-program ping-pong on one H100 hands off 12-17 % faster with 8, a 132-program
+            fan-in 3 % (``BENCHMARKS.md``); a timeout elsewhere on the rank is noticed up to
+            that many reads later. Traced or not, the WAIT record is the same.
 
     Returns:
         The tracer, advanced by two slots when tracing is on.
