@@ -651,6 +651,79 @@ def _fanin_case(dist, H, heap, variants: dict, rounds: int, reps: int, warmup: i
     return rows
 
 
+#: ``--suite anatomy``: the pipeline's traced variants whose records show where a tile's time goes.
+ANATOMY_VARIANTS = {
+    "notifies": {"NOTIFIES": True},
+    "signals": {"WAITS": True, "NOTIFIES": True},
+    "all": {"WAITS": True, "NOTIFIES": True, "SPANS": 1},
+    "notifies + spans": {"NOTIFIES": True, "SPANS": 1},
+}
+
+
+def _anatomy_case(dist, H, heap, tiles: int, tile_elems: int, launches: int, case: str) -> list[dict]:
+    """Launch each of ``ANATOMY_VARIANTS`` ``launches`` times in a random order, decode every
+    buffer, and take per launch the medians over tiles of: the producer's period (its NOTIFY
+    starts, tile to tile), its release (NOTIFY end - start: the barrier is before, the fence and
+    the atomic between), its put (the producer's span, where recorded); the consumer's flag latency
+    (WAIT end - the same tile's NOTIFY end), its copy (its span, or the next WAIT's start - this
+    WAIT's end) and the launch's span (last event end - first start). Rows: the median over
+    launches of each."""
+    import random
+    import statistics
+
+    import numpy as np
+    import torch
+
+    import handoff_kernels as hk
+    from ktrace.schema import EventKind
+
+    BLOCK = 512
+    n = tiles * tile_elems
+    dst = heap.zeros(2 * n, dtype=torch.float32, name=f"{case}.dst")
+    flags = heap.zeros(tiles, dtype=torch.int32, name=f"{case}.flags")
+    src = torch.randn(n, device=dist.device)
+    out = torch.empty(n, dtype=torch.float32, device=dist.device)
+    ep = _Epochs()
+    peer = _peer(dist)
+    launchers = _variant_launchers(
+        hk.pipeline, ANATOMY_VARIANTS, (2,), lambda e: (src, dst, out, flags, tiles, tile_elems, e, dist.rank, peer, heap.bases),
+        lambda sw: max(1, tiles * _slots_per_round(sw)), 2, dist.device, 4, {"_epochs": ep, "BLOCK": BLOCK},
+    )
+    per: dict = {name: [] for name in launchers}
+    order = [name for name in launchers for _ in range(launches)]
+    random.Random(1234).shuffle(order)
+    for name in list(launchers) + order:  # (a first launch of each, not kept: compiles)
+        fn, buf, slots = launchers[name]
+        buf.zero_()
+        fn()
+        torch.cuda.synchronize()
+        per[name].append(_decode(buf, 2, slots).events)
+    heap.check()
+    rows = []
+    med = lambda x: float(np.median(x)) if len(x) else float("nan")  # noqa: E731
+    for name, evs in per.items():
+        m: dict = {k: [] for k in ("period", "release", "put", "flag_latency", "copy", "launch")}
+        for ev in evs[1:]:
+            nt = ev[(ev["kind"] == EventKind.NOTIFY) & (ev["program"] == 0)]
+            wt = ev[(ev["kind"] == EventKind.WAIT) & (ev["program"] == 1)]
+            sp0 = ev[(ev["kind"] == EventKind.SPAN) & (ev["program"] == 0)]
+            sp1 = ev[(ev["kind"] == EventKind.SPAN) & (ev["program"] == 1)]
+            m["period"].append(med(np.diff(nt["start"])))
+            m["release"].append(med(nt["end"] - nt["start"]))
+            if len(sp0):
+                m["put"].append(med(sp0["end"] - sp0["start"]))
+            if len(wt) == len(nt) == tiles:
+                m["flag_latency"].append(med(wt["end"] - nt["end"]))
+            if len(sp1):
+                m["copy"].append(med(sp1["end"] - sp1["start"]))
+            elif len(wt) == tiles:
+                m["copy"].append(med(wt["start"][1:] - wt["end"][:-1]))
+            m["launch"].append(float(ev["end"].max() - ev["start"].min()))
+        rows.append({"case": case, "variant": name, "launches": len(evs) - 1,
+                     **{f"{k}_ns": (statistics.median(v) if v else None) for k, v in m.items()}})
+    return rows
+
+
 class OneGpuHeap:
     """The symmetric heap at one rank without torch.distributed: one allocation, its first bytes
     the error block, ``bases`` its one base. Producer and consumer programs share the GPU."""
@@ -698,6 +771,9 @@ def handoff_suite(dist, H, reps: int, warmup: int, which: str = "handoff", quick
     if which == "notify":
         rounds = 200 if dist.world_size > 1 else 500
         return _pingpong_case(dist, H, heap, NOTIFY_VARIANTS, rounds, reps, warmup, f"ping-pong x{rounds}, notify timer reads")
+    if which == "anatomy":
+        return [r for t, e in ((8, 65536), (32, 8192)) for r in
+                _anatomy_case(dist, H, heap, t, e, 40, f"pipeline {t} x {e // 1024}K fp32, anatomy")]
     if which == "phase":
         rounds = 200 if dist.world_size > 1 else 500
         rows = _pingpong_case(dist, H, heap, _phase_variants(PHASE_DELAYS), rounds, reps, warmup, f"ping-pong x{rounds}, phase sweep")
@@ -894,6 +970,9 @@ def _cost_suite() -> list[dict]:
 def _print_rows(rows: list[dict]) -> None:
     print(f"{'case':<26}{'variant':<20}{'µs (p10-p90)':>26}{'ratio (p10-p90)':>26}{'ns/hand-off':>13}")
     for r in rows:
+        if "launches" in r:  # (--suite anatomy)
+            print(f"{r['case']:<40}{r['variant']:<28}" + "  ".join(f"{k[:-3]} {r[k]:.0f}" for k in r if k.endswith("_ns") and r[k] is not None))
+            continue
         if "cycles" in r:
             print(f"{r['case']:<26}{r['variant']:<20}{r['cycles']:>14.1f} cycles{r['ns']:>10.1f} ns")
             continue
@@ -911,7 +990,7 @@ def _print_rows(rows: list[dict]) -> None:
     sys.stdout.flush()
 
 
-SUITES = ("copy", "handoff", "phase", "diag", "notify", "a2a", "local", "cost", "hook")
+SUITES = ("copy", "handoff", "phase", "anatomy", "diag", "notify", "a2a", "local", "cost", "hook")
 
 
 def _hook_suite(spec: str, dist, H, reps: int, warmup: int) -> list[dict]:
@@ -979,14 +1058,14 @@ def main(argv=None) -> int:
         dist = H.setup()
     else:  # one rank, no launcher: the hand-off suite between programs of this GPU
         dist = H.Dist(0, 1, torch.device("cuda", torch.cuda.current_device()))
-        if not set(suites) <= {"handoff", "phase", "diag", "notify", "hook"}:
+        if not set(suites) <= {"handoff", "phase", "anatomy", "diag", "notify", "hook"}:
             raise SystemExit(f"--suite {a.suite}: a2a needs 2 ranks (python -m ktrace.testing.launch -n 2 -- ...)")
     if dist.world_size > 1 and dist.world_size % 2:
         raise SystemExit(f"--suite {a.suite} needs one rank or an even number of ranks (pairs r, r ^ 1), got {dist.world_size}")
     for x in suites:
         if x == "a2a":
             rows += _a2a_suite(dist, H, reps, warmup, a.baseline)
-        elif x in ("handoff", "phase", "diag", "notify"):
+        elif x in ("handoff", "phase", "anatomy", "diag", "notify"):
             rows += handoff_suite(dist, H, reps, warmup, x, a.quick)
         elif x == "hook":
             rows += _hook_suite(a.hook or "", dist, H, reps, warmup)
