@@ -257,7 +257,8 @@ def pipeline(
     (heap, 2 parities); program 1 receives the peer's tiles into ``out``. ``flags[t]`` (heap
     int32, one per tile) is set to ``epoch`` when tile ``t`` has landed. ``tile_elems`` must be a
     multiple of ``max(SPANS, 1) * BLOCK``. With JITTER > 0 the consumer busy-waits a pseudo-random
-    0 to JITTER SM cycles before each wait (the same sequence in every variant and launch)."""
+    0 to JITTER SM cycles after each wait, before its copy (the same sequence in every variant and
+    launch): the two programs stream through L2 at the same time, and this moves their offset."""
     kt = kl.init(ktrace_buf, KTRACE)
     quiet = kl.init(ktrace_buf, 0)
     pid = tl.program_id(0)
@@ -281,12 +282,12 @@ def pipeline(
                 ks.notify(quiet, flags + t, epoch, rank, peer, heap_bases)
     else:
         for t in range(tiles):
-            if JITTER > 0:
-                _delay(_jitter(t, 1, JITTER))
             if WAITS:
                 kt = ks.wait(kt, flags + t, epoch, rank, peer, heap_bases, backoff_ns=BACKOFF, check_every=CHECK)
             else:
                 ks.wait(quiet, flags + t, epoch, rank, peer, heap_bases, backoff_ns=BACKOFF, check_every=CHECK)
+            if JITTER > 0:
+                _delay(_jitter(t, 1, JITTER))
             for j in tl.static_range(NS):
                 if SPANS > 0:
                     s = kl.begin(kt, "take", t, j)
