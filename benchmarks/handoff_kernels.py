@@ -250,6 +250,7 @@ def pipeline(
     BACKOFF: tl.constexpr = 0,
     CHECK: tl.constexpr = 1,
     JITTER: tl.constexpr = 0,
+    PAIR: tl.constexpr = 1,
     ktrace_buf=None,
     KTRACE: tl.constexpr = 0,
 ):
@@ -258,7 +259,9 @@ def pipeline(
     int32, one per tile) is set to ``epoch`` when tile ``t`` has landed. ``tile_elems`` must be a
     multiple of ``max(SPANS, 1) * BLOCK``. With JITTER > 0 the consumer busy-waits a pseudo-random
     0 to JITTER SM cycles after each wait, before its copy (the same sequence in every variant and
-    launch): the two programs stream through L2 at the same time, and this moves their offset."""
+    launch): the two programs stream through L2 at the same time, and this moves their offset.
+    With PAIR > 1 the consumer is program PAIR of a grid of PAIR + 1 (the others return at once):
+    the two programs on other SMs."""
     kt = kl.init(ktrace_buf, KTRACE)
     quiet = kl.init(ktrace_buf, 0)
     pid = tl.program_id(0)
@@ -280,7 +283,7 @@ def pipeline(
                 kt = ks.notify(kt, flags + t, epoch, rank, peer, heap_bases)
             else:
                 ks.notify(quiet, flags + t, epoch, rank, peer, heap_bases)
-    else:
+    elif pid == PAIR:
         for t in range(tiles):
             if WAITS:
                 kt = ks.wait(kt, flags + t, epoch, rank, peer, heap_bases, backoff_ns=BACKOFF, check_every=CHECK)

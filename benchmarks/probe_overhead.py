@@ -660,7 +660,7 @@ ANATOMY_VARIANTS = {
 }
 
 
-def _anatomy_case(dist, H, heap, tiles: int, tile_elems: int, launches: int, case: str) -> list[dict]:
+def _anatomy_case(dist, H, heap, tiles: int, tile_elems: int, launches: int, case: str, pair: int = 1) -> list[dict]:
     """Launch each of ``ANATOMY_VARIANTS`` ``launches`` times in a random order, decode every
     buffer, and take per launch the medians over tiles of: the producer's period (its NOTIFY
     starts, tile to tile), its release (NOTIFY end - start: the barrier is before, the fence and
@@ -685,9 +685,10 @@ def _anatomy_case(dist, H, heap, tiles: int, tile_elems: int, launches: int, cas
     out = torch.empty(n, dtype=torch.float32, device=dist.device)
     ep = _Epochs()
     peer = _peer(dist)
+    P = pair + 1  # programs 0 (producer) and ``pair`` (consumer); the others return at once
     launchers = _variant_launchers(
-        hk.pipeline, ANATOMY_VARIANTS, (2,), lambda e: (src, dst, out, flags, tiles, tile_elems, e, dist.rank, peer, heap.bases),
-        lambda sw: max(1, tiles * _slots_per_round(sw)), 2, dist.device, 4, {"_epochs": ep, "BLOCK": BLOCK},
+        hk.pipeline, ANATOMY_VARIANTS, (P,), lambda e: (src, dst, out, flags, tiles, tile_elems, e, dist.rank, peer, heap.bases),
+        lambda sw: max(1, tiles * _slots_per_round(sw)), P, dist.device, 4, {"_epochs": ep, "BLOCK": BLOCK, "PAIR": pair},
     )
     per: dict = {name: [] for name in launchers}
     order = [name for name in launchers for _ in range(launches)]
@@ -697,17 +698,19 @@ def _anatomy_case(dist, H, heap, tiles: int, tile_elems: int, launches: int, cas
         buf.zero_()
         fn()
         torch.cuda.synchronize()
-        per[name].append(_decode(buf, 2, slots).events)
+        per[name].append(_decode(buf, P, slots).events)
     heap.check()
     rows = []
     med = lambda x: float(np.median(x)) if len(x) else float("nan")  # noqa: E731
     for name, evs in per.items():
         m: dict = {k: [] for k in ("period", "release", "put", "flag_latency", "copy", "launch")}
+        sms: set = set()
         for ev in evs[1:]:
             nt = ev[(ev["kind"] == EventKind.NOTIFY) & (ev["program"] == 0)]
-            wt = ev[(ev["kind"] == EventKind.WAIT) & (ev["program"] == 1)]
+            wt = ev[(ev["kind"] == EventKind.WAIT) & (ev["program"] == pair)]
             sp0 = ev[(ev["kind"] == EventKind.SPAN) & (ev["program"] == 0)]
-            sp1 = ev[(ev["kind"] == EventKind.SPAN) & (ev["program"] == 1)]
+            sp1 = ev[(ev["kind"] == EventKind.SPAN) & (ev["program"] == pair)]
+            sms.add(tuple(sorted({(int(p), int(h)) for p, h in zip(ev["program"], ev["hw"])})))
             m["period"].append(med(np.diff(nt["start"])))
             m["release"].append(med(nt["end"] - nt["start"]))
             if len(sp0):
@@ -719,7 +722,7 @@ def _anatomy_case(dist, H, heap, tiles: int, tile_elems: int, launches: int, cas
             elif len(wt) == tiles:
                 m["copy"].append(med(wt["start"][1:] - wt["end"][:-1]))
             m["launch"].append(float(ev["end"].max() - ev["start"].min()))
-        rows.append({"case": case, "variant": name, "launches": len(evs) - 1,
+        rows.append({"case": case, "variant": name, "launches": len(evs) - 1, "sms": sorted(sms),
                      **{f"{k}_ns": (statistics.median(v) if v else None) for k, v in m.items()}})
     return rows
 
@@ -772,8 +775,8 @@ def handoff_suite(dist, H, reps: int, warmup: int, which: str = "handoff", quick
         rounds = 200 if dist.world_size > 1 else 500
         return _pingpong_case(dist, H, heap, NOTIFY_VARIANTS, rounds, reps, warmup, f"ping-pong x{rounds}, notify timer reads")
     if which == "anatomy":
-        return [r for t, e in ((8, 65536), (32, 8192)) for r in
-                _anatomy_case(dist, H, heap, t, e, 40, f"pipeline {t} x {e // 1024}K fp32, anatomy")]
+        return [r for t, e in ((8, 65536), (32, 8192)) for pair in (1, 2, 7, 66) for r in
+                _anatomy_case(dist, H, heap, t, e, 30, f"pipeline {t} x {e // 1024}K fp32, consumer {pair}, anatomy", pair)]
     if which == "phase":
         rounds = 200 if dist.world_size > 1 else 500
         rows = _pingpong_case(dist, H, heap, _phase_variants(PHASE_DELAYS), rounds, reps, warmup, f"ping-pong x{rounds}, phase sweep")
@@ -971,7 +974,8 @@ def _print_rows(rows: list[dict]) -> None:
     print(f"{'case':<26}{'variant':<20}{'µs (p10-p90)':>26}{'ratio (p10-p90)':>26}{'ns/hand-off':>13}")
     for r in rows:
         if "launches" in r:  # (--suite anatomy)
-            print(f"{r['case']:<40}{r['variant']:<28}" + "  ".join(f"{k[:-3]} {r[k]:.0f}" for k in r if k.endswith("_ns") and r[k] is not None))
+            print(f"{r['case']:<50}{r['variant']:<20}" + "  ".join(f"{k[:-3]} {r[k]:.0f}" for k in r if k.endswith("_ns") and r[k] is not None)
+                  + f"  SMs {r['sms'][:3]}")
             continue
         if "cycles" in r:
             print(f"{r['case']:<26}{r['variant']:<20}{r['cycles']:>14.1f} cycles{r['ns']:>10.1f} ns")
