@@ -249,7 +249,6 @@ def pipeline(
     SPANS: tl.constexpr = 0,
     BACKOFF: tl.constexpr = 0,
     CHECK: tl.constexpr = 1,
-    JITTER: tl.constexpr = 0,
     PAIR: tl.constexpr = 1,
     ktrace_buf=None,
     KTRACE: tl.constexpr = 0,
@@ -257,10 +256,7 @@ def pipeline(
     """Program 0 sends ``src`` (``tiles * tile_elems`` fp32) tile by tile into the peer's ``dst``
     (heap, 2 parities); program 1 receives the peer's tiles into ``out``. ``flags[t]`` (heap
     int32, one per tile) is set to ``epoch`` when tile ``t`` has landed. ``tile_elems`` must be a
-    multiple of ``max(SPANS, 1) * BLOCK``. With JITTER > 0 the consumer busy-waits a pseudo-random
-    0 to JITTER SM cycles after each wait, before its copy (the same sequence in every variant and
-    launch): the two programs stream through L2 at the same time, and this moves their offset.
-    With PAIR > 1 the consumer is program PAIR of a grid of PAIR + 1 (the others return at once):
+    multiple of ``max(SPANS, 1) * BLOCK``. With PAIR > 1 the consumer is program PAIR of a grid of PAIR + 1 (the others return at once):
     the two programs on other SMs."""
     kt = kl.init(ktrace_buf, KTRACE)
     quiet = kl.init(ktrace_buf, 0)
@@ -289,8 +285,6 @@ def pipeline(
                 kt = ks.wait(kt, flags + t, epoch, rank, peer, heap_bases, backoff_ns=BACKOFF, check_every=CHECK)
             else:
                 ks.wait(quiet, flags + t, epoch, rank, peer, heap_bases, backoff_ns=BACKOFF, check_every=CHECK)
-            if JITTER > 0:
-                _delay(_jitter(t, 1, JITTER))
             for j in tl.static_range(NS):
                 if SPANS > 0:
                     s = kl.begin(kt, "take", t, j)

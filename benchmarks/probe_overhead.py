@@ -28,8 +28,8 @@ and consumer programs on one GPU, the peer is the rank itself) or two (launched 
               ", check 8" variants read the error word every 8th read (``ks.wait(check_every=8)``);
               ", ring" variants record in ring mode. Two more cases: the ping-pong with a
               pseudo-random 0-1,024-cycle delay after each wait ("jitter": the polling phase
-              averaged inside a launch) and the pipeline with that delay before each of the
-              consumer's waits. Pipeline controls: the buffer 1 MiB further, the lanes 128 KiB
+              averaged inside a launch) and the pipeline with its consumer on program SMs / 2
+              (another part of the GPU than the producer). Pipeline controls: the buffer 1 MiB further, the lanes 128 KiB
               apart, one slot per lane (every record counted dropped, nothing stored).
               Reads per wait come from the WAIT records.
     phase     the ping-pong's polling-phase sweep: each probe kind and its own untraced run at 25
@@ -318,6 +318,11 @@ PIPELINE_VARIANTS = {
     "signals, one slot (all dropped)": {"WAITS": True, "NOTIFIES": True, "SLOTS": 1},
     **CHECK8,
 }
+#: The pipeline's variants timed again with the consumer on program ``SMs // 2`` (another part of
+#: the GPU than program 0: two neighbouring SMs share bandwidth, and which of the two programs is
+#: the slower then depends on the SM pair; docs/probes.md).
+PIPELINE_FAR = ("untraced", "untraced (twin)", "on, no probe", "waits", "notifies", "signals", "spans", "all", "signals, ring",
+                "all, ring", "signals, one slot (all dropped)")
 FANIN_VARIANTS = {
     "untraced": {},
     "untraced (twin)": {},
@@ -576,7 +581,10 @@ def _pingpong_case(dist, H, heap, variants: dict, rounds: int, reps: int, warmup
     return rows
 
 
-def _pipeline_case(dist, H, heap, variants: dict, tiles: int, tile_elems: int, reps: int, warmup: int, case: str) -> list[dict]:
+def _pipeline_case(dist, H, heap, variants: dict, tiles: int, tile_elems: int, reps: int, warmup: int, case: str,
+                   pair: int = 1) -> list[dict]:
+    """Program 0 the producer, program ``pair`` the consumer (a grid of ``pair + 1``; the others
+    return at once)."""
     import torch
 
     import handoff_kernels as hk
@@ -592,9 +600,10 @@ def _pipeline_case(dist, H, heap, variants: dict, tiles: int, tile_elems: int, r
     src, want = gen(dist.rank), gen(peer)
     out = H.poison(torch.empty(n, dtype=torch.float32, device=dist.device))
     ep = _Epochs()
+    P = pair + 1
     launchers = _variant_launchers(
-        hk.pipeline, variants, (2,), lambda e: (src, dst, out, flags, tiles, tile_elems, e, dist.rank, peer, heap.bases),
-        lambda sw: max(1, tiles * _slots_per_round(sw)), 2, dist.device, 4, {"_epochs": ep, "BLOCK": BLOCK},
+        hk.pipeline, variants, (P,), lambda e: (src, dst, out, flags, tiles, tile_elems, e, dist.rank, peer, heap.bases),
+        lambda sw: max(1, tiles * _slots_per_round(sw)), P, dist.device, 4, {"_epochs": ep, "BLOCK": BLOCK, "PAIR": pair},
     )
     rows = _time_case(dist, H, case, launchers, reps, warmup, max(1, 256 // tiles), tiles, plans=(ep,))
     for name, (fn, buf, slots) in launchers.items():
@@ -609,7 +618,7 @@ def _pipeline_case(dist, H, heap, variants: dict, tiles: int, tile_elems: int, r
         if buf is not None:
             sw = variants[name]  # producer: notify + spans per tile; consumer: wait + spans
             per_tile = bool(sw.get("WAITS")) + bool(sw.get("NOTIFIES")) + 2 * sw.get("SPANS", 0)
-            _note_spins(rows, name, _check_records(f"{case}/{name}", buf, 2, slots, tiles * per_tile, tiles * _signals(sw)))
+            _note_spins(rows, name, _check_records(f"{case}/{name}", buf, P, slots, tiles * per_tile, tiles * _signals(sw)))
     return rows
 
 
@@ -794,10 +803,14 @@ def handoff_suite(dist, H, reps: int, warmup: int, which: str = "handoff", quick
     rows += _pingpong_case(dist, H, heap, PINGPONG_VARIANTS, rounds, reps, warmup, f"ping-pong x{rounds}")
     jit = {k: {**v, "JITTER": JITTER_CYCLES} for k, v in PINGPONG_VARIANTS.items() if "ring" not in k and "immediate" not in k}
     rows += _pingpong_case(dist, H, heap, jit, rounds, reps, warmup, f"ping-pong x{rounds}, jitter 0-{JITTER_CYCLES} cycles")
+    import torch
+
+    pair = torch.cuda.get_device_properties(dist.device).multi_processor_count // 2  # a consumer far from program 0's SM
     for tiles, elems in PIPELINE_SHAPES[:1] if quick else PIPELINE_SHAPES:
         rows += _pipeline_case(dist, H, heap, PIPELINE_VARIANTS, tiles, elems, reps, warmup, f"pipeline {tiles} x {elems // 1024}K fp32")
-        jit = {k: {**PIPELINE_VARIANTS[k], "JITTER": JITTER_CYCLES} for k in ("untraced", "untraced (twin)", "waits", "notifies", "signals", "all")}
-        rows += _pipeline_case(dist, H, heap, jit, tiles, elems, reps, warmup, f"pipeline {tiles} x {elems // 1024}K fp32, consumer jitter")
+        far = {k: PIPELINE_VARIANTS[k] for k in PIPELINE_FAR}
+        rows += _pipeline_case(dist, H, heap, far, tiles, elems, reps, warmup, f"pipeline {tiles} x {elems // 1024}K fp32, consumer {pair}",
+                               pair)
     rows += _fanin_case(dist, H, heap, FANIN_VARIANTS, 50, reps, warmup, "fan-in x50")
     return rows
 
