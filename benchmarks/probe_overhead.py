@@ -374,8 +374,9 @@ def _phase_variants(delays) -> dict:
 
 #: Extra cycles of the phase sweep: 0 to 1,200 in steps of 50 (past two flag reads at ~1.9 GHz).
 PHASE_DELAYS = list(range(0, 1201, 50))
-#: The jittered ping-pong: each side waits a pseudo-random 0 to JITTER cycles per round.
-JITTER_CYCLES = 1024
+#: The jittered ping-pong: each side waits a pseudo-random 0 to JITTER SM cycles per round (about 2 µs at
+#: 1.98 GHz: several flag reads, so the polling phase averages out within a launch).
+JITTER_CYCLES = 4096
 
 
 def _phase_rows(rows: list[dict], delays) -> list[dict]:

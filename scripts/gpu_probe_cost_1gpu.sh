@@ -26,7 +26,7 @@ for step in $STEPS; do
     copy) timeout 120 python3 benchmarks/probe_overhead.py --suite copy --no-proton --reps "${COPY_REPS:-100}" \
             --json "$OUT/copy.json" > "$OUT/copy.log" 2>&1 || rc=1 ;;
     tests) timeout 300 python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1 || rc=1 ;;
-    kernels) timeout 200 python3 -m ktrace.testing.launch -n 1 --timeout 190 -- python3 benchmarks/kernels.py \
+    kernels) timeout "${KERNELS_TIMEOUT:-200}" python3 -m ktrace.testing.launch -n 1 --timeout "$(( ${KERNELS_TIMEOUT:-200} - 10 ))" -- python3 benchmarks/kernels.py \
                --kernels ${KERNELS:-all_reduce all_to_all} --json "$OUT/kernels_n1.json" > "$OUT/kernels_n1.log" 2>&1 || rc=1 ;;
   esac
   echo "$step done t=$(el) rc=$rc"
