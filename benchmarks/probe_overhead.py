@@ -840,15 +840,21 @@ def _a2a_suite(dist, H, reps: int, warmup: int, baseline: bool) -> list[dict]:
             for k, n_d, n_c in (("traced", sd, sc), ("traced, 1 slot", 1, 1))}
     outs = {}
 
+    sched = {"untraced, fences": 3, "untraced, expert-row fences": 1, "untraced, timer reads": 7}  # (moe_combine's SCHED)
+
+    def combine(out, kw_c, sc=0):
+        plan._combine_sched = {"SCHED": sc} if sc else {}
+        return plan.combine(scales, out, **kw_c)
+
     def variant(name):
         out = outs.setdefault(name, H.poison(torch.empty_like(inp["x"])))
         kw_d, kw_c = {}, {}
         if name in bufs:
             bd, bc, n_d, n_c = bufs[name]
             kw_d, kw_c = {"ktrace_buf": bd, "ktrace_slots": n_d}, {"ktrace_buf": bc, "ktrace_slots": n_c}
-        return (lambda: plan.dispatch(inp["x"], inp["topk_idx"], inp["topk_w"], inp["m"], **kw_d)), (lambda: plan.combine(scales, out, **kw_c))
+        return (lambda: plan.dispatch(inp["x"], inp["topk_idx"], inp["topk_w"], inp["m"], **kw_d)), (lambda: combine(out, kw_c, sched.get(name, 0)))
 
-    names = ["untraced", "untraced (twin)", "traced", "traced, 1 slot"]
+    names = ["untraced", "untraced (twin)", "traced", "traced, 1 slot", *sched]
     fns = {n: variant(n) for n in names}
     if baseline:
         fns["baseline"] = (lambda: a2a_base.dispatch_combine(inp, scales, r, W, plan.EL), lambda: None)
@@ -887,9 +893,8 @@ def _a2a_suite(dist, H, reps: int, warmup: int, baseline: bool) -> list[dict]:
     torch.cuda.synchronize()
     tdist.barrier()
     recs = {n: [] for n in names}
-    for rep in range(reps):
-        for i in range(len(names)):
-            n = names[(rep + i) % len(names)]
+    for order in H.run_orders(names, reps):  # a fresh random order each repetition
+        for n in order:
             ev = []
             one(n, ev)
             recs[n].append(ev)
