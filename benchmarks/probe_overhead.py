@@ -836,11 +836,12 @@ def _a2a_suite(dist, H, reps: int, warmup: int, baseline: bool) -> list[dict]:
     scales_all = expert_scales(seed, cfg.num_experts, cfg.hidden, dist.device)
     scales = scales_all[r * plan.EL : (r + 1) * plan.EL].contiguous()
     sd, sc = plan.slots("dispatch"), plan.slots("combine")
+    traced_sched = {"traced, no span": 8, "traced, no NOTIFY": 16, "traced, no WAIT": 32, "traced, WAITs only": 24, "traced, spans only": 48}
     bufs = {k: (H.trace_buffer(plan.nprog, n_d, dist.device), H.trace_buffer(plan.nprog, n_c, dist.device), n_d, n_c)
-            for k, n_d, n_c in (("traced", sd, sc), ("traced, 1 slot", 1, 1))}
+            for k, n_d, n_c in (("traced", sd, sc), ("traced, 1 slot", 1, 1), *((k, sd, sc) for k in traced_sched))}
     outs = {}
 
-    sched = {"untraced, fences": 3, "untraced, expert-row fences": 1, "untraced, timer reads": 7}  # (moe_combine's SCHED)
+    sched = {"untraced, fences": 3, "untraced, timer reads": 7, **traced_sched}  # (moe_combine's SCHED)
 
     def combine(out, kw_c, sc=0):
         plan._combine_sched = {"SCHED": sc} if sc else {}
@@ -854,7 +855,7 @@ def _a2a_suite(dist, H, reps: int, warmup: int, baseline: bool) -> list[dict]:
             kw_d, kw_c = {"ktrace_buf": bd, "ktrace_slots": n_d}, {"ktrace_buf": bc, "ktrace_slots": n_c}
         return (lambda: plan.dispatch(inp["x"], inp["topk_idx"], inp["topk_w"], inp["m"], **kw_d)), (lambda: combine(out, kw_c, sched.get(name, 0)))
 
-    names = ["untraced", "untraced (twin)", "traced", "traced, 1 slot", *sched]
+    names = ["untraced", "untraced (twin)", "traced", "traced, 1 slot", *sched]  # (traced_sched's are traced: in bufs)
     fns = {n: variant(n) for n in names}
     if baseline:
         fns["baseline"] = (lambda: a2a_base.dispatch_combine(inp, scales, r, W, plan.EL), lambda: None)
