@@ -836,12 +836,13 @@ def _a2a_suite(dist, H, reps: int, warmup: int, baseline: bool) -> list[dict]:
     scales_all = expert_scales(seed, cfg.num_experts, cfg.hidden, dist.device)
     scales = scales_all[r * plan.EL : (r + 1) * plan.EL].contiguous()
     sd, sc = plan.slots("dispatch"), plan.slots("combine")
-    traced_sched = {"traced, no span": 8, "traced, no NOTIFY": 16, "traced, no WAIT": 32, "traced, WAITs only": 24, "traced, spans only": 48}
+    traced_sched = {"traced, on, no probe": 56, "traced, WAITs only": 24}
     bufs = {k: (H.trace_buffer(plan.nprog, n_d, dist.device), H.trace_buffer(plan.nprog, n_c, dist.device), n_d, n_c)
-            for k, n_d, n_c in (("traced", sd, sc), ("traced, 1 slot", 1, 1), *((k, sd, sc) for k in traced_sched))}
+            for k, n_d, n_c in (("traced", sd, sc), ("traced, 1 slot", 1, 1), *((k, sd, sc) for k in traced_sched),
+                                ("traced dispatch only", sd, sc), ("traced combine only", sd, sc))}
     outs = {}
 
-    sched = {"untraced, fences": 3, "untraced, timer reads": 7, **traced_sched}  # (moe_combine's SCHED)
+    sched = {"untraced, fences": 3, **traced_sched}  # (moe_combine's SCHED)
 
     def combine(out, kw_c, sc=0):
         plan._combine_sched = {"SCHED": sc} if sc else {}
@@ -853,9 +854,13 @@ def _a2a_suite(dist, H, reps: int, warmup: int, baseline: bool) -> list[dict]:
         if name in bufs:
             bd, bc, n_d, n_c = bufs[name]
             kw_d, kw_c = {"ktrace_buf": bd, "ktrace_slots": n_d}, {"ktrace_buf": bc, "ktrace_slots": n_c}
+            if name == "traced dispatch only":
+                kw_c = {}
+            if name == "traced combine only":
+                kw_d = {}
         return (lambda: plan.dispatch(inp["x"], inp["topk_idx"], inp["topk_w"], inp["m"], **kw_d)), (lambda: combine(out, kw_c, sched.get(name, 0)))
 
-    names = ["untraced", "untraced (twin)", "traced", "traced, 1 slot", *sched]  # (traced_sched's are traced: in bufs)
+    names = ["untraced", "untraced (twin)", "traced", "traced, 1 slot", *sched, "traced dispatch only", "traced combine only"]
     fns = {n: variant(n) for n in names}
     if baseline:
         fns["baseline"] = (lambda: a2a_base.dispatch_combine(inp, scales, r, W, plan.EL), lambda: None)
