@@ -819,7 +819,9 @@ def handoff_suite(dist, H, reps: int, warmup: int, which: str = "handoff", quick
 def _a2a_suite(dist, H, reps: int, warmup: int, baseline: bool) -> list[dict]:
     """The all-to-all (gpumode shape) with controls: an untraced twin (A/A), traced at its default
     density, traced into one slot per program (every probe runs, every record is counted
-    dropped), each call split into dispatch and combine by CUDA events."""
+    dropped), only the dispatch or only the combine traced, each call split into dispatch and
+    combine by CUDA events; a fresh random order each repetition. Runs at one rank too (under
+    ``ktrace.testing.launch -n 1``: the all-to-all sends to itself)."""
     import torch
     import torch.distributed as tdist
 
@@ -836,17 +838,9 @@ def _a2a_suite(dist, H, reps: int, warmup: int, baseline: bool) -> list[dict]:
     scales_all = expert_scales(seed, cfg.num_experts, cfg.hidden, dist.device)
     scales = scales_all[r * plan.EL : (r + 1) * plan.EL].contiguous()
     sd, sc = plan.slots("dispatch"), plan.slots("combine")
-    traced_sched = {"traced, on, no probe": 56, "traced, WAITs only": 24}
     bufs = {k: (H.trace_buffer(plan.nprog, n_d, dist.device), H.trace_buffer(plan.nprog, n_c, dist.device), n_d, n_c)
-            for k, n_d, n_c in (("traced", sd, sc), ("traced, 1 slot", 1, 1), *((k, sd, sc) for k in traced_sched),
-                                ("traced dispatch only", sd, sc), ("traced combine only", sd, sc))}
+            for k, n_d, n_c in (("traced", sd, sc), ("traced, 1 slot", 1, 1), ("traced dispatch only", sd, sc), ("traced combine only", sd, sc))}
     outs = {}
-
-    sched = {"untraced, fences": 3, **traced_sched}  # (moe_combine's SCHED)
-
-    def combine(out, kw_c, sc=0):
-        plan._combine_sched = {"SCHED": sc} if sc else {}
-        return plan.combine(scales, out, **kw_c)
 
     def variant(name):
         out = outs.setdefault(name, H.poison(torch.empty_like(inp["x"])))
@@ -858,9 +852,9 @@ def _a2a_suite(dist, H, reps: int, warmup: int, baseline: bool) -> list[dict]:
                 kw_c = {}
             if name == "traced combine only":
                 kw_d = {}
-        return (lambda: plan.dispatch(inp["x"], inp["topk_idx"], inp["topk_w"], inp["m"], **kw_d)), (lambda: combine(out, kw_c, sched.get(name, 0)))
+        return (lambda: plan.dispatch(inp["x"], inp["topk_idx"], inp["topk_w"], inp["m"], **kw_d)), (lambda: plan.combine(scales, out, **kw_c))
 
-    names = ["untraced", "untraced (twin)", "traced", "traced, 1 slot", *sched, "traced dispatch only", "traced combine only"]
+    names = ["untraced", "untraced (twin)", "traced", "traced, 1 slot", "traced dispatch only", "traced combine only"]
     fns = {n: variant(n) for n in names}
     if baseline:
         fns["baseline"] = (lambda: a2a_base.dispatch_combine(inp, scales, r, W, plan.EL), lambda: None)

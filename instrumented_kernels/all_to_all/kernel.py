@@ -188,19 +188,6 @@ def moe_dispatch(
         kt = ks.wait(kt, recv_flag + src_rank * M + slot, epoch, rank, src_rank, heap_bases, timeout_ns=TIMEOUT_NS)
 
 
-@triton.jit
-def _sched(SCHED: tl.constexpr, WHERE: tl.constexpr):
-    """EXPERIMENT (the traced combine's schedule): at the span boundaries WHERE (1: expert rows,
-    2: reductions) selected in SCHED, a compiler barrier (an empty asm with a memory clobber), or
-    with SCHED & 4 a timer read whose value is dropped (what a span's probe adds, minus the record).
-    Traced: SCHED & 8 records no span, & 16 no NOTIFY, & 32 no WAIT."""
-    if (SCHED & WHERE) != 0:
-        if (SCHED & 4) != 0:
-            kl.now()
-        else:
-            tl.inline_asm_elementwise("", "=r,~{memory}", [], dtype=tl.int32, is_pure=False, pack=1)
-
-
 @ktrace.trace(events_per_program=_combine_slots)
 @triton.jit(do_not_specialize=H.RUNTIME_INTS)
 def moe_combine(
@@ -231,7 +218,6 @@ def moe_combine(
     BLOCK_D: tl.constexpr,
     FAULTS: tl.constexpr = False,
     TIMEOUT_NS: tl.constexpr = ks.DEFAULT_TIMEOUT_NS,
-    SCHED: tl.constexpr = 0,
     ktrace_buf=None,
     KTRACE: tl.constexpr = 0,
 ):
@@ -242,7 +228,6 @@ def moe_combine(
     ``t < m`` are written.
     """
     kt = kl.init(ktrace_buf, KTRACE)
-    quiet = kl.init(ktrace_buf, 0)
     pid = tl.program_id(0)
     par = epoch % 2
     ak = tl.arange(0, KP)
@@ -257,9 +242,7 @@ def moe_combine(
         src_rank = tl.sum(((cum <= j) & (aw < WORLD)).to(tl.int32))
         slot = j - tl.sum(tl.where(aw == src_rank, excl, 0))
         row = (par * WORLD + src_rank) * M + slot
-        if (SCHED & 8) == 0:
-            sp = kl.begin(kt, "expert", src_rank, slot)
-        _sched(SCHED, 1)
+        sp = kl.begin(kt, "expert", src_rank, slot)
         tok = tl.load(recv_tok + row)
         eid = tl.load(recv_eid + row * KP + ak)
         w = tl.load(recv_w + row * KP + ak)
@@ -272,13 +255,8 @@ def moe_combine(
             scale = tl.sum(w[:, None] * sc, axis=0)
             y = tl.load(xin + d0 + ad, mask=dm, other=0.0).to(tl.float32) * scale
             ks.store(dst + d0 + ad, y.to(comb_x.dtype.element_ty), rank, src_rank, heap_bases, mask=dm)
-        if (SCHED & 8) == 0:
-            kt = kl.end(kt, sp)
-        _sched(SCHED, 1)
-        if (SCHED & 16) == 0:
-            kt = H.notify(kt, comb_flag + rank * M + tok, epoch, rank, src_rank, heap_bases, M * WORLD + WORLD + tok * WORLD + src_rank, fault_delay_ns, fault_skip, FAULTS)
-        else:
-            H.notify(quiet, comb_flag + rank * M + tok, epoch, rank, src_rank, heap_bases, M * WORLD + WORLD + tok * WORLD + src_rank, fault_delay_ns, fault_skip, FAULTS)
+        kt = kl.end(kt, sp)
+        kt = H.notify(kt, comb_flag + rank * M + tok, epoch, rank, src_rank, heap_bases, M * WORLD + WORLD + tok * WORLD + src_rank, fault_delay_ns, fault_skip, FAULTS)
     # 2. my tokens: wait for every rank each went to, then sum the returned rows.
     for t in range(pid * m // nprog, (pid + 1) * m // nprog):
         idx_row = tl.load(topk_idx + t * K + ak, mask=ak < K, other=-1)
@@ -287,13 +265,8 @@ def moe_combine(
         for i in tl.static_range(WORLD):
             d = (rank + i) % WORLD
             if tl.sum(tl.where(aw == d, rrow, 0)) > 0:
-                if (SCHED & 32) == 0:
-                    kt = ks.wait(kt, comb_flag + d * M + t, epoch, rank, d, heap_bases, timeout_ns=TIMEOUT_NS)
-                else:
-                    ks.wait(quiet, comb_flag + d * M + t, epoch, rank, d, heap_bases, timeout_ns=TIMEOUT_NS)
-        if (SCHED & 8) == 0:
-            sp = kl.begin(kt, "reduce", t, tl.sum(rrow))
-        _sched(SCHED, 2)
+                kt = ks.wait(kt, comb_flag + d * M + t, epoch, rank, d, heap_bases, timeout_ns=TIMEOUT_NS)
+        sp = kl.begin(kt, "reduce", t, tl.sum(rrow))
         for d0 in range(0, D, BLOCK_D):
             dm = d0 + ad < D
             acc = tl.zeros((BLOCK_D,), tl.float32)
@@ -302,9 +275,7 @@ def moe_combine(
                 if tl.sum(tl.where(aw == d, rrow, 0)) > 0:
                     acc += tl.load(comb_x + ((par * WORLD + d) * M + t).to(tl.int64) * D + d0 + ad, mask=dm, other=0.0).to(tl.float32)
             tl.store(out + t.to(tl.int64) * D + d0 + ad, acc.to(out.dtype.element_ty), mask=dm)
-        if (SCHED & 8) == 0:
-            kt = kl.end(kt, sp)
-        _sched(SCHED, 2)
+        kt = kl.end(kt, sp)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -466,8 +437,7 @@ class MoEAllToAll:
         d, s, kw = self._common(fault, ktrace_buf, ktrace_slots)
         moe_combine[(self.nprog,)](
             self._topk_idx, self._m, scales, out, self.recv_x, self.recv_tok, self.recv_eid, self.recv_w, self.recv_count,
-            self.comb_x, self.comb_flag, self.epoch, self.rank, self.heap.bases, self.nprog, d, s, M, D, self.EL,
-            **kw, **getattr(self, "_combine_sched", {}),
+            self.comb_x, self.comb_flag, self.epoch, self.rank, self.heap.bases, self.nprog, d, s, M, D, self.EL, **kw,
         )
         return out
 

@@ -22,7 +22,7 @@ def test_compiles_and_probes_are_gated(which, target):
     if which == "dispatch":
         asm = compile_variants(K.moe_dispatch, DISPATCH, dict(CONST, MP=256), target)
     else:
-        asm = compile_variants(K.moe_combine, COMBINE, dict(CONST, SCHED=0), target)
+        asm = compile_variants(K.moe_combine, COMBINE, CONST, target)
     assert_probes_gated(asm, target)
 
 
