@@ -679,7 +679,7 @@ def wait(
         check_every: read the rank's error word (has another wait given up?) after every
             ``check_every``-th read of the flag instead of after each (compile-time, default 1).
             A spin is then one load latency instead of two, so the wait sees its flag sooner:
-            a two-program ping-pong on one H100 hands off 12-17 % faster with 8, a 132-program
+            a two-program ping-pong on one H100 hands off 11-17 % faster with 8, a 132-program
             fan-in 3 % (``BENCHMARKS.md``); a timeout elsewhere on the rank is noticed up to
             that many reads later. Traced or not, the WAIT record is the same.
 
