@@ -27,7 +27,7 @@ and consumer programs on one GPU, the peer is the rank itself) or two (launched 
               ", backoff" variants sleep 200 ns between a waiter's reads (schedule experiment);
               ", check 8" variants read the error word every 8th read (``ks.wait(check_every=8)``);
               ", ring" variants record in ring mode. Two more cases: the ping-pong with a
-              pseudo-random 0-1,024-cycle delay after each wait ("jitter": the polling phase
+              pseudo-random 0-4,096-cycle delay after each wait ("jitter": the polling phase
               averaged inside a launch) and the pipeline with its consumer on program SMs / 2
               (another part of the GPU than the producer). Pipeline controls: the buffer 1 MiB further, the lanes 128 KiB
               apart, one slot per lane (every record counted dropped, nothing stored).
