@@ -1,6 +1,8 @@
 """CPU tier: the MoE dispatch and combine kernels compile for sm_90 and gfx942, traced and
 untraced, and their probes compile away when tracing is off; host-side validation."""
 
+import re
+
 import pytest
 
 from tests.kernels._compile_util import assert_probes_gated, compile_variants
@@ -55,3 +57,56 @@ def test_fault_knob_is_validated():
             Fault(**bad)
     with pytest.raises(ValueError):
         Fault(skip_rank=4, skip_notify=0).check_world(4)
+
+
+def _gather_loads_ahead(maxnreg) -> tuple[int, int]:
+    """(loads of the combine's expert loop, how many of them precede its first FMUL/FFMA) in the
+    SASS of the untraced combine for sm_90 at 2 ranks, as a launch specialises it (pointers and
+    the row sizes 16-divisible)."""
+    import os
+    import subprocess
+
+    import triton
+    from triton.compiler import ASTSource
+
+    from instrumented_kernels.all_to_all import kernel as K
+    from ktrace.testing.compile import TARGETS
+
+    C = dict(CONST, WORLD=2, WP=2, FAULTS=False, TIMEOUT_NS=10**8, KTRACE=0)
+    sig = dict(COMBINE, **{k: "constexpr" for k in C})
+    names = list(COMBINE) + list(C)
+    attrs = {(names.index(a),): [["tt.divisibility", 16]] for a, t in COMBINE.items() if t.startswith("*") or a in ("M", "D", "EL")}
+    opts = {"num_warps": 8, **({"maxnreg": maxnreg} if maxnreg else {})}
+    k = triton.compile(ASTSource(K.moe_combine.jit_fn, sig, constexprs=C, attrs=attrs), target=TARGETS["sm_90"], options=opts)
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    if not os.path.exists(tool):
+        pytest.skip("no cuobjdump in this Triton wheel")
+    with __import__("tempfile").NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(k.asm["cubin"])
+        f.flush()
+        sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, check=True).stdout
+    ins = [(int(m.group(1), 16), m.group(2).strip()) for m in re.finditer(r"/\*([0-9a-f]{4})\*/\s+(.*?);", sass)]
+    at = {a: i for i, (a, _) in enumerate(ins)}
+    loops = []
+    for i, (a, text) in enumerate(ins):
+        m = re.search(r"BRA (?:`\(\.L_x_\d+\) )?0x([0-9a-f]+)", text)
+        if m and int(m.group(1), 16) <= a:
+            body = [t for _, t in ins[at[int(m.group(1), 16)] : i + 1]]
+            if sum("LDG" in t for t in body) >= CONST["K"] + 1 and any(t.startswith(("FMUL", "FFMA")) for t in body):
+                loops.append(body)
+    body = min(loops, key=len)  # the innermost: one BLOCK_D step of an expert row
+    first = next(j for j, t in enumerate(body) if t.startswith(("FMUL", "FFMA")))
+    return sum("LDG" in t for t in body), sum("LDG" in t for t in body[:first])
+
+
+def test_combine_issues_its_gather_at_once():
+    """With the register bound the plan launches with, ptxas issues every load of an expert-row
+    step (K scale rows and the row) before the first multiply: one memory latency per step.
+    Without it (Triton 3.6's ptxas) fewer: the bound is what gives the untraced combine that
+    schedule (`COMBINE_MAXNREG`)."""
+    from instrumented_kernels.all_to_all.kernel import COMBINE_MAXNREG
+
+    n, ahead = _gather_loads_ahead(COMBINE_MAXNREG)
+    assert n == CONST["K"] + 1 and ahead == n, (n, ahead)
+    n0, ahead0 = _gather_loads_ahead(None)
+    assert n0 == n and ahead0 < n, (n0, ahead0)
