@@ -178,6 +178,7 @@ def pingpong(
     ``flag[1]``; ``rank``, ``peer`` and ``first`` are ignored; ``heap_bases[0]`` is the error block).
     Each side busy-waits ``delay`` SM cycles after each wait, before its next notify (the
     polling-phase sweep), plus a pseudo-random ``[0, JITTER)`` cycles per round when JITTER > 0.
+    ``CHECK``: the waits' ``check_every``.
     """
     kt = kl.init(ktrace_buf, KTRACE)
     quiet = kl.init(ktrace_buf, 0)
@@ -254,10 +255,11 @@ def pipeline(
     KTRACE: tl.constexpr = 0,
 ):
     """Program 0 sends ``src`` (``tiles * tile_elems`` fp32) tile by tile into the peer's ``dst``
-    (heap, 2 parities); program 1 receives the peer's tiles into ``out``. ``flags[t]`` (heap
-    int32, one per tile) is set to ``epoch`` when tile ``t`` has landed. ``tile_elems`` must be a
-    multiple of ``max(SPANS, 1) * BLOCK``. With PAIR > 1 the consumer is program PAIR of a grid of PAIR + 1 (the others return at once):
-    the two programs on other SMs."""
+    (heap, 2 parities); program ``PAIR`` (default 1) receives the peer's tiles into ``out``, in a
+    grid of ``PAIR + 1`` whose other programs return at once (so the consumer can sit on an SM far
+    from the producer's). ``flags[t]`` (heap int32, one per tile) is set to ``epoch`` when tile
+    ``t`` has landed. ``tile_elems`` must be a multiple of ``max(SPANS, 1) * BLOCK``. ``CHECK``:
+    the waits' ``check_every``."""
     kt = kl.init(ktrace_buf, KTRACE)
     quiet = kl.init(ktrace_buf, 0)
     pid = tl.program_id(0)

@@ -29,8 +29,12 @@ and consumer programs on one GPU, the peer is the rank itself) or two (launched 
               ", ring" variants record in ring mode. Two more cases: the ping-pong with a
               pseudo-random 0-4,096-cycle delay after each wait ("jitter": the polling phase
               averaged inside a launch) and the pipeline with its consumer on program SMs / 2
-              (another part of the GPU than the producer). Pipeline controls: the buffer 1 MiB further, the lanes 128 KiB
-              apart, one slot per lane (every record counted dropped, nothing stored).
+              (another part of the GPU than the producer). Pipeline controls: the buffer 1 MiB
+              further, the lanes 128 KiB apart, one slot per lane (every record counted dropped,
+              nothing stored).
+    anatomy   the pipeline's traced variants decoded launch by launch (the producer's period and
+              release, the consumer's flag latency and copy, the SMs they ran on), with the
+              consumer on programs 1, 2, 7 and 66
               Reads per wait come from the WAIT records.
     phase     the ping-pong's polling-phase sweep: each probe kind and its own untraced run at 25
               extra delays (0-1,200 SM cycles after each wait), and per kind the cost averaged
