@@ -659,18 +659,24 @@ def now_slot(kt):
 
 @triton.jit
 def _store1(addr, a, b, c, d, go):
-    """Store one pending 32-byte record at ``addr`` (int64) if ``go`` (no-op elsewhere)."""
+    """Store one pending 32-byte record at ``addr`` (int64) if ``go`` (no-op elsewhere).
+
+    NVIDIA: behind a branch on ``go``, so that the warps without the storing thread skip the
+    record's packing and the moves into the store's registers (every warp ran them before)."""
     if _nvidia():
-        _st_vec2_nv(addr, a, b, c, d, go)
+        if go != 0:
+            _st_vec2_nv(addr, a, b, c, d, go)
     else:
         _store_words(addr.to(tl.pointer_type(tl.int64), bitcast=True), a, b, c, d, go != 0)
 
 
 @triton.jit
 def _store2(addr, a, b, c, d, e, f, g, h, go):
-    """Store a pending event and its DETAIL record (64 bytes) at ``addr`` if ``go``."""
+    """Store a pending event and its DETAIL record (64 bytes) at ``addr`` if ``go`` (NVIDIA:
+    behind a branch, as :func:`_store1`)."""
     if _nvidia():
-        _st_vec4_nv(addr, a, b, c, d, e, f, g, h, go)
+        if go != 0:
+            _st_vec4_nv(addr, a, b, c, d, e, f, g, h, go)
     else:
         p = addr.to(tl.pointer_type(tl.int64), bitcast=True)
         _store_words(p, a, b, c, d, go != 0)
