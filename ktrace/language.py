@@ -659,24 +659,18 @@ def now_slot(kt):
 
 @triton.jit
 def _store1(addr, a, b, c, d, go):
-    """Store one pending 32-byte record at ``addr`` (int64) if ``go`` (no-op elsewhere).
-
-    NVIDIA: behind a branch on ``go``, so that the warps without the storing thread skip the
-    record's packing and the moves into the store's registers (every warp ran them before)."""
+    """Store one pending 32-byte record at ``addr`` (int64) if ``go`` (no-op elsewhere)."""
     if _nvidia():
-        if go != 0:
-            _st_vec2_nv(addr, a, b, c, d, go)
+        _st_vec2_nv(addr, a, b, c, d, go)
     else:
         _store_words(addr.to(tl.pointer_type(tl.int64), bitcast=True), a, b, c, d, go != 0)
 
 
 @triton.jit
 def _store2(addr, a, b, c, d, e, f, g, h, go):
-    """Store a pending event and its DETAIL record (64 bytes) at ``addr`` if ``go`` (NVIDIA:
-    behind a branch, as :func:`_store1`)."""
+    """Store a pending event and its DETAIL record (64 bytes) at ``addr`` if ``go``."""
     if _nvidia():
-        if go != 0:
-            _st_vec4_nv(addr, a, b, c, d, e, f, g, h, go)
+        _st_vec4_nv(addr, a, b, c, d, e, f, g, h, go)
     else:
         p = addr.to(tl.pointer_type(tl.int64), bitcast=True)
         _store_words(p, a, b, c, d, go != 0)
