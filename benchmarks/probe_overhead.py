@@ -31,11 +31,10 @@ and consumer programs on one GPU, the peer is the rank itself) or two (launched 
               averaged inside a launch) and the pipeline with its consumer on program SMs / 2
               (another part of the GPU than the producer). Pipeline controls: the buffer 1 MiB
               further, the lanes 128 KiB apart, one slot per lane (every record counted dropped,
-              nothing stored).
+              nothing stored). Reads per wait come from the WAIT records.
     anatomy   the pipeline's traced variants decoded launch by launch (the producer's period and
               release, the consumer's flag latency and copy, the SMs they ran on), with the
               consumer on programs 1, 2, 7 and 66
-              Reads per wait come from the WAIT records.
     phase     the ping-pong's polling-phase sweep: each probe kind and its own untraced run at 25
               extra delays (0-1,200 SM cycles after each wait), and per kind the cost averaged
               over the delays (docs/probes.md, "A hand-off's cost, phase averaged")
@@ -283,9 +282,8 @@ PINGPONG_VARIANTS = {
     "all, immediate": {"WAITS": True, "NOTIFIES": True, "SPANS": 1, "MARKS": True, "IMMEDIATE": True},
     "signals, ring": {"WAITS": True, "NOTIFIES": True, "RING": RING},
     "all, ring": {"WAITS": True, "NOTIFIES": True, "SPANS": 1, "MARKS": True, "RING": RING},
-    "untraced, check 8": {"CHECK": 8},
-    "signals, check 8": {"WAITS": True, "NOTIFIES": True, "CHECK": 8},
-    "all, check 8": {"WAITS": True, "NOTIFIES": True, "SPANS": 1, "MARKS": True, "CHECK": 8},
+    **CHECK8,
+    "all, check 8": {**CHECK8["all, check 8"], "MARKS": True},  # (the ping-pong's "all" marks too)
 }
 #: The ping-pong's NOTIFY record with its timer reads moved (``handoff_kernels._notify_timed``):
 #: where a traced notify's cost comes from (``--suite notify``).
@@ -350,10 +348,13 @@ _PREPARED: dict = {}
 
 
 def _kernel_for(kernel, sw: dict):
-    """The kernel a variant launches, and its compile-time switches: as ``@ktrace.trace``
+    """The kernel a variant launches, and its keyword arguments (compile-time switches, and the
+    ping-pong's ``delay``): as ``@ktrace.trace``
     prepares it (records deferred, flushed at the end: the default), or as written (``IMMEDIATE``:
     each record stored by its probe, the old path, for comparison)."""
     sw = {k: v for k, v in sw.items() if k not in ("RING", "PAD", "SLOTS")}  # the buffer's mode, place and size, not kernel switches
+    if "DELAY" in sw:  # a runtime argument (the ping-pong's polling-phase sweep), not a switch
+        sw["delay"] = sw.pop("DELAY")
     if sw.pop("IMMEDIATE", False):
         return kernel, sw
     if kernel not in _PREPARED:
@@ -368,12 +369,20 @@ def _traced(name: str, sw: dict) -> bool:
     return bool(_slots_per_round(sw)) or name == "on, no probe"
 
 
+#: The probe kinds of the polling-phase sweep.
+PHASE_KINDS = {"waits": {"WAITS": True}, "notifies": {"NOTIFIES": True}, "signals": {"WAITS": True, "NOTIFIES": True},
+               "all": {"WAITS": True, "NOTIFIES": True, "SPANS": 1, "MARKS": True}}
+
+
+def _phase_name(kind: str, delay: int) -> str:
+    """A sweep variant's name; the untraced one at no delay is "untraced" (the case's reference)."""
+    return "untraced" if kind == "untraced" and delay == 0 else f"{kind} @{delay}"
+
+
 def _phase_variants(delays) -> dict:
     """The ping-pong's polling-phase sweep: each probe kind at each extra delay (SM cycles) between
     a wait and the next notify, with its own untraced reference."""
-    kinds = {"untraced": {}, "waits": {"WAITS": True}, "notifies": {"NOTIFIES": True},
-             "signals": {"WAITS": True, "NOTIFIES": True}, "all": {"WAITS": True, "NOTIFIES": True, "SPANS": 1, "MARKS": True}}
-    return {f"{k} @{d}" if d or k != "untraced" else "untraced": {**sw, "DELAY": d} for d in delays for k, sw in kinds.items()}
+    return {_phase_name(k, d): {**sw, "DELAY": d} for d in delays for k, sw in {"untraced": {}, **PHASE_KINDS}.items()}
 
 
 #: Extra cycles of the phase sweep: 0 to 1,200 in steps of 50 (past two flag reads at ~1.9 GHz).
@@ -384,16 +393,24 @@ JITTER_CYCLES = 4096
 
 
 def _phase_rows(rows: list[dict], delays) -> list[dict]:
-    """Per probe kind, the cost averaged over the sweep's delays (ns per hand-off and ratio of the
-    mean times): a ping-pong's hand-off moves by whole flag reads with the path's length, so one
-    delay measures where the step falls, and the mean over a range of delays measures the path."""
+    """Each sweep row's cost against its own delay's untraced run (set in place: ratio of the
+    medians, ns per hand-off), and per probe kind the cost averaged over the delays (the rows
+    returned: ns per hand-off and ratio of the summed times). A ping-pong's hand-off moves by whole
+    flag reads with the path's length, so one delay measures where the step falls, and the mean
+    over a range of delays measures the path."""
     by = {r["variant"]: r for r in rows}
-    base = lambda d: by["untraced" if d == 0 else f"untraced @{d}"]  # noqa: E731
+    for kind in ("untraced", *PHASE_KINDS):
+        for d in delays:
+            r, u = by[_phase_name(kind, d)], by[_phase_name("untraced", d)]
+            r["extra_ns_per_handoff"] = 1000.0 * (r["median_us"] - u["median_us"]) / r["handoffs"]
+            r["ratio"] = r["median_us"] / u["median_us"]
+            r.pop("ratio_p10", None)  # (the paired percentiles were against the delay-0 run)
+            r.pop("ratio_p90", None)
     out = []
-    for kind in ("waits", "notifies", "signals", "all"):
-        name = lambda d: f"{kind} @{d}"  # noqa: E731
-        diffs = [1000.0 * (by[name(d)]["median_us"] - base(d)["median_us"]) / by[name(d)]["handoffs"] for d in delays]
-        ratio = sum(by[name(d)]["median_us"] for d in delays) / sum(base(d)["median_us"] for d in delays)
+    for kind in PHASE_KINDS:
+        runs = [(by[_phase_name(kind, d)], by[_phase_name("untraced", d)]) for d in delays]
+        diffs = [r["extra_ns_per_handoff"] for r, _ in runs]
+        ratio = sum(r["median_us"] for r, _ in runs) / sum(u["median_us"] for _, u in runs)
         out.append({"case": rows[0]["case"] + ", mean over delays", "variant": kind, "median_us": float("nan"), "p10_us": float("nan"),
                     "p90_us": float("nan"), "handoffs": rows[0]["handoffs"], "ratio": ratio, "extra_ns_min": min(diffs), "extra_ns_max": max(diffs),
                     "extra_ns_per_handoff": sum(diffs) / len(diffs)})
@@ -493,8 +510,6 @@ def _variant_launchers(kernel, variants: dict, grid, args_fn, slots_fn, n_progra
     ep = fixed.pop("_epochs")
     for name, sw in variants.items():
         k, sw = _kernel_for(kernel, sw)
-        if "DELAY" in sw:  # a runtime argument (the ping-pong's polling-phase sweep), not a switch
-            sw = {**{x: y for x, y in sw.items() if x != "DELAY"}, "delay": sw["DELAY"]}
         if not _traced(name, sw):  # untraced (diagnostics too)
             def fn(sw=sw, k=k):
                 k[grid](*args_fn(ep.next()), **fixed, **sw, num_warps=num_warps)
@@ -586,30 +601,40 @@ def _pingpong_case(dist, H, heap, variants: dict, rounds: int, reps: int, warmup
     return rows
 
 
+def _pipeline_launchers(dist, heap, variants: dict, tiles: int, tile_elems: int, case: str, pair: int, src, out, ep):
+    """Allocate the pipeline's heap tensors and make its variants' launchers (``_variant_launchers``),
+    program 0 the producer and program ``pair`` the consumer; returns the launchers and the grid
+    size."""
+    import torch
+
+    import handoff_kernels as hk
+
+    n = tiles * tile_elems
+    dst = heap.zeros(2 * n, dtype=torch.float32, name=f"{case}.dst")
+    flags = heap.zeros(tiles, dtype=torch.int32, name=f"{case}.flags")
+    heap.barrier()
+    P = pair + 1
+    peer = _peer(dist)
+    launchers = _variant_launchers(
+        hk.pipeline, variants, (P,), lambda e: (src, dst, out, flags, tiles, tile_elems, e, dist.rank, peer, heap.bases),
+        lambda sw: max(1, tiles * _slots_per_round(sw)), P, dist.device, 4, {"_epochs": ep, "BLOCK": 512, "PAIR": pair},
+    )
+    return launchers, P
+
+
 def _pipeline_case(dist, H, heap, variants: dict, tiles: int, tile_elems: int, reps: int, warmup: int, case: str,
                    pair: int = 1) -> list[dict]:
     """Program 0 the producer, program ``pair`` the consumer (a grid of ``pair + 1``; the others
     return at once)."""
     import torch
 
-    import handoff_kernels as hk
-
-    BLOCK = 512
     n = tiles * tile_elems
-    dst = heap.zeros(2 * n, dtype=torch.float32, name=f"{case}.dst")
-    flags = heap.zeros(tiles, dtype=torch.int32, name=f"{case}.flags")
-    heap.barrier()
     seed = H.fresh_seed(dist)
-    peer = _peer(dist)
     gen = lambda r: torch.randn(n, generator=torch.Generator(device=dist.device).manual_seed(seed + r), device=dist.device)  # noqa: E731
-    src, want = gen(dist.rank), gen(peer)
+    src, want = gen(dist.rank), gen(_peer(dist))
     out = H.poison(torch.empty(n, dtype=torch.float32, device=dist.device))
     ep = _Epochs()
-    P = pair + 1
-    launchers = _variant_launchers(
-        hk.pipeline, variants, (P,), lambda e: (src, dst, out, flags, tiles, tile_elems, e, dist.rank, peer, heap.bases),
-        lambda sw: max(1, tiles * _slots_per_round(sw)), P, dist.device, 4, {"_epochs": ep, "BLOCK": BLOCK, "PAIR": pair},
-    )
+    launchers, P = _pipeline_launchers(dist, heap, variants, tiles, tile_elems, case, pair, src, out, ep)
     rows = _time_case(dist, H, case, launchers, reps, warmup, max(1, 256 // tiles), tiles, plans=(ep,))
     for name, (fn, buf, slots) in launchers.items():
         H.poison(out)
@@ -688,22 +713,12 @@ def _anatomy_case(dist, H, heap, tiles: int, tile_elems: int, launches: int, cas
     import numpy as np
     import torch
 
-    import handoff_kernels as hk
     from ktrace.schema import EventKind
 
-    BLOCK = 512
     n = tiles * tile_elems
-    dst = heap.zeros(2 * n, dtype=torch.float32, name=f"{case}.dst")
-    flags = heap.zeros(tiles, dtype=torch.int32, name=f"{case}.flags")
     src = torch.randn(n, device=dist.device)
     out = torch.empty(n, dtype=torch.float32, device=dist.device)
-    ep = _Epochs()
-    peer = _peer(dist)
-    P = pair + 1  # programs 0 (producer) and ``pair`` (consumer); the others return at once
-    launchers = _variant_launchers(
-        hk.pipeline, ANATOMY_VARIANTS, (P,), lambda e: (src, dst, out, flags, tiles, tile_elems, e, dist.rank, peer, heap.bases),
-        lambda sw: max(1, tiles * _slots_per_round(sw)), P, dist.device, 4, {"_epochs": ep, "BLOCK": BLOCK, "PAIR": pair},
-    )
+    launchers, P = _pipeline_launchers(dist, heap, ANATOMY_VARIANTS, tiles, tile_elems, case, pair, src, out, _Epochs())
     per: dict = {name: [] for name in launchers}
     order = [name for name in launchers for _ in range(launches)]
     random.Random(1234).shuffle(order)
@@ -794,15 +809,6 @@ def handoff_suite(dist, H, reps: int, warmup: int, which: str = "handoff", quick
     if which == "phase":
         rounds = 200 if dist.world_size > 1 else 500
         rows = _pingpong_case(dist, H, heap, _phase_variants(PHASE_DELAYS), rounds, reps, warmup, f"ping-pong x{rounds}, phase sweep")
-        for r in rows:  # each delay's ratio against its own untraced run
-            v = r["variant"]
-            if "@" in v:
-                d = int(v.split("@")[1])
-                u = next(x for x in rows if x["variant"] == (f"untraced @{d}" if d else "untraced"))
-                r["extra_ns_per_handoff"] = 1000.0 * (r["median_us"] - u["median_us"]) / r["handoffs"]
-                r["ratio"] = r["median_us"] / u["median_us"]  # (of the medians: each delay has its own reference)
-                r.pop("ratio_p10", None)
-                r.pop("ratio_p90", None)
         return rows + _phase_rows(rows, PHASE_DELAYS)
     rounds = 200 if dist.world_size > 1 else 500
     rows += _pingpong_case(dist, H, heap, PINGPONG_VARIANTS, rounds, reps, warmup, f"ping-pong x{rounds}")
@@ -811,9 +817,9 @@ def handoff_suite(dist, H, reps: int, warmup: int, which: str = "handoff", quick
     import torch
 
     pair = torch.cuda.get_device_properties(dist.device).multi_processor_count // 2  # a consumer far from program 0's SM
+    far = {k: PIPELINE_VARIANTS[k] for k in PIPELINE_FAR}
     for tiles, elems in PIPELINE_SHAPES[:1] if quick else PIPELINE_SHAPES:
         rows += _pipeline_case(dist, H, heap, PIPELINE_VARIANTS, tiles, elems, reps, warmup, f"pipeline {tiles} x {elems // 1024}K fp32")
-        far = {k: PIPELINE_VARIANTS[k] for k in PIPELINE_FAR}
         rows += _pipeline_case(dist, H, heap, far, tiles, elems, reps, warmup, f"pipeline {tiles} x {elems // 1024}K fp32, consumer {pair}",
                                pair)
     rows += _fanin_case(dist, H, heap, FANIN_VARIANTS, 50, reps, warmup, "fan-in x50")

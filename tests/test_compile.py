@@ -218,8 +218,10 @@ def test_deferred_span_record_is_stored_at_the_end_by_thread_0():
     assert len(rec) == 1 and "st.global.v2.b64" in rec[0], after
 
 
-def _sass(fn, sig, consts):
-    """sm_90 SASS of a kernel (ptxas and nvdisasm ship with Triton's NVIDIA backend)."""
+def _sass(fn, sig, consts, attrs=None, **options):
+    """sm_90 SASS of a kernel (ptxas and nvdisasm ship with Triton's NVIDIA backend). ``attrs``:
+    argument attributes as a launch specialises them (``ASTSource``'s), ``options``: compiler
+    options (``num_warps``, ``maxnreg``, ...)."""
     import os
     import subprocess
     import tempfile
@@ -229,7 +231,7 @@ def _sass(fn, sig, consts):
 
     fn = getattr(fn, "jit_fn", fn)
     sig = {**sig, **{k: "constexpr" for k in consts}}
-    k = triton.compile(ASTSource(fn, sig, constexprs=dict(consts)), target=CUDA_SM90)
+    k = triton.compile(ASTSource(fn, sig, constexprs=dict(consts), attrs=attrs), target=CUDA_SM90, options=options or None)
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
     if not os.path.exists(tool):
         pytest.skip("nvdisasm not shipped with this Triton")

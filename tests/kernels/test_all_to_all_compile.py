@@ -63,37 +63,24 @@ def _gather_loads_ahead(maxnreg) -> tuple[int, int]:
     """(loads of the combine's expert loop, how many of them precede its first FMUL/FFMA) in the
     SASS of the untraced combine for sm_90 at 2 ranks, as a launch specialises it (pointers and
     the row sizes 16-divisible)."""
-    import os
-    import subprocess
-
-    import triton
-    from triton.compiler import ASTSource
-
     from instrumented_kernels.all_to_all import kernel as K
-    from ktrace.testing.compile import TARGETS
+    from tests.test_compile import _sass
 
     C = dict(CONST, WORLD=2, WP=2, FAULTS=False, TIMEOUT_NS=10**8, KTRACE=0)
-    sig = dict(COMBINE, **{k: "constexpr" for k in C})
     names = list(COMBINE) + list(C)
     attrs = {(names.index(a),): [["tt.divisibility", 16]] for a, t in COMBINE.items() if t.startswith("*") or a in ("M", "D", "EL")}
-    opts = {"num_warps": 8, **({"maxnreg": maxnreg} if maxnreg else {})}
-    k = triton.compile(ASTSource(K.moe_combine.jit_fn, sig, constexprs=C, attrs=attrs), target=TARGETS["sm_90"], options=opts)
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    if not os.path.exists(tool):
-        pytest.skip("no cuobjdump in this Triton wheel")
-    with __import__("tempfile").NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(k.asm["cubin"])
-        f.flush()
-        sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, check=True).stdout
-    ins = [(int(m.group(1), 16), m.group(2).strip()) for m in re.finditer(r"/\*([0-9a-f]{4})\*/\s+(.*?);", sass)]
-    at = {a: i for i, (a, _) in enumerate(ins)}
-    loops = []
-    for i, (a, text) in enumerate(ins):
-        m = re.search(r"BRA (?:`\(\.L_x_\d+\) )?0x([0-9a-f]+)", text)
-        if m and int(m.group(1), 16) <= a:
-            body = [t for _, t in ins[at[int(m.group(1), 16)] : i + 1]]
-            if sum("LDG" in t for t in body) >= CONST["K"] + 1 and any(t.startswith(("FMUL", "FFMA")) for t in body):
-                loops.append(body)
+    lines = _sass(K.moe_combine, COMBINE, C, attrs, num_warps=8, **({"maxnreg": maxnreg} if maxnreg else {})).splitlines()
+    ins, labels, loops = [], {}, []
+    for ln in lines:
+        if m := re.match(r"\s*(\.L_x_\d+):", ln):
+            labels[m.group(1)] = len(ins)
+        elif m := re.search(r"/\*[0-9a-f]{4}\*/\s+(.*?)\s*;", ln):
+            ins.append(m.group(1))
+            b = re.search(r"BRA `\((\.L_x_\d+)\)", ins[-1])
+            if b and b.group(1) in labels:  # a backward branch: a loop from its label to here
+                body = ins[labels[b.group(1)]:]
+                if sum("LDG" in t for t in body) >= CONST["K"] + 1 and any(t.startswith(("FMUL", "FFMA")) for t in body):
+                    loops.append(body)
     body = min(loops, key=len)  # the innermost: one BLOCK_D step of an expert row
     first = next(j for j, t in enumerate(body) if t.startswith(("FMUL", "FFMA")))
     return sum("LDG" in t for t in body), sum("LDG" in t for t in body[:first])
