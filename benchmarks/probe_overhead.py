@@ -506,6 +506,8 @@ def _variant_launchers(kernel, variants: dict, grid, args_fn, slots_fn, n_progra
     """name -> (launch(), buffer, slots) for each variant; ``args_fn(epoch)`` gives the runtime args."""
     import torch
 
+    from instrumented_kernels import harness as H
+
     out = {}
     ep = fixed.pop("_epochs")
     for name, sw in variants.items():
@@ -518,11 +520,12 @@ def _variant_launchers(kernel, variants: dict, grid, args_fn, slots_fn, n_progra
         ring = variants[name].get("RING", 0)
         if ring:  # ring mode: RING slots per lane, KTRACE the ring's gate (``_check_records`` reads the heads)
             slots = schema.ring_gate(ring)
-            buf = torch.zeros((schema.ring_buffer_bytes(n_programs, ring) + 7) // 8, dtype=torch.int64, device=device)
+            buf = H.ring_buffer(n_programs, device, ring)
         else:
             slots = variants[name].get("SLOTS") or slots_fn(sw)
             pad = variants[name].get("PAD", 0) // 8  # (placement experiment: the buffer starts PAD bytes into its allocation)
-            buf = torch.zeros(pad + (schema.buffer_bytes(n_programs, slots) + 7) // 8, dtype=torch.int64, device=device)[pad:]
+            buf = H.trace_buffer(n_programs, slots, device) if not pad else \
+                torch.zeros(pad + (schema.buffer_bytes(n_programs, slots) + 7) // 8, dtype=torch.int64, device=device)[pad:]
 
         def fn(sw=sw, buf=buf, slots=slots, k=k):
             k[grid](*args_fn(ep.next()), **fixed, **sw, num_warps=num_warps, ktrace_buf=buf, KTRACE=slots)
