@@ -379,3 +379,35 @@ def probe_cost(out, n, KIND: tl.constexpr, ktrace_buf=None, KTRACE: tl.constexpr
     tl.store(out, c1 - c0)
     tl.store(out + 1, t1 - t0)
     tl.store(out + 2, acc)
+
+
+@triton.jit
+def burst(x, y, n, scratch, BLOCK: tl.constexpr, SPANS: tl.constexpr = 0, TIMERS: tl.constexpr = False,
+          MANUAL: tl.constexpr = False, ktrace_buf=None, KTRACE: tl.constexpr = 0):
+    """A launch of a few programs, each copying one ``BLOCK`` of ``x`` into ``y`` (``n`` elements):
+    the shape of a small all-reduce at one rank (a few microseconds, fixed costs only), for
+    ``--suite small``. ``SPANS``: a span around the copy (the all-reduce's ``reduce``). ``TIMERS``
+    (untraced): the span's two timer reads alone, kept alive by a store that never happens.
+    ``MANUAL`` (untraced tracer; ``ktrace_buf`` holds two slots per program): the span's record
+    made by hand at the end — the slot's address, placement and thread 0 computed after the copy,
+    not at the program's start — to see what ``kl.init``'s prologue costs such a launch."""
+    kt = kl.init(ktrace_buf, KTRACE)
+    pid = tl.program_id(0)
+    o = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = o < n
+    if SPANS > 0:
+        s = kl.begin(kt, "copy", pid)
+    if TIMERS or MANUAL:
+        t0 = kl.now()
+    tl.store(y + o, tl.load(x + o, mask=m), mask=m)
+    if TIMERS or MANUAL:
+        t1 = kl.now()
+        if TIMERS:
+            tl.store(scratch, t1 - t0, mask=t1 < t0)  # keeps both reads; never stores
+        else:
+            rec = ktrace_buf + kl._HEADER_WORDS + pid.to(tl.int64) * (2 * kl._WORDS)
+            hw = tl.cast(kl.hw_id(), tl.int64) << 32
+            kl._st_vec2_nv(rec.to(tl.int64, bitcast=True), t0, t1, hw | kl._tag(kl._SPAN, kl.region("copy"), 0),
+                           kl._pack(pid, 0), kl._leader())
+    if SPANS > 0:
+        kt = kl.end(kt, s)

@@ -32,6 +32,10 @@ and consumer programs on one GPU, the peer is the rank itself) or two (launched 
               (another part of the GPU than the producer). Pipeline controls: the buffer 1 MiB
               further, the lanes 128 KiB apart, one slot per lane (every record counted dropped,
               nothing stored). Reads per wait come from the WAIT records.
+    small     fixed costs of a launch of a few microseconds (``handoff_kernels.burst``: a few programs,
+              one block copied each, as a small all-reduce at one rank): one span, as prepared and as
+              written, its buffer next to the output, its timer reads alone, its record made by hand
+              after the copy, tracing on with no probe; 4 programs and one per SM
     anatomy   the pipeline's traced variants decoded launch by launch (the producer's period and
               release, the consumer's flag latency and copy, the SMs they ran on), with the
               consumer on programs 1, 2, 7 and 66
@@ -693,6 +697,77 @@ def _fanin_case(dist, H, heap, variants: dict, rounds: int, reps: int, warmup: i
     return rows
 
 
+#: ``--suite small``: variants of ``handoff_kernels.burst`` (name -> switches; ``KTRACE``: slots per
+#: program of a traced launch, two, as ``burst``'s hand-made record assumes; ``NEXT``: the buffer
+#: carved from the output's own allocation, right after it).
+SMALL_VARIANTS = {
+    "untraced": {},
+    "untraced (twin)": {},
+    "on, no probe": {"KTRACE": 2},
+    "span": {"SPANS": 1, "KTRACE": 2},
+    "span, immediate": {"SPANS": 1, "KTRACE": 2, "IMMEDIATE": True},
+    "span, buffer next to the output": {"SPANS": 1, "KTRACE": 2, "NEXT": True},
+    "timer reads only": {"TIMERS": True},
+    "span by hand at the end": {"MANUAL": True},
+}
+#: (programs, bf16 elements per program): a 4 KiB launch (the 4 KiB all-reduce's grid at one rank),
+#: and one program per SM moving 1 MiB.
+SMALL_SHAPES = [(4, 512), (0, 4096)]
+
+
+def _small_case(dist, H, programs: int, block: int, reps: int, warmup: int) -> list[dict]:
+    """Fixed costs of a traced launch of a few microseconds (``handoff_kernels.burst``: each program
+    copies one block, with or without one span): the kernel as ``@ktrace.trace`` prepares it, as
+    written, with its buffer next to the output, the span's timer reads alone, and the record made
+    by hand after the copy. Every output is checked, every record decoded."""
+    import torch
+
+    import handoff_kernels as hk
+
+    P = programs or torch.cuda.get_device_properties(dist.device).multi_processor_count
+    n = P * block
+    case = f"small: {P} programs x {block} bf16"
+    x = torch.randn(n, device=dist.device).to(torch.bfloat16)
+    scratch = torch.zeros(16, dtype=torch.int64, device=dist.device)
+    nbuf = (schema.buffer_bytes(P, 2) + 7) // 8
+    outs, launchers = {}, {}
+    for name, sw in SMALL_VARIANTS.items():
+        sw = dict(sw)
+        slots = sw.pop("KTRACE", 0)
+        manual, nxt = sw.get("MANUAL", False), sw.pop("NEXT", False)
+        k, sw = _kernel_for(hk.burst, sw) if slots else (hk.burst, sw)
+        if nxt:  # one allocation: the output, then (256-byte aligned) the buffer
+            whole = torch.empty(-(-n * 2 // 256) * 256 + nbuf * 8, dtype=torch.uint8, device=dist.device)
+            y = whole[: n * 2].view(torch.bfloat16)
+            buf = whole[-(-n * 2 // 256) * 256 :].view(torch.int64)
+            buf.zero_()
+        else:
+            y = torch.empty(n, dtype=torch.bfloat16, device=dist.device)
+            buf = H.trace_buffer(P, 2, dist.device) if (slots or manual) else None
+        H.poison(y)
+        kw = {"ktrace_buf": buf} if buf is not None else {}
+        if slots:
+            kw["KTRACE"] = slots
+
+        def fn(k=k, y=y, sw=sw, kw=kw):
+            k[(P,)](x, y, n, scratch, BLOCK=block, **sw, **kw, num_warps=8)
+
+        outs[name] = (y, buf, bool(sw.get("SPANS")) or manual)
+        launchers[name] = (fn, buf, 2 if buf is not None else 0)
+    rows = _time_case(dist, H, case, launchers, reps, warmup, 20, 1)
+    for name, (y, buf, spans) in outs.items():
+        H.poison(y)
+        if buf is not None:
+            buf.zero_()
+        launchers[name][0]()
+        torch.cuda.synchronize()
+        if not torch.equal(y, x):
+            raise SystemExit(f"{case}/{name}: the copy differs from its source")
+        if buf is not None:
+            _check_records(f"{case}/{name}", buf, P, 2, P if spans else 0, 0)
+    return rows  # (one "hand-off" per launch: the extra ns are per launch)
+
+
 #: ``--suite anatomy``: the pipeline's traced variants whose records show where a tile's time goes.
 ANATOMY_VARIANTS = {
     "notifies": {"NOTIFIES": True},
@@ -1026,7 +1101,7 @@ def _print_rows(rows: list[dict]) -> None:
     sys.stdout.flush()
 
 
-SUITES = ("copy", "handoff", "phase", "anatomy", "diag", "notify", "a2a", "local", "cost", "hook")
+SUITES = ("copy", "handoff", "phase", "anatomy", "diag", "notify", "small", "a2a", "local", "cost", "hook")
 
 
 def _hook_suite(spec: str, dist, H, reps: int, warmup: int) -> list[dict]:
@@ -1094,7 +1169,7 @@ def main(argv=None) -> int:
         dist = H.setup()
     else:  # one rank, no launcher: the hand-off suite between programs of this GPU
         dist = H.Dist(0, 1, torch.device("cuda", torch.cuda.current_device()))
-        if not set(suites) <= {"handoff", "phase", "anatomy", "diag", "notify", "hook"}:
+        if not set(suites) <= {"handoff", "phase", "anatomy", "diag", "notify", "small", "hook"}:
             raise SystemExit(f"--suite {a.suite}: a2a needs 2 ranks (python -m ktrace.testing.launch -n 2 -- ...)")
     if dist.world_size > 1 and dist.world_size % 2:
         raise SystemExit(f"--suite {a.suite} needs one rank or an even number of ranks (pairs r, r ^ 1), got {dist.world_size}")
@@ -1105,6 +1180,8 @@ def main(argv=None) -> int:
             rows += handoff_suite(dist, H, reps, warmup, x, a.quick)
         elif x == "hook":
             rows += _hook_suite(a.hook or "", dist, H, reps, warmup)
+        elif x == "small":
+            rows += [r for p, b in SMALL_SHAPES for r in _small_case(dist, H, p, b, reps, warmup)]
         elif dist.rank == 0:  # one-GPU suites, on rank 0 while the others wait
             rows += (_local_suite(reps, PINGPONG_VARIANTS) + _local_suite(reps, DIAG_VARIANTS)) if x == "local" else _cost_suite()
         if dist.rank == 0:

@@ -1,27 +1,29 @@
 #!/usr/bin/env bash
-# Probe cost on hand-off-bound kernels, on 2 GPUs: the hand-off suite with its diagnostics, the
-# all-to-all with controls, cycles per probe and the one-GPU ping-pong (benchmarks/probe_overhead.py),
-# benchmarks/kernels.py at 2 ranks (the cases in CASES), the worst-case copy, and the GPU tier of
-# the probes (compute-sanitizer memcheck included) and of the traced waits/notifies.
-# Logs and JSON go to $OUT (default ./out). Run from the repository root on a machine with 2 GPUs.
+# Probe cost on 2 GPUs (and, in the same call, the one-rank suites that need no second GPU):
+# benchmarks/probe_overhead.py's hand-off suite at 2 ranks (ping-pong over NVLink, the two-rank
+# tile pipeline, the fan-in), the all-to-all with its controls, the small-launch suite at 1 and 2
+# ranks, benchmarks/kernels.py at 2 ranks (the cases in CASES), the GPU tier and the multi-GPU tier
+# of the traced waits and notifies. Run from the repository root on a machine with 2 GPUs:
+#     OUT=out bash scripts/gpu_probe_cost.sh         STEPS="small1 handoff2 kernels2" OUT=out bash ...
+# Logs and JSON go to $OUT/logs (one archive back); the last line names the steps that failed.
 set -uo pipefail
-OUT=${OUT:-out}; mkdir -p "$OUT"
-export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+OUT=${OUT:-out}; L="$OUT/logs"; mkdir -p "$L"
+STEPS=${STEPS:-"small1 handoff2 a2a2 small2 kernels2 gpu multigpu"}
 CASES=${CASES:-"4096B 65536B 1048576B gpumode 8192x4096x7168/producer_consumer 8192x4096x7168/fused_ws 4096x14336x4096 4096x4096x14336"}
-T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
-L="python3 -m ktrace.testing.launch -n 2 --timeout"
-rc=0
-{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv
-  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } > "$OUT/device.txt" 2>&1
-$L 150 -- python3 benchmarks/probe_overhead.py --suite handoff,diag,a2a,cost,local --baseline --json "$OUT/handoff.json" > "$OUT/handoff.log" 2>&1 || rc=1
-echo "handoff done t=$(el) rc=$rc"
+REPS=${REPS:-30}
+STEP_GREP="passed|failed|error|Error|device:|done"; TAIL=${TAIL:-4}
+source "$(dirname "$0")/_gpu_prelude.sh"
+nvidia-smi topo -m >> "$L/device.txt" 2>&1
+N2="python3 -m ktrace.testing.launch -n 2 --timeout"
+P=benchmarks/probe_overhead.py
+step small1 ${SMALL_TIMEOUT:-90} python3 $P --suite small --reps "${SMALL_REPS:-100}" --json "$L/small1.json"
+step handoff2 ${HANDOFF_TIMEOUT:-240} $N2 $(( ${HANDOFF_TIMEOUT:-240} - 10 )) -- python3 $P --suite handoff --reps "$REPS" --json "$L/handoff2.json"
+step a2a2 ${A2A_TIMEOUT:-90} $N2 $(( ${A2A_TIMEOUT:-90} - 10 )) -- python3 $P --suite a2a --reps "${A2A_REPS:-40}" --json "$L/a2a2.json"
+step small2 90 $N2 80 -- python3 $P --suite small --reps "${SMALL_REPS:-100}" --json "$L/small2.json"
 # shellcheck disable=SC2086
-$L ${KERNELS_TIMEOUT:-190} -- python3 benchmarks/kernels.py --cases $CASES --json "$OUT/kernels_n2.json" > "$OUT/kernels_n2.log" 2>&1 || rc=1
-echo "kernels done t=$(el) rc=$rc"
-python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1 || rc=1
-echo "gpu tests done t=$(el) rc=$rc"
-python3 benchmarks/probe_overhead.py --suite copy --no-proton > "$OUT/copy.log" 2>&1 || rc=1
-echo "copy done t=$(el) rc=$rc"
-$L 90 -- python3 -m pytest -m multigpu tests/multigpu/test_shmem_multigpu.py -q -p no:cacheprovider -k "wait or notify or missing or ring or held" > "$OUT/shmem_tests.log" 2>&1 || rc=1
-echo "shmem tests done t=$(el) rc=$rc"
-exit $rc
+step kernels2 ${KERNELS_TIMEOUT:-200} $N2 $(( ${KERNELS_TIMEOUT:-200} - 10 )) -- python3 benchmarks/kernels.py --cases $CASES --json "$L/kernels2.json"
+step gpu 300 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/gpu
+step multigpu 120 $N2 110 -- python3 -m pytest -m multigpu tests/multigpu/test_shmem_multigpu.py -q -p no:cacheprovider -rfE
+for f in "$L"/*.log; do echo "== $(basename "$f")"; grep -vE "^\s*$" "$f" | tail -n "${SHOW:-45}"; done > "$L/summary.txt"
+tar -czf "$OUT/logs.tgz" -C "$OUT" logs && cp "$L/summary.txt" "$OUT/summary.txt"
+if [ ${#failed[@]} -eq 0 ]; then echo "PROBE COST (2 GPUs): ALL STEPS PASSED"; else echo "PROBE COST (2 GPUs) FAILED: ${failed[*]}"; exit 1; fi
