@@ -382,32 +382,49 @@ def probe_cost(out, n, KIND: tl.constexpr, ktrace_buf=None, KTRACE: tl.constexpr
 
 
 @triton.jit
+def _lane_record(ktrace_buf, SLOTS: tl.constexpr):
+    """The first slot of this program's lane in a buffer of ``SLOTS`` slots per program (the linear
+    program id of a 3-D grid, as ``kl.init`` computes it)."""
+    n0 = tl.num_programs(0)
+    n1 = tl.num_programs(1)
+    pid = (tl.program_id(2).to(tl.int64) * n1 + tl.program_id(1)) * n0 + tl.program_id(0)
+    return ktrace_buf + kl._HEADER_WORDS + pid * (SLOTS * kl._WORDS)
+
+
+@triton.jit
 def burst(x, y, n, scratch, BLOCK: tl.constexpr, SPANS: tl.constexpr = 0, TIMERS: tl.constexpr = False,
-          MANUAL: tl.constexpr = False, ktrace_buf=None, KTRACE: tl.constexpr = 0):
+          MANUAL: tl.constexpr = 0, ktrace_buf=None, KTRACE: tl.constexpr = 0):
     """A launch of a few programs, each copying one ``BLOCK`` of ``x`` into ``y`` (``n`` elements):
     the shape of a small all-reduce at one rank (a few microseconds, fixed costs only), for
     ``--suite small``. ``SPANS``: a span around the copy (the all-reduce's ``reduce``). ``TIMERS``
     (untraced): the span's two timer reads alone, kept alive by a store that never happens.
     ``MANUAL`` (untraced tracer; ``ktrace_buf`` holds two slots per program): the span's record
-    made by hand at the end — the slot's address, placement and thread 0 computed after the copy,
-    not at the program's start — to see what ``kl.init``'s prologue costs such a launch."""
+    made by hand and stored after the copy by thread 0, its slot's address, placement and thread 0
+    computed after the copy (1) or, as ``kl.init`` does, before it (2): what computing them at the
+    program's start costs such a launch."""
     kt = kl.init(ktrace_buf, KTRACE)
     pid = tl.program_id(0)
     o = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     m = o < n
+    if MANUAL == 2:
+        rec = _lane_record(ktrace_buf, 2)
+        hw = tl.cast(kl.hw_id(), tl.int64) << 32
+        lead = kl._leader()
     if SPANS > 0:
         s = kl.begin(kt, "copy", pid)
-    if TIMERS or MANUAL:
+    if TIMERS or MANUAL > 0:
         t0 = kl.now()
     tl.store(y + o, tl.load(x + o, mask=m), mask=m)
-    if TIMERS or MANUAL:
+    if TIMERS or MANUAL > 0:
         t1 = kl.now()
         if TIMERS:
             tl.store(scratch, t1 - t0, mask=t1 < t0)  # keeps both reads; never stores
         else:
-            rec = ktrace_buf + kl._HEADER_WORDS + pid.to(tl.int64) * (2 * kl._WORDS)
-            hw = tl.cast(kl.hw_id(), tl.int64) << 32
+            if MANUAL == 1:
+                rec = _lane_record(ktrace_buf, 2)
+                hw = tl.cast(kl.hw_id(), tl.int64) << 32
+                lead = kl._leader()
             kl._st_vec2_nv(rec.to(tl.int64, bitcast=True), t0, t1, hw | kl._tag(kl._SPAN, kl.region("copy"), 0),
-                           kl._pack(pid, 0), kl._leader())
+                           kl._pack(pid, 0), lead)
     if SPANS > 0:
         kt = kl.end(kt, s)

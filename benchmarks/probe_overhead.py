@@ -34,8 +34,9 @@ and consumer programs on one GPU, the peer is the rank itself) or two (launched 
               nothing stored). Reads per wait come from the WAIT records.
     small     fixed costs of a launch of a few microseconds (``handoff_kernels.burst``: a few programs,
               one block copied each, as a small all-reduce at one rank): one span, as prepared and as
-              written, its buffer next to the output, its timer reads alone, its record made by hand
-              after the copy, tracing on with no probe; 4 programs and one per SM
+              written; the same record made by hand with its lane's address computed before or after
+              the copy; each into a buffer next to the output or far from it; the span's timer reads
+              alone; tracing on with no probe; 4 programs and one per SM
     anatomy   the pipeline's traced variants decoded launch by launch (the producer's period and
               release, the consumer's flag latency and copy, the SMs they ran on), with the
               consumer on programs 1, 2, 7 and 66
@@ -697,18 +698,23 @@ def _fanin_case(dist, H, heap, variants: dict, rounds: int, reps: int, warmup: i
     return rows
 
 
-#: ``--suite small``: variants of ``handoff_kernels.burst`` (name -> switches; ``KTRACE``: slots per
-#: program of a traced launch, two, as ``burst``'s hand-made record assumes; ``NEXT``: the buffer
-#: carved from the output's own allocation, right after it).
+#: ``--suite small``: variants of ``handoff_kernels.burst`` (name -> switches). Every variant writes
+#: the same output; ``KTRACE``: slots per program of a traced launch (two, as ``burst``'s hand-made
+#: record assumes); the buffer is one of two, the same for every variant that names it: ``near``,
+#: carved from the output's own allocation right after it, or ``far``, 32 MiB into an allocation
+#: of its own.
 SMALL_VARIANTS = {
     "untraced": {},
     "untraced (twin)": {},
-    "on, no probe": {"KTRACE": 2},
-    "span": {"SPANS": 1, "KTRACE": 2},
-    "span, immediate": {"SPANS": 1, "KTRACE": 2, "IMMEDIATE": True},
-    "span, buffer next to the output": {"SPANS": 1, "KTRACE": 2, "NEXT": True},
+    "on, no probe": {"KTRACE": 2, "BUF": "near"},
+    "span": {"SPANS": 1, "KTRACE": 2, "BUF": "near"},
+    "span, immediate": {"SPANS": 1, "KTRACE": 2, "IMMEDIATE": True, "BUF": "near"},
+    "span, far buffer": {"SPANS": 1, "KTRACE": 2, "BUF": "far"},
+    "by hand, lane at the start": {"MANUAL": 2, "BUF": "near"},
+    "by hand, lane at the end": {"MANUAL": 1, "BUF": "near"},
+    "by hand, lane at the start, far": {"MANUAL": 2, "BUF": "far"},
+    "by hand, lane at the end, far": {"MANUAL": 1, "BUF": "far"},
     "timer reads only": {"TIMERS": True},
-    "span by hand at the end": {"MANUAL": True},
 }
 #: (programs, bf16 elements per program): a 4 KiB launch (the 4 KiB all-reduce's grid at one rank),
 #: and one program per SM moving 1 MiB.
@@ -717,9 +723,10 @@ SMALL_SHAPES = [(4, 512), (0, 4096)]
 
 def _small_case(dist, H, programs: int, block: int, reps: int, warmup: int) -> list[dict]:
     """Fixed costs of a traced launch of a few microseconds (``handoff_kernels.burst``: each program
-    copies one block, with or without one span): the kernel as ``@ktrace.trace`` prepares it, as
-    written, with its buffer next to the output, the span's timer reads alone, and the record made
-    by hand after the copy. Every output is checked, every record decoded."""
+    copies one block, with or without one span): the kernel as ``@ktrace.trace`` prepares it and as
+    written, the same record made by hand with its lane's address computed before or after the
+    copy, each into a buffer next to the output or far from it, the span's timer reads alone.
+    Every output is checked, every record decoded."""
     import torch
 
     import handoff_kernels as hk
@@ -729,42 +736,35 @@ def _small_case(dist, H, programs: int, block: int, reps: int, warmup: int) -> l
     case = f"small: {P} programs x {block} bf16"
     x = torch.randn(n, device=dist.device).to(torch.bfloat16)
     scratch = torch.zeros(16, dtype=torch.int64, device=dist.device)
-    nbuf = (schema.buffer_bytes(P, 2) + 7) // 8
-    outs, launchers = {}, {}
+    nb = schema.buffer_bytes(P, 2)
+    at = -(-n * 2 // 256) * 256
+    whole = torch.zeros(at + nb, dtype=torch.uint8, device=dist.device)  # the output, then the near buffer
+    y = whole[: n * 2].view(torch.bfloat16)
+    far = torch.zeros(64 << 20, dtype=torch.uint8, device=dist.device)
+    bufs = {"near": whole[at : at + nb].view(torch.int64), "far": far[32 << 20 : (32 << 20) + nb].view(torch.int64)}
+    launchers, spans = {}, {}
     for name, sw in SMALL_VARIANTS.items():
         sw = dict(sw)
-        slots = sw.pop("KTRACE", 0)
-        manual, nxt = sw.get("MANUAL", False), sw.pop("NEXT", False)
+        slots, buf = sw.pop("KTRACE", 0), bufs.get(sw.pop("BUF", ""))
         k, sw = _kernel_for(hk.burst, sw) if slots else (hk.burst, sw)
-        if nxt:  # one allocation: the output, then (256-byte aligned) the buffer
-            whole = torch.empty(-(-n * 2 // 256) * 256 + nbuf * 8, dtype=torch.uint8, device=dist.device)
-            y = whole[: n * 2].view(torch.bfloat16)
-            buf = whole[-(-n * 2 // 256) * 256 :].view(torch.int64)
-            buf.zero_()
-        else:
-            y = torch.empty(n, dtype=torch.bfloat16, device=dist.device)
-            buf = H.trace_buffer(P, 2, dist.device) if (slots or manual) else None
-        H.poison(y)
-        kw = {"ktrace_buf": buf} if buf is not None else {}
-        if slots:
-            kw["KTRACE"] = slots
+        kw = {} if buf is None else {"ktrace_buf": buf, **({"KTRACE": slots} if slots else {})}
 
-        def fn(k=k, y=y, sw=sw, kw=kw):
+        def fn(k=k, sw=sw, kw=kw):
             k[(P,)](x, y, n, scratch, BLOCK=block, **sw, **kw, num_warps=8)
 
-        outs[name] = (y, buf, bool(sw.get("SPANS")) or manual)
         launchers[name] = (fn, buf, 2 if buf is not None else 0)
+        spans[name] = bool(sw.get("SPANS")) or bool(sw.get("MANUAL"))
     rows = _time_case(dist, H, case, launchers, reps, warmup, 20, 1)
-    for name, (y, buf, spans) in outs.items():
+    for name, (fn, buf, _) in launchers.items():
         H.poison(y)
         if buf is not None:
             buf.zero_()
-        launchers[name][0]()
+        fn()
         torch.cuda.synchronize()
         if not torch.equal(y, x):
             raise SystemExit(f"{case}/{name}: the copy differs from its source")
         if buf is not None:
-            _check_records(f"{case}/{name}", buf, P, 2, P if spans else 0, 0)
+            _check_records(f"{case}/{name}", buf, P, 2, P if spans[name] else 0, 0)
     return rows  # (one "hand-off" per launch: the extra ns are per launch)
 
 
