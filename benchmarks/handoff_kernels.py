@@ -392,6 +392,15 @@ def _lane_record(ktrace_buf, SLOTS: tl.constexpr):
 
 
 @triton.jit
+def _lane_raw():
+    """The grid position's raw registers (program ids and grid size), read in one asm block with
+    no arithmetic on them (for MANUAL 3)."""
+    return tl.inline_asm_elementwise(
+        "mov.u32 $0, %ctaid.x; mov.u32 $1, %ctaid.y; mov.u32 $2, %ctaid.z; mov.u32 $3, %nctaid.x; mov.u32 $4, %nctaid.y;",
+        "=r,=r,=r,=r,=r", [], dtype=(tl.int32, tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
+
+
+@triton.jit
 def burst(x, y, n, scratch, BLOCK: tl.constexpr, SPANS: tl.constexpr = 0, TIMERS: tl.constexpr = False,
           MANUAL: tl.constexpr = 0, ktrace_buf=None, KTRACE: tl.constexpr = 0):
     """A launch of a few programs, each copying one ``BLOCK`` of ``x`` into ``y`` (``n`` elements):
@@ -399,31 +408,44 @@ def burst(x, y, n, scratch, BLOCK: tl.constexpr, SPANS: tl.constexpr = 0, TIMERS
     ``--suite small``. ``SPANS``: a span around the copy (the all-reduce's ``reduce``). ``TIMERS``
     (untraced): the span's two timer reads alone, kept alive by a store that never happens.
     ``MANUAL`` (untraced tracer; ``ktrace_buf`` holds two slots per program): the span's record
-    made by hand and stored after the copy by thread 0, its slot's address, placement and thread 0
-    computed after the copy (1) or, as ``kl.init`` does, before it (2): what computing them at the
-    program's start costs such a launch."""
+    made by hand by thread 0, to see what each part of a record costs such a launch: 1 its lane's
+    address, placement and thread 0 computed after the copy, then stored; 2 computed before the
+    copy (as ``kl.init`` does), stored after it; 3 the grid registers read before the copy, the
+    address computed from them after it; 4 computed before the copy and stored before it too
+    (start = end); 5 computed after the copy, the store never made (a runtime-false predicate)."""
     kt = kl.init(ktrace_buf, KTRACE)
     pid = tl.program_id(0)
     o = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     m = o < n
-    if MANUAL == 2:
+    if MANUAL == 2 or MANUAL == 4:
         rec = _lane_record(ktrace_buf, 2)
+        hw = tl.cast(kl.hw_id(), tl.int64) << 32
+        lead = kl._leader()
+    if MANUAL == 3:
+        cx, cy, cz, nx, ny = _lane_raw()
         hw = tl.cast(kl.hw_id(), tl.int64) << 32
         lead = kl._leader()
     if SPANS > 0:
         s = kl.begin(kt, "copy", pid)
     if TIMERS or MANUAL > 0:
         t0 = kl.now()
+    if MANUAL == 4:
+        kl._st_vec2_nv(rec.to(tl.int64, bitcast=True), t0, t0, hw | kl._tag(kl._SPAN, kl.region("copy"), 0), kl._pack(pid, 0), lead)
     tl.store(y + o, tl.load(x + o, mask=m), mask=m)
     if TIMERS or MANUAL > 0:
         t1 = kl.now()
         if TIMERS:
             tl.store(scratch, t1 - t0, mask=t1 < t0)  # keeps both reads; never stores
-        else:
-            if MANUAL == 1:
+        elif MANUAL != 4:
+            if MANUAL == 1 or MANUAL == 5:
                 rec = _lane_record(ktrace_buf, 2)
                 hw = tl.cast(kl.hw_id(), tl.int64) << 32
                 lead = kl._leader()
+            if MANUAL == 3:
+                lin = (cz.to(tl.int64) * ny + cy) * nx + cx
+                rec = ktrace_buf + kl._HEADER_WORDS + lin * (2 * kl._WORDS)
+            if MANUAL == 5:
+                lead = lead * (t1 < t0).to(tl.int32)  # false at run time: the store is never made
             kl._st_vec2_nv(rec.to(tl.int64, bitcast=True), t0, t1, hw | kl._tag(kl._SPAN, kl.region("copy"), 0),
                            kl._pack(pid, 0), lead)
     if SPANS > 0:

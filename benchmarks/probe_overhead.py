@@ -708,12 +708,13 @@ SMALL_VARIANTS = {
     "untraced (twin)": {},
     "on, no probe": {"KTRACE": 2, "BUF": "near"},
     "span": {"SPANS": 1, "KTRACE": 2, "BUF": "near"},
-    "span, immediate": {"SPANS": 1, "KTRACE": 2, "IMMEDIATE": True, "BUF": "near"},
     "span, far buffer": {"SPANS": 1, "KTRACE": 2, "BUF": "far"},
     "by hand, lane at the start": {"MANUAL": 2, "BUF": "near"},
     "by hand, lane at the end": {"MANUAL": 1, "BUF": "near"},
-    "by hand, lane at the start, far": {"MANUAL": 2, "BUF": "far"},
     "by hand, lane at the end, far": {"MANUAL": 1, "BUF": "far"},
+    "by hand, grid read at the start": {"MANUAL": 3, "BUF": "near"},
+    "by hand, stored at the start": {"MANUAL": 4, "BUF": "near"},
+    "by hand, lane at the end, no store": {"MANUAL": 5, "BUF": "near"},
     "timer reads only": {"TIMERS": True},
 }
 #: (programs, bf16 elements per program): a 4 KiB launch (the 4 KiB all-reduce's grid at one rank),
@@ -753,7 +754,7 @@ def _small_case(dist, H, programs: int, block: int, reps: int, warmup: int) -> l
             k[(P,)](x, y, n, scratch, BLOCK=block, **sw, **kw, num_warps=8)
 
         launchers[name] = (fn, buf, 2 if buf is not None else 0)
-        spans[name] = bool(sw.get("SPANS")) or bool(sw.get("MANUAL"))
+        spans[name] = bool(sw.get("SPANS")) or sw.get("MANUAL", 0) in (1, 2, 3, 4)
     rows = _time_case(dist, H, case, launchers, reps, warmup, 20, 1)
     for name, (fn, buf, _) in launchers.items():
         H.poison(y)
