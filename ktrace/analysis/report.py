@@ -518,7 +518,8 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
         "waits_released": int(paired.sum()),
         "timeouts": int(w["timed_out"].sum()),
         "clock": (getattr(trace.clock, "method", None) if trace.clock is not None else "given table"),
-        "clock_bound_ns": (float(trace.clock.max_rtt_ns / 2 + trace.clock.max_residual_ns) if trace.clock is not None else None),
+        # (to the picosecond: the fit's last bits depend on the machine's BLAS, through np.polyfit)
+        "clock_bound_ns": (round(float(trace.clock.max_rtt_ns / 2 + trace.clock.max_residual_ns), 3) if trace.clock is not None else None),
         "clock_bounds": trace.clock.bounds_text() if hasattr(trace.clock, "bounds_text") else None,
         "partial": trace.partial,
         # the traces' time 0 is origin_ns; they end here (what links are clamped to)
