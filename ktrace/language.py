@@ -765,15 +765,17 @@ def _deferred(kt, cur, nd, w, sslot, s0, s1, s2, s3, sgo, n=None, lane=None, hw=
 
 
 @triton.jit
-def _ready(kt):
-    """The tracer with its lane found: at its first store (a branch taken once per program; ring
-    mode found it at the start). Every store point calls this before it stores."""
+def _ready(kt, go):
+    """The tracer with its lane found, in the thread whose ``go`` is set (the storing thread, with
+    something to store), at its first store: a branch taken once per program, by that thread
+    alone (the others never store, and never find the lane). Ring mode found it at the start.
+    Every store point calls this before it stores."""
     if kt.RING:
         return kt
     else:
         lane = kt.lane
         hw = kt.hw
-        if lane == 0:
+        if (lane == 0) & (go != 0):
             lane, hw = _lane_now(kt.buf, kt.CAP)
         return _deferred(kt, kt.cur, kt.nd, _w(kt), kt.sslot, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo, _n(kt), lane, hw)
 
@@ -845,7 +847,7 @@ def flush(kt):
         if kt.RING:
             kt = _ring_flush(kt)
         else:
-            kt = _flush_single(_flush_notify(_flush_wait(_ready(kt))))
+            kt = _flush_single(_flush_notify(_flush_wait(_ready(kt, kt.lead & (kt.wv | kt.nv | kt.sgo)))))
     return kt
 
 
@@ -856,7 +858,7 @@ def flush_single(kt):
     (Ring mode: nothing here; the NOTIFY recorded next stores everything pending.)"""
     if kt.DEFER:
         if not kt.RING:
-            kt = _flush_single(_ready(kt))
+            kt = _flush_single(_ready(kt, kt.sgo))
     return kt
 
 
@@ -889,7 +891,7 @@ def _pend(kt, t0, t1, tag, args):
     if kt.RING:
         kt = _ring_flush(kt)
     else:
-        kt = _flush_single(_ready(kt))
+        kt = _flush_single(_ready(kt, kt.sgo))
     _, fits, nd = _claim(kt, 1)
     return _deferred(kt, kt.cur + 1, nd, _w(kt), kt.cur, tl.cast(t0, tl.int64), tl.cast(t1, tl.int64), tl.cast(tag, tl.int64),
                      tl.cast(args, tl.int64), kt.lead & fits.to(tl.int32))
@@ -903,7 +905,7 @@ def _pend_wait(kt, tag, t0, t1, peer, spins, flag, value, expected, cmp, timed_o
         if kt.RING:
             kt = _ring_flush(kt)
         else:
-            kt = _flush_wait(_ready(kt))
+            kt = _flush_wait(_ready(kt, kt.lead & kt.wv))
     w = (kt.cur, tl.full((), 1, tl.int32), tl.cast(t0, tl.int64), tl.cast(t1, tl.int64), tl.cast(tag, tl.int64),
          tl.cast(timed_out, tl.int32), tl.cast(peer, tl.int32), tl.cast(spins, tl.int32), tl.cast(flag, tl.int64),
          tl.cast(value, tl.int32), tl.cast(expected, tl.int32), tl.cast(cmp, tl.int32))
@@ -918,7 +920,7 @@ def _pend_notify(kt, tag, t0, t1, peer, value, flag, seq):
     if kt.RING:
         kt = _ring_flush(kt)
     else:
-        kt = _flush_notify(_ready(kt))
+        kt = _flush_notify(_ready(kt, kt.lead & kt.nv))
     n = (kt.cur, tl.full((), 1, tl.int32), tl.cast(t0, tl.int64), tl.cast(t1, tl.int64), tl.cast(tag, tl.int64),
          tl.cast(peer, tl.int32), tl.cast(value, tl.int32), tl.cast(flag, tl.int64), tl.cast(seq, tl.int32))
     return _deferred(kt, kt.cur + 2, kt.nd, _w(kt), kt.sslot, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo, n)
