@@ -254,25 +254,18 @@ class DeferredTracer:
     * the last span, instant or counter: stored by the next such probe, after the next notify's
       release, behind the next wait's first read, or by :func:`finish`.
 
-    Nothing of the lane is computed when the program starts: its address in the buffer and its
-    placement (the SM id) are found at the first store (:func:`_ready`), so a traced program issues
-    its own first instructions as the untraced one does. (Computed in the prologue they held a
-    launch of 132 one-block programs up by about 120 ns on an H200, ``--suite small``.)
-
     Thread 0 (NVIDIA) stores every word of a record from its own registers.
 
     Ring mode (``KTRACE = schema.RING_GATE | N``, ``ktrace.flight``): slot ``s`` is at ``s % N``
     (:func:`_slot`), nothing is dropped, and every store point stores all that is pending, then
     the lane's head (:func:`_ring_flush`): at most the latest probe's record waits in registers.
-    The lane is found at the start (the lane's NOW slot is stamped there).
     """
 
-    buf: tl.tensor  # *int64: the kernel's ktrace_buf
-    lane: tl.tensor  # int64: the address of this program's first slot; 0 until the first store
-    dropped_ptr: tl.tensor  # *int32: ring mode: the lane's head (else unused: finish finds the dropped counter)
+    recs: tl.tensor  # *int64: this program's first slot
+    dropped_ptr: tl.tensor  # *int32: this program's dropped counter (stored by finish; ring mode: the head)
     cur: tl.tensor  # int32: slots claimed so far
     nd: tl.tensor  # int32: events dropped so far
-    hw: tl.tensor  # int64: placement, pre-shifted into the tag word's high half (found with the lane)
+    hw: tl.tensor  # int64: placement, pre-shifted into the tag word's high half
     lead: tl.tensor  # int32: 1 in the thread that stores records, else 0
     # the pending WAIT, as the spin left it (packed into its two records only when stored, after
     # the release: no work between the spin and the release but copies)
@@ -298,10 +291,10 @@ class DeferredTracer:
     nval: tl.tensor  # int32: value written
     noff: tl.tensor  # int64: flag offset
     nseq: tl.tensor  # int32
-    sslot: tl.tensor  # int32: the pending single record's slot
+    sp: tl.tensor  # int64: address of the pending single record
     s0: tl.tensor
     s1: tl.tensor
-    s2: tl.tensor  # its tag word without the placement (added when stored)
+    s2: tl.tensor
     s3: tl.tensor
     sgo: tl.tensor  # int32: 1 in the storing thread while a single record is pending and fits
     CAP: tl.constexpr
@@ -310,9 +303,8 @@ class DeferredTracer:
     RING: tl.constexpr  # ring mode: slots ``slot % CAP``, dropped_ptr holds the head (stored prefix)
 
     @triton.constexpr_function
-    def __init__(self, buf, lane, dropped_ptr, cur, nd, hw, lead, w, n, sslot, s0, s1, s2, s3, sgo, CAP, RING=False):
-        self.buf = buf
-        self.lane = lane
+    def __init__(self, recs, dropped_ptr, cur, nd, hw, lead, w, n, sp, s0, s1, s2, s3, sgo, CAP, RING=False):
+        self.recs = recs
         self.dropped_ptr = dropped_ptr
         self.cur = cur
         self.nd = nd
@@ -322,7 +314,7 @@ class DeferredTracer:
         self.wpeer, self.wspins, self.woff, self.wval, self.wexp, self.wcmp = w[6], w[7], w[8], w[9], w[10], w[11]
         self.nslot, self.nv, self.nt0, self.nt1, self.ntag = n[0], n[1], n[2], n[3], n[4]
         self.npeer, self.nval, self.noff, self.nseq = n[5], n[6], n[7], n[8]
-        self.sslot = sslot
+        self.sp = sp
         self.s0 = s0
         self.s1 = s1
         self.s2 = s2
@@ -398,39 +390,6 @@ def _program_slots(ktrace_buf, CAP: tl.constexpr):
     return recs, dropped, hw
 
 
-@core.extern
-def _grid_now(_semantic=None):
-    """(program id x, y, z, programs along x, y), int32, read where this call stands (NVIDIA: one
-    asm block with side effects, so that the compiler neither hoists the reads, nor the arithmetic
-    on them, to the program's start or out of the branch that needs them; AMD: Triton's reads)."""
-    if _backend(_semantic) == "cuda":
-        return core.inline_asm_elementwise(
-            "mov.u32 $0, %ctaid.x;\n\tmov.u32 $1, %ctaid.y;\n\tmov.u32 $2, %ctaid.z;\n\tmov.u32 $3, %nctaid.x;\n\tmov.u32 $4, %nctaid.y;",
-            "=r,=r,=r,=r,=r", [], dtype=(core.int32,) * 5, is_pure=False, pack=1, _semantic=_semantic,
-        )
-    return (_semantic.program_id(0), _semantic.program_id(1), _semantic.program_id(2), _semantic.num_programs(0),
-            _semantic.num_programs(1))
-
-
-@triton.jit
-def _lane_now(ktrace_buf, CAP: tl.constexpr):
-    """This program's first slot (an int64 address) and its placement word, found where the call
-    stands (the deferred tracer's first store, :func:`_ready`)."""
-    x, y, z, nx, ny = _grid_now()
-    pid = (tl.cast(z, tl.int64) * ny + y) * nx + x
-    lane = (ktrace_buf + _HEADER_WORDS + pid * (CAP * _WORDS)).to(tl.int64, bitcast=True)
-    return lane, tl.cast(hw_id(), tl.int64) << 32
-
-
-@triton.jit
-def _dropped_now(ktrace_buf, CAP: tl.constexpr):
-    """This program's dropped counter (an int32 pointer), found where the call stands."""
-    x, y, z, nx, ny = _grid_now()
-    pid = (tl.cast(z, tl.int64) * ny + y) * nx + x
-    n_prog = tl.cast(nx, tl.int64) * ny * tl.num_programs(2)
-    return (ktrace_buf + _HEADER_WORDS + n_prog * (CAP * _WORDS)).to(tl.pointer_type(tl.int32)) + pid
-
-
 @triton.jit
 def init(ktrace_buf, KTRACE: tl.constexpr):
     """Open this program's tracer. Call once per program, before any other probe.
@@ -469,15 +428,11 @@ def init_deferred(ktrace_buf, KTRACE: tl.constexpr):
     """
     if _check_gate(KTRACE) > 0:
         CAP: tl.constexpr = _slots(KTRACE)
+        recs, dropped, hw = _program_slots(ktrace_buf, CAP)
         z = tl.zeros((), tl.int64)
         n = tl.zeros((), tl.int32)
-        if _is_ring(KTRACE):  # (the lane now: its NOW slot is stamped here)
-            recs, dropped, hw = _program_slots(ktrace_buf, CAP)
-            lane = recs.to(tl.int64, bitcast=True)
-        else:  # (the lane at the first store: _ready)
-            lane, dropped, hw = z, ktrace_buf.to(tl.pointer_type(tl.int32), bitcast=True), z
-        kt = DeferredTracer(ktrace_buf, lane, dropped, n, n, hw, _leader(), (n, n, z, z, z, n, n, n, z, n, n, n),
-                            (n, n, z, z, z, n, n, z, n), n, z, z, z, z, n, CAP, _is_ring(KTRACE))
+        kt = DeferredTracer(recs, dropped, n, n, hw, _leader(), (n, n, z, z, z, n, n, n, z, n, n, n), (n, n, z, z, z, n, n, z, n),
+                            z, z, z, z, z, n, CAP, _is_ring(KTRACE))
         if kt.RING:
             tl.store(now_slot(kt) + 4, now())  # the lane's start, as in init
         return kt
@@ -603,14 +558,10 @@ def _slot(kt, slot, N: tl.constexpr):
     record) fit from it: the one place that maps a slot index to memory. In ring mode slot
     ``slot`` is at ``slot % CAP`` and always fits (the oldest record is overwritten; the head
     counts it), and a pair may wrap: the callers store its two records separately."""
-    if kt.DEFER:
-        recs = kt.lane.to(tl.pointer_type(tl.int64), bitcast=True)
-    else:
-        recs = kt.recs
     if kt.RING:
-        return recs + (slot & (kt.CAP - 1)) * _WORDS, slot >= 0
+        return kt.recs + (slot & (kt.CAP - 1)) * _WORDS, slot >= 0
     else:
-        return recs + slot * _WORDS, slot + (N - 1) < kt.CAP
+        return kt.recs + slot * _WORDS, slot + (N - 1) < kt.CAP
 
 
 @triton.jit
@@ -755,61 +706,37 @@ def _n(kt):
 
 
 @triton.jit
-def _deferred(kt, cur, nd, w, sslot, s0, s1, s2, s3, sgo, n=None, lane=None, hw=None):
+def _deferred(kt, cur, nd, w, sp, s0, s1, s2, s3, sgo, n=None):
     if n is None:
         n = _n(kt)
-    if lane is None:
-        lane = kt.lane
-        hw = kt.hw
-    return DeferredTracer(kt.buf, lane, kt.dropped_ptr, cur, nd, hw, kt.lead, w, n, sslot, s0, s1, s2, s3, sgo, kt.CAP, kt.RING)
-
-
-@triton.jit
-def _ready(kt, go):
-    """The tracer with its lane found, in the thread whose ``go`` is set (the storing thread, with
-    something to store), at its first store: a branch taken once per program, by that thread
-    alone (the others never store, and never find the lane). Ring mode found it at the start.
-    Every store point calls this before it stores."""
-    if kt.RING:
-        return kt
-    else:
-        lane = kt.lane
-        hw = kt.hw
-        if (lane == 0) & (go != 0):
-            lane, hw = _lane_now(kt.buf, kt.CAP)
-        return _deferred(kt, kt.cur, kt.nd, _w(kt), kt.sslot, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo, _n(kt), lane, hw)
+    return DeferredTracer(kt.recs, kt.dropped_ptr, cur, nd, kt.hw, kt.lead, w, n, sp, s0, s1, s2, s3, sgo, kt.CAP, kt.RING)
 
 
 @triton.jit
 def _flush_notify(kt):
-    """Store the pending NOTIFY (event + DETAIL, packed here) in its slots, or count it dropped
-    (the lane found: :func:`_ready`)."""
+    """Store the pending NOTIFY (event + DETAIL, packed here) in its slots, or count it dropped."""
     f = _store_pair(kt, kt.nslot, kt.nt0, kt.nt1, kt.hw | kt.ntag, _pack(kt.npeer, kt.nval), kt.noff, tl.cast(kt.nseq, tl.int64),
                     kt.hw | _tag(_DETAIL, 0, 0), tl.zeros((), tl.int64), kt.lead & kt.nv)
     nd = kt.nd + (kt.nv & (1 - f))
     n = (kt.nslot, tl.zeros((), tl.int32), kt.nt0, kt.nt1, kt.ntag, kt.npeer, kt.nval, kt.noff, kt.nseq)
-    return _deferred(kt, kt.cur, nd, _w(kt), kt.sslot, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo, n)
+    return _deferred(kt, kt.cur, nd, _w(kt), kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo, n)
 
 
 @triton.jit
 def _flush_wait(kt):
-    """Store the pending WAIT (event + DETAIL, packed here) in its slots, or count it dropped
-    (the lane found: :func:`_ready`)."""
+    """Store the pending WAIT (event + DETAIL, packed here) in its slots, or count it dropped."""
     tag = kt.hw | kt.wtag | (tl.cast(kt.wfail, tl.int64) << _TIMEOUT_SHIFT)
     f = _store_pair(kt, kt.wslot, kt.wt0, kt.wt1, tag, _pack(kt.wpeer, kt.wspins), kt.woff, tl.cast(kt.wval, tl.int64),
                     kt.hw | _tag(_DETAIL, 0, 0), _pack(kt.wexp, kt.wcmp), kt.lead & kt.wv)
     nd = kt.nd + (kt.wv & (1 - f))
     w = (kt.wslot, tl.zeros((), tl.int32), kt.wt0, kt.wt1, kt.wtag, kt.wfail, kt.wpeer, kt.wspins, kt.woff, kt.wval, kt.wexp, kt.wcmp)
-    return _deferred(kt, kt.cur, nd, w, kt.sslot, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo)
+    return _deferred(kt, kt.cur, nd, w, kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo)
 
 
 @triton.jit
 def _flush_single(kt):
-    """Store the pending span, instant or counter in its slot (the lane found: :func:`_ready`;
-    whether it fits was settled when it was made)."""
-    p, _ = _slot(kt, kt.sslot, 1)
-    _store1(p.to(tl.int64, bitcast=True), kt.s0, kt.s1, kt.hw | kt.s2, kt.s3, kt.sgo)
-    return _deferred(kt, kt.cur, kt.nd, _w(kt), kt.sslot, kt.s0, kt.s1, kt.s2, kt.s3, tl.zeros((), tl.int32))
+    _store1(kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo)
+    return _deferred(kt, kt.cur, kt.nd, _w(kt), kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, tl.zeros((), tl.int32))
 
 
 @triton.jit
@@ -847,7 +774,7 @@ def flush(kt):
         if kt.RING:
             kt = _ring_flush(kt)
         else:
-            kt = _flush_single(_flush_notify(_flush_wait(_ready(kt, kt.lead & (kt.wv | kt.nv | kt.sgo)))))
+            kt = _flush_single(_flush_notify(_flush_wait(kt)))
     return kt
 
 
@@ -858,7 +785,7 @@ def flush_single(kt):
     (Ring mode: nothing here; the NOTIFY recorded next stores everything pending.)"""
     if kt.DEFER:
         if not kt.RING:
-            kt = _flush_single(_ready(kt, kt.sgo))
+            kt = _flush_single(kt)
     return kt
 
 
@@ -868,7 +795,6 @@ def finish(kt):
 
     ``@ktrace.trace`` appends this call to the kernel (``kl.finish(kt)`` for each tracer made by
     ``kl.init`` in the kernel's body); a no-op on an immediate tracer or when tracing is off.
-    The dropped counter's address is found only when something was dropped (a branch).
     """
     if kt.DEFER:
         if kt.RING:  # (the head, stored even when nothing was pending: the lane's final count)
@@ -876,24 +802,23 @@ def finish(kt):
             _put_head(kt, kt.lead)
         else:
             kt = flush(kt)
-            if kt.nd > 0:
-                dropped = _dropped_now(kt.buf, kt.CAP)
-                if _nvidia():
-                    _st_dropped_nv(dropped.to(tl.int64, bitcast=True), kt.nd, kt.lead)
-                else:
-                    tl.store(dropped, kt.nd, mask=kt.lead != 0)
+            go = kt.lead & (kt.nd > 0).to(tl.int32)
+            if _nvidia():
+                _st_dropped_nv(kt.dropped_ptr.to(tl.int64, bitcast=True), kt.nd, go)
+            else:
+                tl.store(kt.dropped_ptr, kt.nd, mask=go != 0)
 
 
 @triton.jit
 def _pend(kt, t0, t1, tag, args):
     """Deferred :func:`_write`: the pending single record is stored now (ring mode: everything
-    pending), this one waits with its slot, its words, and its tag without the placement."""
+    pending), this one waits."""
     if kt.RING:
         kt = _ring_flush(kt)
     else:
-        kt = _flush_single(_ready(kt, kt.sgo))
-    _, fits, nd = _claim(kt, 1)
-    return _deferred(kt, kt.cur + 1, nd, _w(kt), kt.cur, tl.cast(t0, tl.int64), tl.cast(t1, tl.int64), tl.cast(tag, tl.int64),
+        kt = _flush_single(kt)
+    p, fits, nd = _claim(kt, 1)
+    return _deferred(kt, kt.cur + 1, nd, _w(kt), p.to(tl.int64, bitcast=True), tl.cast(t0, tl.int64), tl.cast(t1, tl.int64), kt.hw | tag,
                      tl.cast(args, tl.int64), kt.lead & fits.to(tl.int32))
 
 
@@ -905,11 +830,11 @@ def _pend_wait(kt, tag, t0, t1, peer, spins, flag, value, expected, cmp, timed_o
         if kt.RING:
             kt = _ring_flush(kt)
         else:
-            kt = _flush_wait(_ready(kt, kt.lead & kt.wv))
+            kt = _flush_wait(kt)
     w = (kt.cur, tl.full((), 1, tl.int32), tl.cast(t0, tl.int64), tl.cast(t1, tl.int64), tl.cast(tag, tl.int64),
          tl.cast(timed_out, tl.int32), tl.cast(peer, tl.int32), tl.cast(spins, tl.int32), tl.cast(flag, tl.int64),
          tl.cast(value, tl.int32), tl.cast(expected, tl.int32), tl.cast(cmp, tl.int32))
-    return _deferred(kt, kt.cur + 2, kt.nd, w, kt.sslot, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo)
+    return _deferred(kt, kt.cur + 2, kt.nd, w, kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo)
 
 
 @triton.jit
@@ -920,10 +845,10 @@ def _pend_notify(kt, tag, t0, t1, peer, value, flag, seq):
     if kt.RING:
         kt = _ring_flush(kt)
     else:
-        kt = _flush_notify(_ready(kt, kt.lead & kt.nv))
+        kt = _flush_notify(kt)
     n = (kt.cur, tl.full((), 1, tl.int32), tl.cast(t0, tl.int64), tl.cast(t1, tl.int64), tl.cast(tag, tl.int64),
          tl.cast(peer, tl.int32), tl.cast(value, tl.int32), tl.cast(flag, tl.int64), tl.cast(seq, tl.int32))
-    return _deferred(kt, kt.cur + 2, kt.nd, _w(kt), kt.sslot, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo, n)
+    return _deferred(kt, kt.cur + 2, kt.nd, _w(kt), kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo, n)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -242,30 +242,6 @@ def _sass(fn, sig, consts, attrs=None, **options):
         return subprocess.run([tool, "-c", path], capture_output=True, text=True, check=True).stdout
 
 
-#: What finding a lane reads: the grid's y and z coordinates, its size, the SM id.
-_LANE_READS = re.compile(r"SR_CTAID\.[YZ]|SR_VIRTUALSMID|SR_SMID|c\[0x0\]\[0xc\]|c\[0x0\]\[0x10\]")
-
-
-@pytest.mark.parametrize("deferred", [False, True], ids=["immediate", "deferred"])
-def test_sass_deferred_program_finds_its_lane_after_its_first_load(deferred):
-    """sm_90 SASS of the span-around-a-copy kernel: prepared by ``@ktrace.trace`` (deferred), the
-    program reads nothing of its lane (grid coordinates beyond x, grid size, SM id) before its
-    first load: ``_ready`` finds the lane at the first store. As written (``kl.init`` computes it
-    at the start), those reads come first. Computed in the prologue they held a launch of 132
-    one-block programs up by about 120 ns on an H200 (``probe_overhead.py --suite small``)."""
-    fn, sig, consts = CASES["copy"]  # (decorated: its jit_fn is the prepared kernel)
-    assert "init_deferred(" in fn.jit_fn.src
-    attrs = {(k,): [["tt.divisibility", 16]] for k in (0, 1, 2, 3)}
-    lines = _sass(fn if deferred else fn.jit_fn.ktrace_original, sig, {**consts, "KTRACE": 4}, attrs).splitlines()
-    first_load = next(i for i, ln in enumerate(lines) if "LDG.E" in ln)
-    before = [ln.strip() for ln in lines[:first_load] if _LANE_READS.search(ln)]
-    after = [ln.strip() for ln in lines[first_load:] if _LANE_READS.search(ln)]
-    if deferred:
-        assert not before and after, (before, after)
-    else:
-        assert before, lines[:first_load]
-
-
 @pytest.mark.parametrize("deferred", [False, True], ids=["immediate", "deferred"])
 def test_sass_wait_record_leaves_the_path_from_spin_to_release(deferred):
     """sm_90 SASS of a wait then a notify: with immediate records the WAIT record's four 16-byte
