@@ -1,9 +1,9 @@
-"""Hand-off-bound kernels for ``benchmarks/probe_overhead.py --suite handoff`` and ``--suite diag``.
+"""Kernels of ``benchmarks/probe_overhead.py``'s hand-off-bound suites (``--suite handoff``, ``diag``, ``small``).
 
-Three kernels whose time is hand-offs between programs and ranks, written against the public
-API (``ktrace.language`` / ``ktrace.shmem.language``), each with compile-time switches that turn
-one probe kind on at a time, so a traced variant differs from the untraced one by exactly the
-probes it names:
+Three kernels whose time is hand-offs between programs and ranks (and one with none), written
+against the public API (``ktrace.language`` / ``ktrace.shmem.language``), each with compile-time
+switches that turn one probe kind on at a time, so a traced variant differs from the untraced one
+by exactly the probes it names:
 
 ``pingpong``
     One program per rank; rank ``first`` sets the peer's flag and waits for its own, the other
@@ -17,6 +17,9 @@ probes it names:
     the peer's heap and adds 1 to one counter there, then waits until its own counter holds the
     peer's ``nprog`` arrivals of that round: ``nprog`` notifies into one flag, ``nprog`` waiters
     on it, ``rounds`` times per launch.
+``burst`` (``--suite small``, no hand-off)
+    A few programs, each copying one block once: a launch of a few microseconds whose probe cost
+    is fixed costs only (a span, or the same record made by hand in parts, ``MANUAL``).
 
 Probe switches (compile-time): ``WAITS`` (the waits are traced: WAIT records), ``NOTIFIES``
 (NOTIFY records), ``SPANS`` (spans per hand-off: around each round, tile, or put; 4 = the tile

@@ -630,6 +630,18 @@ def _pipeline_launchers(dist, heap, variants: dict, tiles: int, tile_elems: int,
     return launchers, P
 
 
+def _launch_fresh(H, fn, buf, out) -> None:
+    """One checked launch of a variant after timing: its output poisoned, its trace buffer (if
+    any) zeroed, launched, waited for."""
+    import torch
+
+    H.poison(out)
+    if buf is not None:
+        buf.zero_()
+    fn()
+    torch.cuda.synchronize()
+
+
 def _pipeline_case(dist, H, heap, variants: dict, tiles: int, tile_elems: int, reps: int, warmup: int, case: str,
                    pair: int = 1) -> list[dict]:
     """Program 0 the producer, program ``pair`` the consumer (a grid of ``pair + 1``; the others
@@ -645,11 +657,7 @@ def _pipeline_case(dist, H, heap, variants: dict, tiles: int, tile_elems: int, r
     launchers, P = _pipeline_launchers(dist, heap, variants, tiles, tile_elems, case, pair, src, out, ep)
     rows = _time_case(dist, H, case, launchers, reps, warmup, max(1, 256 // tiles), tiles, plans=(ep,))
     for name, (fn, buf, slots) in launchers.items():
-        H.poison(out)
-        if buf is not None:
-            buf.zero_()
-        fn()
-        torch.cuda.synchronize()
+        _launch_fresh(H, fn, buf, out)
         heap.check()
         if not torch.equal(out, want):
             raise SystemExit(f"{case}/{name}: the tiles received differ from the peer's source")
@@ -757,11 +765,7 @@ def _small_case(dist, H, programs: int, block: int, reps: int, warmup: int) -> l
         spans[name] = bool(sw.get("SPANS")) or sw.get("MANUAL", 0) in (1, 2, 3, 4)
     rows = _time_case(dist, H, case, launchers, reps, warmup, 20, 1)
     for name, (fn, buf, _) in launchers.items():
-        H.poison(y)
-        if buf is not None:
-            buf.zero_()
-        fn()
-        torch.cuda.synchronize()
+        _launch_fresh(H, fn, buf, y)
         if not torch.equal(y, x):
             raise SystemExit(f"{case}/{name}: the copy differs from its source")
         if buf is not None:
