@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Probe cost on 2 GPUs (and, in the same call, the one-rank suites that need no second GPU):
 # benchmarks/probe_overhead.py's hand-off suite at 2 ranks (ping-pong over NVLink, the two-rank
-# tile pipeline, the fan-in), the all-to-all with its controls, the small-launch suite at 1 and 2
-# ranks, benchmarks/kernels.py at 2 ranks (the cases in CASES), the GPU tier and the multi-GPU tier
-# of the traced waits and notifies. Run from the repository root on a machine with 2 GPUs:
+# tile pipeline, the fan-in), the all-to-all with its controls (A2A_ARGS=--baseline adds
+# all_to_all_single), the small-launch suite at 1 and 2 ranks, benchmarks/kernels.py at 2 ranks
+# (the cases in CASES), the GPU tier and the multi-GPU tier of the traced waits and notifies; on
+# request (STEPS) also diag2 (raw operations at the ping-pong's hand-off, 2 ranks), cost (cycles
+# per probe, one GPU) and copy (the worst-case copy). Run from the repository root on 2 GPUs:
 #     OUT=out bash scripts/gpu_probe_cost.sh         STEPS="small1 handoff2 kernels2" OUT=out bash ...
 # Logs and JSON go to $OUT/logs (one archive back); the last line names the steps that failed.
 set -uo pipefail
@@ -18,7 +20,11 @@ N2="python3 -m ktrace.testing.launch -n 2 --timeout"
 P=benchmarks/probe_overhead.py
 step small1 ${SMALL_TIMEOUT:-90} python3 $P --suite small --reps "${SMALL_REPS:-100}" --json "$L/small1.json"
 step handoff2 ${HANDOFF_TIMEOUT:-240} $N2 $(( ${HANDOFF_TIMEOUT:-240} - 10 )) -- python3 $P --suite handoff --reps "$REPS" --json "$L/handoff2.json"
-step a2a2 ${A2A_TIMEOUT:-90} $N2 $(( ${A2A_TIMEOUT:-90} - 10 )) -- python3 $P --suite a2a --reps "${A2A_REPS:-40}" --json "$L/a2a2.json"
+# shellcheck disable=SC2086
+step a2a2 ${A2A_TIMEOUT:-90} $N2 $(( ${A2A_TIMEOUT:-90} - 10 )) -- python3 $P --suite a2a --reps "${A2A_REPS:-40}" ${A2A_ARGS:-} --json "$L/a2a2.json"
+step diag2 120 $N2 110 -- python3 $P --suite diag --reps "$REPS" --json "$L/diag2.json"
+step cost 60 python3 $P --suite cost --json "$L/cost.json"
+step copy 120 python3 $P --suite copy --no-proton --reps "${COPY_REPS:-100}" --json "$L/copy.json"
 step small2 90 $N2 80 -- python3 $P --suite small --reps "${SMALL_REPS:-100}" --json "$L/small2.json"
 # shellcheck disable=SC2086
 step kernels2 ${KERNELS_TIMEOUT:-200} $N2 $(( ${KERNELS_TIMEOUT:-200} - 10 )) -- python3 benchmarks/kernels.py --cases $CASES --json "$L/kernels2.json"
