@@ -385,13 +385,11 @@ def probe_cost(out, n, KIND: tl.constexpr, ktrace_buf=None, KTRACE: tl.constexpr
 
 
 @triton.jit
-def _lane_record(ktrace_buf, SLOTS: tl.constexpr):
-    """The first slot of this program's lane in a buffer of ``SLOTS`` slots per program (the linear
-    program id of a 3-D grid, as ``kl.init`` computes it)."""
-    n0 = tl.num_programs(0)
-    n1 = tl.num_programs(1)
-    pid = (tl.program_id(2).to(tl.int64) * n1 + tl.program_id(1)) * n0 + tl.program_id(0)
-    return ktrace_buf + kl._HEADER_WORDS + pid * (SLOTS * kl._WORDS)
+def _lane_record(ktrace_buf):
+    """This program's first slot in a buffer of two slots per program, and its placement word and
+    storing thread, computed as ``kl.init`` computes them (for the hand-made records)."""
+    rec, _, hw = kl._program_slots(ktrace_buf, 2)
+    return rec, hw, kl._leader()
 
 
 @triton.jit
@@ -421,9 +419,7 @@ def burst(x, y, n, scratch, BLOCK: tl.constexpr, SPANS: tl.constexpr = 0, TIMERS
     o = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     m = o < n
     if MANUAL == 2 or MANUAL == 4:
-        rec = _lane_record(ktrace_buf, 2)
-        hw = tl.cast(kl.hw_id(), tl.int64) << 32
-        lead = kl._leader()
+        rec, hw, lead = _lane_record(ktrace_buf)
     if MANUAL == 3:
         cx, cy, cz, nx, ny = _lane_raw()
         hw = tl.cast(kl.hw_id(), tl.int64) << 32
@@ -441,9 +437,7 @@ def burst(x, y, n, scratch, BLOCK: tl.constexpr, SPANS: tl.constexpr = 0, TIMERS
             tl.store(scratch, t1 - t0, mask=t1 < t0)  # keeps both reads; never stores
         elif MANUAL != 4:
             if MANUAL == 1 or MANUAL == 5:
-                rec = _lane_record(ktrace_buf, 2)
-                hw = tl.cast(kl.hw_id(), tl.int64) << 32
-                lead = kl._leader()
+                rec, hw, lead = _lane_record(ktrace_buf)
             if MANUAL == 3:
                 lin = (cz.to(tl.int64) * ny + cy) * nx + cx
                 rec = ktrace_buf + kl._HEADER_WORDS + lin * (2 * kl._WORDS)

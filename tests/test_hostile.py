@@ -425,11 +425,11 @@ def test_an_interrupted_write_leaves_nothing_and_says_nothing(tmp_path, sig, sta
     if pr.returncode in (0, -sig):  # (it finished between the check and the signal: nothing to judge)
         pytest.skip("the write finished before the signal")
     assert pr.returncode == status and err == b"", (pr.returncode, err[-2000:])
+    assert _digest([src]) == before
     if out.exists():  # (the signal came after the output was renamed into place: it must be whole)
         assert isinstance(json.loads(out.read_bytes()), (dict, list)) and not any(
             n.startswith(".ktrace-tmp-") for n in os.listdir(tmp_path))
         pytest.skip("the output was complete and in place before the signal took effect")
-    assert _digest([src]) == before
     assert _listing(tmp_path) == files, f"left behind: {_listing(tmp_path) - files}"
     _COUNTS["passed"] += 1
 
