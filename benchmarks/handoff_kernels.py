@@ -254,6 +254,8 @@ def pipeline(
     BACKOFF: tl.constexpr = 0,
     CHECK: tl.constexpr = 1,
     PAIR: tl.constexpr = 1,
+    SIDE: tl.constexpr = 3,
+    TIMERS: tl.constexpr = False,
     ktrace_buf=None,
     KTRACE: tl.constexpr = 0,
 ):
@@ -262,24 +264,31 @@ def pipeline(
     grid of ``PAIR + 1`` whose other programs return at once (so the consumer can sit on an SM far
     from the producer's). ``flags[t]`` (heap int32, one per tile) is set to ``epoch`` when tile
     ``t`` has landed. ``tile_elems`` must be a multiple of ``max(SPANS, 1) * BLOCK``. ``CHECK``:
-    the waits' ``check_every``."""
+    the waits' ``check_every``. ``SIDE``: the spans of the producer (1), the consumer (2) or both
+    (3); ``TIMERS``: each span's two timer reads alone, nothing recorded (a control)."""
     kt = kl.init(ktrace_buf, KTRACE)
     quiet = kl.init(ktrace_buf, 0)
     pid = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     NS: tl.constexpr = SPANS if SPANS > 0 else 1
+    PUT_SPANS: tl.constexpr = SPANS > 0 and (SIDE & 1) != 0 and not TIMERS
+    TAKE_SPANS: tl.constexpr = SPANS > 0 and (SIDE & 2) != 0 and not TIMERS
     part = tile_elems // NS
     buf = dst + (epoch % 2).to(tl.int64) * tiles * tile_elems
     if pid == 0:
         for t in range(tiles):
             for j in tl.static_range(NS):
-                if SPANS > 0:
+                if PUT_SPANS:
                     s = kl.begin(kt, "put", t, j)
+                if TIMERS:
+                    kl.timestamp(kt)
                 for c in range(0, part, BLOCK):
                     o = t.to(tl.int64) * tile_elems + j * part + c + offs
                     ks.store(buf + o, tl.load(src + o), rank, peer, heap_bases)
-                if SPANS > 0:
+                if PUT_SPANS:
                     kt = kl.end(kt, s)
+                if TIMERS:
+                    kl.timestamp(kt)
             if NOTIFIES:
                 kt = ks.notify(kt, flags + t, epoch, rank, peer, heap_bases)
             else:
@@ -291,13 +300,17 @@ def pipeline(
             else:
                 ks.wait(quiet, flags + t, epoch, rank, peer, heap_bases, backoff_ns=BACKOFF, check_every=CHECK)
             for j in tl.static_range(NS):
-                if SPANS > 0:
+                if TAKE_SPANS:
                     s = kl.begin(kt, "take", t, j)
+                if TIMERS:
+                    kl.timestamp(kt)
                 for c in range(0, part, BLOCK):
                     o = t.to(tl.int64) * tile_elems + j * part + c + offs
                     tl.store(out + o, tl.load(buf + o))
-                if SPANS > 0:
+                if TAKE_SPANS:
                     kt = kl.end(kt, s)
+                if TIMERS:
+                    kl.timestamp(kt)
 
 
 @triton.jit(do_not_specialize=["rounds", "epoch", "rank", "peer", "nprog"])

@@ -323,6 +323,10 @@ PIPELINE_VARIANTS = {
     "signals, buffer +1 MiB": {"WAITS": True, "NOTIFIES": True, "PAD": 1 << 20},
     "signals, lanes 128 KiB apart": {"WAITS": True, "NOTIFIES": True, "SLOTS": 4096},
     "signals, one slot (all dropped)": {"WAITS": True, "NOTIFIES": True, "SLOTS": 1},
+    "spans, one slot (all but the first dropped)": {"SPANS": 1, "SLOTS": 1},
+    "spans, producer only": {"SPANS": 1, "SIDE": 1},
+    "spans, consumer only": {"SPANS": 1, "SIDE": 2},
+    "spans' timer reads only": {"SPANS": 1, "TIMERS": True},
     **CHECK8,
 }
 #: The pipeline's variants timed again with the consumer on program ``SMs // 2`` (another part of
@@ -491,9 +495,11 @@ def _check_records(name: str, buf, n_programs: int, capacity: int, expected: int
     d = _decode(buf, n_programs, capacity)
     ev = d.events
     bad = int((ev["end"] < ev["start"]).sum()) if len(ev) else 0
-    if capacity == 1:  # (the control whose records all count dropped: a WAIT or NOTIFY needs two slots)
-        if d.written or d.dropped != expected:
-            raise SystemExit(f"{name}: one slot per lane kept {d.written} events and counted {d.dropped} dropped (expected 0 and {expected})")
+    if capacity == 1:  # (the control whose records count dropped: a WAIT or NOTIFY needs two slots, a span one)
+        keep = 0 if expected == signals else n_programs  # (at most each lane's first span fits)
+        if d.written > keep or d.written + d.dropped != expected:
+            raise SystemExit(f"{name}: one slot per lane kept {d.written} events and counted {d.dropped} dropped "
+                             f"(expected {expected} in all, at most {keep} kept)")
         return None
     if d.written != expected or d.dropped or bad:
         raise SystemExit(f"{name}: decoded {d.written} events (expected {expected}), {d.dropped} dropped, {bad} ending before their start")
@@ -505,6 +511,11 @@ def _note_spins(rows: list[dict], name: str, spins: float | None) -> None:
     for r in rows:
         if r["variant"] == name and spins is not None:
             r["spins_per_wait"] = spins
+
+
+#: Compiler options of every hand-off variant, traced and untraced alike (``--maxnreg``: the same
+#: register bound on both sides pins ptxas's schedule of the kernels' copy loops; docs/probes.md).
+LAUNCH_OPTS: dict = {}
 
 
 def _variant_launchers(kernel, variants: dict, grid, args_fn, slots_fn, n_programs: int, device, num_warps: int, fixed: dict):
@@ -519,7 +530,7 @@ def _variant_launchers(kernel, variants: dict, grid, args_fn, slots_fn, n_progra
         k, sw = _kernel_for(kernel, sw)
         if not _traced(name, sw):  # untraced (diagnostics too)
             def fn(sw=sw, k=k):
-                k[grid](*args_fn(ep.next()), **fixed, **sw, num_warps=num_warps)
+                k[grid](*args_fn(ep.next()), **fixed, **sw, num_warps=num_warps, **LAUNCH_OPTS)
             out[name] = (fn, None, 0)
             continue
         ring = variants[name].get("RING", 0)
@@ -533,7 +544,7 @@ def _variant_launchers(kernel, variants: dict, grid, args_fn, slots_fn, n_progra
                 torch.zeros(pad + (schema.buffer_bytes(n_programs, slots) + 7) // 8, dtype=torch.int64, device=device)[pad:]
 
         def fn(sw=sw, buf=buf, slots=slots, k=k):
-            k[grid](*args_fn(ep.next()), **fixed, **sw, num_warps=num_warps, ktrace_buf=buf, KTRACE=slots)
+            k[grid](*args_fn(ep.next()), **fixed, **sw, num_warps=num_warps, ktrace_buf=buf, KTRACE=slots, **LAUNCH_OPTS)
 
         out[name] = (fn, buf, slots)
     return out
@@ -663,7 +674,8 @@ def _pipeline_case(dist, H, heap, variants: dict, tiles: int, tile_elems: int, r
             raise SystemExit(f"{case}/{name}: the tiles received differ from the peer's source")
         if buf is not None:
             sw = variants[name]  # producer: notify + spans per tile; consumer: wait + spans
-            per_tile = bool(sw.get("WAITS")) + bool(sw.get("NOTIFIES")) + 2 * sw.get("SPANS", 0)
+            sides = 0 if sw.get("TIMERS") else bool(sw.get("SIDE", 3) & 1) + bool(sw.get("SIDE", 3) & 2)
+            per_tile = bool(sw.get("WAITS")) + bool(sw.get("NOTIFIES")) + sides * sw.get("SPANS", 0)
             _note_spins(rows, name, _check_records(f"{case}/{name}", buf, P, slots, tiles * per_tile, tiles * _signals(sw)))
     return rows
 
@@ -874,11 +886,14 @@ class OneGpuHeap:
             raise SystemExit("a wait timed out (one-GPU heap's error block)")
 
 
-def handoff_suite(dist, H, reps: int, warmup: int, which: str = "handoff", quick: bool = False) -> list[dict]:
+def handoff_suite(dist, H, reps: int, warmup: int, which: str = "handoff", quick: bool = False,
+                  parts: tuple = ("pingpong", "pipeline", "fanin"), shapes: list | None = None) -> list[dict]:
     """The hand-off-bound suite (``which="handoff"``) or the ping-pong diagnostics (``"diag"``: raw
     operations at the hand-off; ``"notify"``: the NOTIFY record's timer reads moved).
     At one rank (``dist.world_size == 1``) the peer is the rank itself: the ping-pong runs
-    between two programs, the pipeline's producer and consumer are two programs of one GPU."""
+    between two programs, the pipeline's producer and consumer are two programs of one GPU.
+    ``parts``: which of the ping-pong, the pipeline and the fan-in to time; ``shapes``: the
+    pipeline's (tiles, elements per tile), default ``PIPELINE_SHAPES`` (the first alone if ``quick``)."""
     heap = H.heap(64 << 20) if dist.world_size > 1 else OneGpuHeap(64 << 20, dist.device)
     rows: list[dict] = []
     if which == "diag":
@@ -894,18 +909,20 @@ def handoff_suite(dist, H, reps: int, warmup: int, which: str = "handoff", quick
         rows = _pingpong_case(dist, H, heap, _phase_variants(PHASE_DELAYS), rounds, reps, warmup, f"ping-pong x{rounds}, phase sweep")
         return rows + _phase_rows(rows, PHASE_DELAYS)
     rounds = 200 if dist.world_size > 1 else 500
-    rows += _pingpong_case(dist, H, heap, PINGPONG_VARIANTS, rounds, reps, warmup, f"ping-pong x{rounds}")
-    jit = {k: {**v, "JITTER": JITTER_CYCLES} for k, v in PINGPONG_VARIANTS.items() if "ring" not in k and "immediate" not in k}
-    rows += _pingpong_case(dist, H, heap, jit, rounds, reps, warmup, f"ping-pong x{rounds}, jitter 0-{JITTER_CYCLES} cycles")
+    if "pingpong" in parts:
+        rows += _pingpong_case(dist, H, heap, PINGPONG_VARIANTS, rounds, reps, warmup, f"ping-pong x{rounds}")
+        jit = {k: {**v, "JITTER": JITTER_CYCLES} for k, v in PINGPONG_VARIANTS.items() if "ring" not in k and "immediate" not in k}
+        rows += _pingpong_case(dist, H, heap, jit, rounds, reps, warmup, f"ping-pong x{rounds}, jitter 0-{JITTER_CYCLES} cycles")
     import torch
 
     pair = torch.cuda.get_device_properties(dist.device).multi_processor_count // 2  # a consumer far from program 0's SM
     far = {k: PIPELINE_VARIANTS[k] for k in PIPELINE_FAR}
-    for tiles, elems in PIPELINE_SHAPES[:1] if quick else PIPELINE_SHAPES:
+    for tiles, elems in (shapes or (PIPELINE_SHAPES[:1] if quick else PIPELINE_SHAPES)) if "pipeline" in parts else ():
         rows += _pipeline_case(dist, H, heap, PIPELINE_VARIANTS, tiles, elems, reps, warmup, f"pipeline {tiles} x {elems // 1024}K fp32")
         rows += _pipeline_case(dist, H, heap, far, tiles, elems, reps, warmup, f"pipeline {tiles} x {elems // 1024}K fp32, consumer {pair}",
                                pair)
-    rows += _fanin_case(dist, H, heap, FANIN_VARIANTS, 50, reps, warmup, "fan-in x50")
+    if "fanin" in parts:
+        rows += _fanin_case(dist, H, heap, FANIN_VARIANTS, 50, reps, warmup, "fan-in x50")
     return rows
 
 
@@ -1136,6 +1153,10 @@ def main(argv=None) -> int:
     ap.add_argument("--elems", type=int, default=64 * 2**20)
     ap.add_argument("--block", type=int, default=1024)
     ap.add_argument("--quick", action="store_true", help="handoff: one pipeline shape only")
+    ap.add_argument("--parts", default="pingpong,pipeline,fanin", help="handoff: which cases, comma-separated (default all three)")
+    ap.add_argument("--maxnreg", type=int, default=None,
+                    help="handoff: compile every variant (untraced too) with this register bound (NVIDIA)")
+    ap.add_argument("--shapes", default=None, help="handoff: pipeline shapes as TILESxELEMS, comma-separated (e.g. 8x65536,32x8192)")
     ap.add_argument("--baseline", action="store_true", help="a2a: also time the all_to_all_single baseline in the rotation")
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--hook", default=None, help="hook suite: module:function giving rows (see _hook_suite)")
@@ -1143,6 +1164,15 @@ def main(argv=None) -> int:
     ap.add_argument("--no-proton", action="store_true", help="skip the Proton reference")
     a = ap.parse_args(argv)
     suites = a.suite.split(",")
+    bad = set(a.parts.split(",")) - {"pingpong", "pipeline", "fanin"}
+    if bad:
+        ap.error(f"--parts: unknown {sorted(bad)}; choose from pingpong, pipeline, fanin")
+    try:
+        shapes = [tuple(int(v) for v in x.split("x")) for x in a.shapes.split(",")] if a.shapes else None
+        if shapes and any(len(t) != 2 or min(t) < 1 for t in shapes):
+            raise ValueError
+    except ValueError:
+        ap.error(f"--shapes wants TILESxELEMS[,...], got {a.shapes!r}")
     bad = [x for x in suites if x not in SUITES]
     if bad:
         ap.error(f"unknown suite(s) {bad}; choose from {SUITES}")
@@ -1156,6 +1186,8 @@ def main(argv=None) -> int:
     if "copy" in suites:
         ap.error("run the copy suite on its own")
     reps, warmup = a.reps or 30, 5 if a.warmup is None else a.warmup
+    if a.maxnreg:
+        LAUNCH_OPTS["maxnreg"] = a.maxnreg
     rows: list[dict] = []
     if set(suites) <= {"local", "cost"}:
         for x in suites:
@@ -1182,7 +1214,7 @@ def main(argv=None) -> int:
         if x == "a2a":
             rows += _a2a_suite(dist, H, reps, warmup, a.baseline)
         elif x in ("handoff", "phase", "anatomy", "diag", "notify"):
-            rows += handoff_suite(dist, H, reps, warmup, x, a.quick)
+            rows += handoff_suite(dist, H, reps, warmup, x, a.quick, tuple(a.parts.split(",")), shapes)
         elif x == "hook":
             rows += _hook_suite(a.hook or "", dist, H, reps, warmup)
         elif x == "small":
@@ -1192,12 +1224,13 @@ def main(argv=None) -> int:
         if dist.rank == 0:
             print(f"[{x} done]", flush=True)
     if dist.rank == 0:
-        print(f"device: {H.device_name()} x {dist.world_size} ranks; medians of {reps} interleaved repetitions after "
+        print(f"device: {H.device_name()} x {dist.world_size} ranks{f', every variant compiled with {LAUNCH_OPTS}' if LAUNCH_OPTS else ''}; "
+              f"medians of {reps} interleaved repetitions after "
               f"{warmup} warm-up; per repetition the slowest rank; ratio = variant / untraced, paired per repetition")
         _print_rows(rows)
         if a.json:
             with open(a.json, "w") as f:
-                json.dump({"device": H.device_name(), "world_size": dist.world_size, "rows": rows}, f, indent=1)
+                json.dump({"device": H.device_name(), "world_size": dist.world_size, "launch_opts": LAUNCH_OPTS, "rows": rows}, f, indent=1)
     if dist.world_size > 1:
         import torch.distributed as tdist
 

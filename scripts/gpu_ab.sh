@@ -4,7 +4,7 @@
 # call) and with this checkout's, alternating old, new, old, new (AB_ROUNDS rounds), everything
 # else (benchmarks, kernels) this checkout's. Steps (STEPS): small1 (probe_overhead --suite small,
 # one GPU), handoff1 (--suite handoff --quick, one rank), kernels1 (benchmarks/kernels.py at one
-# rank: CASES1), handoff2, a2a2, kernels2 (two ranks: CASES2). Logs and JSON in $OUT/logs (one
+# rank: CASES1), handoff2, a2a2, kernels2 (two ranks: CASES2); the hand-off steps take HANDOFF_ARGS. Logs and JSON in $OUT/logs (one
 # archive back), a summary of every ratio in $OUT/summary.txt.
 #     AB_OLD=.ab/old STEPS="small1 kernels1" OUT=out bash scripts/gpu_ab.sh
 set -uo pipefail
@@ -15,20 +15,21 @@ OLD=$(cd "${AB_OLD:-.ab/old}" && pwd) || { echo "AB_OLD: no such folder"; exit 2
 ROUNDS=${AB_ROUNDS:-1}
 CASES1=${CASES1:-"4096B 65536B 1048576B gpumode"}
 CASES2=${CASES2:-"4096B 65536B 1048576B gpumode"}
+HANDOFF_ARGS=${HANDOFF_ARGS:-"--quick"}  # e.g. "--parts pipeline --shapes 8x65536,32x8192"
 STEP_GREP="passed|failed|Error|device:"; TAIL=${TAIL:-2}
 source "$(dirname "$0")/_gpu_prelude.sh"
 BASE=$PYTHONPATH
 P=benchmarks/probe_overhead.py
-N1="python3 -m ktrace.testing.launch -n 1 --timeout 170"
-N2="python3 -m ktrace.testing.launch -n 2 --timeout 170"
+N1="python3 -m ktrace.testing.launch -n 1 --timeout ${LAUNCH_LIMIT:-170}"
+N2="python3 -m ktrace.testing.launch -n 2 --timeout ${LAUNCH_LIMIT:-170}"
 run_side() {  # run_side STEP SIDE TAG
   local s=$1 side=$2 tag=$3 j="$L/$1_$3.json"
   if [ "$side" = old ]; then export PYTHONPATH=$OLD:$BASE; else export PYTHONPATH=$BASE; fi
   case $s in
     small1) step "$s:$tag" 90 python3 $P --suite small --reps "${SMALL_REPS:-100}" --json "$j" ;;
-    handoff1) step "$s:$tag" 180 python3 $P --suite handoff --quick --reps "${REPS:-30}" --json "$j" ;;
+    handoff1) step "$s:$tag" ${HANDOFF_LIMIT:-180} python3 $P --suite handoff $HANDOFF_ARGS --reps "${REPS:-30}" --json "$j" ;;
     kernels1) step "$s:$tag" 180 $N1 -- python3 benchmarks/kernels.py --kernels all_reduce all_to_all --cases $CASES1 --json "$j" ;;
-    handoff2) step "$s:$tag" 180 $N2 -- python3 $P --suite handoff --quick --reps "${REPS:-30}" --json "$j" ;;
+    handoff2) step "$s:$tag" ${HANDOFF_LIMIT:-180} $N2 -- python3 $P --suite handoff $HANDOFF_ARGS --reps "${REPS:-30}" --json "$j" ;;
     a2a2) step "$s:$tag" 120 $N2 -- python3 $P --suite a2a --reps "${A2A_REPS:-40}" --json "$j" ;;
     kernels2) step "$s:$tag" 180 $N2 -- python3 benchmarks/kernels.py --kernels all_reduce all_to_all --cases $CASES2 --json "$j" ;;
   esac

@@ -1,4 +1,5 @@
-"""benchmarks/probe_overhead.py's phase sweep bookkeeping (CPU: no kernel runs here)."""
+"""benchmarks/probe_overhead.py's bookkeeping and options, and the pipeline's controls as compiled
+(CPU: no kernel runs here)."""
 
 import sys
 from pathlib import Path
@@ -41,3 +42,41 @@ def test_phase_rows_refuse_a_missing_delay():
     times = {"untraced": 1000.0, "signals @0": 1010.0}
     with pytest.raises(KeyError):
         po._phase_rows(_rows(times), [0, 50])
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--suite", "handoff", "--parts", "pipeline,pingpomg"], "--parts: unknown ['pingpomg']"),
+    (["--suite", "handoff", "--shapes", "8x"], "--shapes wants TILESxELEMS"),
+    (["--suite", "handoff", "--shapes", "8x8192x2"], "--shapes wants TILESxELEMS"),
+    (["--suite", "handoff", "--shapes", "0x8192"], "--shapes wants TILESxELEMS"),
+])
+def test_a_bad_selection_is_refused_before_anything_runs(argv, says, capsys):
+    with pytest.raises(SystemExit) as e:
+        po.main(argv)
+    assert e.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_the_pipeline_span_controls_compile_to_what_they_say():
+    """``SIDE`` keeps one program's spans (its region's tag is in the PTX, the other's is not);
+    ``TIMERS`` keeps the spans' timer reads and records nothing (neither tag, more reads than untraced)."""
+    pytest.importorskip("triton")
+    import handoff_kernels as hk
+
+    import ktrace
+    from ktrace import regions, schema
+    from ktrace.testing.compile import TARGETS, compile_asm
+
+    sig = {"src": "*fp32", "dst": "*fp32", "out": "*fp32", "flags": "*i32", "tiles": "i32", "tile_elems": "i32", "epoch": "i32",
+           "rank": "i32", "peer": "i32", "heap_bases": "*i64", "ktrace_buf": "*i64"}
+    base = {"BLOCK": 512, "BACKOFF": 0, "CHECK": 1, "PAIR": 1, "WAITS": False, "NOTIFIES": False, "SPANS": 1, "KTRACE": 64,
+            "SIDE": 3, "TIMERS": False}
+    tag = {n: str(int(schema.EventKind.SPAN) | (regions.register(n) << schema.REGION_SHIFT)) for n in ("put", "take")}
+    prep = ktrace.trace(hk.pipeline).jit_fn
+    seen = {}
+    for name, sw in {"both": {}, "producer": {"SIDE": 1}, "consumer": {"SIDE": 2}, "timers": {"TIMERS": True},
+                     "off": {"KTRACE": 0}}.items():
+        ptx = compile_asm(prep, sig, {**base, **sw}, TARGETS["sm_90"], num_warps=4)
+        seen[name] = (tag["put"] in ptx, tag["take"] in ptx, ptx.count("%globaltimer"))
+    assert seen["both"][:2] == (True, True) and seen["producer"][:2] == (True, False) and seen["consumer"][:2] == (False, True)
+    # (untraced, the waits' timeout still reads the timer: the control's reads come on top)
+    assert seen["off"][:2] == (False, False) and seen["timers"][:2] == (False, False) and seen["timers"][2] > seen["off"][2]
