@@ -31,7 +31,11 @@ and consumer programs on one GPU, the peer is the rank itself) or two (launched 
               averaged inside a launch) and the pipeline with its consumer on program SMs / 2
               (another part of the GPU than the producer). Pipeline controls: the buffer 1 MiB
               further, the lanes 128 KiB apart, one slot per lane (every record counted dropped,
-              nothing stored). Reads per wait come from the WAIT records.
+              nothing stored; spans: all but each lane's first), one program's spans only, the
+              spans' timer reads alone. Reads per wait come from the WAIT records. ``--parts``
+              and ``--shapes`` pick cases and pipeline shapes; ``--maxnreg N`` compiles every
+              variant, the untraced one too, under one register bound (the control that
+              separates ptxas's scheduling of the copy loops from the probes' cost).
     small     fixed costs of a launch of a few microseconds (``handoff_kernels.burst``: a few programs,
               one block copied each, as a small all-reduce at one rank): one span, as prepared and as
               written; the same record made by hand with its lane's address computed before or after

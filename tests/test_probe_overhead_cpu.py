@@ -1,6 +1,7 @@
 """benchmarks/probe_overhead.py's bookkeeping and options, and the pipeline's controls as compiled
 (CPU: no kernel runs here)."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -80,3 +81,39 @@ def test_the_pipeline_span_controls_compile_to_what_they_say():
     assert seen["both"][:2] == (True, True) and seen["producer"][:2] == (True, False) and seen["consumer"][:2] == (False, True)
     # (untraced, the waits' timeout still reads the timer: the control's reads come on top)
     assert seen["off"][:2] == (False, False) and seen["timers"][:2] == (False, False) and seen["timers"][2] > seen["off"][2]
+
+
+def test_handoff_table_lines_up_runs_by_case_and_variant(tmp_path, capsys):
+    import handoff_table as ht
+
+    def write(name, world, rows):
+        p = tmp_path / name
+        p.write_text(json.dumps({"device": "x", "world_size": world, "rows": rows}))
+        return str(p)
+
+    two = write("p2.json", 2, [
+        {"case": "ping-pong x200", "variant": "untraced", "median_us": 600.0},
+        {"case": "ping-pong x200", "variant": "signals", "median_us": 603.0, "ratio": 1.005, "extra_ns_per_handoff": 7.5},
+        {"case": "pipeline 8 x 8K fp32", "variant": "spans, consumer only", "median_us": 46.0, "ratio": 1.0101, "extra_ns_per_handoff": -3.2},
+    ])
+    one = write("p1.json", 1, [{"case": "ping-pong x500", "variant": "signals", "median_us": 1.0, "ratio": 0.9987, "extra_ns_per_handoff": -1.6}])
+    assert ht.main(["2 ranks=" + two, "1 rank=" + one, "--cases", "ping-pong;pipeline 8 x 8K fp32"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "| case | variant | 2 ranks | 1 rank |"
+    assert lines[2:] == ["| ping-pong | signals | 1.0050, +8 ns | 0.9987, -2 ns |",
+                         "| pipeline 8 x 8K fp32 | spans, consumer only | 1.0101, -3 ns | - |"]
+    with pytest.raises(SystemExit) as e:
+        ht.main([two])
+    assert e.value.code == 2 and "TITLE=FILE.json" in capsys.readouterr().err
+
+
+def test_sass_loops_finds_the_loops_with_sixteen_loads():
+    import sass_loops
+
+    body = "\n".join(f"        /*{0x100 + 16 * i:04x}*/                   LDG.E R{i}, desc[UR4][R2.64] ;" for i in range(16))
+    text = (".L_x_3:\n" + body + "\n        /*0300*/                   IADD3 R1, R1, 0x1, RZ ;\n"
+            "        /*0310*/              @!P0 BRA `(.L_x_3) ;\n"
+            ".L_x_4:\n        /*0320*/                   LDG.E R1, desc[UR4][R2.64] ;\n        /*0330*/                   BRA `(.L_x_4) ;\n"
+            "        /*0340*/                   BRA `(.L_x_9) ;\n.L_x_9:\n        /*0350*/                   EXIT ;\n")
+    assert sass_loops.copy_loops(text) == [18]
+    assert sass_loops.copy_loops(text, loads=1) == [2]
