@@ -21,7 +21,8 @@ and consumer programs on one GPU, the peer is the rank itself) or two (launched 
               fan-in (one program per SM, 50 rounds), each untraced (and an untraced twin: the
               noise floor) and with one probe kind switched on at a time ("waits", "notifies",
               "signals" = both, "spans", "marks", "counters", "all", and "on, no probe": tracing
-              on, no probe executed). Traced variants run the kernel as ``@ktrace.trace``
+              on, no probe executed; the ping-pong also pairs: "all but marks", "signals +
+              marks", "spans + marks"). Traced variants run the kernel as ``@ktrace.trace``
               prepares it (records deferred, ``kl.finish`` appended); ", immediate" variants run
               it as written (each record stored by its probe: the old path), side by side.
               ", backoff" variants sleep 200 ns between a waiter's reads (schedule experiment);
@@ -287,6 +288,9 @@ PINGPONG_VARIANTS = {
     "marks": {"MARKS": True},
     "counters": {"COUNTERS": True},
     "all": {"WAITS": True, "NOTIFIES": True, "SPANS": 1, "MARKS": True},
+    "all but marks": {"WAITS": True, "NOTIFIES": True, "SPANS": 1},
+    "signals + marks": {"WAITS": True, "NOTIFIES": True, "MARKS": True},
+    "spans + marks": {"SPANS": 1, "MARKS": True},
     "signals, immediate": {"WAITS": True, "NOTIFIES": True, "IMMEDIATE": True},
     "all, immediate": {"WAITS": True, "NOTIFIES": True, "SPANS": 1, "MARKS": True, "IMMEDIATE": True},
     "signals, ring": {"WAITS": True, "NOTIFIES": True, "RING": RING},
