@@ -4,8 +4,9 @@
 # call) and with this checkout's, alternating old, new, old, new (AB_ROUNDS rounds), everything
 # else (benchmarks, kernels) this checkout's. Steps (STEPS): small1 (probe_overhead --suite small,
 # one GPU), handoff1 (--suite handoff --quick, one rank), kernels1 (benchmarks/kernels.py at one
-# rank: CASES1), handoff2, a2a2, kernels2 (two ranks: CASES2); the hand-off steps take HANDOFF_ARGS. Logs and JSON in $OUT/logs (one
-# archive back), a summary of every ratio in $OUT/summary.txt.
+# rank: CASES1), handoff2, a2a2, kernels2 (two ranks: CASES2); the hand-off steps take
+# HANDOFF_ARGS (default --quick) under HANDOFF_LIMIT seconds, the launcher LAUNCH_LIMIT. Logs and
+# JSON in $OUT/logs (one archive back), a summary of every ratio in $OUT/summary.txt.
 #     AB_OLD=.ab/old STEPS="small1 kernels1" OUT=out bash scripts/gpu_ab.sh
 set -uo pipefail
 OUT=${OUT:-out}; L="$OUT/logs"; mkdir -p "$L"
