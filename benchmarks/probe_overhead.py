@@ -682,7 +682,8 @@ def _pipeline_case(dist, H, heap, variants: dict, tiles: int, tile_elems: int, r
             raise SystemExit(f"{case}/{name}: the tiles received differ from the peer's source")
         if buf is not None:
             sw = variants[name]  # producer: notify + spans per tile; consumer: wait + spans
-            sides = 0 if sw.get("TIMERS") else bool(sw.get("SIDE", 3) & 1) + bool(sw.get("SIDE", 3) & 2)
+            side = 0 if sw.get("TIMERS") else sw.get("SIDE", 3)  # (producer 1, consumer 2: whose spans record)
+            sides = bool(side & 1) + bool(side & 2)
             per_tile = bool(sw.get("WAITS")) + bool(sw.get("NOTIFIES")) + sides * sw.get("SPANS", 0)
             _note_spins(rows, name, _check_records(f"{case}/{name}", buf, P, slots, tiles * per_tile, tiles * _signals(sw)))
     return rows

@@ -14,11 +14,8 @@ variant is compiled under that register bound, as ``probe_overhead.py --maxnreg`
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -42,22 +39,13 @@ VARIANTS = {
 
 
 def sass(fn, consts: dict, **options) -> str:
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    from ktrace.testing.compile import compile_sass
 
-    sig = {**SIG, **{k: "constexpr" for k in consts}}
     attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 9, 10)}  # (the pointers, as a launch specialises them)
-    k = triton.compile(ASTSource(fn, sig, constexprs=dict(consts), attrs=attrs), target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": 4, **options})
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
-    if not os.path.exists(tool):
-        raise SystemExit("sass_loops: this Triton ships no nvdisasm")
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "k.cubin")
-        with open(path, "wb") as f:
-            f.write(k.asm["cubin"])
-        return subprocess.run([tool, "-c", path], capture_output=True, text=True, check=True).stdout
+    try:
+        return compile_sass(fn, SIG, consts, attrs, num_warps=4, **options)
+    except FileNotFoundError as e:
+        raise SystemExit(f"sass_loops: {e}") from None
 
 
 def copy_loops(text: str, loads: int = 16) -> list[int]:

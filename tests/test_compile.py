@@ -219,27 +219,14 @@ def test_deferred_span_record_is_stored_at_the_end_by_thread_0():
 
 
 def _sass(fn, sig, consts, attrs=None, **options):
-    """sm_90 SASS of a kernel (ptxas and nvdisasm ship with Triton's NVIDIA backend). ``attrs``:
-    argument attributes as a launch specialises them (``ASTSource``'s), ``options``: compiler
-    options (``num_warps``, ``maxnreg``, ...)."""
-    import os
-    import subprocess
-    import tempfile
+    """sm_90 SASS of a kernel (``ktrace.testing.compile.compile_sass``); skipped where this Triton
+    ships no ``nvdisasm``."""
+    from ktrace.testing.compile import compile_sass
 
-    import triton
-    from triton.compiler import ASTSource
-
-    fn = getattr(fn, "jit_fn", fn)
-    sig = {**sig, **{k: "constexpr" for k in consts}}
-    k = triton.compile(ASTSource(fn, sig, constexprs=dict(consts), attrs=attrs), target=CUDA_SM90, options=options or None)
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
-    if not os.path.exists(tool):
-        pytest.skip("nvdisasm not shipped with this Triton")
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "k.cubin")
-        with open(path, "wb") as f:
-            f.write(k.asm["cubin"])
-        return subprocess.run([tool, "-c", path], capture_output=True, text=True, check=True).stdout
+    try:
+        return compile_sass(fn, sig, consts, attrs, **options)
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
 
 
 @pytest.mark.parametrize("deferred", [False, True], ids=["immediate", "deferred"])

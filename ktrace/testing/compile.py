@@ -40,3 +40,30 @@ def compile_asm(fn, signature: dict, constexprs: dict, target: GPUTarget, stage:
     if stage is not None:
         return kernel.asm[stage]
     return kernel.asm["ptx"] if target.backend == "cuda" else kernel.asm["amdgcn"]
+
+
+def compile_sass(fn, signature: dict, constexprs: dict, attrs=None, **options) -> str:
+    """sm_90 SASS of ``fn`` (``ptxas`` and ``nvdisasm`` ship with Triton's NVIDIA backend).
+
+    Args as :func:`compile_asm`; ``attrs``: argument attributes as a launch specialises them
+    (``ASTSource``'s, e.g. ``{(0,): [["tt.divisibility", 16]]}``); ``options``: compiler options
+    (``num_warps``, ``maxnreg``, ...).
+
+    Raises:
+        FileNotFoundError: this Triton ships no ``nvdisasm``.
+    """
+    import os
+    import subprocess
+    import tempfile
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+    if not os.path.exists(tool):
+        raise FileNotFoundError(f"nvdisasm not shipped with this Triton ({tool})")
+    fn = getattr(fn, "jit_fn", fn)
+    sig = {**signature, **{k: "constexpr" for k in constexprs}}
+    kernel = triton.compile(ASTSource(fn, sig, constexprs=dict(constexprs), attrs=attrs), target=CUDA_SM90, options=options or None)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(kernel.asm["cubin"])
+        return subprocess.run([tool, "-c", path], capture_output=True, text=True, check=True).stdout
