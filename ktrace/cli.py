@@ -657,8 +657,11 @@ def build_parser() -> argparse.ArgumentParser:
     from .demo import register as _register_demo
     from .run import register as _register_run
 
+    from .record import register as _register_record
+
     _register_demo(sub)  # demo
     _register_run(sub)  # run
+    _register_record(sub)  # record (kernels traced without edits)
     from .dump import register as _register_dump
 
     _register_dump(sub)  # dump (the flight recorder's live dumps)

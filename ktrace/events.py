@@ -38,10 +38,114 @@ BATCH_BYTES = 8 << 20
 BATCHES_PER_WORKER = 8
 
 
-def launch_refs(capture) -> list[tuple[int, Launch]]:
+class Refs(list):
+    """:func:`launch_refs`'s list, carrying what :func:`read_batch` needs beyond the launches: the
+    capture's :class:`AddressResolver` (None when no launch recorded raw addresses)."""
+
+    resolver: "AddressResolver | None" = None
+
+
+def launch_refs(capture) -> Refs:
     """Every ``(rank, launch)`` of a capture: ranks in order, each rank's launches in its order.
     Batches name launches by their place in this list."""
-    return [(r, ln) for r, rc in sorted(capture.ranks.items()) for ln in rc.launches]
+    refs = Refs((r, ln) for r, rc in sorted(capture.ranks.items()) for ln in rc.launches)
+    refs.resolver = address_resolver(capture, refs)
+    return refs
+
+
+#: A launch's ``meta["addresses"]`` when its waits and notifies recorded the addresses they touched
+#: (a kernel traced without edits, ``ktrace.auto``) instead of ktrace heap offsets.
+RAW_ADDRESSES = "raw"
+
+
+def is_raw(ln: Launch) -> bool:
+    return isinstance(ln.meta, dict) and ln.meta.get("addresses") == RAW_ADDRESSES
+
+
+@dataclass
+class AddressResolver:
+    """Turns the addresses raw launches recorded into location keys (``ktrace.auto.addresses``),
+    the same on every rank for the same flag: a notify's ``peer`` becomes the rank that owns the
+    flag it wrote, and a wait that did not know its producer gets the one rank that notifies
+    its flag in the capture (when exactly one does)."""
+
+    tables: dict
+    #: location keys notified in the capture (sorted) and, per key, the one rank notifying it
+    #: (-1 where several do: a counter several producers add to)
+    keys: np.ndarray
+    producer: np.ndarray
+
+    def apply(self, rank: int, cols: dict, raw_rows: np.ndarray) -> None:
+        """Rewrite the WAIT and NOTIFY rows ``raw_rows`` (a mask) of one rank's columns in place."""
+        from .auto.addresses import resolve
+
+        kind = cols["kind"]
+        n = raw_rows & (kind == schema.EventKind.NOTIFY)
+        w = raw_rows & (kind == schema.EventKind.WAIT)
+        flag, peer = schema.arg_column(schema.EventKind.NOTIFY, "flag"), schema.arg_column(schema.EventKind.NOTIFY, "peer")
+        assert flag == schema.arg_column(schema.EventKind.WAIT, "flag") and peer == schema.arg_column(schema.EventKind.WAIT, "peer")
+        hw = n | w
+        if not hw.any():
+            return
+        keys, owners = resolve(cols[flag][hw], rank, self.tables.get(rank, []))
+        cols[flag][hw] = keys
+        sel = np.flatnonzero(hw)
+        is_n = n[sel]
+        cols[peer][sel[is_n]] = owners[is_n]
+        wait_rows, wait_keys = sel[~is_n], keys[~is_n]
+        unknown = cols[peer][wait_rows] < 0
+        if unknown.any() and self.keys.size:
+            k = wait_keys[unknown]
+            i = np.minimum(np.searchsorted(self.keys, k), self.keys.size - 1)
+            hit = self.keys[i] == k
+            cols[peer][wait_rows[unknown]] = np.where(hit, self.producer[i], -1)
+
+
+def address_resolver(capture, refs=None) -> AddressResolver | None:
+    """The capture's :class:`AddressResolver`, or None when no launch recorded raw addresses.
+    Finding the producers reads the raw launches' notifies once (their kind, flag and rank)."""
+    from .auto.addresses import resolve
+
+    refs = refs if refs is not None else [(r, ln) for r, rc in sorted(capture.ranks.items()) for ln in rc.launches]
+    raw = [(r, ln) for r, ln in refs if is_raw(ln)]
+    if not raw:
+        return None
+    tables = {r: list(getattr(rc, "mappings", None) or []) for r, rc in capture.ranks.items()}
+    keys, ranks = [], []
+    by_rank: dict[int, list[Launch]] = {}
+    for r, ln in raw:
+        by_rank.setdefault(r, []).append(ln)
+    N = schema.EventKind.NOTIFY
+    flag = schema.arg_column(N, "flag")
+    for r, lns in by_rank.items():
+        for group in _same_layout(lns):
+            try:
+                _, _, cols = decode_columns(read_buffers(group, verify=False), (flag,))
+            except (BufferDecodeError, ValueError, CaptureError):
+                continue  # (a damaged buffer: reading it for the analysis says so)
+            sel = cols["kind"] == N
+            if sel.any():
+                k, _ = resolve(cols[flag][sel], r, tables.get(r, []))
+                keys.append(k)
+                ranks.append(np.full(k.size, r, np.int64))
+    if not keys:
+        return AddressResolver(tables, np.zeros(0, np.int64), np.zeros(0, np.int64))
+    k, rk = np.concatenate(keys), np.concatenate(ranks)
+    o = np.lexsort((rk, k))
+    k, rk = k[o], rk[o]
+    first = np.r_[True, k[1:] != k[:-1]]
+    uk = k[first]
+    starts = np.flatnonzero(first)
+    lo = rk[starts]
+    hi = rk[np.r_[starts[1:] - 1, k.size - 1]]
+    return AddressResolver(tables, uk, np.where(lo == hi, lo, -1))
+
+
+def _same_layout(lns: list[Launch]) -> list[list[Launch]]:
+    groups: dict[tuple, list[Launch]] = {}
+    for ln in lns:
+        groups.setdefault((math.prod(ln.grid), ln.capacity, (ln.split_sizes() or (None,))[0]), []).append(ln)
+    return list(groups.values())
 
 
 def make_batches(refs: list, workers: int = 1) -> list[list[int]]:
@@ -138,6 +242,10 @@ def read_batch(refs: list, batch: list[int], model: ClockModel, columns=COLUMNS,
                                          f"grid {tuple(ln.grid)} and {ln.capacity} slots") from None
         raise
     offsets = np.r_[0, np.cumsum(counts)]
+    resolver = getattr(refs, "resolver", None)
+    if resolver is not None and any(is_raw(ln) for _, ln in mine) and "arg2" in cols and "arg0" in cols:
+        raw_rows = np.repeat(np.array([is_raw(ln) for _, ln in mine]), np.diff(offsets))
+        resolver.apply(rank, cols, raw_rows)
     if any(c in columns for c in _TIMES):
         clk = model.rank(rank)
         hz = [h.tick_hz for h in headers]

@@ -50,6 +50,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from .auto.addresses import owner_of
 from .keys import group_index, is_lexsorted, lexorder
 from .schema import Cmp
 
@@ -62,6 +63,9 @@ NOTIFY_COLUMNS = ("rank", "launch", "start", "peer", "value", "flag")
 #: producer's rank), ``flag``, ``value`` (the flag's value the wait saw; optional),
 #: ``expected`` and ``cmp``, and whether it timed out.
 WAIT_COLUMNS = ("rank", "launch", "program", "order", "peer", "flag", "value", "expected", "cmp", "timed_out")
+#: Optional column of the waits: ``where``, the rank whose memory the flag is (a wait on a
+#: location key of ``ktrace.auto.addresses`` may poll a peer's memory); default: the wait's own rank.
+WHERE_COLUMN = "where"
 #: Optional columns for mbarrier hand-offs (rule 3): ``local`` (bool, on both sides: the LOCAL
 #: flag, ``schema.EventFlag.LOCAL``) and the notifies' ``program``. Without them every event
 #: pairs through rules 1 and 2.
@@ -147,7 +151,7 @@ def _exact(notifies: Mapping, waits: Mapping, timed_out: np.ndarray) -> np.ndarr
     n_n, n_w = int(np.asarray(notifies["rank"]).size), int(np.asarray(waits["rank"]).size)
     # (producer, consumer, flag, value) packed into one int64 per notify and per wait, each
     # column offset by its smallest value over both (mixed radix)
-    sides = [(notifies["rank"], waits["peer"]), (notifies["peer"], waits["rank"]), (notifies["flag"], waits["flag"]),
+    sides = [(notifies["rank"], waits["peer"]), (notifies["peer"], _where(waits)), (notifies["flag"], waits["flag"]),
              (notifies["value"], waits["expected"])]
     kn, kw = np.zeros(n_n, np.int64), np.zeros(n_w, np.int64)
     total = 1
@@ -232,7 +236,7 @@ def _reaching(notifies: Mapping, waits: Mapping, left: np.ndarray) -> np.ndarray
     # groups: the flag's location (consumer rank, heap offset) and the launch; not the producer
     # the wait names (a counter collects several producers' adds: gemm_rs records itself)
     kn = [_i64(notifies[c]) for c in ("peer", "flag", "launch")]
-    kw = [_i64(waits[c])[left] for c in ("rank", "flag", "launch")]
+    kw = [_i64(x)[left] for x in (_where(waits), waits["flag"], waits["launch"])]
     inv, allk = group_index(*(np.concatenate([a, b]) for a, b in zip(kn, kw)))
     gn, gw = inv[:n_n], inv[n_n:]
     n_groups = allk.shape[0]
@@ -266,6 +270,12 @@ def _reaching(notifies: Mapping, waits: Mapping, left: np.ndarray) -> np.ndarray
     p_s = _first_reaching(gn_o, val, gw, target, hi, counts)
     p = np.where(is_c, np.where(target - base[gw] > 0, p_c, -1), p_s)
     return np.where(p >= 0, o[np.maximum(p, 0)], -1).astype(np.int64)
+
+
+def _where(waits: Mapping) -> np.ndarray:
+    """The rank whose memory each wait's flag is (:data:`WHERE_COLUMN` when given, else read from
+    the flag: a location key's owner, or the wait's own rank)."""
+    return waits[WHERE_COLUMN] if WHERE_COLUMN in waits else owner_of(waits["flag"], waits["rank"])
 
 
 def _target(waits: Mapping, left: np.ndarray) -> np.ndarray:

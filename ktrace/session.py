@@ -129,6 +129,8 @@ class PendingLaunch:
     #: lanes per program (``ktrace.gluon``): names, one per lane; () for a program of one lane
     lanes: tuple = ()
     gate: int = 0  # the KTRACE value of a ring-mode launch (ktrace.flight); 0: `capacity`
+    #: what the capture's launch record keeps besides (``{"addresses": "raw"}``: ``ktrace.auto``)
+    meta: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -161,6 +163,12 @@ class Session:
             (each lane keeps its last records and says what it waits for, in pinned host memory),
             with a watchdog that writes a live dump when the kernels stop making progress while
             a lane waits, and a dump on ``SIGUSR1`` (``ktrace dump``). See ``ktrace.flight``.
+        auto: trace ``@triton.jit`` kernels that were not written for ktrace, without edits
+            (``ktrace.auto``; docs/byok.md): True for every kernel launched while the capture is
+            open, a pattern (``"my_kernel*"``, matched against the kernel's name and its
+            ``module.qualname``; several separated by commas) or a
+            ``ktrace.auto.config.AutoConfig``. Without a ``heap``, a capture over several ranks
+            (torch.distributed initialised) makes a small one of its own to calibrate the clocks.
         profiler: a ``torch.profiler.profile`` recording the same run. Each traced launch is then
             wrapped in a profiler range named ``ktrace <kernel> #<launch index>`` (so the launch's
             CUPTI kernel record is found by its correlation id, not only by order), and
@@ -190,6 +198,9 @@ class Session:
     flight_recorder: Any = False
     _flight: Any = field(default=None, repr=False)
     profiler: Any = None
+    auto: Any = None
+    _auto: Any = field(default=None, repr=False)
+    _own_heap: bool = field(default=False, repr=False)
     _calib: dict = field(default_factory=dict, repr=False)
     _notes: list = field(default_factory=list, repr=False)
     _timeouts: dict | None = field(default=None, repr=False)
@@ -208,6 +219,10 @@ class Session:
             r, w = _dist_rank_world()
             self.rank = r if self.rank is None else self.rank
             self.world_size = w if self.world_size is None else self.world_size
+        if self.auto not in (None, False):
+            from .auto.config import config_of
+
+            self._auto = config_of(self.auto)
         if self.heap is not None:
             # a heap may span one node only (SymmetricHeap(group=node_group)): the capture's rank
             # is the process's rank in the world, which the clock calibration spans
@@ -232,6 +247,9 @@ class Session:
 
     def __enter__(self) -> "Session":
         self._open()
+        if self._auto is not None:
+            self._start_auto()
+            self._calibration_heap()
         if self.heap is not None:
             count, described = self.heap.timeouts()  # (earlier ones: not this capture's)
             self._timeouts_base = (count, len(described))
@@ -243,6 +261,10 @@ class Session:
         st = _stack()
         if st and st[-1] is self:
             st.pop()
+        if self._auto is not None and not any(getattr(x, "_auto", None) is not None for x in st):
+            from .auto import hooks
+
+            hooks.set_dispatch(_auto_dispatch if _env_session is not None and _env_session._auto is not None else None)
         if exc_type is not None:
             self._leave()
             return False
@@ -256,6 +278,42 @@ class Session:
             self._calibrate("after")
         self.close()
         return False
+
+    def _start_auto(self) -> None:
+        """Route launches of kernels not written for ktrace to their traced copies while this
+        capture is open (``ktrace.auto``)."""
+        from .auto import hooks
+
+        hooks.install()
+        hooks.set_dispatch(_auto_dispatch)
+
+    def _calibration_heap(self, device=None) -> None:
+        """A small heap of ktrace's own to calibrate the ranks' clocks over, for an ``auto``
+        capture over several ranks that was given none (collective: every rank calls it at the
+        same point; the ranks meet first, within ``peer_timeout_s``)."""
+        if self.heap is not None or self._own_heap or not _is_dist():
+            return
+        import torch
+        import torch.distributed as dist
+
+        if dist.get_world_size() < 2 or not torch.cuda.is_available():
+            return
+        self._own_heap = True  # (tried once, whatever happens)
+        from .auto.addresses import suppressed
+        from .captures.gather import arrive
+        from .shmem import SymmetricHeap
+
+        arrival = arrive("capture.auto-heap", group=None, timeout_s=self.peer_timeout_s)
+        if not arrival.complete:
+            self._note(f"no heap to calibrate the clocks over: {arrival.describe()}; ranks stay on their own clocks")
+            return
+        try:
+            with suppressed():  # (ktrace's own memory: not a space the kernels signal through)
+                self.heap = SymmetricHeap(size_bytes=CALIBRATION_HEAP_BYTES, device=device)
+        except Exception as e:
+            self._note(f"the heap to calibrate the clocks over could not be made ({e}); ranks stay on their own clocks")
+            return
+        self.rank, self.world_size = _dist_rank_world()
 
     def _sync(self) -> None:
         import torch
@@ -327,7 +385,8 @@ class Session:
         return "no calibration kept: this rank stays on its own clock (not aligned)"
 
     # recording -------------------------------------------------------------------------------
-    def _new_launch(self, kernel: "TracedKernel", grid: tuple[int, int, int], capacity: int, device: int, lanes: tuple = ()):
+    def _new_launch(self, kernel: "TracedKernel", grid: tuple[int, int, int], capacity: int, device: int, lanes: tuple = (),
+                    meta: dict | None = None):
         torch = _torch()
 
         if self.closed:
@@ -341,7 +400,7 @@ class Session:
         grid = schema.virtual_grid(grid, max(1, len(lanes)))
         n_prog = grid[0] * grid[1] * grid[2]
         if self._flight is not None:
-            return self._ring_launch(kernel, grid, n_prog, device)
+            return self._ring_launch(kernel, grid, n_prog, device, meta)
         words = (schema.buffer_bytes(n_prog, capacity) + 7) // 8
         stream = torch.cuda.current_stream(device)
         arenas = self._arenas.setdefault(device, [])
@@ -369,12 +428,13 @@ class Session:
             offset=off,
             stream=stream.cuda_stream,
             lanes=tuple(lanes),
+            meta=dict(meta or {}),
         )
         self.launches.append(pl)
         self.kernels.setdefault(kernel.name, kernel)
         return pl
 
-    def _ring_launch(self, kernel: "TracedKernel", grid: tuple[int, int, int], n_prog: int, device: int):
+    def _ring_launch(self, kernel: "TracedKernel", grid: tuple[int, int, int], n_prog: int, device: int, meta: dict | None = None):
         """A launch in ring mode: its buffer is a slice of the flight recorder's pinned arena."""
         import torch
 
@@ -387,7 +447,8 @@ class Session:
             return None
         slots = self._flight.config.slots
         pl = PendingLaunch(index=index, kernel=kernel.name, grid=grid, capacity=slots, device=device, host_ns=time.time_ns(),
-                           buffer=buf, stream=torch.cuda.current_stream(device).cuda_stream, gate=schema.ring_gate(slots))
+                           buffer=buf, stream=torch.cuda.current_stream(device).cuda_stream, gate=schema.ring_gate(slots),
+                           meta=dict(meta or {}))
         self.launches.append(pl)
         self.kernels.setdefault(kernel.name, kernel)
         return pl
@@ -465,6 +526,7 @@ class Session:
             clock_samples=self._clock_samples(),
             notes=list(self._notes),
             timeouts=self._timeouts,
+            mappings=self._mappings(),
             launches=[
                 Launch(
                     index=pl.index,
@@ -475,7 +537,7 @@ class Session:
                     host_ns=pl.host_ns,
                     stream=pl.stream,
                     meta={"device": pl.device, **({"lanes": list(pl.lanes)} if pl.lanes else {}),
-                          **({"ring_slots": pl.gate - schema.RING_GATE} if pl.gate else {})},
+                          **({"ring_slots": pl.gate - schema.RING_GATE} if pl.gate else {}), **pl.meta},
                 )
                 for pl in self.launches
             ],
@@ -485,11 +547,23 @@ class Session:
         return Capture(world_size=int(self.world_size), ranks={int(self.rank): rc}, regions=self.region_names(),
                        run_id=self.run_id, meta=self._meta())
 
+    def _mappings(self) -> list:
+        """This process's table of mappings, when a launch recorded raw addresses (``ktrace.auto``)."""
+        if not any(pl.meta.get("addresses") for pl in self.launches):
+            return []
+        from .auto.addresses import check_table, table
+
+        return check_table(table(), max(int(self.world_size), 1 + max((m["owner"] for m in table()), default=0)))
+
     def _meta(self) -> dict:
         """What reports need beyond the events: where in the kernels' sources each region is
         recorded (``regions.source_table``) and, with a heap, its allocations (flags are then
         named by allocation and index instead of heap offset)."""
         meta: dict = {"sources": regions.source_table([k.jit_fn for k in self.kernels.values()])}
+        for k in self.kernels.values():  # (kernels traced without edits: where their probes' regions are)
+            for name, where in getattr(k, "region_sources", {}).items():
+                have = meta["sources"].setdefault(str(regions.register(name)), [])
+                have.extend(w for w in where if w not in have)
         if self.heap is not None:
             from .shmem.symmetric import allocations_meta
 
@@ -812,10 +886,20 @@ class TracedKernel:
     def run(self, *args, grid, **kwargs):
         return self._launch(grid, *args, **kwargs)
 
+    #: what each launch's record keeps besides (``AutoTraced``: the addresses are raw)
+    _launch_meta: dict = {}
+
+    def _extra_kwargs(self, session) -> dict:
+        """Launch arguments a traced launch passes besides the buffer and the gate."""
+        return {}
+
+    def _untraced(self, grid, args, kwargs):
+        return self.jit_fn[grid](*args, **kwargs)
+
     def _launch(self, grid, *args, **kwargs):
         session = active_session()
         if session is None or "KTRACE" in kwargs:
-            return self.jit_fn[grid](*args, **kwargs)
+            return self._untraced(grid, args, kwargs)
         params = self._sig.parameters
         try:
             bound = self._sig.bind_partial(*args, **{k: v for k, v in kwargs.items() if k in params})
@@ -832,11 +916,13 @@ class TracedKernel:
         if cap <= 0:
             raise ValueError(f"{self.name}: events per program must be positive, got {cap}")
         device = _device_of(args, kwargs)
-        lanes = {"lanes": self.lanes} if self.lanes else {}
-        pl = session._new_launch(self, g, cap, device, **lanes) if g[0] * g[1] * g[2] > 0 else None
+        extra = {"lanes": self.lanes} if self.lanes else {}
+        if self._launch_meta:
+            extra["meta"] = self._launch_meta
+        pl = session._new_launch(self, g, cap, device, **extra) if g[0] * g[1] * g[2] > 0 else None
         if pl is None:
-            return self.jit_fn[grid](*args, **kwargs)
-        kwargs = dict(kwargs, ktrace_buf=pl.buffer, KTRACE=getattr(pl, "gate", 0) or cap)
+            return self._untraced(grid, args, kwargs)
+        kwargs = dict(kwargs, ktrace_buf=pl.buffer, KTRACE=getattr(pl, "gate", 0) or cap, **self._extra_kwargs(session))
         if self.lanes:
             kwargs["KTRACE_LANES"] = len(self.lanes)
         if getattr(session, "profiler", None) is not None:  # a named range around the launch: its CUPTI record by correlation
@@ -901,3 +987,113 @@ def trace(fn=None, *, events_per_program: int | Callable[[dict], int] = DEFAULT_
     if fn is None:
         return lambda f: TracedKernel(f, events_per_program=events_per_program, name=name, lanes=lanes)
     return TracedKernel(fn, events_per_program=events_per_program, name=name, lanes=lanes)
+
+
+# ---------------------------------------------------------------------------------------------
+# kernels traced without edits (ktrace.auto)
+# ---------------------------------------------------------------------------------------------
+
+#: Bytes of the heap an ``auto`` capture over several ranks makes to calibrate the clocks over.
+CALIBRATION_HEAP_BYTES = 1 << 16
+_auto_lock = threading.Lock()
+_auto_kernels: dict = {}  # id(original jit function) -> (original, AutoTraced | None)
+_auto_said: set = set()  # (kernel, line) limits already logged
+
+
+class AutoTraced(TracedKernel):
+    """A kernel not written for ktrace, launched as its traced copy (``ktrace.auto.prepare``).
+
+    Its launches record raw addresses (``meta["addresses"] == "raw"``): the collector maps them
+    through each rank's table of mappings (``ktrace.auto.addresses``). A copy that Triton cannot
+    compile is dropped with one line, and the kernel runs as written, untraced, from then on.
+    """
+
+    _launch_meta = {"addresses": "raw", "auto": True}
+
+    def __init__(self, prepared, config):
+        self.__dict__["jit_fn"] = prepared.jit
+        self.original = prepared.original
+        self.prepared = prepared
+        self.config = config
+        self.events_per_program = config.events_per_program
+        self.name = prepared.original.__name__
+        self.lanes = ()
+        self._sig = inspect.signature(prepared.jit.fn)
+        self.region_sources = prepared.source_lines()
+        self.broken = False
+        for name in self.region_sources:
+            regions.register(name)
+
+    def _extra_kwargs(self, session) -> dict:
+        return {"KTRACE_WAIT_NS": int(self.config.wait_timeout_ns)}
+
+    def _untraced(self, grid, args, kwargs):
+        from .auto import hooks
+
+        with hooks.quiet():
+            return self.original[grid](*args, **kwargs)
+
+    def _launch(self, grid, *args, **kwargs):
+        if self.broken:
+            return self._untraced(grid, args, kwargs)
+        session = active_session()
+        n_before = len(session.launches) if session is not None else 0
+        try:
+            return super()._launch(grid, *args, **kwargs)
+        except Exception as e:
+            if type(e).__name__ != "CompilationError":
+                raise
+            self.broken = True
+            if session is not None and len(session.launches) > n_before:
+                del session.launches[n_before:]  # (its buffer stays unused in the arena)
+            log.warning("[rank %s] ktrace: the traced copy of %s does not compile (%s); it runs untraced",
+                        getattr(session, "rank", "?"), self.name, " ".join(str(e).split())[:300])
+            return self._untraced(grid, args, kwargs)
+
+
+def _auto_dispatch(jit_fn, grid, args, kwargs):
+    """The launch hook's dispatcher (``ktrace.auto.hooks``): a kernel an open ``auto`` capture
+    traces is launched as its traced copy; any other launch goes as written."""
+    from .auto import hooks
+
+    session = active_session()
+    cfg = getattr(session, "_auto", None)
+    if cfg is None or "ktrace_buf" in jit_fn.arg_names or (jit_fn.__module__ or "").startswith("ktrace.") or \
+            not cfg.matches(jit_fn):
+        return hooks.PASS
+    traced = _auto_traced(jit_fn, cfg, session)
+    if traced is None:
+        return hooks.PASS
+    if session.heap is None and not session._own_heap and session._calib == {}:
+        session._calibration_heap(_device_of(args, kwargs))
+        if session.heap is not None:
+            session._calibrate("before")
+    with hooks.quiet():
+        return traced._launch(grid, *args, **kwargs)
+
+
+def _auto_traced(jit_fn, cfg, session):
+    """The kernel's :class:`AutoTraced` (made once per kernel and config), or None when it cannot be
+    prepared (said once, in one line)."""
+    from .auto.prepare import prepare
+    from .auto.transform import Refused
+
+    key = (id(jit_fn), cfg)
+    with _auto_lock:
+        hit = _auto_kernels.get(key)
+        if hit is not None and hit[0] is jit_fn:
+            return hit[1]
+        rank = getattr(session, "rank", "?")
+        try:
+            p = prepare(jit_fn)
+        except Refused as e:
+            log.warning("[rank %s] ktrace: kernel %s is not traced: %s", rank, jit_fn.__name__, e)
+            _auto_kernels[key] = (jit_fn, None)
+            return None
+        for line in p.limits():
+            if (jit_fn.__name__, line) not in _auto_said:
+                _auto_said.add((jit_fn.__name__, line))
+                log.warning("[rank %s] ktrace: %s: %s", rank, jit_fn.__name__, line)
+        traced = AutoTraced(p, cfg)
+        _auto_kernels[key] = (jit_fn, traced)
+        return traced

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..auto.addresses import owner_of
+
 from ..schema import EventKind
 from ..schema import CMP_SYMBOLS, Cmp
 from .stalls import waits as _waits
@@ -119,7 +121,7 @@ def timeouts(trace: Trace) -> np.ndarray:
         return trace.at(EventKind.NOTIFY, name)
 
     kn = np.stack([N("rank"), N("arg0"), N("arg2"), N("launch")], axis=1).astype(np.int64)
-    kw = np.stack([t["peer"], t["rank"], t["flag"], t["launch"]], axis=1).astype(np.int64)
+    kw = np.stack([t["peer"], owner_of(t["flag"], t["rank"]), t["flag"], t["launch"]], axis=1).astype(np.int64)
     status = np.empty(t.size, dtype=object)
     sent = np.zeros(t.size, np.int64)
     last_val = np.full(t.size, -1, np.int64)

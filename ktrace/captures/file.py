@@ -344,6 +344,10 @@ class RankCapture:
     #: "expected", "seen", "cmp", "waited_ns", "spins"}, ...]}`` (at most the first few are
     #: described); None when the capture had no heap.
     timeouts: dict | None = None
+    #: Where this rank's process mapped each rank's copy of the allocations its kernels signalled
+    #: through (``ktrace.auto.addresses.Mapping``): what turns the addresses that raw launches
+    #: (``meta["addresses"] == "raw"``) recorded into locations; empty for kernels on ktrace's heap.
+    mappings: list = field(default_factory=list)
 
 
 def launch_count(rank_launches) -> int:
@@ -515,6 +519,8 @@ def _write_zip(target, cap: Capture, compress: bool | str) -> None:
         for r, rc in sorted(cap.ranks.items()):
             entry = {"rank": r, "device": rc.device, "clock_samples": rc.clock_samples, "notes": list(rc.notes),
                      "timeouts": rc.timeouts, "launches": []}
+            if rc.mappings:
+                entry["mappings"] = [m.to_json() if hasattr(m, "to_json") else dict(m) for m in rc.mappings]
             for ln in rc.launches:
                 raw, layout, records = _stored(ln)
                 lm = _launch_meta(r, ln, raw, layout, records)
@@ -624,6 +630,13 @@ def _read_zip(zf: zipfile.ZipFile, path: str, source: Path | None = None) -> Cap
                                  notes=_str_list(entry.get("notes")), timeouts=entry.get("timeouts"))
                 if rc.timeouts is not None and not isinstance(rc.timeouts, dict):
                     raise TypeError(f"rank {r}: timeouts is a {type(rc.timeouts).__name__}")
+                if entry.get("mappings") is not None:
+                    from ..auto.addresses import MappingError, check_table
+
+                    try:
+                        rc.mappings = check_table(entry["mappings"], world_size)
+                    except MappingError as e:
+                        raise ValueError(f"rank {r}: {e}") from None
                 if not isinstance(rc.device, dict):
                     raise TypeError(f"rank {r}: device is a {type(rc.device).__name__}")
                 if rc.device.get("tick_hz"):  # (what converts its calibration samples: a GPU timer's rate)

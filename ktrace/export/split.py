@@ -131,7 +131,7 @@ def select(capture: Capture, *, ranks=None, launches=None, window: tuple[int, in
             lns = [ln for ln in lns if (r, ln.index) in times and times[(r, ln.index)][1] >= lo and times[(r, ln.index)][0] <= hi]
         if lns:
             sel[r] = RankCapture(rank=r, device=rc.device, launches=lns, clock_samples=rc.clock_samples, notes=list(rc.notes),
-                                 timeouts=rc.timeouts)
+                                 timeouts=rc.timeouts, mappings=list(rc.mappings))
     if not sel:
         n_l = sorted({ln.index for rc in capture.ranks.values() for ln in rc.launches})
         raise ValueError(f"the selection keeps no launch (the capture has ranks {sorted(capture.ranks)}, launches "

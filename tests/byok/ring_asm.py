@@ -1,0 +1,62 @@
+"""The ring with signal helpers in inline PTX (no ktrace): see the package docstring.
+
+``wait_signal`` spins inside the assembly (an ``ld.acquire.sys`` loop until the flag reaches the
+value), ``send_signal`` is a release exchange: ktrace cannot see into either, so they are
+declared once (``ring_asm.json``).
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _now():
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+
+
+@triton.jit
+def send_signal(addr, value):
+    tl.inline_asm_elementwise("atom.global.release.sys.exch.b32 $0, [$1], $2;", "=r,l,r", [addr, value],
+                              dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def wait_signal(addr, value):
+    return tl.inline_asm_elementwise(
+        """
+        {
+        .reg .pred %p<1>;
+        wait_loop:
+            ld.acquire.sys.global.u32 $0, [$1];
+            setp.lt.s32 %p0, $0, $2;
+            @%p0 bra wait_loop;
+        }
+        """, "=r,l,r", [addr, value], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit(do_not_specialize=["epoch", "rank", "delay_rank", "skip_rank", "skip_prog", "shift"])
+def ring_asm(x, out, buf_ptrs, flags_ptrs, rank, world, epoch, n_tiles: tl.constexpr, TILE: tl.constexpr,
+             delay_rank, delay_lo, delay_hi, delay_ns, skip_rank, skip_tile, delay_plo, delay_phi, skip_prog, shift):
+    pid = tl.program_id(0)
+    progs = tl.num_programs(0)
+    dst = (rank + 1) % world
+    offs = tl.arange(0, TILE)
+    my_buf = tl.load(buf_ptrs + rank).to(tl.pointer_type(tl.float32))
+    peer_buf = tl.load(buf_ptrs + dst).to(tl.pointer_type(tl.float32))
+    my_flags = tl.load(flags_ptrs + rank).to(tl.pointer_type(tl.int32))
+    peer_flags = tl.load(flags_ptrs + dst).to(tl.pointer_type(tl.int32))
+    for t in range(n_tiles):
+        slot = (t * progs + pid) * TILE
+        dslot = (t * progs + (pid + shift) % progs) * TILE
+        data = tl.load(x + slot + offs)
+        if (rank == delay_rank) & (t >= delay_lo) & (t < delay_hi) & (pid >= delay_plo) & (pid < delay_phi):
+            start = _now()
+            while _now() - start < delay_ns:
+                pass
+        tl.store(peer_buf + dslot + offs, data + rank)
+        tl.debug_barrier()
+        if (rank != skip_rank) | (t != skip_tile) | (pid != skip_prog):
+            send_signal(peer_flags + t * progs + (pid + shift) % progs, epoch)
+        wait_signal(my_flags + t * progs + pid, epoch)
+        got = tl.load(my_buf + slot + offs)
+        tl.store(out + slot + offs, got * 2)

@@ -1,0 +1,276 @@
+"""Run the bring-your-own-kernel rings (healthy, a straggler, a skipped signal) and record them.
+
+Started the way users start their programs, at any world size::
+
+    python -m tests.byok.scenario --style plain --fault straggler                   # one GPU
+    torchrun --nproc-per-node 4 -m tests.byok.scenario --style asm --fault skip
+
+Without ``--out`` it only runs the kernel (what ``ktrace record -- ...`` traces from outside);
+with ``--out DIR`` it records each (style, fault) asked for in-process with
+``ktrace.capture(auto=...)`` and writes ``DIR/<style>_<fault>_w<W>.ktrace`` (all ranks, aligned)
+with ``.scenario.json`` beside it: what was injected, the outputs checked against a torch
+reference (every launch, outputs poisoned first), and per launch the host-timed duration.
+``--bench N`` times N traced and N untraced launches of each style, interleaved, and writes
+``DIR/bench_w<W>.json``.
+
+The kernels import nothing from ktrace; this driver imports it only to record (and, for the
+Iris-style heap, to give its bases in one call: ``ktrace.map_heap``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+STANDINS = Path(__file__).resolve().parent / "standins"
+STYLES = ("plain", "asm", "iris")
+FAULTS = ("none", "straggler", "skip")
+PROGRAMS, TILES, TILE = 8, 4, 256
+#: the straggler: the last rank's programs [0, 2) hold back their sends of tiles [1, 3) by this
+DELAY_NS = 30_000
+DELAY = {"programs": [0, 1], "tiles": [1, 2]}
+#: the skipped signal: the last rank's program 0 never signals tile 2
+SKIP = {"program": 0, "tile": 2}
+#: a traced spin's deadline in these runs (a skipped signal would hang the kernel without one)
+WAIT_TIMEOUT_NS = 20_000_000
+
+
+def _dist():
+    import torch
+    import torch.distributed as dist
+
+    if "RANK" not in os.environ:  # one GPU, no launcher: a group of one
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=os.environ.get("MASTER_PORT", str(29600 + os.getpid() % 1000)))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    for k, v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
+        os.environ.setdefault(k, v)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    return dist.get_rank(), dist.get_world_size()
+
+
+class Ring:
+    """One style's kernel, its memory and its launch."""
+
+    def __init__(self, style: str, rank: int, world: int):
+        import torch
+        import torch.distributed as dist
+        import torch.distributed._symmetric_memory as symm_mem
+
+        self.style, self.rank, self.world = style, rank, world
+        n = TILES * PROGRAMS * TILE
+        self.x = torch.empty(n, device="cuda")
+        self.out = torch.empty(n, device="cuda")
+        if style == "iris":
+            if str(STANDINS) not in sys.path:
+                sys.path.insert(0, str(STANDINS))
+            import iris
+
+            from tests.byok.ring_iris import ring_iris
+
+            self.heap = iris.Iris(1 << 22)
+            self.buf = self.heap.zeros(n, torch.float32)
+            self.flags = self.heap.zeros(TILES * PROGRAMS, torch.int32)
+            self.kernel = ring_iris
+            if "ktrace" in sys.modules:  # the one call that tells ktrace where the heap is
+                sys.modules["ktrace"].map_heap(self.heap.heap_bases, self.heap.heap_size, name="iris heap")
+        else:
+            group = dist.group.WORLD.group_name
+            self.buf = symm_mem.empty(n, dtype=torch.float32, device="cuda")
+            self.flags = symm_mem.empty(TILES * PROGRAMS, dtype=torch.int32, device="cuda").zero_()
+            hb, hf = symm_mem.rendezvous(self.buf, group), symm_mem.rendezvous(self.flags, group)
+            self.buf_ptrs = torch.tensor([int(p) for p in hb.buffer_ptrs], dtype=torch.int64, device="cuda")
+            self.flag_ptrs = torch.tensor([int(p) for p in hf.buffer_ptrs], dtype=torch.int64, device="cuda")
+            if style == "plain":
+                from tests.byok.ring_plain import ring_plain as kernel
+            else:
+                from tests.byok.ring_asm import ring_asm as kernel
+            self.kernel = kernel
+        torch.cuda.synchronize()
+        dist.barrier()
+        self.epoch = 0
+
+    def launch(self, fault: str):
+        """One launch (every rank), outputs poisoned first; returns the host-timed ms."""
+        import torch
+        import torch.distributed as dist
+
+        last = self.world - 1
+        d = dict(delay_rank=-1, delay_lo=0, delay_hi=0, delay_ns=0, delay_plo=0, delay_phi=0, skip_rank=-1, skip_tile=-1,
+                 skip_prog=-1)
+        if fault == "straggler":
+            d.update(delay_rank=last, delay_lo=DELAY["tiles"][0], delay_hi=DELAY["tiles"][-1] + 1, delay_ns=DELAY_NS,
+                     delay_plo=DELAY["programs"][0], delay_phi=DELAY["programs"][-1] + 1)
+        elif fault == "skip":
+            d.update(skip_rank=last, skip_tile=SKIP["tile"], skip_prog=SKIP["program"])
+        self.epoch += 1
+        self.x.normal_()
+        self.out.fill_(float("nan"))
+        torch.cuda.synchronize()
+        dist.barrier()
+        shift = 1 if self.world == 1 else 0
+        common = dict(rank=self.rank, world=self.world, epoch=self.epoch, n_tiles=TILES, TILE=TILE, shift=shift, **d)
+        t0 = time.perf_counter()
+        if self.style == "iris":
+            self.kernel[(PROGRAMS,)](self.x, self.out, self.buf, self.flags, self.heap.heap_bases, **common)
+        else:
+            self.kernel[(PROGRAMS,)](self.x, self.out, self.buf_ptrs, self.flag_ptrs, **common)
+        torch.cuda.synchronize()
+        ms = (time.perf_counter() - t0) * 1e3
+        return ms, self.check(fault)
+
+    def check(self, fault: str) -> dict:
+        """The output against a torch reference: rank r gets rank r-1's tiles, plus r-1, doubled."""
+        import torch
+        import torch.distributed as dist
+
+        xs = [torch.empty_like(self.x) for _ in range(self.world)]
+        dist.all_gather(xs, self.x)
+        src = (self.rank - 1) % self.world
+        shift = 1 if self.world == 1 else 0
+        x = xs[src].view(TILES, PROGRAMS, TILE)
+        want = (torch.roll(x, shifts=shift, dims=1) + src) * 2  # program p gets program p - shift's tile
+        got = self.out.view(TILES, PROGRAMS, TILE)
+        ok = torch.isclose(got, want).all(dim=2)  # (tile, program)
+        bad = [(int(t), int(p)) for t, p in (~ok).nonzero().tolist()]
+        expected_bad = []
+        if fault == "skip" and self.rank == (self.world - 1 + 1) % self.world:
+            expected_bad = [(SKIP["tile"], (SKIP["program"] + shift) % PROGRAMS)]
+        return {"bad_slots": bad, "as_expected": sorted(bad) == sorted(expected_bad) or (fault == "skip" and set(bad) <= set(expected_bad))}
+
+
+def _injected(fault: str, world: int) -> dict:
+    last = world - 1
+    shift = 1 if world == 1 else 0
+    if fault == "straggler":
+        return {"kind": "late_notifies", "rank": last, "programs": DELAY["programs"], "tiles": DELAY["tiles"],
+                "delay_ns": DELAY_NS, "consumer_rank": (last + 1) % world,
+                "consumer_programs": [(p + shift) % PROGRAMS for p in DELAY["programs"]]}
+    if fault == "skip":
+        return {"kind": "hang", "producer": last, "consumer": (last + 1) % world, "program": SKIP["program"],
+                "consumer_program": (SKIP["program"] + shift) % PROGRAMS, "tile": SKIP["tile"]}
+    return {"kind": None}
+
+
+def record(args, rank: int, world: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    import ktrace
+    from ktrace.auto import declarations as declare
+    from ktrace.auto.config import AutoConfig
+
+    declare.load_file(Path(__file__).with_name("ring_asm.json"))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for style in args.style:
+        ring = Ring(style, rank, world)
+        for fault in args.fault:
+            ring.launch("none")  # (warm-up: compiles the untraced kernel, first touch; not recorded)
+            cfg = AutoConfig(kernels=f"ring_{style}", wait_timeout_ns=WAIT_TIMEOUT_NS)
+            launches = []
+            with ktrace.capture(auto=cfg, run_id=f"byok-{style}-{fault}-w{world}") as cap:
+                for _ in range(args.launches):
+                    launches.append(ring.launch(fault))
+            merged = cap.gather(dst=0)
+            checks = [c for _, c in launches]
+            everywhere = [None] * world
+            dist.all_gather_object(everywhere, checks)
+            name = f"{style}_{fault}_w{world}"
+            if merged is not None:
+                ktrace.write_capture(out / f"{name}.ktrace", merged)
+                info = {"style": style, "fault": fault, "world_size": world, "launches": args.launches,
+                        "programs": PROGRAMS, "tiles": TILES, "injected": _injected(fault, world),
+                        "device": torch.cuda.get_device_name(), "host_ms": [ms for ms, _ in launches],
+                        "checks": {str(r): c for r, c in enumerate(everywhere)},
+                        "outputs_as_expected": all(c["as_expected"] for per in everywhere for c in per)}
+                (out / f"{name}.scenario.json").write_text(json.dumps(info, indent=1))
+                print(f"[rank 0] wrote {name}.ktrace: outputs as expected: {info['outputs_as_expected']}", flush=True)
+        del ring
+        torch.cuda.synchronize()
+        dist.barrier()
+
+
+def bench(args, rank: int, world: int) -> None:
+    """Traced and untraced launches of each style, interleaved (healthy ring), host-timed around a
+    synchronised launch; the median of each and their ratio."""
+    import statistics
+
+    import torch
+    import torch.distributed as dist
+
+    import ktrace
+    from ktrace.auto import declarations as declare, hooks
+    from ktrace.auto.config import AutoConfig
+
+    declare.load_file(Path(__file__).with_name("ring_asm.json"))
+    res = {}
+    for style in args.style:
+        ring = Ring(style, rank, world)
+        for _ in range(3):
+            ring.launch("none")
+        traced, plain = [], []
+        cfg = AutoConfig(kernels=f"ring_{style}", wait_timeout_ns=0)
+        with ktrace.capture(auto=cfg, max_launches=args.bench, run_id=f"byok-bench-{style}-w{world}"):
+            for i in range(args.bench):
+                for which in ((0, 1) if i % 2 else (1, 0)):
+                    if which:
+                        traced.append(ring.launch("none")[0])
+                    else:
+                        with hooks.quiet():  # (the kernel as written, while the capture is open)
+                            plain.append(ring.launch("none")[0])
+        t, u = statistics.median(traced), statistics.median(plain)
+        res[style] = {"traced_ms": t, "untraced_ms": u, "ratio": t / u, "n": args.bench}
+        del ring
+    if rank == 0:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        info = {"world_size": world, "device": torch.cuda.get_device_name(), "styles": res}
+        (out / f"bench_w{world}.json").write_text(json.dumps(info, indent=1))
+        for s, r in res.items():
+            print(f"[bench] {s} w{world} {info['device']}: traced {r['traced_ms']:.3f} ms / untraced {r['untraced_ms']:.3f} ms "
+                  f"= {r['ratio']:.4f} (median of {r['n']} each, interleaved)", flush=True)
+    dist.barrier()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--style", default="plain", help="plain, asm, iris (several: comma-separated)")
+    ap.add_argument("--fault", default="none", help="none, straggler, skip (several: comma-separated)")
+    ap.add_argument("--launches", type=int, default=4)
+    ap.add_argument("--out", help="record in-process into this folder")
+    ap.add_argument("--bench", type=int, default=0, help="time N traced and N untraced launches (with --out)")
+    args = ap.parse_args(argv)
+    args.style = args.style.split(",")
+    args.fault = args.fault.split(",")
+    if not set(args.style) <= set(STYLES) or not set(args.fault) <= set(FAULTS):
+        ap.error(f"--style from {STYLES}, --fault from {FAULTS}")
+    rank, world = _dist()
+    import torch.distributed as dist
+
+    if args.bench:
+        bench(args, rank, world)
+    elif args.out:
+        record(args, rank, world)
+    else:  # the program as its user runs it: ktrace record traces it from outside
+        if "skip" in args.fault and not os.environ.get("KTRACE_RECORD"):
+            ap.error("a skipped signal hangs the untraced kernel: run it under ktrace record (its spins have a deadline)")
+        for style in args.style:
+            ring = Ring(style, rank, world)
+            for fault in args.fault:
+                for _ in range(args.launches):
+                    ms, c = ring.launch(fault)
+                    print(f"[rank {rank}] {style} {fault}: {ms:.3f} ms, outputs as expected: {c['as_expected']}", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
