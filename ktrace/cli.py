@@ -82,6 +82,7 @@ def _cmd_info(args) -> int:
     from .schema import EventKind
 
     from .decode import impossible_times
+    from .events import is_raw
     from .schema import is_timeout
     from .text import MEASURES, count_text, printable as pr, programs_text, ranges_text
 
@@ -122,7 +123,7 @@ def _cmd_info(args) -> int:
                     peers = np.unique(ev["arg0"][to])
                     tos = (f"; {n_to} wait(s) TIMED OUT (gave up at their bound): {programs_text(ev['program'][to])} waiting on "
                            f"{'peer' if peers.size == 1 else 'peers'} {ranges_text(peers[:1000])}")
-                bad = impossible_times(ln.load_raw(), cap.world_size)
+                bad = impossible_times(ln.load_raw(), cap.world_size, raw=is_raw(ln))
                 bad = f"; IMPOSSIBLE times, left out of analyses: {bad}" if bad else ""
                 n_events += int(d.written)
                 lines.append(f"    launch {ln.index} {pr(ln.kernel)} grid {tuple(ln.grid)}: {count_text('events', d.written)} "

@@ -551,12 +551,12 @@ _PEER_KINDS = tuple(int(k) for k, names in schema.ARG_NAMES.items() if names[0] 
 assert len(_PEER_KINDS) == 2, _PEER_KINDS
 
 
-def impossible_times(buf, world_size: int) -> str | None:
+def impossible_times(buf, world_size: int, *, raw: bool = False) -> str | None:
     """Why a launch's events cannot be real, or None (see :func:`screen_counts`)."""
-    return screen_counts(buf, world_size)[1]
+    return screen_counts(buf, world_size, raw=raw)[1]
 
 
-def screen_counts(buf, world_size: int) -> tuple[np.ndarray, str | None]:
+def screen_counts(buf, world_size: int, *, raw: bool = False) -> tuple[np.ndarray, str | None]:
     """:func:`count_kinds` of a launch's buffer, and why its events cannot be real, in words (None
     when they can): one pass over the tags for both, what an analysis reads before decoding.
 
@@ -564,15 +564,17 @@ def screen_counts(buf, world_size: int) -> tuple[np.ndarray, str | None]:
     records were zeroed, or never written but marked), events spanning more than
     :data:`MAX_LAUNCH_NS`, or a wait or notify naming a peer outside the world size. Analyses
     leave such a launch out (``ktrace.events.impossible_launches``) rather than turn it into
-    figures. Reads the tags, times and first argument of the used slots only.
+    figures. Reads the tags, times and first argument of the used slots only. ``raw``: the launch
+    recorded raw addresses (``ktrace.auto``), whose waits and notifies may name peer -1 (not
+    known on the device; the collector finds it from the address).
 
     Raises:
         DecodeError: the buffer does not decode (as :func:`decode_buffer` says).
     """
-    return screen_batch([buf], world_size)[0]
+    return screen_batch([buf], world_size, raw=[raw])[0]
 
 
-def screen_batch(bufs, world_size: int) -> list[tuple[np.ndarray, str | None]]:
+def screen_batch(bufs, world_size: int, *, raw=None) -> list[tuple[np.ndarray, str | None]]:
     """:func:`screen_counts` of several launches' buffers at once: the reductions run over the
     batch's record slots together (segment by segment), so that a report over thousands of small
     launches does not pay numpy's per-call cost a dozen times per launch.
@@ -622,7 +624,10 @@ def screen_batch(bufs, world_size: int) -> list[tuple[np.ndarray, str | None]]:
     # waits and notifies only)
     hand = np.flatnonzero((kind == _PEER_KINDS[0]) | (kind == _PEER_KINDS[1]))
     p_hand = peer[hand]
-    bad_hand = ~is_local((tag[hand] >> schema.KIND_BITS) & 0xF) & ((p_hand < 0) | (p_hand >= world_size))
+    lowest = 0
+    if raw is not None and any(raw):  # (raw launches may name peer -1: not known on the device)
+        lowest = -np.asarray(raw, np.int64)[np.searchsorted(at, hand, side="right") - 1]
+    bad_hand = ~is_local((tag[hand] >> schema.KIND_BITS) & 0xF) & ((p_hand < lowest) | (p_hand >= world_size))
     bad_at = hand[bad_hand]  # the slots naming a peer outside the world, in order
     n_bad_peer = np.bincount(np.searchsorted(at, bad_at, side="right") - 1, minlength=nb) if bad_at.size else np.zeros(nb, np.int64)
     out = []

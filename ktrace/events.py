@@ -290,7 +290,7 @@ def impossible_launches(capture) -> dict[tuple[int, int], str]:
     for batch in make_batches(refs):
         for li, buf in zip(batch, read_buffers([refs[li][1] for li in batch], verify=False)):
             try:
-                why = impossible_times(buf, int(capture.world_size))
+                why = impossible_times(buf, int(capture.world_size), raw=is_raw(refs[li][1]))
             except DecodeError:
                 continue
             if why:

@@ -683,7 +683,7 @@ def _aligned_columns(cap, model) -> _Columns | None:
     """
     from ..captures.file import CaptureError, read_buffers
     from ..decode import DecodeError, screen_batch
-    from ..events import launch_refs, make_batches, read_batch
+    from ..events import is_raw, launch_refs, make_batches, read_batch
 
     refs = launch_refs(cap)
     for (r0, a), (r1, b) in zip(refs, refs[1:]):
@@ -699,7 +699,8 @@ def _aligned_columns(cap, model) -> _Columns | None:
             # launch: all of them at once would be the raw capture's size again); the CRC is
             # checked when the batch is decoded below
             bufs = read_buffers([refs[li][1] for li in batch], verify=False)
-            for li, (counts, why) in zip(batch, screen_batch(bufs, int(cap.world_size))):
+            raw = [is_raw(refs[li][1]) for li in batch]
+            for li, (counts, why) in zip(batch, screen_batch(bufs, int(cap.world_size), raw=raw)):
                 per_launch[li] = counts
                 if why:
                     bad[(refs[li][0], refs[li][1].index)] = why

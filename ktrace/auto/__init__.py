@@ -29,7 +29,6 @@ _LAZY = {
     "load_declarations": ("ktrace.auto.declarations", "load_file"),
     "DeclarationError": ("ktrace.auto.declarations", "DeclarationError"),
     "map_heap": ("ktrace.auto.hooks", "map_heap"),
-    "prepare": ("ktrace.auto.prepare", "prepare"),
 }
 
 __all__ = list(_LAZY)

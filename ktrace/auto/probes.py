@@ -90,7 +90,7 @@ def spun(kt, name: tl.constexpr, t0, addr, owner, producer, value, expected, CMP
     if kt.ON:
         t1 = kl.now()
         kt = kl.record_wait(kt, name, t0, t1, producer, spins, flag_word(addr, owner), _i32(value), _i32(expected),
-                            CMP, still)
+                            CMP, still, FLUSHED=True)
     return kt
 
 
@@ -111,13 +111,14 @@ def waited(kt, name: tl.constexpr, t0, addr, owner, producer, expected, CMP: tl.
         t1 = kl.now()
         if len(addr.shape) == 0:
             e = _i32(expected)
-            kt = kl.record_wait(kt, name, t0, t1, producer, 1, flag_word(addr, owner), e, e, CMP, False)
+            kt = kl.record_wait(kt, name, t0, t1, producer, 1, flag_word(addr, owner), e, e, CMP, False, FLUSHED=True)
         else:
             a = tl.reshape(addr.to(tl.int64), addr.numel)
             ex = tl.cast(expected, tl.int32)
             pr = tl.cast(producer, tl.int32)
             for i in tl.static_range(min(addr.numel, MAX_ELEMENTS)):
                 e = _element(ex, i)
+                # (the first one stored by the next, and so on: only the last stays pending)
                 kt = kl.record_wait(kt, name, t0, t1, _element(pr, i), 1, _with_owner(_element(a, i), _owner_of(owner, i)),
                                     e, e, CMP, False)
     return kt
@@ -140,6 +141,7 @@ def notified(kt, name: tl.constexpr, t0, addr, owner, value):
     if kt.ON:
         if len(addr.shape) == 0:
             t1 = kl.now()
+            kt = kl.flush_single(kt)  # (after the release, as ktrace.shmem.notify does)
             kt = kl.record_notify(kt, name, t0, t1, -1, _i32(value), flag_word(addr, owner), 0)
     return kt
 
@@ -150,6 +152,7 @@ def notified_each(kt, name: tl.constexpr, t0, addr, owner, value):
     :data:`MAX_ELEMENTS`)."""
     if kt.ON:
         t1 = kl.now()
+        kt = kl.flush_single(kt)  # (after the release, as ktrace.shmem.notify does)
         if len(addr.shape) == 0:
             kt = kl.record_notify(kt, name, t0, t1, -1, _i32(value), flag_word(addr, owner), 0)
         else:

@@ -222,6 +222,12 @@ def _keep(nodes):
     return nodes
 
 
+def _flush() -> ast.stmt:
+    """``_kt = kl.flush(_kt)``: the deferred tracer's pending records stored now (before a wait,
+    where the stores cost nothing)."""
+    return _assign(TRACER, _call(KL, "flush", _name(TRACER)))
+
+
 def _dual(traced: list[ast.stmt], original: list[ast.stmt], where: ast.AST) -> ast.If:
     """``if _kt.ON: traced else: original`` (``ON`` is a compile-time constant)."""
     test = ast.Attribute(value=_name(TRACER), attr="ON", ctx=ast.Load())
@@ -463,14 +469,15 @@ class _Instrument:
         if var_form:  # `while v < x: ... v = load(p)`: the variable is the value
             value = _name(hoist.id)
             test = lambda: _loaded(st.test)
-            pre = [_assign(t0, _call(KL, "now")), _assign(n, _const(0)), _assign(go, test())]
+            pre = [_assign(t0, _call(KL, "now")), _flush(), _assign(n, _const(0)), _assign(go, test())]
             step = [ast.AugAssign(target=_name(n, True), op=ast.Add(), value=_const(1)),
                     _assign(go, _call(KP, "keep_spinning", test(), _name(t0), _name(BOUND_PARAM)))]
             loop_body = body + _locate(step, st)
             done_test = test()
         else:
             value = _name(v)
-            pre = [_assign(t0, _call(KL, "now")), _assign(v, _loaded(hoist)), _assign(n, _const(1)),
+            # (the tracer's pending records are stored while the first read is in flight)
+            pre = [_assign(t0, _call(KL, "now")), _assign(v, _loaded(hoist)), _flush(), _assign(n, _const(1)),
                    _assign(go, rebuild(_name(v)))]
             step = [_assign(v, _keep(_loaded(hoist))),
                     ast.AugAssign(target=_name(n, True), op=ast.Add(), value=_const(1)),
@@ -516,7 +523,7 @@ class _Instrument:
         addr = self._hoistable(st, w.addr)
         pre, addr_e = addr
         expected = w.expected if w.expected is not None and _pure(w.expected) else None
-        traced = _locate(pre + [_assign(t0, _call(KL, "now"))], st) + [st] + _locate([_assign(TRACER, _call(
+        traced = _locate(pre + [_flush(), _assign(t0, _call(KL, "now"))], st) + [st] + _locate([_assign(TRACER, _call(
             KP, "waited", _name(TRACER), _const(name), _name(t0), addr_e, self._owner(w.owner),
             _loaded(w.producer) if w.producer is not None else _const(-1),
             _loaded(expected) if expected is not None else _const(0), _const(w.cmp if expected is not None else 0)))], st)
