@@ -303,16 +303,22 @@ class Session:
         from .captures.gather import arrive
         from .shmem import SymmetricHeap
 
-        arrival = arrive("capture.auto-heap", group=None, timeout_s=self.peer_timeout_s)
-        if not arrival.complete:
-            self._note(f"no heap to calibrate the clocks over: {arrival.describe()}; ranks stay on their own clocks")
-            return
-        try:
-            with suppressed():  # (ktrace's own memory: not a space the kernels signal through)
-                self.heap = SymmetricHeap(size_bytes=CALIBRATION_HEAP_BYTES, device=device)
-        except Exception as e:
-            self._note(f"the heap to calibrate the clocks over could not be made ({e}); ranks stay on their own clocks")
-            return
+        dev = torch.device("cuda", torch.cuda.current_device() if device is None else int(getattr(device, "index", device)))
+        key = (id(dist.group.WORLD), dev.index)
+        heap = _calibration_heaps.get(key)
+        if heap is None:  # (one per process and device, made collectively once and reused by later captures)
+            arrival = arrive("capture.auto-heap", group=None, timeout_s=self.peer_timeout_s)
+            if not arrival.complete:
+                self._note(f"no heap to calibrate the clocks over: {arrival.describe()}; ranks stay on their own clocks")
+                return
+            try:
+                with suppressed():  # (ktrace's own memory: not a space the kernels signal through)
+                    heap = SymmetricHeap(size_bytes=CALIBRATION_HEAP_BYTES, device=dev)
+            except Exception as e:
+                self._note(f"the heap to calibrate the clocks over could not be made ({e}); ranks stay on their own clocks")
+                return
+            _calibration_heaps[key] = heap
+        self.heap = heap
         self.rank, self.world_size = _dist_rank_world()
 
     def _sync(self) -> None:
@@ -560,6 +566,10 @@ class Session:
         recorded (``regions.source_table``) and, with a heap, its allocations (flags are then
         named by allocation and index instead of heap offset)."""
         meta: dict = {"sources": regions.source_table([k.jit_fn for k in self.kernels.values()])}
+        if any(pl.meta.get("addresses") for pl in self.launches):  # (the spaces' names, for naming flags)
+            from .auto.addresses import table
+
+            meta["spaces"] = {str(m["space"]): m["name"] for m in table() if m.get("name")}
         for k in self.kernels.values():  # (kernels traced without edits: where their probes' regions are)
             for name, where in getattr(k, "region_sources", {}).items():
                 have = meta["sources"].setdefault(str(regions.register(name)), [])
@@ -993,8 +1003,10 @@ def trace(fn=None, *, events_per_program: int | Callable[[dict], int] = DEFAULT_
 # kernels traced without edits (ktrace.auto)
 # ---------------------------------------------------------------------------------------------
 
-#: Bytes of the heap an ``auto`` capture over several ranks makes to calibrate the clocks over.
-CALIBRATION_HEAP_BYTES = 1 << 16
+#: Bytes of the heap an ``auto`` capture over several ranks makes to calibrate the clocks over
+#: (each calibration takes 256 of them: thousands of captures per process).
+CALIBRATION_HEAP_BYTES = 1 << 20
+_calibration_heaps: dict = {}  # (process group, device) -> the heap
 _auto_lock = threading.Lock()
 _auto_kernels: dict = {}  # id(original jit function) -> (original, AutoTraced | None)
 _auto_said: set = set()  # (kernel, line) limits already logged

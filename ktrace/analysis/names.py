@@ -14,6 +14,9 @@ import math
 
 import numpy as np
 
+from ..auto.addresses import split_key
+from ..text import printable
+
 from ..regions import sources_of
 from .trace import Trace
 
@@ -55,16 +58,31 @@ def flag_names(trace: Trace, offsets) -> np.ndarray:
     starts, ends, item, labels = _allocations(trace)
     u, inv = np.unique(offsets, return_inverse=True)
     texts = []
-    if starts.size:
-        k = np.searchsorted(starts, u, side="right") - 1
-        for off, j in zip(u.tolist(), k.tolist()):
-            if j >= 0 and off < ends[j]:
-                texts.append(f"{labels[j]}[{(off - int(starts[j])) // int(item[j])}]")
-            else:
-                texts.append(f"+{off:#x}")
-    else:
-        texts = [f"+{off:#x}" for off in u.tolist()]
+    k = np.searchsorted(starts, u, side="right") - 1 if starts.size else np.full(u.size, -1)
+    spaces = _space_names(trace)
+    for off, j in zip(u.tolist(), k.tolist()):
+        where = split_key(off)
+        if where is not None:  # a location a kernel traced without edits signalled through
+            owner, space, at = where
+            texts.append(f"{spaces.get(space, f'space {space}')}+{at:#x} on rank {owner}")
+        elif j >= 0 and off < ends[j]:
+            texts.append(f"{labels[j]}[{(off - int(starts[j])) // int(item[j])}]")
+        else:
+            texts.append(f"+{off:#x}")
     out[:] = np.array(texts, dtype=object)[inv.reshape(-1)]
+    return out
+
+
+def _space_names(trace: Trace) -> dict:
+    """Space number -> its name (``ktrace.auto.addresses``), as the capture's metadata keeps them."""
+    meta = trace.meta if isinstance(getattr(trace, "meta", None), dict) else {}
+    table = meta.get("spaces") if isinstance(meta.get("spaces"), dict) else {}
+    out = {}
+    for k, v in table.items():
+        try:
+            out[int(k)] = printable(str(v))[:80]
+        except (TypeError, ValueError):
+            continue
     return out
 
 
