@@ -10,8 +10,10 @@
   :func:`reads`, :func:`atomic`) names a sync helper whose spin ktrace cannot see (inline
   assembly, a library call) once; PyTorch's NVSHMEM helpers, Iris and Triton-distributed are
   declared already (:mod:`ktrace.auto.known`).
-- :func:`map_heap` gives the bases of an Iris-style heap (torch symmetric memory is found by
-  itself), so that addresses pair across ranks.
+- :func:`map_heap` gives the bases of an Iris-style heap, so that addresses pair across ranks.
+  Torch symmetric memory is found by itself, from each ``rendezvous`` made while ktrace watches:
+  from the first ``capture(auto=...)`` on, from the start under ``ktrace record``, or after
+  :func:`watch` (a handle made before: :func:`register_handle`).
 
 Importing this package has no side effects and imports neither torch nor triton.
 """
@@ -29,6 +31,8 @@ _LAZY = {
     "load_declarations": ("ktrace.auto.declarations", "load_file"),
     "DeclarationError": ("ktrace.auto.declarations", "DeclarationError"),
     "map_heap": ("ktrace.auto.hooks", "map_heap"),
+    "watch": ("ktrace.auto.hooks", "watch"),
+    "register_handle": ("ktrace.auto.hooks", "register_handle"),
 }
 
 __all__ = list(_LAZY)

@@ -40,8 +40,10 @@ def start() -> None:
     spec = os.environ.get(ENV)
     if not spec:
         return
-    from .hooks import _after_import
+    from .hooks import _after_import, watch
 
+    if (_settings().get("config") or {}).get("symmetric_memory", True):
+        watch()  # (before the program allocates: its rendezvous are recorded as they happen)
     if "triton.runtime.jit" in sys.modules:
         _arm(sys.modules["triton.runtime.jit"])
     else:

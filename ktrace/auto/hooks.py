@@ -58,11 +58,20 @@ class quiet:
 
 
 def install() -> None:
-    """Put the wrappers in place (once per process)."""
+    """Put the wrappers in place (once per process): the launch hook and the allocation hook."""
+    watch()
     with _lock:
         if "triton" not in _installed:
             _install_triton()
             _installed.add("triton")
+
+
+def watch() -> None:
+    """Record where torch symmetric memory maps every rank's copy of each allocation from now on
+    (the rendezvous hook alone; imports nothing). A program that allocates before its first
+    ``ktrace.capture(auto=...)`` calls this first, or gives the handles made earlier to
+    :func:`register_handle`; ``ktrace record`` does it when each process starts."""
+    with _lock:
         if "symm" not in _installed:
             _installed.add("symm")
             if "torch.distributed._symmetric_memory" in sys.modules:

@@ -55,6 +55,28 @@ def _dist():
     return dist.get_rank(), dist.get_world_size()
 
 
+def symmetric(n: int, dtype):
+    """A tensor in torch symmetric memory and, as an int64 device tensor, where every rank's copy
+    of it is mapped in this process (its allocation's ``buffer_ptrs`` plus its offset there)."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._symmetric_memory as symm_mem
+
+    group = dist.group.WORLD.group_name
+    enable = getattr(symm_mem, "enable_symm_mem_for_group", None)  # (needed by older torch; a no-op later)
+    if enable is not None:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            enable(group)
+    t = symm_mem.empty(n, dtype=dtype, device="cuda")
+    hdl = symm_mem.rendezvous(t, group)
+    ptrs = [int(p) for p in hdl.buffer_ptrs]
+    off = t.data_ptr() - ptrs[dist.get_rank()]
+    return t, torch.tensor([p + off for p in ptrs], dtype=torch.int64, device="cuda")
+
+
 class Ring:
     """One style's kernel, its memory and its launch."""
 
@@ -81,12 +103,9 @@ class Ring:
             if "ktrace" in sys.modules:  # the one call that tells ktrace where the heap is
                 sys.modules["ktrace"].map_heap(self.heap.heap_bases, self.heap.heap_size, name="iris heap")
         else:
-            group = dist.group.WORLD.group_name
-            self.buf = symm_mem.empty(n, dtype=torch.float32, device="cuda")
-            self.flags = symm_mem.empty(TILES * PROGRAMS, dtype=torch.int32, device="cuda").zero_()
-            hb, hf = symm_mem.rendezvous(self.buf, group), symm_mem.rendezvous(self.flags, group)
-            self.buf_ptrs = torch.tensor([int(p) for p in hb.buffer_ptrs], dtype=torch.int64, device="cuda")
-            self.flag_ptrs = torch.tensor([int(p) for p in hf.buffer_ptrs], dtype=torch.int64, device="cuda")
+            self.buf, self.buf_ptrs = symmetric(n, torch.float32)
+            self.flags, self.flag_ptrs = symmetric(TILES * PROGRAMS, torch.int32)
+            self.flags.zero_()
             if style == "plain":
                 from tests.byok.ring_plain import ring_plain as kernel
             else:
@@ -165,7 +184,9 @@ def record(args, rank: int, world: int) -> None:
     import ktrace
     from ktrace.auto import declarations as declare
     from ktrace.auto.config import AutoConfig
+    from ktrace.auto.hooks import watch
 
+    watch()  # (the rings allocate their symmetric memory before the captures open)
     declare.load_file(Path(__file__).with_name("ring_asm.json"))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -209,6 +230,7 @@ def bench(args, rank: int, world: int) -> None:
     from ktrace.auto import declarations as declare, hooks
     from ktrace.auto.config import AutoConfig
 
+    hooks.watch()
     declare.load_file(Path(__file__).with_name("ring_asm.json"))
     res = {}
     for style in args.style:

@@ -15,10 +15,19 @@ class Iris:
 
         self.cur_rank, self.num_ranks = dist.get_rank(), dist.get_world_size()
         # the heap is a window into one symmetric buffer (Iris maps its heaps with IPC handles)
+        group = dist.group.WORLD.group_name
+        enable = getattr(symm_mem, "enable_symm_mem_for_group", None)
+        if enable is not None:
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                enable(group)
         self._backing = symm_mem.empty(heap_size + reserve, dtype=torch.uint8, device="cuda")
-        hdl = symm_mem.rendezvous(self._backing, dist.group.WORLD.group_name)
+        hdl = symm_mem.rendezvous(self._backing, group)
+        at = self._backing.data_ptr() - int(hdl.buffer_ptrs[self.cur_rank]) + reserve
         self.heap_size = heap_size
-        self.heap_bases = torch.tensor([int(p) + reserve for p in hdl.buffer_ptrs], dtype=torch.uint64, device="cuda")
+        self.heap_bases = torch.tensor([int(p) + at for p in hdl.buffer_ptrs], dtype=torch.int64, device="cuda").view(torch.uint64)
         self.memory = self._backing[reserve:reserve + heap_size]
         self.offset = 0
 
