@@ -303,8 +303,11 @@ class SymmetricHeap:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # deprecated (a no-op) on newer torch
                 enable(self.group.group_name)
+        from ..auto.addresses import suppressed
+
         buf = symm.empty(nbytes, dtype=torch.uint8, device=self.device)
-        self._handle = symm.rendezvous(buf, self.group)
+        with suppressed():  # (ktrace's heap: its kernels record offsets, not addresses to map)
+            self._handle = symm.rendezvous(buf, self.group)
         ptrs = [int(p) for p in self._handle.buffer_ptrs]
         local_off = buf.data_ptr() - ptrs[self.rank]
         if local_off < 0:

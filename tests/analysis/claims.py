@@ -111,10 +111,18 @@ def raw_holds(raw: Raw, rid: int | None = None) -> tuple[np.ndarray, np.ndarray,
     of the program's median there and the median over the programs notifying there in the launch."""
     nm = (raw.kind == N) if rid is None else (raw.kind == N) & (raw.region == rid)
     idx = np.flatnonzero(nm)
+    # a notify's round: its place among its program's notifies there (counted before dropping the
+    # ones with no earlier record to measure from: a program whose first record is a notify)
+    every = defaultdict(int)
+    rnd_all = np.zeros(idx.size, int)
+    for i, a in enumerate(zip(raw.rank[idx].tolist(), raw.launch[idx].tolist(), raw.program[idx].tolist(),
+                              raw.lane[idx].tolist(), raw.region[idx].tolist())):
+        rnd_all[i] = every[a]
+        every[a] += 1
     prev = idx - 1
     ok = (prev >= 0) & (raw.rank[prev] == raw.rank[idx]) & (raw.launch[prev] == raw.launch[idx]) & \
         (raw.program[prev] == raw.program[idx]) & (raw.lane[prev] == raw.lane[idx])
-    idx, prev = idx[ok], prev[ok]
+    idx, prev, rnd_all = idx[ok], prev[ok], rnd_all[ok]
     held = np.maximum(raw.s[idx] - raw.t[prev], 0).astype(float)
     agent = list(zip(raw.rank[idx].tolist(), raw.launch[idx].tolist(), raw.program[idx].tolist(), raw.region[idx].tolist()))
     by_agent = defaultdict(list)
@@ -125,9 +133,7 @@ def raw_holds(raw: Raw, rid: int | None = None) -> tuple[np.ndarray, np.ndarray,
     for a, m in own.items():
         by_role[(a[1], a[3])].append(m)
     role = {k: float(np.median(ms)) for k, ms in by_role.items()}
-    rnd = np.zeros(idx.size, int)
-    for a, ix in by_agent.items():
-        rnd[np.array(ix)] = np.arange(len(ix))
+    rnd = rnd_all
     excess = np.array([held[i] - min(own[a], role[(a[1], a[3])]) for i, a in enumerate(agent)])
     return idx, rnd, excess
 

@@ -136,13 +136,17 @@ class Ring:
         shift = 1 if self.world == 1 else 0
         common = dict(rank=self.rank, world=self.world, epoch=self.epoch, n_tiles=TILES, TILE=TILE, shift=shift, **d)
         t0 = time.perf_counter()
+        with aligned():
+            self._launch(common)
+        torch.cuda.synchronize()
+        ms = (time.perf_counter() - t0) * 1e3
+        return ms, self.check(fault)
+
+    def _launch(self, common):
         if self.style == "iris":
             self.kernel[(PROGRAMS,)](self.x, self.out, self.buf, self.flags, self.heap.heap_bases, **common)
         else:
             self.kernel[(PROGRAMS,)](self.x, self.out, self.buf_ptrs, self.flag_ptrs, **common)
-        torch.cuda.synchronize()
-        ms = (time.perf_counter() - t0) * 1e3
-        return ms, self.check(fault)
 
     def check(self, fault: str) -> dict:
         """The output against a torch reference: rank r gets rank r-1's tiles, plus r-1, doubled."""
@@ -162,6 +166,24 @@ class Ring:
         if fault == "skip" and self.rank == (self.world - 1 + 1) % self.world:
             expected_bad = [(SKIP["tile"], (SKIP["program"] + shift) % PROGRAMS)]
         return {"bad_slots": bad, "as_expected": sorted(bad) == sorted(expected_bad) or (fault == "skip" and set(bad) <= set(expected_bad))}
+
+
+def aligned():
+    """The ranks' next launch released together on the device (``ktrace.shmem.align_launch``) when
+    recording; a launch as written otherwise (the kernel's own program has no such barrier)."""
+    import contextlib
+
+    if "ktrace" in sys.modules and ALIGN:
+        try:
+            from ktrace.shmem import align_launch
+        except ImportError:
+            return contextlib.nullcontext()
+        return align_launch()
+    return contextlib.nullcontext()
+
+
+#: release recorded launches by ktrace's device barrier (``--no-align``: the host barrier alone)
+ALIGN = True
 
 
 def _injected(fault: str, world: int) -> dict:
@@ -190,16 +212,29 @@ def record(args, rank: int, world: int) -> None:
     declare.load_file(Path(__file__).with_name("ring_asm.json"))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+
+    def say(what):
+        if rank == 0:
+            print(f"[{time.perf_counter() - t_start:7.1f} s] {what}", flush=True)
+
     for style in args.style:
         ring = Ring(style, rank, world)
+        cfg = AutoConfig(kernels=f"ring_{style}", wait_timeout_ns=WAIT_TIMEOUT_NS)
+        ring.launch("none")  # (warm-up: compiles the kernel as written, first touch; not recorded)
+        with ktrace.capture(auto=cfg, run_id=f"byok-warmup-{style}-w{world}"):
+            ring.launch("none")  # (and its traced copy, so that no rank compiles inside a capture)
+        say(f"{style}: set up and warmed up")
         for fault in args.fault:
-            ring.launch("none")  # (warm-up: compiles the untraced kernel, first touch; not recorded)
-            cfg = AutoConfig(kernels=f"ring_{style}", wait_timeout_ns=WAIT_TIMEOUT_NS)
             launches = []
             with ktrace.capture(auto=cfg, run_id=f"byok-{style}-{fault}-w{world}") as cap:
+                say(f"{style} {fault}: capture open")
                 for _ in range(args.launches):
                     launches.append(ring.launch(fault))
+                say(f"{style} {fault}: {args.launches} launches")
+            say(f"{style} {fault}: capture closed")
             merged = cap.gather(dst=0)
+            say(f"{style} {fault}: gathered")
             checks = [c for _, c in launches]
             everywhere = [None] * world
             dist.all_gather_object(everywhere, checks)
@@ -268,7 +303,10 @@ def main(argv=None) -> int:
     ap.add_argument("--launches", type=int, default=4)
     ap.add_argument("--out", help="record in-process into this folder")
     ap.add_argument("--bench", type=int, default=0, help="time N traced and N untraced launches (with --out)")
+    ap.add_argument("--no-align", action="store_true", help="release launches by the host barrier alone")
     args = ap.parse_args(argv)
+    global ALIGN
+    ALIGN = not args.no_align
     args.style = args.style.split(",")
     args.fault = args.fault.split(",")
     if not set(args.style) <= set(STYLES) or not set(args.fault) <= set(FAULTS):
