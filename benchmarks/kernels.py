@@ -11,11 +11,16 @@ all-reduce that lines the GPUs up (so no variant inherits the rank skew another 
 a repetition's figure is the maximum over ranks, the table shows the median over ``reps``
 repetitions after ``warmup``.
 
-Columns: ``ktrace`` (our kernel, untraced), ``baseline`` (torch/NCCL), ``speedup`` = baseline /
-ktrace, ``traced/untraced`` = our kernel traced at its default probe density / untraced: the
-median of the per-repetition ratios, with their 10th-90th percentile spread.
+Columns: ``ktrace`` (our kernel, untraced), ``baseline`` (torch/NCCL: ``torch.distributed.all_reduce``,
+``all_to_all_single``, ``all_gather_into_tensor`` + ``torch.matmul``, ``torch.matmul`` +
+``reduce_scatter_tensor``, ``torch.matmul`` + ``all_gather_into_tensor``; ``torch.matmul`` for the
+one-GPU Gluon GEMM), ``ktrace/baseline`` = our kernel's time over the baseline's (below 1: ours
+is faster) and ``traced/untraced`` = our kernel traced at its default probe density / untraced:
+each the median of the per-repetition ratios (both ran in every repetition, side by side), with
+their 10th-90th percentile spread; ``speedup`` = baseline / ktrace of the medians.
 
-    python -m ktrace.testing.launch -n 2 -- python benchmarks/kernels.py [--kernels all_reduce] [--json out.json]
+    python -m ktrace.testing.launch -n 4 -- python benchmarks/kernels.py [--kernels all_reduce] [--json out.json]
+    python -m ktrace.testing.launch -n 4 -- python benchmarks/kernels.py --exact --cases one_shot_push-65536B gpumode
 """
 
 from __future__ import annotations
@@ -78,8 +83,12 @@ def run_case(case: H.BenchCase, dist: H.Dist, reps: int | None, warmup: int | No
         row["p10_us"] = {k: round(v.p10_us, 3) for k, v in timings.items()}
         row["p90_us"] = {k: round(v.p90_us, 3) for k, v in timings.items()}
         us = row["us"]
-        if "ktrace" in us and "baseline" in us:
-            row["speedup"] = round(us["baseline"] / us["ktrace"], 4)
+        base = baseline_of(us)
+        if "ktrace" in us and base:
+            row["baseline_variant"] = base
+            row["speedup"] = round(us[base] / us["ktrace"], 4)
+            med, p10, p90 = H.paired_ratio(timings, "ktrace", base)
+            row["vs_baseline"], row["vs_baseline_p10"], row["vs_baseline_p90"] = round(med, 4), round(p10, 4), round(p90, 4)
         if "ktrace" in us and "traced" in us:
             # paired: the ratio of each repetition (both ran in it, next to each other), then
             # its median and spread; the ratio of the two medians is kept for comparison
@@ -100,6 +109,12 @@ def run_case(case: H.BenchCase, dist: H.Dist, reps: int | None, warmup: int | No
     return row
 
 
+def baseline_of(variants) -> str | None:
+    """The variant a case compares ours with: ``baseline`` (torch/NCCL), else ``torch`` (the
+    one-GPU GEMM's ``torch.matmul``), else None."""
+    return next((k for k in ("baseline", "torch") if k in variants), None)
+
+
 def _gather(obj, dist: H.Dist) -> list:
     if dist.world_size == 1:
         return [obj]
@@ -114,12 +129,13 @@ def table(rows: list[dict], device: str, world: int) -> str:
     lines = [
         f"# {device} x {world} ranks",
         "",
-        "| kernel | case | ktrace µs (p10-p90) | baseline µs | speedup | traced µs | traced/untraced (p10-p90) | ring/untraced (p10-p90) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| kernel | case | ktrace µs (p10-p90) | baseline µs | ktrace/baseline (p10-p90) | speedup | traced µs | "
+        "traced/untraced (p10-p90) | ring/untraced (p10-p90) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['kernel']} | {r['case']} | FAILED: {r['error']} | | | | | |")
+            lines.append(f"| {r['kernel']} | {r['case']} | FAILED: {r['error']} | | | | | | |")
             continue
         us = r["us"]
         f = lambda k: f"{us[k]:.1f}" if k in us else "-"  # noqa: E731
@@ -130,8 +146,10 @@ def table(rows: list[dict], device: str, world: int) -> str:
         if "traced_ratio_p10" in r:
             ratio = f"{ratio} ({r['traced_ratio_p10']}-{r['traced_ratio_p90']})"
         ring = f"{r['ring_ratio']} ({r['ring_ratio_p10']}-{r['ring_ratio_p90']})" if "ring_ratio" in r else "-"
+        vs = f"{r['vs_baseline']} ({r['vs_baseline_p10']}-{r['vs_baseline_p90']})" if "vs_baseline" in r else "-"
         lines.append(
-            f"| {r['kernel']} | {r['case']} | {f('ktrace')}{spread} | {f('baseline')} | {r.get('speedup', '-')} | {f('traced')} | {ratio} | {ring} |"
+            f"| {r['kernel']} | {r['case']} | {f('ktrace')}{spread} | {f(r.get('baseline_variant', 'baseline'))} | {vs} | "
+            f"{r.get('speedup', '-')} | {f('traced')} | {ratio} | {ring} |"
         )
     return "\n".join(lines)
 
@@ -140,6 +158,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kernels", nargs="*", default=None, help=f"kernel folders to run (default: all of {KERNELS})")
     ap.add_argument("--cases", nargs="*", default=None, help="only cases whose name contains one of these")
+    ap.add_argument("--exact", action="store_true", help="--cases names whole case names, not parts of them")
     ap.add_argument("--reps", type=int, default=None, help="timed repetitions (default: each case's)")
     ap.add_argument("--warmup", type=int, default=None, help="warm-up rounds (default: each case's)")
     ap.add_argument("--batch", type=int, default=None, help="calls per timed batch (default: each case's)")
@@ -149,7 +168,7 @@ def main(argv=None) -> int:
     dist = H.setup()
     cases = discover(dist.world_size, args.kernels)
     if args.cases:
-        cases = [c for c in cases if any(s in c.name for s in args.cases)]
+        cases = [c for c in cases if any((s == c.name) if args.exact else (s in c.name) for s in args.cases)]
     if not cases:
         raise SystemExit("no benchmark cases found (is a kernel folder missing its bench.py?)")
     device = H.device_name()

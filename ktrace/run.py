@@ -18,11 +18,15 @@ What it does:
    once untraced and once traced to compile both variants (a rank still compiling while the
    others wait would put milliseconds of launch skew into the capture), then records
    ``--steps`` steps under ``ktrace.capture(heap=heap)`` (clock calibration before and after),
-   checks the last output against the kernel's reference, and gathers every rank's capture to
-   rank 0, which writes ``OUT/<kernel>.ktrace`` and ``OUT/run.json``;
-4. back in this process, on the node of rank 0 (no GPU needed): aligns and merges, writes the
-   Perfetto trace and the HTML/JSON report (:func:`ktrace.demo.analyse`), prints the report and
-   the ``ktrace open`` command to run next.
+   each step's launches released on every rank together by a device-side barrier queued right
+   before them (``ktrace.shmem.align_launch``; ``--no-align``: a host barrier and a device
+   synchronisation, which leave the ranks' launches hundreds of µs apart), checks the last
+   output against the kernel's reference, and gathers every rank's capture to rank 0, which
+   writes ``OUT/<kernel>.ktrace`` and ``OUT/run.json``;
+4. back in this process, on the node of rank 0 (no GPU needed): aligns and merges, prints how far
+   apart the ranks started each kernel's launches (:func:`start_skew`; also in ``run.json``),
+   writes the Perfetto trace and the HTML/JSON report (:func:`ktrace.demo.analyse`), prints the
+   report and the ``ktrace open`` command to run next.
 
 ktrace knows no kernel: each folder of ``instrumented_kernels/`` that has a ``run.py`` offers a
 run spec and a driver there (:mod:`instrumented_kernels.runspec`), found the way
@@ -41,7 +45,17 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 log = logging.getLogger("ktrace")
+
+#: How the ranks' steps are released (the capture's ``launch_alignment.method``).
+DEVICE_BARRIER = "device barrier"
+HOST_BARRIER = "host barrier"
+#: Longest wait of a rank's launch barrier for its host to queue the step (µs): the host opens
+#: the gate once the step is queued, so this only bounds a host that blocks (then the ranks still
+#: leave together, and the capture's ``launch_alignment`` counts the round as released by it).
+ALIGN_HOLD_US = 20_000.0
 
 
 @functools.lru_cache(maxsize=None)
@@ -82,6 +96,9 @@ class RunConfig:
         check: compare the last step's output with the kernel's reference (off under faults
             that skip a notify, whose output is wrong by design).
         nnodes: nodes, each running ``nproc`` ranks (the world is ``nproc * nnodes`` ranks).
+        align: release each step's launches by a device-side barrier (``ktrace.shmem.align_launch``);
+            False: by a host barrier and a device synchronisation (the ranks start their launches
+            up to hundreds of µs apart: what a report then calls a late launch).
     """
 
     kernel: str
@@ -96,6 +113,7 @@ class RunConfig:
     timeout_ms: float | None = None
     check: bool = True
     nnodes: int = 1
+    align: bool = True
 
     def __post_init__(self):
         specs = kernels()
@@ -197,14 +215,129 @@ def refusal(nproc: int, gpus: tuple[int, str] | None = None) -> str | None:
 
 
 def _aligned_start(heap) -> None:
-    """Wait for every rank's earlier work, then release the ranks together (a device-side
-    collective last, so that their next launches start within microseconds of each other)."""
+    """``--no-align``: wait for every rank's earlier work and meet at a host barrier (the ranks'
+    next launches then leave their hosts up to hundreds of µs apart)."""
     import torch
     import torch.distributed as tdist
 
     heap.barrier()
     tdist.barrier()
     torch.cuda.synchronize()
+
+
+def launch_alignment(aligned: bool, launches: list[int], stats: list) -> dict:
+    """What a capture of ``ktrace run`` says of how its steps were released (``meta["launch_alignment"]``).
+
+    Args:
+        aligned: released by the device-side barrier (else by a host barrier).
+        launches: each step's first traced launch (its index, the same on every rank): the
+            launches the barrier released; a step's later launches follow them on their streams.
+        stats: per rank, its barrier rounds of the recorded steps (``rounds``, ``released_by_hold``,
+            ``missed``; None under a host barrier).
+
+    The report reads it: a launch released by the device barrier that starts later on one rank
+    than on the others was held up by nothing of the user's program (``analysis.causes.late_launch``).
+    """
+    out = {"method": DEVICE_BARRIER if aligned else HOST_BARRIER, "launches": [int(x) for x in launches]}
+    if aligned:
+        out["hold_us"] = ALIGN_HOLD_US
+        for k in ("released_by_hold", "missed"):
+            out[k] = {str(r): int(s[k]) for r, s in enumerate(stats) if s}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# how far apart the ranks started (read back from the capture, on the CPU)
+# ---------------------------------------------------------------------------------------------
+
+
+def launch_starts(capture, model=None) -> dict[int, dict[int, int]]:
+    """Each launch's first event on each rank, on the common clock: ``{launch: {rank: start_ns}}``
+    (launches with no event on a rank leave that rank out)."""
+    from .events import iter_batches
+
+    out: dict[int, dict[int, int]] = {}
+    for refs, b in iter_batches(capture, model, columns=("start_ns",)):
+        counts = np.diff(b.offsets)
+        has = np.flatnonzero(counts > 0)
+        if not has.size:
+            continue
+        # (launches with events only: each one's rows run up to the next one's start)
+        firsts = np.minimum.reduceat(b.cols["start_ns"], b.offsets[:-1][has])
+        for k, t in zip(has.tolist(), firsts.tolist()):
+            r, ln = refs[b.launches[k]]
+            out.setdefault(int(ln.index), {})[int(r)] = int(t)
+    return out
+
+
+def start_skew(capture, model=None) -> list[dict]:
+    """How far apart the ranks started each kernel's launches: per launch, the latest rank's first
+    event minus the earliest rank's, on the common clock (the capture's alignment).
+
+    Args:
+        capture: a merged ``ktrace.captures.Capture`` (every rank's launches numbered alike, as
+            ``ktrace run`` and ``cap.gather`` make them).
+        model: the clock model (default: the capture's).
+
+    Returns:
+        One dict per kernel, in the order of its first launch: ``kernel``; ``launches`` (the
+        launch indices on two ranks or more); ``skew_ns`` (per launch); ``max_ns``, ``median_ns``;
+        ``last_rank`` (the rank that started last most often); ``released`` (``"device barrier"``,
+        ``"host barrier"``: every launch of the kernel was the first of its step in a ``ktrace run``
+        capture released so; ``"queued"``: none was, each followed an earlier launch on its
+        stream; ``"mixed"``; ``None``: the capture does not say).
+    """
+    from .clock.model import clock_model_of
+
+    model = model or clock_model_of(capture)
+    starts = launch_starts(capture, model)
+    names = {}
+    for rc in capture.ranks.values():
+        for ln in rc.launches:
+            names.setdefault(int(ln.index), ln.kernel)
+    la = (capture.meta or {}).get("launch_alignment") or {}
+    released = set(int(x) for x in la.get("launches") or ())
+    by_kernel: dict[str, list] = {}
+    for li in sorted(starts):
+        ranks = starts[li]
+        if len(ranks) < 2:
+            continue
+        rs = np.array(sorted(ranks))
+        t = np.array([ranks[r] for r in rs.tolist()], np.int64)
+        by_kernel.setdefault(names.get(li, "?"), []).append((li, int(t.max() - t.min()), int(rs[np.argmax(t)])))
+    out = []
+    for kernel, rows in by_kernel.items():
+        lis = [li for li, _, _ in rows]
+        sk = np.array([s for _, s, _ in rows], np.float64)
+        lasts = np.bincount([r for _, _, r in rows])
+        if not la:
+            how = None
+        else:
+            n_rel = sum(li in released for li in lis)
+            how = la.get("method") if n_rel == len(lis) else ("queued" if n_rel == 0 else "mixed")
+        out.append({"kernel": kernel, "launches": lis, "skew_ns": sk.astype(np.int64).tolist(), "max_ns": float(sk.max()),
+                    "median_ns": float(np.median(sk)), "last_rank": int(lasts.argmax()), "released": how})
+    return out
+
+
+_RELEASED_WORDS = {DEVICE_BARRIER: "released by a device barrier", HOST_BARRIER: "released by a host barrier",
+                   "queued": "queued behind the launch before it", "mixed": "some released by the barrier, some queued"}
+
+
+def skew_text(rows: list[dict], clock_bound_ns: float | None = None) -> str:
+    """The lines ``ktrace run`` prints for :func:`start_skew`'s rows."""
+    from .text import count_text, fmt_ns, printable
+
+    bound = f"; clocks aligned within ~{fmt_ns(clock_bound_ns)}" if clock_bound_ns else ""
+    lines = [f"Start skew (each rank's first event of a launch, latest minus earliest, on the common clock{bound}):"]
+    if not rows:
+        lines.append("  no launch recorded events on two ranks or more")
+    for r in rows:
+        how = _RELEASED_WORDS.get(r["released"], "")
+        lines.append(f"  {printable(r['kernel'])}: {count_text('launches', len(r['launches']))}"
+                     + (f", {how}" if how else "")
+                     + f": max {fmt_ns(r['max_ns'])}, median {fmt_ns(r['median_ns'])} (rank {r['last_rank']} last most often)")
+    return "\n".join(lines)
 
 
 def _timeouts_text(heap) -> list[str]:
@@ -235,21 +368,40 @@ def worker(cfg: RunConfig) -> int:
     seed = H.fresh_seed(dist)
     drv = cfg.spec.build(dist, cfg.params, fault, seed, cfg.wait_timeout_ns)
     skips = cfg.skip_rank >= 0
-    t0 = time.perf_counter()
-    _aligned_start(drv.heap)
-    drv.step()  # compile the untraced variant
-    _after_step(drv, skips)
-    _aligned_start(drv.heap)
-    with ktrace.capture():  # compile the traced variant (KTRACE > 0 is another compilation)
-        drv.step()
-    _after_step(drv, skips)
-    drv.heap.clear_timeouts()  # (the warm-up's, under a skipped notify: not the recorded steps')
-    log.info("[rank %d] ktrace run: warm-up (compilation) took %.1f s", dist.rank, time.perf_counter() - t0)
-    with ktrace.capture(heap=drv.heap) as cap:  # (a kernel's timeouts stay in the heap and the capture)
-        for _ in range(cfg.steps):
+    aligner = None
+    if cfg.align:
+        from .shmem.align import aligner_for
+
+        aligner = aligner_for(drv.heap)
+
+    def step() -> None:
+        if aligner is None:
             _aligned_start(drv.heap)
             drv.step()
-            _after_step(drv, skips)
+        else:  # (the previous step ended at a heap barrier: every rank's device is idle here)
+            with aligner.release(hold_us=ALIGN_HOLD_US):  # released once every rank's step is queued
+                drv.step()
+        _after_step(drv, skips)
+
+    t0 = time.perf_counter()
+    step()  # compile the untraced variant (and the launch barrier)
+    with ktrace.capture():  # compile the traced variant (KTRACE > 0 is another compilation)
+        step()
+    drv.heap.clear_timeouts()  # (the warm-up's, under a skipped notify: not the recorded steps')
+    log.info("[rank %d] ktrace run: warm-up (compilation) took %.1f s", dist.rank, time.perf_counter() - t0)
+    released = []  # each step's first traced launch: the one its barrier released
+    before = aligner.stats() if aligner is not None else None
+    with ktrace.capture(heap=drv.heap) as cap:  # (a kernel's timeouts stay in the heap and the capture)
+        for _ in range(cfg.steps):
+            n0 = len(cap.launches)
+            step()
+            if len(cap.launches) > n0:
+                released.append(n0)
+    align = None
+    if aligner is not None:
+        after = aligner.stats()
+        align = {"rounds": after.rounds - before.rounds, "released_by_hold": after.released_by_hold - before.released_by_hold,
+                 "missed": after.missed - before.missed}
     timeouts = _timeouts_text(drv.heap)
     drv.heap.clear_timeouts()
     err = None
@@ -257,11 +409,13 @@ def worker(cfg: RunConfig) -> int:
         torch.cuda.synchronize()
         err = drv.check()  # raises MismatchError naming the rank
     merged = cap.gather(dst=0)
-    every = drv.heap.all_gather_object({"timeouts": timeouts, "rel_err": err, "device": torch.cuda.get_device_name()})
+    every = drv.heap.all_gather_object({"timeouts": timeouts, "rel_err": err, "device": torch.cuda.get_device_name(),
+                                        "align": align})
     if dist.rank == 0:
         out = Path(cfg.out)
         out.mkdir(parents=True, exist_ok=True)
-        merged.meta.update(made_by="ktrace run", kernel=cfg.kernel, params=cfg.params, steps=cfg.steps)
+        merged.meta.update(made_by="ktrace run", kernel=cfg.kernel, params=cfg.params, steps=cfg.steps,
+                           launch_alignment=launch_alignment(cfg.align, released, [e["align"] for e in every]))
         path = ktrace.write_capture(cfg.capture_path, merged, compress=True)
         info = {
             "kernel": cfg.kernel, "world_size": dist.world_size, "params": cfg.params, "steps": cfg.steps, "seed": seed,
@@ -364,7 +518,33 @@ def config_from_args(args) -> RunConfig:
     sr, sn = _parse_rank_value(args.skip, "--skip") if args.skip else (-1, -1)
     return RunConfig(kernel=args.kernel, nproc=args.nproc, shape=shape, out=args.out or f"ktrace-run-{args.kernel}",
                      steps=args.steps, delay_rank=dr, delay_ns=dn, skip_rank=sr, skip_notify=sn, timeout_ms=args.timeout_ms,
-                     check=not args.no_check, nnodes=args.nnodes)
+                     check=not args.no_check, nnodes=args.nnodes, align=not args.no_align)
+
+
+def report_skew(capture_path: Path, run_json: Path) -> str:
+    """:func:`start_skew` of a recorded capture, added to its ``run.json`` (when the ranks wrote
+    one) as ``start_skew``; returns the lines to print.
+
+    Raises:
+        ktrace.captures.CaptureError: the capture cannot be read.
+    """
+    from .captures import read_capture
+    from .clock.model import clock_model_of
+    from .fileio import write_bytes
+
+    cap = read_capture(capture_path)
+    model = clock_model_of(cap)
+    rows = start_skew(cap, model)
+    bound = model.max_rtt_ns / 2 + model.max_residual_ns if model.aligned else None  # (as the report states it)
+    if run_json.is_file():
+        try:
+            info = json.loads(run_json.read_text())
+            info["start_skew"] = rows
+            info["launch_alignment"] = (cap.meta or {}).get("launch_alignment")
+            write_bytes(run_json, json.dumps(info, indent=1, default=str).encode())
+        except (OSError, ValueError) as e:
+            log.warning("ktrace run: the start skew could not be added to %s (%s); it is printed only", run_json, e)
+    return skew_text(rows, bound)
 
 
 def list_kernels() -> str:
@@ -411,10 +591,12 @@ def _cmd_run(args) -> int:
     from .demo import DemoError, analyse, next_steps
 
     try:
+        skew = report_skew(cfg.capture_path, Path(cfg.out) / "run.json")
         o = analyse(cfg.capture_path, cfg.out)
     except (CaptureError, AnalysisError, DemoError) as e:
         print(f"ktrace run: the capture was recorded but cannot be analysed: {e}", file=sys.stderr)
         return 1
+    print(skew)
     print()
     print(render_text(o.report, max_findings=args.max_findings))
     print(next_steps(o))
@@ -445,6 +627,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--skip", metavar="RANK:INDEX", help="fault: RANK skips notify INDEX (numbering in the kernel's README): a hang")
     s.add_argument("--timeout-ms", type=float, help="bound of every wait in the kernel (default: the kernel's; 200 ms with --skip)")
     s.add_argument("--no-check", action="store_true", help="do not compare the output with the kernel's reference")
+    s.add_argument("--no-align", action="store_true",
+                   help="release each step by a host barrier and a device synchronisation instead of a device-side barrier "
+                        "(the ranks then start hundreds of µs apart, as a host-timed program does)")
     s.add_argument("--timeout", type=float, default=900.0, help="seconds before a rank is stopped (default 900)")
     s.add_argument("--max-findings", type=int, default=10, help="findings printed (default 10)")
     s.add_argument("--list", action="store_true", help="list the kernels and their parameters")

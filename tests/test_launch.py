@@ -153,6 +153,28 @@ def test_launcher_starts_ranks_that_meet_through_the_capture_api(tmp_path):
     assert "torch.distributed.run" in (tmp_path / "torchrun.log").read_text().splitlines()[0]
 
 
+def test_each_ranks_line_gives_its_pytest_counts(tmp_path):
+    """A pytest run per rank (as the multi-GPU tier runs): each rank's line carries its counts,
+    which differ by rank here (rank 1 skips one test)."""
+    (tmp_path / "test_ranked.py").write_text(textwrap.dedent("""
+        import os, pytest
+
+        def test_a():
+            pass
+
+        def test_b():
+            if os.environ["RANK"] == "1":
+                pytest.skip("not on rank 1")
+    """))
+    cmd = [sys.executable, "-m", "ktrace.testing.launch", "-n", "2", "--", "python", "-m", "pytest", "-q", "-p",
+           "no:cacheprovider", str(tmp_path / "test_ranked.py")]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=ENV, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rank 0: passed (2 passed)" in r.stdout and "rank 1: passed (1 passed, 1 skipped)" in r.stdout, r.stdout
+    assert L.outcome_counts(["x", "=== 1 failed, 3 passed, 2 warnings in 0.5s (0:00:00) ==="]) == "1 failed, 3 passed, 2 warnings"
+    assert L.outcome_counts(["passed in spirit"]) == ""
+
+
 def test_launcher_names_the_failing_rank_and_stops_the_others():
     r = _launch(
         ["-n", "2"],

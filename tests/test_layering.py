@@ -29,7 +29,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("ktrace.captures",),  # capture files, synthetic captures, gathering ranks
     ("ktrace.clock",),  # calibration samples -> per-rank maps; the causality check
     ("ktrace.events",),  # the one decode: a capture's events as aligned columns
-    ("ktrace.shmem",),  # the symmetric heap and its traced device API
+    ("ktrace.shmem", "ktrace.shmem.align"),  # the symmetric heap and its traced device API; the launch barrier
     ("ktrace.clock.calibrate",),  # the ping-pong that measures the clocks (over the heap)
     ("ktrace.session", "ktrace.flight", "ktrace.auto", "ktrace.auto.boot", "ktrace.auto._site"),  # the decorator, capture sessions; the flight recorder; ktrace record's side in the program
     ("ktrace.export", "ktrace.analysis"),  # traces for Perfetto; the analyses and the report

@@ -29,17 +29,19 @@ Notify numbering (for ``Fault(skip_notify=k)``): program ``p``'s notify to ``pee
 
 Probes (traced launches), three densities (``AllReduceConfig.probes``):
 
-* ``"waits"``: only the WAIT events.
+* ``"waits"``: only the WAIT events (their releases are not recorded: a report says so).
 
-* ``"lean"`` (default): every WAIT (``ks.wait``: who waited on whom, how long, timeouts) and one
-  span per chunk of work: ``reduce`` (one-shot: the reads of every peer's copy, the sum and the
-  store; two-shot: the owner's reduction and push). Nothing is recorded between the staging
-  stores and the notifies, where a record's stores would sit in front of the release fences
-  on the critical path of a small message (4-16 KiB on 4 x H200, first benchmark method: the
-  full density, 17 slots per program, timed 2.6-2.9 % over untraced).
+* ``"lean"`` (default): both ends of every hand-off, a WAIT per wait (``ks.wait``: who waited on
+  whom, how long, timeouts) and a NOTIFY per signal (``ks.notify`` stores its record after the
+  release, so nothing of it sits in front of the release fence), and one span per chunk of work:
+  ``reduce`` (one-shot: the reads of every peer's copy, the sum and the store; two-shot: the
+  owner's reduction and push). Nothing is recorded between the staging stores and the notifies,
+  where a span's end would sit in front of the release fences on the critical path of a small
+  message (4-16 KiB on 4 x H200, first benchmark method: the full density, 17 slots per program,
+  timed 2.6-2.9 % over untraced, with the notify records then stored before the release).
 * ``"full"``: also the spans ``stage`` (one per chunk), ``pull`` (one-shot: one per chunk and
-  peer instead of ``reduce``), ``push`` (one-shot push: one per chunk, its stores to every peer), ``scatter`` / ``gather`` (two-shot), and a NOTIFY event per
-  signal (what the stall analysis needs to split producer lateness from signal latency).
+  peer instead of ``reduce``), ``push`` (one-shot push: one per chunk, its stores to every peer),
+  ``scatter`` / ``gather`` (two-shot).
 
 ``expected_events`` gives the exact counts.
 """
@@ -63,32 +65,34 @@ METHODS = ("one_shot", "one_shot_push", "two_shot")
 PROBES = ("waits", "lean", "full")
 
 
-def _one_shot_slots(meta) -> int:
+def _slots(meta, full_spans: int, phases: int) -> int:
+    """Slots per program: the spans of its ``K`` chunks (``full_spans`` per chunk at the full
+    density, one at the lean, none with only waits), and per phase a wait and a notify (two slots
+    each) per peer (only the waits with ``WAITS_ONLY``)."""
     W, G = meta["WORLD"], meta["nprog"]
-    C = triton.cdiv(meta["n"], meta["BLOCK"])
-    K = triton.cdiv(C, G)
-    if meta.get("FULL_PROBES", False):
-        return K * W + 4 * (W - 1) + 1
-    return K * (not meta.get("WAITS_ONLY", False)) + 2 * (W - 1) + 1
+    K = triton.cdiv(triton.cdiv(meta["n"], meta["BLOCK"]), G)
+    waits_only = meta.get("WAITS_ONLY", False)
+    spans = K * full_spans if meta.get("FULL_PROBES", False) else K * (not waits_only)
+    return spans + phases * 2 * (W - 1) * (1 if waits_only else 2) + 1
+
+
+def _one_shot_slots(meta) -> int:
+    return _slots(meta, meta["WORLD"], 1)
 
 
 def _two_shot_slots(meta) -> int:
-    W, G = meta["WORLD"], meta["nprog"]
-    C = triton.cdiv(meta["n"], meta["BLOCK"])
-    K = triton.cdiv(C, G)
-    if meta.get("FULL_PROBES", False):
-        return 2 * K + 8 * (W - 1) + 1
-    return K * (not meta.get("WAITS_ONLY", False)) + 4 * (W - 1) + 1
+    return _slots(meta, 2, 2)
 
 
 @triton.jit
 def _signal_peers(kt, quiet, flags, epoch, rank, heap_bases, nprog, pid, index0, fault_delay_ns, fault_skip,
-                  WORLD: tl.constexpr, FAULTS: tl.constexpr, FULL_PROBES: tl.constexpr):
+                  WORLD: tl.constexpr, FAULTS: tl.constexpr, NOTIFIES: tl.constexpr):
     """Set ``flags[rank, pid] = epoch`` on every peer (releases at system scope), recorded as
-    NOTIFY events only at the full density. Notify index ``(index0 + pid) * W + peer``."""
+    NOTIFY events with ``NOTIFIES`` (every density but "waits"). Notify index
+    ``(index0 + pid) * W + peer``."""
     for i in tl.static_range(1, WORLD):
         peer = (rank + i) % WORLD
-        if FULL_PROBES:
+        if NOTIFIES:
             kt = H.notify(kt, flags + rank * nprog + pid, epoch, rank, peer, heap_bases, (index0 + pid) * WORLD + peer,
                           fault_delay_ns, fault_skip, FAULTS)
         else:
@@ -155,7 +159,7 @@ def all_reduce_one_shot(
             kt = kl.end(kt, s)
         else:
             tl.store(my_stage + o, tl.load(inp + o, mask=m), mask=m)
-    kt = _signal_peers(kt, quiet, flags, epoch, rank, heap_bases, nprog, pid, 0, fault_delay_ns, fault_skip, WORLD, FAULTS, FULL_PROBES)
+    kt = _signal_peers(kt, quiet, flags, epoch, rank, heap_bases, nprog, pid, 0, fault_delay_ns, fault_skip, WORLD, FAULTS, not WAITS_ONLY)
     # 2. wait for every peer's program pid, then read and reduce.
     kt = _wait_peers(kt, flags, epoch, rank, heap_bases, nprog, pid, WORLD, TIMEOUT_NS)
     for c in range(pid, C, nprog):
@@ -182,11 +186,7 @@ def all_reduce_one_shot(
 
 
 def _push_slots(meta) -> int:
-    W, G = meta["WORLD"], meta["nprog"]
-    K = triton.cdiv(triton.cdiv(meta["n"], meta["BLOCK"]), G)
-    if meta.get("FULL_PROBES", False):
-        return 2 * K + 4 * (W - 1) + 1
-    return K * (not meta.get("WAITS_ONLY", False)) + 2 * (W - 1) + 1
+    return _slots(meta, 2, 1)
 
 
 @ktrace.trace(events_per_program=_push_slots)
@@ -243,7 +243,7 @@ def all_reduce_one_shot_push(
         else:
             for i in tl.static_range(1, WORLD):
                 ks.store(mine + o, x, rank, (rank + i) % WORLD, heap_bases, mask=m)
-    kt = _signal_peers(kt, quiet, flags, epoch, rank, heap_bases, nprog, pid, 0, fault_delay_ns, fault_skip, WORLD, FAULTS, FULL_PROBES)
+    kt = _signal_peers(kt, quiet, flags, epoch, rank, heap_bases, nprog, pid, 0, fault_delay_ns, fault_skip, WORLD, FAULTS, not WAITS_ONLY)
     # 2. wait for every peer's program pid, then sum the slots they wrote here.
     kt = _wait_peers(kt, flags, epoch, rank, heap_bases, nprog, pid, WORLD, TIMEOUT_NS)
     for c in range(pid, C, nprog):
@@ -317,7 +317,7 @@ def all_reduce_two_shot(
                 kt = kl.end(kt, s)
             else:
                 ks.store(dst, tl.load(inp + o, mask=m), rank, owner, heap_bases, mask=m)
-    kt = _signal_peers(kt, quiet, flags_rs, epoch, rank, heap_bases, nprog, pid, 0, fault_delay_ns, fault_skip, WORLD, FAULTS, FULL_PROBES)
+    kt = _signal_peers(kt, quiet, flags_rs, epoch, rank, heap_bases, nprog, pid, 0, fault_delay_ns, fault_skip, WORLD, FAULTS, not WAITS_ONLY)
     # 2. reduce my chunks; push each result to every peer.
     kt = _wait_peers(kt, flags_rs, epoch, rank, heap_bases, nprog, pid, WORLD, TIMEOUT_NS)
     for c in range(pid + 0, C, nprog):
@@ -337,7 +337,7 @@ def all_reduce_two_shot(
                 ks.store(rbuf + o, r, rank, peer, heap_bases, mask=m)
             if not WAITS_ONLY:
                 kt = kl.end(kt, s)
-    kt = _signal_peers(kt, quiet, flags_ag, epoch, rank, heap_bases, nprog, pid, nprog, fault_delay_ns, fault_skip, WORLD, FAULTS, FULL_PROBES)
+    kt = _signal_peers(kt, quiet, flags_ag, epoch, rank, heap_bases, nprog, pid, nprog, fault_delay_ns, fault_skip, WORLD, FAULTS, not WAITS_ONLY)
     # 3. all-gather, receive: copy out the chunks the others reduced.
     kt = _wait_peers(kt, flags_ag, epoch, rank, heap_bases, nprog, pid, WORLD, TIMEOUT_NS)
     for c in range(pid + 0, C, nprog):
@@ -373,8 +373,8 @@ class AllReduceConfig:
         timeout_ns: bound of every wait (ns).
         num_warps: warps per program (0: 16 for the push's 8192-element chunks, else 8).
         probes: default probe density of a traced launch: "waits" (only the waits), "lean"
-            (waits and one span per chunk) or "full" (every step and every notify); see the
-            module docstring.
+            (every wait and notify, one span per chunk) or "full" (a span per step as well); see
+            the module docstring.
     """
 
     n: int
@@ -518,10 +518,11 @@ class AllReduce:
     def expected_events(self) -> dict[str, int]:
         """Exact event counts of one traced launch on this rank: {"SPAN", "NOTIFY", "WAIT"}."""
         W, C, G = self.world, self.chunks, self.nprog
-        full, spans = self.cfg.probes == "full", self.cfg.probes != "waits"
+        full, notifies = self.cfg.probes == "full", self.cfg.probes != "waits"
+        spans = notifies  # (one span per chunk at the lean density, none with only waits)
         mine = len(range(self.rank, C, W))
         if self.cfg.method == "one_shot":
-            return {"SPAN": C * W if full else C * spans, "NOTIFY": G * (W - 1) if full else 0, "WAIT": G * (W - 1)}
+            return {"SPAN": C * W if full else C * spans, "NOTIFY": G * (W - 1) * notifies, "WAIT": G * (W - 1)}
         if self.cfg.method == "one_shot_push":
-            return {"SPAN": 2 * C if full else C * spans, "NOTIFY": G * (W - 1) if full else 0, "WAIT": G * (W - 1)}
-        return {"SPAN": 2 * C - mine if full else mine * spans, "NOTIFY": 2 * G * (W - 1) if full else 0, "WAIT": 2 * G * (W - 1)}
+            return {"SPAN": 2 * C if full else C * spans, "NOTIFY": G * (W - 1) * notifies, "WAIT": G * (W - 1)}
+        return {"SPAN": 2 * C - mine if full else mine * spans, "NOTIFY": 2 * G * (W - 1) * notifies, "WAIT": 2 * G * (W - 1)}

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..schema import CMP_SYMBOLS, EventFlag, EventKind, arg_column
-from ..text import fmt_ns, ranges_text
+from ..text import fmt_ns, printable, ranges_text
 from .hangs import cmp_text, compares
 
 #: A wait's operator (as :func:`cmp_text` writes it) back to its ``schema.Cmp`` code.
@@ -120,11 +120,14 @@ def live_report(cap) -> LiveReport | None:
     state: dict = {}  # lane -> "never started" | "idle"
     lost_total = 0
     dump_ago = {}
+    reasons: dict[int, str] = {}  # rank -> what made its dump (ranks' dumps merged may differ)
     for r, rc in sorted(cap.ranks.items()):
         for ln in rc.launches:
             live = (ln.meta or {}).get("live")
             if live is None:
                 continue
+            if "reason" in live:
+                reasons[r] = printable(str(live["reason"]))
             d = ln.decode(r, cache=False)
             hz = d.header.tick_hz
             ticks = int(live["dump_ticks"])
@@ -158,7 +161,10 @@ def live_report(cap) -> LiveReport | None:
                                       waited_ns=(ticks - int(w["since"])) * 1e9 / hz,
                                       heap=int(w["heap_value"]) if "heap_value" in w else None))
             dump_ago[r] = live
-    reason = ", ".join(sorted({str((cap.meta.get("live") or {}).get("reason", "dump"))}))
+    if len(set(reasons.values())) > 1:
+        reason = "; ".join(f"rank {r}: {x}" for r, x in sorted(reasons.items()))
+    else:
+        reason = next(iter(reasons.values()), None) or printable(str((cap.meta.get("live") or {}).get("reason", "dump")))
     waiting = {w.lane: w for w in waits}
     # edges: who sends each waiting lane's flag
     senders: dict = {}

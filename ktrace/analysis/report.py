@@ -27,7 +27,7 @@ from . import timeline as _path
 from .. import pairing
 from ..keys import group_index
 from ..schema import is_local
-from ..text import MEASURES, count_text, diff_headline, fmt_ns, kernel_time_text
+from ..text import MEASURES, count_text, diff_headline, fmt_ns, kernel_time_text, printable
 from .causes.words import share_text
 from .names import OUTSIDE
 from .document import MIN_LINK_NS, PERFETTO_UI, Finding, link_range, perfetto_link
@@ -226,6 +226,25 @@ def _barrier_released(trace: Trace, w, pos: np.ndarray) -> np.ndarray:
     wk = [np.asarray(w[c])[pos].astype(np.int64) for c in cols] + [np.asarray(w["flag"])[pos].astype(np.int64)]
     inv, _ = group_index(*(np.concatenate([a, b]) for a, b in zip(nk, wk)))
     return np.isin(inv[nk[0].size:], inv[: nk[0].size])
+
+
+def _sender_recorded(trace: Trace, w, pos: np.ndarray) -> np.ndarray:
+    """Per flag wait (positions in ``w``), whether its peer's launch of the same index recorded any
+    flag notify, or is not in the capture (then nothing is known of what it recorded)."""
+    from ..schema import EventKind
+
+    if pos.size == 0:
+        return np.zeros(0, bool)
+    Nk = EventKind.NOTIFY
+    flag = ~is_local(trace.at(Nk, "flags"))
+    peer = np.asarray(w["peer"])[pos].astype(np.int64)
+    launch = np.asarray(w["launch"])[pos].astype(np.int64)
+    nk = [trace.at(Nk, "rank")[flag].astype(np.int64), trace.at(Nk, "launch")[flag].astype(np.int64)]
+    kt = stalls.kernel_time(trace)  # (every (rank, launch) with an event)
+    inv, _ = group_index(*(np.concatenate(x) for x in zip(nk, [kt["rank"].astype(np.int64), kt["launch"].astype(np.int64)],
+                                                               [peer, launch])))
+    a, b = nk[0].size, nk[0].size + kt.size
+    return np.isin(inv[b:], inv[:a]) | ~np.isin(inv[b:], inv[a:b])
 
 
 def _event_key(trace: Trace, rows: np.ndarray) -> list[list[int]]:
@@ -540,10 +559,24 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
     # left that side out (a kernel's default density), not a release gone missing
     untraced = local[none]  # (only mbarrier waits are asked: most captures have none unreleased)
     untraced[untraced] = ~_barrier_released(trace, w, none[untraced])
-    none, untraced = none[~untraced], none[untraced]
+    # flag waits whose sender's launch recorded no flag notify at all: a density that records
+    # only the waits (the sender ran: its launch is in the capture), not a notify gone missing
+    flag_untraced = ~local[none]
+    flag_untraced[flag_untraced] = ~_sender_recorded(trace, w, none[flag_untraced])
+    untraced_flags = none[flag_untraced]
+    none, untraced = none[~untraced & ~flag_untraced], none[untraced]
     summary["waits_unreleased"] = int(none.size)
     summary["waits_release_untraced"] = int(untraced.size)
     summary["waits_unmatched"] = int(unmatched.size)
+    if untraced.size or untraced_flags.size:
+        # their time is the density's, not unexplained (the wait table's rows keep it as theirs)
+        off = float(w["wait_ns"][np.r_[untraced, untraced_flags]].sum())
+        summary["release_untraced_ns"] = off
+        summary["unexplained_ns"] = max(0.0, summary["unexplained_ns"] - off)
+    if untraced_flags.size:
+        summary["waits_notify_untraced"] = int(untraced_flags.size)
+        summary["notify_untraced_kernels"] = sorted({trace.kernels.get((int(r), int(ln)), "?") for r, ln in
+                                                    zip(w["peer"][untraced_flags].tolist(), w["launch"][untraced_flags].tolist())})
     summary["claims"] = [{"kind": "without_notify", "agents": [], "values": {
         "waits": int(none.size),
         "events": _event_key(trace, w["row"][none]) if none.size <= MAX_CLAIM_SEGMENTS else None}}]
@@ -551,6 +584,10 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
         summary["claims"].append({"kind": "release_untraced", "agents": [], "values": {
             "waits": int(untraced.size),
             "events": _event_key(trace, w["row"][untraced]) if untraced.size <= MAX_CLAIM_SEGMENTS else None}})
+    if untraced_flags.size:
+        summary["claims"].append({"kind": "notify_untraced", "agents": [], "values": {
+            "waits": int(untraced_flags.size),
+            "events": _event_key(trace, w["row"][untraced_flags]) if untraced_flags.size <= MAX_CLAIM_SEGMENTS else None}})
     if unmatched.size:
         summary["claims"].append({"kind": "notify_on_flag", "agents": [], "values": {
             "waits": int(unmatched.size),
@@ -709,10 +746,15 @@ def render_text(rep, *, max_findings: int = 10) -> str:
         + (f" ({s['clock_bounds']})" if s.get("clock_bounds") else ""),
         f"Waits: {count_text('waits', s['waits'])}, {MEASURES['wait_ns'][0]} {fmt_ns(s['wait_ns'])} in total: producer late {fmt_ns(s['producer_late_ns'])}, "
         f"signal latency {fmt_ns(s['signal_latency_ns'])} (of which {fmt_ns(s.get('unexplained_ns'))} beyond the "
-        f"calibrated link latency or with no captured notify: unexplained); {s['waits_unreleased']} completed waits "
-        f"without a captured notify"
+        f"calibrated link latency or with no captured notify: unexplained"
+        + (f"; {fmt_ns(s['release_untraced_ns'])} in waits whose releases this probe density does not record"
+           if s.get("release_untraced_ns") else "")
+        + f"); {s['waits_unreleased']} completed waits without a captured notify"
         + (f" ({s['waits_release_untraced']} more on mbarriers whose releases this probe density does not record)"
            if s.get("waits_release_untraced") else "")
+        + (f" ({s['waits_notify_untraced']} more on flags whose senders recorded no notify in that launch "
+           f"({', '.join(printable(k) for k in s.get('notify_untraced_kernels') or ())}): a probe density that records "
+           f"the waits only)" if s.get("waits_notify_untraced") else "")
         + (f", {s['waits_unmatched']} more not matched to one notify (notifies on their flag were captured: "
            f"released in the replay by the last before their end)" if s.get("waits_unmatched") else "")
         + f"; {s['timeouts']} timed out.",

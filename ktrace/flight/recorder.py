@@ -384,6 +384,7 @@ class Recorder:
             used.update(np.unique(raw[schema.HEADER_BYTES : schema.dropped_offset(r.n_programs, r.slots + 2)]
                                   .view(schema.RECORD_DTYPE)["tag"] >> schema.REGION_SHIFT).tolist())
             live = {
+                "reason": reason,  # (also per launch: dumps of several ranks merged keep each rank's)
                 "dump_ticks": ticks,
                 "ring_slots": r.slots,
                 "heads": heads.astype(np.int64).tolist(),

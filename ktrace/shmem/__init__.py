@@ -12,6 +12,11 @@ Device (inside ``@triton.jit``)::
     import ktrace.shmem.language as ks
     kt = ks.wait(kt, flag, 1, rank, peer, heap_bases)
 
+Launches released together on every rank (a device-side barrier, ``ktrace.shmem.align``)::
+
+    with shmem.align_launch(heap):
+        kernel[grid](...)
+
 Importing this package has no side effects and pulls in neither torch nor triton: the names
 below load their module on first use, and ``ktrace.shmem.codes`` / ``ktrace.shmem.symmetric``
 are pure Python (analyses use them to name comparison codes).
@@ -30,6 +35,8 @@ _LAZY = {
     "SymmetricRuleError": ("ktrace.shmem.symmetric", "SymmetricRuleError"),
     "Allocation": ("ktrace.shmem.symmetric", "Allocation"),
     "Cmp": ("ktrace.shmem.codes", "Cmp"),
+    "align_launch": ("ktrace.shmem.align", "align_launch"),
+    "aligner_for": ("ktrace.shmem.align", "aligner_for"),
 }
 
 __all__ = list(_LAZY)

@@ -43,6 +43,7 @@ import collections
 import glob
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -188,19 +189,37 @@ class RankResult:
         return "torchrun" if self.local_rank is None else f"local rank {self.local_rank}"
 
     def describe(self) -> str:
-        """One line: who, and how it ended."""
+        """One line: who, and how it ended (with the counts of a pytest run, when the command was one)."""
+        counts = outcome_counts(self.tail)
+        counts = f" ({counts})" if counts else ""
         if self.status == "ok":
-            return f"{self.name}: passed"
+            return f"{self.name}: passed{counts}"
         if self.status == "failed":
             if self.rank < 0 and self.local_rank is None:
                 return f"torchrun: FAILED with exit status {self.returncode} (its log: torchrun.log)"
             why = f" ({self.error})" if self.error else ""
-            return f"{self.name}: FAILED with exit status {self.returncode}{why}"
+            return f"{self.name}: FAILED with exit status {self.returncode}{why}{counts}"
         if self.status == "timeout":
             return f"{self.name}: TIMED OUT (stopped)"
         if self.status == "lost":
             return f"{self.name}: no status (torchrun did not start it, or it was killed)"
         return f"{self.name}: stopped after another rank failed (exit status {self.returncode})"
+
+
+#: pytest's last line: counts of outcomes and the time ("3 passed, 1 skipped in 2.10s"), in ``=`` or not.
+_PYTEST_SUMMARY = re.compile(r"^=*\s*((?:\d+ (?:passed|failed|skipped|deselected|errors?|xfailed|xpassed|warnings?)"
+                             r"(?:, )?)+) in [\d.]+s(?: \([\d:]+\))?\s*=*$")
+
+
+def outcome_counts(lines) -> str:
+    """The outcome counts of the last pytest summary line among ``lines`` ("113 passed, 22 skipped"),
+    or "" when there is none (the command was not a pytest run, or it did not finish)."""
+    for line in reversed(list(lines)):
+        m = _PYTEST_SUMMARY.match(line.strip())
+        if m:
+            return m.group(1).rstrip(", ")
+    return ""
+
 
 
 def free_port() -> int:

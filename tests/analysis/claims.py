@@ -568,6 +568,24 @@ def _release_untraced(raw: Raw, c) -> list[str]:
     return bad[:5]
 
 
+def _notify_untraced(raw: Raw, c) -> list[str]:
+    """Flag waits said to have senders that recorded no notify in that launch: each is a flag
+    wait, its peer ran the launch (recorded events in it) and recorded no flag notify there."""
+    v = c["values"]
+    if v["events"] is None:
+        return []
+    local = schema.is_local(raw.e["flags"])
+    bad = []
+    for wk in v["events"]:
+        i = raw.key[tuple(wk)]
+        peer = raw.arg(W, "peer")[i]
+        ran = (raw.rank == peer) & (raw.launch == raw.launch[i])
+        sent = int((ran & (raw.kind == N) & ~local).sum())
+        if local[i] or not ran.any() or sent:
+            bad.append(f"wait {wk}: local {bool(local[i])}, peer {peer} ran the launch {bool(ran.any())}, {sent} flag notifies")
+    return bad[:5]
+
+
 def _notify_on_flag(raw: Raw, c) -> list[str]:
     """Waits said to have notifies on their flag (not matched to one): each has one before its end."""
     v = c["values"]
@@ -671,6 +689,7 @@ CHECKS = {
     "crosses_lanes": _lane_handoffs,
     "holds_path": _holds_path, "region_share": _region_share, "without_notify": _without_notify,
     "slow_signals": _slow_signals, "notify_on_flag": _notify_on_flag, "release_untraced": _release_untraced,
+    "notify_untraced": _notify_untraced,
     "exposed_communication": _exposed_communication, "silent_programs": _silent_programs,
     "lane_holdup": _lane_holdup,
 }

@@ -53,6 +53,7 @@ SMALL = {
     "gemm_all_scatter": ["-s", "M=512", "-s", "N=1024", "-s", "K=512", "-s", "schedule=fused_ws"],
     "ag_gemm": ["-s", "M=512", "-s", "N=1024", "-s", "K=512"],
     "gemm_rs": ["-s", "M=512", "-s", "N=512", "-s", "K=1024"],
+    "gluon_gemm": ["-s", "M=1024", "-s", "N=1024", "-s", "K=1024"],
 }
 
 
@@ -81,6 +82,18 @@ def test_ktrace_run_whole_path(tmp_path, capsys, kernel):
     from ktrace.pairing import pair_table
 
     assert pair_table(aligned_events(cap))[3] == 0
+    # each step's launches released together by the device barrier: the ranks start within 10 µs,
+    # no rank's barrier missed another, and no finding blames launch skew
+    la = info["launch_alignment"]
+    assert la["method"] == "device barrier" and len(la["launches"]) == info["steps"], la
+    assert not any(la["missed"].values()), la
+    released = [r for r in info["start_skew"] if r["released"] == "device barrier"]
+    assert released and all(r["max_ns"] < 10_000 for r in released), info["start_skew"]
+    assert "Start skew" in text and "released by a device barrier" in text
+    rep = json.loads((out / f"{kernel}.report.json").read_text())
+    assert not [f["text"] for f in rep["findings"] if f["kind"] == "late_launch"]
+    # both ends of every hand-off recorded: no wait's release is left to the probe density
+    assert rep["summary"]["waits_unreleased"] == 0 and not rep["summary"].get("waits_notify_untraced"), rep["summary"]
 
 
 @pytest.mark.multigpu

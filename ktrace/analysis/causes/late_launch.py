@@ -3,6 +3,10 @@
 A launch queued right behind a long one on the same GPU starts late because of that one (its
 cause is that launch's, not the host's): only the time the GPU sat idle counts. Priced by a
 replay with the rank's programs starting that much earlier.
+
+A launch the capture says a device-side barrier released (``meta["launch_alignment"]``, as
+``ktrace run`` writes it: ``ktrace.shmem.align_launch`` right before it on every rank) is left
+out: what is left of its skew is the barrier's, not the program's.
 """
 
 from __future__ import annotations
@@ -32,6 +36,14 @@ class Detail:
     waited_by: int  # waits of other ranks on this rank that began before it started
 
 
+def _barrier_released(trace) -> np.ndarray:
+    """Launches a device-side barrier released on every rank (``meta["launch_alignment"]``)."""
+    la = (getattr(trace, "meta", None) or {}).get("launch_alignment") or {}
+    if la.get("method") != "device barrier":
+        return np.zeros(0, np.int64)
+    return np.asarray([int(x) for x in la.get("launches") or ()], np.int64)
+
+
 def detect(ctx: Context) -> list[Cause]:
     trace, cfg = ctx.trace, ctx.config
     kt = kernel_time(trace)
@@ -50,6 +62,7 @@ def detect(ctx: Context) -> list[Cause]:
     min_idle = np.full(L, np.inf)
     np.minimum.at(min_idle, lcode, idle)
     late = np.clip(np.minimum(skew, idle - np.where(np.isfinite(min_idle[lcode]), min_idle[lcode], 0.0)), 0, None)
+    late[np.isin(kt["launch"], _barrier_released(trace))] = 0.0
     queued = skew - late
     w = _waits(trace)
     w_peer = w["peer"]
