@@ -34,7 +34,7 @@ def wait_signal(addr, value):
         """, "=r,l,r", [addr, value], dtype=tl.int32, is_pure=False, pack=1)
 
 
-@triton.jit(do_not_specialize=["epoch", "rank", "delay_rank", "skip_rank", "skip_prog", "shift"])
+@triton.jit(do_not_specialize=["rank", "epoch", "delay_rank", "delay_lo", "delay_hi", "delay_ns", "skip_rank", "skip_tile", "delay_plo", "delay_phi", "skip_prog", "shift"])
 def ring_asm(x, out, buf_ptrs, flags_ptrs, rank, world, epoch, n_tiles: tl.constexpr, TILE: tl.constexpr,
              delay_rank, delay_lo, delay_hi, delay_ns, skip_rank, skip_tile, delay_plo, delay_phi, skip_prog, shift):
     pid = tl.program_id(0)

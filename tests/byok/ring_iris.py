@@ -12,7 +12,7 @@ def _now():
     return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
 
 
-@triton.jit(do_not_specialize=["epoch", "rank", "delay_rank", "skip_rank", "skip_prog", "shift"])
+@triton.jit(do_not_specialize=["rank", "epoch", "delay_rank", "delay_lo", "delay_hi", "delay_ns", "skip_rank", "skip_tile", "delay_plo", "delay_phi", "skip_prog", "shift"])
 def ring_iris(x, out, buf, flags, heap_bases, rank, world, epoch, n_tiles: tl.constexpr, TILE: tl.constexpr,
               delay_rank, delay_lo, delay_hi, delay_ns, skip_rank, skip_tile, delay_plo, delay_phi, skip_prog, shift):
     pid = tl.program_id(0)

@@ -16,7 +16,7 @@ def _linger(ns):
         pass
 
 
-@triton.jit(do_not_specialize=["epoch", "rank", "delay_rank", "skip_rank", "skip_prog", "shift"])
+@triton.jit(do_not_specialize=["rank", "epoch", "delay_rank", "delay_lo", "delay_hi", "delay_ns", "skip_rank", "skip_tile", "delay_plo", "delay_phi", "skip_prog", "shift"])
 def ring_plain(x, out, buf_ptrs, flags_ptrs, rank, world, epoch, n_tiles: tl.constexpr, TILE: tl.constexpr,
                delay_rank, delay_lo, delay_hi, delay_ns, skip_rank, skip_tile, delay_plo, delay_phi, skip_prog, shift):
     pid = tl.program_id(0)
