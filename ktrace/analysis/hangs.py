@@ -90,6 +90,19 @@ def compares(values, expected: int, cmp: int) -> np.ndarray:
     return np.zeros(v.shape, bool)
 
 
+def _producer_of_unknown(w: np.ndarray, out: np.ndarray) -> None:
+    """A timed-out wait that did not know its producer (a kernel traced without edits, whose flag
+    no rank ever signalled in the capture: ``ktrace.events.AddressResolver`` had none to learn it
+    from) gets the one rank that released the same program's other waits at the same call site,
+    when exactly one did; else it stays -1."""
+    for i in np.flatnonzero(out["peer"] < 0):
+        same = (w["rank"] == out["rank"][i]) & (w["program"] == out["program"][i]) & (w["name"] == out["name"][i]) & \
+            (w["notify_rank"] >= 0)
+        feeders = np.unique(w["notify_rank"][same])
+        if feeders.size == 1:
+            out["peer"][i] = feeders[0]
+
+
 def timeouts(trace: Trace) -> np.ndarray:
     """Every wait that gave up, with what it waited for and whether its notify ever came.
 
@@ -103,6 +116,7 @@ def timeouts(trace: Trace) -> np.ndarray:
         return out
     for c in ("row", "rank", "launch", "program", "sm", "name", "region", "peer", "flag", "expected", "value", "spins"):
         out[c] = t[c]
+    _producer_of_unknown(w, out)
     out["cmp"] = np.array([cmp_text(c) for c in t["cmp"].tolist()], dtype=object)
     out["since_ns"] = t["start_ns"]
     out["gave_up_ns"] = t["end_ns"]

@@ -346,7 +346,12 @@ def _gave_up(raw: Raw, c) -> list[str]:
     v = c["values"]
     durs = []
     for a in _agents(c):
-        m = raw.sel(a[0], a[1], a[2], W) & raw.timeout & (raw.arg(W, "flag") == v["flag"]) & (raw.arg(W, "peer") == v["peer"])
+        peer = raw.arg(W, "peer")
+        m = raw.sel(a[0], a[1], a[2], W) & raw.timeout & (raw.arg(W, "flag") == v["flag"])
+        if (m & (peer == -1)).any() and not _feeds(raw, a, v["region_id"], v["peer"]):
+            return [f"rank {v['peer']} is named the producer of a wait that did not know its producer, but it did not "
+                    f"release rank {a[0]} program {a[2]}'s other waits there (alone)"]
+        m &= (peer == v["peer"]) | (peer == -1)
         if not m.any():
             return [f"rank {a[0]} program {a[2]} has no wait on flag {v['flag']} that gave up in launch {a[1]}"]
         durs.append(float((raw.t[m] - raw.s[m]).max()))
@@ -356,6 +361,15 @@ def _gave_up(raw: Raw, c) -> list[str]:
             if int(np.count_nonzero(at_site < first)) != v["round"]:
                 return [f"the wait that gave up is wait {int(np.count_nonzero(at_site < first))} there, the claim says round {v['round']}"]
     return [] if close(np.median(durs), v["waited_ns"]) else [f"gave up after {np.median(durs):.0f} ns, the claim says {v['waited_ns']:.0f}"]
+
+
+def _feeds(raw: Raw, a, rid: int, producer: int) -> bool:
+    """Whether ``producer`` alone notified the flags of the other waits of ``a``'s program (any
+    launch) at call site ``rid``: how a wait that did not know its producer is given one."""
+    waits = raw.sel(a[0], -1, a[2], W) & (raw.region == rid) & ~raw.timeout
+    flags = set(raw.arg(W, "flag")[waits].tolist())
+    nm = (raw.kind == N) & np.isin(raw.arg(N, "flag"), list(flags))
+    return set(raw.rank[nm].tolist()) == {producer}
 
 
 def _waiting_during(raw: Raw, a, since: int, until: int) -> bool:
