@@ -17,20 +17,20 @@ pack() { tar czf "$OUT/byok.tgz" -C "$OUT" byok 2>/dev/null; }
 step unit 240 python3 -m pytest -q -p no:cacheprovider tests/test_auto.py; pack
 for n in 4 2 1; do
   [ "$n" -le "$NGPU" ] || continue
-  step "rec$n" 200 $(launcher "$n") -m tests.byok.scenario --style plain,asm,iris --fault none,straggler,skip --out "$B"
+  step "rec$n" ${REC_LIMIT:-120} $(launcher "$n") -m tests.byok.scenario --style plain,asm,iris --fault none,straggler,skip --out "$B"
   pack
 done
 step check 240 python3 -m tests.byok.check "$B"; pack
 if [ "$NGPU" -ge 4 ]; then W=4; else W=$NGPU; fi
-step cli:straggler 150 python3 -m ktrace.cli record -o "$B/rec_plain" --kernels 'ring_*' -- \
+step cli:straggler ${CLI_LIMIT:-120} python3 -m ktrace.cli record -o "$B/rec_plain" --kernels 'ring_*' -- \
   torchrun --standalone --nproc-per-node "$W" -m tests.byok.scenario --style plain --fault straggler; pack
-step cli:asm 150 python3 -m ktrace.cli record -o "$B/rec_asm" --declare tests/byok/ring_asm.json -- \
+step cli:asm ${CLI_LIMIT:-120} python3 -m ktrace.cli record -o "$B/rec_asm" --declare tests/byok/ring_asm.json -- \
   torchrun --standalone --nproc-per-node "$W" -m tests.byok.scenario --style asm --fault none; pack
-step cli:skip1 120 python3 -m ktrace.cli record -o "$B/rec_iris1" --wait-timeout-ms 20 -- \
+step cli:skip1 ${CLI_LIMIT:-120} python3 -m ktrace.cli record -o "$B/rec_iris1" --wait-timeout-ms 20 -- \
   python3 -m tests.byok.scenario --style iris --fault skip; pack
 for n in 4 1; do
   [ "$n" -le "$NGPU" ] || continue
-  step "bench:$n" 200 $(launcher "$n") -m tests.byok.scenario --style plain,asm,iris --bench 60 --out "$B"; pack
+  step "bench:$n" ${BENCH_LIMIT:-120} $(launcher "$n") -m tests.byok.scenario --style plain,asm,iris --bench 60 --out "$B"; pack
 done
 rm -f "$B"/rec_*/*.pftrace "$B"/rec_*/rank*.ktrace; pack
 echo "=== failed: ${failed[*]:-none}"
