@@ -3,7 +3,7 @@
 ``ktrace record`` puts :mod:`ktrace.auto._site` first on ``PYTHONPATH``, whose
 ``sitecustomize`` calls :func:`start` in each Python process the command starts (the program,
 torchrun's workers; then the next ``sitecustomize`` on the path, if any). A process that never
-imports Triton is left alone. In one that does, once ``triton.runtime.jit`` is imported:
+imports Triton is left alone. In one that does, once the ``triton`` package is imported:
 
 * one capture session is opened for the whole process, with ``auto`` (``ktrace.session``): every
   matching kernel launch is traced without edits; its rank is torchrun's / srun's;
@@ -44,10 +44,12 @@ def start() -> None:
 
     if (_settings().get("config") or {}).get("symmetric_memory", True):
         watch()  # (before the program allocates: its rendezvous are recorded as they happen)
-    if "triton.runtime.jit" in sys.modules:
-        _arm(sys.modules["triton.runtime.jit"])
+    # (armed once the whole triton package is imported: hooking its runtime from inside the
+    # package's own import would import it half-made)
+    if "triton" in sys.modules and "triton.runtime.autotuner" in sys.modules:
+        _arm(sys.modules["triton"])
     else:
-        _after_import("triton.runtime.jit", _arm)
+        _after_import("triton", _arm)
 
 
 def _settings() -> dict:
