@@ -896,6 +896,19 @@ class TracedKernel:
     def run(self, *args, grid, **kwargs):
         return self._launch(grid, *args, **kwargs)
 
+    def _arguments(self, args, kwargs) -> dict:
+        """The launch's arguments by name (parameters' defaults filled in; launch options such as
+        ``num_warps`` kept too), as a grid function or ``events_per_program`` gets them."""
+        params = self._sig.parameters
+        try:
+            bound = self._sig.bind_partial(*args, **{k: v for k, v in kwargs.items() if k in params})
+        except TypeError as e:
+            raise TypeError(f"{self.name}: {e}") from None
+        bound.apply_defaults()
+        meta = dict(bound.arguments)
+        meta.update({k: v for k, v in kwargs.items() if k not in params})
+        return meta
+
     #: what each launch's record keeps besides (``AutoTraced``: the addresses are raw)
     _launch_meta: dict = {}
 
@@ -910,14 +923,9 @@ class TracedKernel:
         session = active_session()
         if session is None or "KTRACE" in kwargs:
             return self._untraced(grid, args, kwargs)
-        params = self._sig.parameters
-        try:
-            bound = self._sig.bind_partial(*args, **{k: v for k, v in kwargs.items() if k in params})
-        except TypeError as e:
-            raise TypeError(f"{self.name}: {e}") from None
-        bound.apply_defaults()
-        meta = dict(bound.arguments)
-        meta.update({k: v for k, v in kwargs.items() if k not in params})
+        # the launch's arguments by name, for a grid or a slot count given as a function of them
+        # (bound only then: binding costs about as much as the rest of a traced launch's host work)
+        meta = self._arguments(args, kwargs) if callable(grid) or callable(self.events_per_program) else None
         g = _grid3(grid(meta) if callable(grid) else grid)
         cap = session.events_per_program or (
             self.events_per_program(meta) if callable(self.events_per_program) else self.events_per_program
@@ -1070,8 +1078,7 @@ def _auto_dispatch(jit_fn, grid, args, kwargs):
 
     session = active_session()
     cfg = getattr(session, "_auto", None)
-    if cfg is None or "ktrace_buf" in jit_fn.arg_names or (jit_fn.__module__ or "").startswith("ktrace.") or \
-            not cfg.matches(jit_fn):
+    if cfg is None:
         return hooks.PASS
     traced = _auto_traced(jit_fn, cfg, session)
     if traced is None:
@@ -1091,10 +1098,13 @@ def _auto_traced(jit_fn, cfg, session):
     from .auto.transform import Refused
 
     key = (id(jit_fn), cfg)
+    hit = _auto_kernels.get(key)  # (the launch path: one lookup, no lock, when the kernel was seen)
+    if hit is not None and hit[0] is jit_fn:
+        return hit[1]
     with _auto_lock:
-        hit = _auto_kernels.get(key)
-        if hit is not None and hit[0] is jit_fn:
-            return hit[1]
+        if "ktrace_buf" in jit_fn.arg_names or (jit_fn.__module__ or "").startswith("ktrace.") or not cfg.matches(jit_fn):
+            _auto_kernels[key] = (jit_fn, None)  # (instrumented by hand, ktrace's own, or not asked for)
+            return None
         rank = getattr(session, "rank", "?")
         try:
             p = prepare(jit_fn)

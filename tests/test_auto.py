@@ -370,3 +370,44 @@ def test_record_arms_the_processes_that_import_triton_and_keeps_their_sitecustom
                         "import sys; print('untouched', 'triton' in sys.modules, 'ktrace.session' in sys.modules)"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
     assert "untouched False False" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_traced_launch_binds_its_arguments_only_for_a_grid_function(monkeypatch):
+    """Binding a launch's arguments by name (``inspect``) cost as much as all the rest of a traced
+    launch's host work: it is done only when a grid or a slot count is a function of them."""
+    import torch
+
+    from ktrace import session as S
+    from ktrace.auto.config import AutoConfig
+    from tests.byok import ring_plain as R
+
+    traced = S.AutoTraced(P.prepare(R.ring_plain), AutoConfig())
+    launched = []
+
+    class Jit:
+        def __getitem__(self, grid):
+            return lambda *a, **k: launched.append((grid, k))
+
+    class Pending:
+        buffer, gate = object(), 0
+
+    class Session:
+        events_per_program, launches, rank, profiler = None, [], 0, None
+
+        def _new_launch(self, kernel, grid, cap, device, **kw):
+            assert kw["meta"] == {"addresses": "raw", "auto": True}
+            return Pending()
+
+    traced.__dict__["jit_fn"] = Jit()
+    monkeypatch.setattr(S, "_device_of", lambda a, k: 0)
+    monkeypatch.setattr(S, "active_session", lambda: Session())
+    bound = []
+    real = traced._arguments
+    monkeypatch.setattr(traced, "_arguments", lambda a, k: bound.append(1) or real(a, k))
+    x = torch.empty(4)
+    knobs = dict(rank=0, world=2, epoch=1, n_tiles=4, TILE=256, delay_rank=-1, delay_lo=0, delay_hi=0, delay_ns=0, delay_plo=0,
+                 delay_phi=0, skip_rank=-1, skip_tile=-1, skip_prog=-1, shift=0)
+    traced._launch((8,), x, x, x, x, **knobs)
+    assert bound == [] and launched[-1][1]["KTRACE"] == 64 and launched[-1][1]["KTRACE_WAIT_NS"] == 5_000_000_000
+    traced._launch(lambda meta: (meta["n_tiles"] * 2,), x, x, x, x, **knobs)
+    assert bound == [1]
