@@ -21,14 +21,15 @@ ROOT = Path(__file__).resolve().parents[1]
 FLOORS: list[tuple[str, ...]] = [
     ("ktrace", "ktrace._lazy", "ktrace._memory", "ktrace.fileio", "ktrace.schema", "ktrace.text"),  # layouts, names, words, safe files
     ("ktrace.device", "ktrace.dist_env", "ktrace.keys"),  # device and rank facts; sorting and grouping machinery
-    ("ktrace.regions", "ktrace.decode", "ktrace.pairing", "ktrace.flight.ring", "ktrace.flight.stream"),  # region names, raw buffer -> columns, notify -> wait; ring buffers -> dense
+    ("ktrace.regions", "ktrace.decode", "ktrace.pairing", "ktrace.flight.ring", "ktrace.flight.stream",
+     "ktrace.graphs.ring", "ktrace.graphs.inductor"),  # region names, raw buffer -> columns, notify -> wait; ring buffers -> dense; replay rings -> launch buffers
     ("ktrace.language", "ktrace.gluon", "ktrace.testing", "ktrace.testing.compile"),  # device probes (triton, gluon)
     ("ktrace.captures",),  # capture files, synthetic captures, gathering ranks
     ("ktrace.clock",),  # calibration samples -> per-rank maps; the causality check
     ("ktrace.events",),  # the one decode: a capture's events as aligned columns
     ("ktrace.shmem",),  # the symmetric heap and its traced device API
     ("ktrace.clock.calibrate",),  # the ping-pong that measures the clocks (over the heap)
-    ("ktrace.session", "ktrace.flight"),  # the decorator, capture sessions; the flight recorder
+    ("ktrace.session", "ktrace.flight", "ktrace.graphs"),  # the decorator, capture sessions; the flight recorder; CUDA graph replays
     ("ktrace.export", "ktrace.analysis"),  # traces for Perfetto; the analyses and the report
     ("viewers",),  # the HTML report, serving traces to the Perfetto UI
     # the command line; the test harnesses of the real consumers (Perfetto's trace processor and UI)
