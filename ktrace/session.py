@@ -454,7 +454,7 @@ class Session:
                                          "loaded inside the capture): launch it once inside `ktrace.capture()` first (the "
                                          "warm-up), with the same events per program")
         if why:
-            graphs.warn_once(("untraced", kernel.name, device, gate), f"{kernel.name}, captured into a CUDA graph, runs untraced "
+            graphs.warn_once(("untraced", kernel.name, device, gate, why), f"{kernel.name}, captured into a CUDA graph, runs untraced "
                              f"there: {why}")
             return None
         try:

@@ -37,8 +37,9 @@ def kernel_name(obj) -> str | None:
     meta = getattr(obj, "inductor_meta", None)
     if isinstance(meta, dict) and isinstance(meta.get("kernel_name"), str) and meta["kernel_name"]:
         return meta["kernel_name"]
-    fn = getattr(obj, "fn", obj)  # (a CachingAutotuner without the name in its meta: its Triton function's)
+    # (the Triton function, or the one a CachingAutotuner without the name in its meta wraps)
+    fn = obj if hasattr(obj, "arg_names") else getattr(obj, "fn", None)
     name = getattr(fn, "__name__", None)
-    if isinstance(name, str) and name.startswith("triton_") and hasattr(fn, "arg_names"):
+    if hasattr(fn, "arg_names") and isinstance(name, str) and name.startswith("triton_"):
         return name
     return None

@@ -173,7 +173,9 @@ def take(ring, shape: RingShape, done: int, taken: int) -> Taken:
 def with_header(buffers: np.ndarray, header: schema.Header) -> np.ndarray:
     """Dense launch buffers (rows) with ``header`` written over their first bytes (the device
     never writes a header: the host does, as for any launch)."""
-    out = np.array(buffers, np.uint8, copy=True).reshape(len(buffers), -1)
+    out = np.array(buffers, np.uint8, copy=True)
+    if out.ndim != 2:
+        out = out.reshape(len(buffers), -1) if len(buffers) else np.zeros((0, schema.HEADER_BYTES), np.uint8)
     out[:, : schema.HEADER_BYTES] = np.frombuffer(header.to_bytes(), np.uint8)
     return out
 
@@ -189,9 +191,9 @@ def dense_from_ring_layout(buffer, header: schema.Header, slots: int) -> np.ndar
 def first_ticks(dense: np.ndarray, n_programs: int, capacity: int) -> np.ndarray:
     """Per dense buffer (rows of one launch's shape), the earliest start of its events (raw
     ticks); -1 for a buffer with none. Orders replays of different captured launches."""
-    dense = np.asarray(dense, np.uint8).reshape(len(dense), -1)
     if not len(dense):
         return np.zeros(0, np.int64)
+    dense = np.asarray(dense, np.uint8).reshape(len(dense), -1)
     rec = np.ascontiguousarray(dense[:, schema.HEADER_BYTES : schema.dropped_offset(n_programs, capacity)])
     rec = rec.view(schema.RECORD_DTYPE).reshape(len(dense), -1)
     kind = rec["tag"] & 0xF
