@@ -174,13 +174,17 @@ class TileExchange:
 
 
 def record(out: Path, replays: int = 200, drain_every: int = 100, faults: Faults = Faults(), graph_ring: int = 256,
-           chunks: int = 4, tiles: int = 8) -> dict:
+           chunks: int = 4, tiles: int = 8, heap=None) -> dict:
     """Warm up, capture one step into a CUDA graph, replay it; returns what happened on this rank
-    (and, on rank 0, writes the gathered capture to ``out/replays.ktrace``)."""
+    (and, on rank 0, writes the gathered capture to ``out/replays.ktrace``). Collective.
+
+    Args:
+        heap: the symmetric heap to use (default: the shared harness's, ``H.heap``).
+    """
     import torch
 
     dist = H.setup()
-    heap = H.heap(1 << 22)
+    heap = heap if heap is not None else H.heap(1 << 22)
     plan = TileExchange(heap, chunks=chunks, tiles=tiles)
     ref = plan.reference().to(dist.device)
     with ktrace.capture():  # the warm-up (round 1), traced: the traced binaries are loaded before the graph capture

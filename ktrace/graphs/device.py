@@ -34,8 +34,9 @@ def replay_commit(stage, ring, mirror, key, n_words, zero_from, keys_at, slots_a
             records are read up to the heads only).
 
     Each program reads and advances only its own count: no program races another, no atomic.
-    Cost: a read of the stage, two writes (the slot and the zeros), two int64 reads and writes
-    per program, the stamp and the mirror. One thread's store of the stamp is not ordered with
+    Cost: a read of the stage and a write of the slot (the whole buffer: the host reads a slot
+    as the dense buffer it is, zeros included), zeros over the words the replay wrote, two int64
+    reads and writes per program, the stamp and the mirror. One thread's store of the stamp is not ordered with
     the other programs' copies: the host reads it once the kernel has ended.
     """
     pid = tl.program_id(0)
@@ -48,7 +49,7 @@ def replay_commit(stage, ring, mirror, key, n_words, zero_from, keys_at, slots_a
     m = offs < n_words
     v = tl.load(stage + offs, mask=m, other=0)
     tl.store(dst + offs, v, mask=m)
-    tl.store(stage + offs, tl.zeros_like(v), mask=m & (offs >= zero_from))
+    tl.store(stage + offs, tl.zeros_like(v), mask=m & (offs >= zero_from) & (v != 0))  # (zero where it is not)
     tl.store(ring + keys_at + G + pid, e + 1)
     tl.store(ring + keys_at + pid, key)
     if pid == 0:
