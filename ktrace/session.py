@@ -62,14 +62,17 @@ _PHASE_WORDS = {"before": "opening", "after": "closing"}
 _state = threading.local()
 _env_session: "Session | None" = None
 _env_lock = threading.Lock()
-#: Sessions open in this process (any thread) and whether any is: what ``torch.compile`` decides a
-#: traced launch by (a global it reads is guarded, so a change recompiles the caller).
-_open_sessions = 0
-_TRACING = False
 
 
 def _env_on() -> bool:
     return os.environ.get("KTRACE", "").strip().lower() not in ("", "0", "false", "off", "no")
+
+
+#: Sessions open in this process (any thread), and whether tracing is on anywhere (one is open, or
+#: ``KTRACE`` is set): what ``torch.compile`` decides a traced launch by (a global it reads is
+#: guarded, so a change recompiles the caller).
+_open_sessions = 0
+_TRACING = _env_on()
 
 
 def _stack() -> list:
@@ -103,7 +106,7 @@ def _get_env_session() -> "Session":
 def _count_open(step: int) -> None:
     global _open_sessions, _TRACING
     _open_sessions = max(0, _open_sessions + step)
-    _TRACING = _open_sessions > 0
+    _TRACING = _open_sessions > 0 or _env_on()
 
 
 def _save_env_session() -> None:

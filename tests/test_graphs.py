@@ -482,6 +482,7 @@ def test_capture_opened_or_left_inside_a_graph_capture_waits_for_nothing(monkeyp
         def __getattr__(self, n):
             raise AssertionError(f"the heap was used inside the graph capture: {n}")
 
+    monkeypatch.delenv("KTRACE", raising=False)
     monkeypatch.setattr(kcap, "_graph_capture_underway", lambda: True)
     s = kcap.Session(rank=0, world_size=1)
     s.heap = Heap()
@@ -595,6 +596,8 @@ def test_torch_compile_compiles_the_plain_kernel_and_breaks_the_graph_only_while
             return PL()
 
     monkeypatch.setattr(kcap, "_device_of", lambda a, k: 0)
+    monkeypatch.delenv("KTRACE", raising=False)
+    kcap._count_open(0)
     graphs = []
 
     def backend(gm, example_inputs):
@@ -654,3 +657,16 @@ def test_inductor_kernel_names():
     assert kernel_name(auto) == "triton_poi_fused_add_renamed_0"
     assert kernel_name(triton_poi_fused_add_0) == "triton_poi_fused_add_0"
     assert kernel_name(pk.copy_kernel.jit_fn) is None and kernel_name(pk.copy_kernel) is None and kernel_name(object()) is None
+
+
+def test_tracing_is_on_for_torch_compile_when_ktrace_is_set(monkeypatch):
+    """``KTRACE=1`` traces every launch of the process: torch.compile then leaves traced launches
+    out of its graphs from the start, before the environment's capture is made."""
+    from ktrace import session as kcap
+
+    monkeypatch.setenv("KTRACE", "1")
+    kcap._count_open(0)
+    assert kcap._TRACING
+    monkeypatch.setenv("KTRACE", "0")
+    kcap._count_open(0)
+    assert not kcap._TRACING

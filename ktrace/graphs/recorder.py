@@ -40,6 +40,8 @@ log = logging.getLogger("ktrace")
 
 #: Bytes of each stage arena (zeroed device memory for captured launches' stages), per device.
 ARENA_BYTES = 8 << 20
+#: Most bytes of one captured launch's replay ring: a launch of a large buffer keeps fewer replays.
+RING_BYTES = 256 << 20
 _ALIGN_WORDS = gring.ALIGN_WORDS
 
 _lock = threading.Lock()
@@ -95,7 +97,9 @@ def prepare(device: int) -> None:
 
 def _load_commit(device: int) -> None:
     """Run the commit kernel once on scratch memory: compiled and loaded before any capture
-    (every argument that varies is unspecialised, so a captured launch reuses this binary)."""
+    (every argument that varies is unspecialised and every pointer 16-byte aligned, so a captured
+    launch reuses this binary). Queued on the current stream; nothing waits for it (this runs
+    inside the user's first traced launch: a synchronisation could wait for anything queued)."""
     import torch
 
     from .device import COMMIT_BLOCK, replay_commit
@@ -106,10 +110,6 @@ def _load_commit(device: int) -> None:
     key = _new_key()
     replay_commit[(1,)](stage, ring, ring[shape.mirror_at:], key, 8, 0, shape.keys_at, shape.slots_at, shape.slot_words,
                         shape.ring_slots, BLOCK=COMMIT_BLOCK)
-    torch.cuda.synchronize(device)
-    done, _ = gring.replays_done(ring.cpu().numpy(), shape, key)
-    if done != 1:
-        raise RuntimeError(f"ktrace: the replay commit kernel counted {done} replays on device {device} instead of 1")
 
 
 def _new_key() -> int:
@@ -211,6 +211,11 @@ class GraphLaunch:
                           "ktrace.graphs.recorder.ARENA_BYTES")
         n_words = -(-nbytes // 8)
         programs = -(-n_words // COMMIT_BLOCK)
+        fit = max(1, RING_BYTES // (gring.slot_words(nbytes) * 8))
+        if fit < ring_slots:
+            warn_once(("ring", kernel, nbytes), f"{kernel}'s buffer is {nbytes / 2**20:.1f} MiB: its replay ring keeps {fit} "
+                      f"replays, not {ring_slots} (ktrace.graphs.recorder.RING_BYTES); drain_replays at least that often")
+            ring_slots = fit
         shape = gring.RingShape(ring_slots=ring_slots, programs=programs, nbytes=nbytes)
         with torch.cuda.stream(prep.stream):
             ring = torch.empty(shape.words, dtype=torch.int64, device=f"cuda:{device}")
