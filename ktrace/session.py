@@ -980,12 +980,13 @@ class TracedKernel:
 
     def _launch(self, grid, *args, **kwargs):
         if _compiling():
-            # torch.compile (Dynamo) traces this call: with no capture open anywhere the kernel is
-            # compiled into the caller's graph as the plain kernel; with one open it is left out
-            # (a graph break) and runs here at every call, traced (the global read is guarded:
+            # torch.compile (Dynamo) traces this call: with no capture open anywhere the kernel as
+            # written (not the copy prepared for deferred records: the same binary when off) is
+            # compiled into the caller's graph, as without the decorator; with one open it is left
+            # out (a graph break) and runs here at every call, traced (the global read is guarded:
             # opening or closing a capture recompiles the caller)
             if not _TRACING:
-                return self.jit_fn[grid](*args, **kwargs)
+                return getattr(self.jit_fn, "ktrace_original", self.jit_fn)[grid](*args, **kwargs)
             return _outside_compiled_graph()(self, grid, args, kwargs)
         return self._launch_now(grid, args, kwargs)
 

@@ -572,16 +572,21 @@ def test_torch_compile_compiles_the_plain_kernel_and_breaks_the_graph_only_while
     from tests import probe_kernels as pk
 
     class Plain:
+        """Stands in for a JIT function (its launch: torch ops the CPU runs)."""
+
+        def __init__(self, scale, original=None):
+            self.scale = scale
+            if original is not None:
+                self.ktrace_original = original
+
         def __getitem__(self, grid):
             def run(x, y, n, BLOCK, ktrace_buf=None, KTRACE=0):
-                y.add_(x)
+                y.add_(x * self.scale)
             return run
 
-        def __getattr__(self, n):
-            return getattr(pk.copy_kernel.jit_fn, n)
-
     tk = ktrace.trace(events_per_program=4)(pk.copy_kernel.jit_fn)
-    tk.__dict__["jit_fn"] = Plain()
+    written = Plain(1)  # the kernel as written: what torch.compile gets with tracing off
+    tk.__dict__["jit_fn"] = Plain(10, original=written)  # the copy prepared for deferred records: traced launches
     asked = []
 
     class S:
@@ -617,12 +622,12 @@ def test_torch_compile_compiles_the_plain_kernel_and_breaks_the_graph_only_while
     kcap._count_open(+1)
     try:
         for i in range(3):
-            assert f(x, y).tolist() == [5.0 + 2 * i] * 4
+            assert f(x, y).tolist() == [23.0 + 20 * i] * 4  # (y += 20: the traced launch, at every call)
         assert asked == [(1, 1, 1)] * 3 and sum(counters["graph_break"].values()) >= 1
     finally:
         kcap._count_open(-1)
     n = len(graphs)
-    assert f(x, y).tolist() == [11.0] * 4 and asked == [(1, 1, 1)] * 3 and len(graphs) == n + 1
+    assert f(x, y).tolist() == [65.0] * 4 and asked == [(1, 1, 1)] * 3 and len(graphs) == n + 1
     torch._dynamo.reset()
 
 
