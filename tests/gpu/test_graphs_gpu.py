@@ -139,7 +139,8 @@ def _nodes(g, tmp_path, name) -> tuple[int, str]:
     path = tmp_path / f"{name}.dot"
     g.debug_dump(str(path))
     dot = path.read_text()
-    return len(re.findall(r'"graph_\d+_node_\d+"\s*\[', dot)), dot
+    # node statements ("graph_1_node_0"[style=... at a line's start), not edges ("a" -> "b" [headlabel=0])
+    return len(re.findall(r'^"graph_\d+_node_\d+"\[', dot, re.M)), dot
 
 
 def _graph(fn, debug=True):
