@@ -30,7 +30,9 @@ import dataclasses
 import functools
 import inspect
 import logging
+import math
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -66,6 +68,13 @@ def _env_on() -> bool:
     return os.environ.get("KTRACE", "").strip().lower() not in ("", "0", "false", "off", "no")
 
 
+#: Sessions open in this process (any thread), and whether tracing is on anywhere (one is open, or
+#: ``KTRACE`` is set): what ``torch.compile`` decides a traced launch by (a global it reads is
+#: guarded, so a change recompiles the caller).
+_open_sessions = 0
+_TRACING = _env_on()
+
+
 def _stack() -> list:
     st = getattr(_state, "stack", None)
     if st is None:
@@ -89,8 +98,15 @@ def _get_env_session() -> "Session":
         if _env_session is None:
             _env_session = Session()
             _env_session._open()
+            _count_open(+1)
             atexit.register(_save_env_session)
         return _env_session
+
+
+def _count_open(step: int) -> None:
+    global _open_sessions, _TRACING
+    _open_sessions = max(0, _open_sessions + step)
+    _TRACING = _open_sessions > 0 or _env_on()
 
 
 def _save_env_session() -> None:
@@ -131,6 +147,18 @@ class PendingLaunch:
     gate: int = 0  # the KTRACE value of a ring-mode launch (ktrace.flight); 0: `capacity`
     #: what the capture's launch record keeps besides (``{"addresses": "raw"}``: ``ktrace.auto``)
     meta: dict = field(default_factory=dict)
+    #: a replay of a launch captured into a CUDA graph (``ktrace.graphs``): ``{"capture": n, "replay": r}``
+    graph: dict | None = None
+
+
+@dataclass
+class _GraphPending:
+    """What a launch captured into a CUDA graph gets: the stage, the gate, and the commit to
+    capture after the kernel (``ktrace.graphs.recorder.GraphLaunch``)."""
+
+    buffer: Any
+    gate: int
+    after: Callable[[], None]
 
 
 @dataclass
@@ -169,6 +197,9 @@ class Session:
             ``module.qualname``; several separated by commas) or a
             ``ktrace.auto.config.AutoConfig``. Without a ``heap``, a capture over several ranks
             (torch.distributed initialised) makes a small one of its own to calibrate the clocks.
+        graph_ring: replays of each traced launch captured into a CUDA graph that the device
+            keeps until the host takes them (:meth:`drain_replays`, or when the capture closes);
+            older ones are overwritten and counted (``ktrace.graphs``, docs/graphs.md).
         profiler: a ``torch.profiler.profile`` recording the same run. Each traced launch is then
             wrapped in a profiler range named ``ktrace <kernel> #<launch index>`` (so the launch's
             CUPTI kernel record is found by its correlation id, not only by order), and
@@ -201,6 +232,8 @@ class Session:
     auto: Any = None
     _auto: Any = field(default=None, repr=False)
     _own_heap: bool = field(default=False, repr=False)
+    graph_ring: int = 256
+    _graphs: list = field(default_factory=list, repr=False)  # ktrace.graphs.recorder.GraphLaunch, in capture order
     _calib: dict = field(default_factory=dict, repr=False)
     _notes: list = field(default_factory=list, repr=False)
     _timeouts: dict | None = field(default=None, repr=False)
@@ -215,6 +248,8 @@ class Session:
             raise ValueError(f"events_per_program must be positive, got {self.events_per_program}")
         if not self.peer_timeout_s > 0:
             raise ValueError(f"peer_timeout_s must be positive, got {self.peer_timeout_s}")
+        if isinstance(self.graph_ring, bool) or not isinstance(self.graph_ring, int) or self.graph_ring < 1:
+            raise ValueError(f"graph_ring must be a positive int, got {self.graph_ring!r}")
         if self.rank is None or self.world_size is None:
             r, w = _dist_rank_world()
             self.rank = r if self.rank is None else self.rank
@@ -251,20 +286,32 @@ class Session:
             self._start_auto()
             self._calibration_heap()
         if self.heap is not None:
-            count, described = self.heap.timeouts()  # (earlier ones: not this capture's)
-            self._timeouts_base = (count, len(described))
-            self._calibrate("before")
+            if _graph_capture_underway():  # (the calibration's kernels would be captured into the user's graph)
+                self._note("the capture was opened while a CUDA graph was being captured: the ranks' clocks were not "
+                           "calibrated when it opened")
+            else:
+                count, described = self.heap.timeouts()  # (earlier ones: not this capture's)
+                self._timeouts_base = (count, len(described))
+                self._calibrate("before")
         _stack().append(self)
+        _count_open(+1)
         return self
 
     def __exit__(self, exc_type, exc, tb):
         st = _stack()
         if st and st[-1] is self:
             st.pop()
+            _count_open(-1)
         if self._auto is not None and not any(getattr(x, "_auto", None) is not None for x in st):
             from .auto import hooks
 
             hooks.set_dispatch(_auto_dispatch if _env_session is not None and _env_session._auto is not None else None)
+        if exc_type is None and _graph_capture_underway():
+            # nothing that waits for the device may run inside the user's graph capture: the
+            # capture is closed (and calibrated) by the first of to_capture/save/gather after it
+            self._note("the capture was left while a CUDA graph was being captured: no closing clock calibration; "
+                       "its buffers were read when it was saved")
+            return False
         if exc_type is not None:
             self._leave()
             return False
@@ -405,6 +452,11 @@ class Session:
         # a program of several lanes is that many virtual programs (``ktrace.schema``'s Lanes)
         grid = schema.virtual_grid(grid, max(1, len(lanes)))
         n_prog = grid[0] * grid[1] * grid[2]
+        from .graphs import recorder as graphs
+
+        if graphs.capturing(device):
+            return self._graph_launch(kernel, grid, capacity, device, lanes, meta)
+        graphs.prepare(device)  # (what a later graph capture will need, made while none is underway)
         if self._flight is not None:
             return self._ring_launch(kernel, grid, n_prog, device, meta)
         words = (schema.buffer_bytes(n_prog, capacity) + 7) // 8
@@ -459,19 +511,125 @@ class Session:
         self.kernels.setdefault(kernel.name, kernel)
         return pl
 
+    def _graph_launch(self, kernel: "TracedKernel", grid: tuple[int, int, int], capacity: int, device: int, lanes: tuple,
+                      meta: dict | None = None):
+        """A launch captured into a CUDA graph: a stage and a replay ring (``ktrace.graphs``), or
+        None (the launch then runs untraced in the graph) when it cannot be traced there without
+        risking the user's capture. Never raises."""
+        from .graphs import recorder as graphs
+
+        gate = schema.ring_gate(self._flight.config.slots) if self._flight is not None else capacity
+        warm = getattr(kernel, "warm", None)
+        why = graphs.refusal(device) or (None if warm is None or (device, gate) in warm else
+                                         "it was not launched traced before the graph capture (its traced binary would be "
+                                         "loaded inside the capture): launch it once inside `ktrace.capture()` first (the "
+                                         "warm-up), with the same events per program")
+        if why:
+            graphs.warn_once(("untraced", kernel.name, device, gate, why), f"{kernel.name}, captured into a CUDA graph, runs untraced "
+                             f"there: {why}")
+            return None
+        try:
+            gl = graphs.GraphLaunch.create(len(self._graphs), kernel.name, grid, capacity, device, lanes, self.graph_ring,
+                                           flight=self._flight)
+        except Exception as e:  # (the user's capture must go on: the launch runs untraced in it)
+            self._note(f"a launch of {kernel.name} captured into a CUDA graph runs untraced: {e}")
+            return None
+        gl.launch_meta = dict(meta or {})  # (what each of its replays' launch records keeps besides)
+        self._graphs.append(gl)
+        self.kernels.setdefault(kernel.name, kernel)
+        return _GraphPending(buffer=gl.stage, gate=gl.gate, after=gl.commit)
+
+    def drain_replays(self) -> int:
+        """Make the replays recorded so far of this capture's launches captured into CUDA graphs
+        into launches, and free their ring slots for later replays.
+
+        The ring of each such launch is copied to the host on the current stream, after the work
+        queued there: call it on the stream the graphs are replayed on (the current one, unless
+        you chose another), e.g. every few hundred replays, so that the ring (``graph_ring``
+        replays) never overwrites one not taken yet. Replays overwritten before they were taken
+        are counted (:meth:`graph_summaries`, and the capture's notes).
+
+        Returns:
+            The replays made into launches by this call.
+        """
+        if self.closed:
+            raise RuntimeError("this ktrace capture is closed")
+        if _graph_capture_underway():
+            raise RuntimeError("drain_replays waits for the device: call it after the CUDA graph capture has ended")
+        return self._take_replays()
+
+    def graph_summaries(self) -> list[dict]:
+        """Per launch captured into a CUDA graph (in capture order): its kernel, grid, replays
+        counted on the device so far (as of the last drain or close), those recorded as launches,
+        those overwritten in the ring before they were taken, and the ring's size."""
+        return [gl.summary() for gl in self._graphs]
+
+    def _take_replays(self) -> int:
+        """The replays the rings hold that were not taken yet, as launches numbered after the
+        launches so far, in the order their first events ran on the device (``ktrace.graphs.ring``)."""
+        if not self._graphs:
+            return 0
+        from .graphs import ring as gring
+
+        got = []
+        for gl in self._graphs:
+            taken = gl.take(gl.read())
+            dense = gl.dense(taken, _dense_header(gl.device, gl.capacity, gl.grid, gl.lanes))
+            cap = int(schema.unpack_header(dense[0])["capacity"]) if len(dense) else gl.capacity
+            got.append((gl, taken.replays, dense, cap, gring.first_ticks(dense, math.prod(gl.grid), cap)))
+        which, pos = gring.replay_order([g[4] for g in got])
+        room = len(which) if self.max_launches is None else max(0, min(len(which), self.max_launches - len(self.launches)))
+        for k in range(len(which)):  # (one per launch made: no per-event work)
+            gl, replays, dense, cap, _ = got[which[k]]
+            if k >= room:
+                gl.not_kept += 1
+                continue
+            j = int(pos[k])
+            self.launches.append(PendingLaunch(index=len(self.launches), kernel=gl.kernel, grid=gl.grid, capacity=cap,
+                                               device=gl.device, host_ns=0, buffer=None, stream=gl.stream, raw=dense[j],
+                                               lanes=gl.lanes, graph={"capture": gl.number, "replay": int(replays[j])},
+                                               meta=dict(getattr(gl, "launch_meta", {}))))
+            gl.kept += 1
+        if room < len(which) and not self._warned_full:
+            log.warning("[rank %s] ktrace: capture holds max_launches=%d; %d replay(s) not kept", self.rank, self.max_launches,
+                        len(which) - room)
+            self._warned_full = True
+        return room
+
+    def _note_graphs(self) -> None:
+        """One note per launch captured into a CUDA graph: what became of its replays."""
+        for gl in self._graphs:
+            s = gl.summary()
+            lost = s["overwritten"] + s["torn"]
+            text = (f"{s['kernel']} captured into a CUDA graph (capture {s['capture']}): {s['replays']} replay(s), "
+                    f"{s['recorded']} recorded as launches")
+            if lost:
+                text += (f", {lost} overwritten in its ring of {s['ring_slots']} before they were taken (drain_replays more "
+                         "often, or raise graph_ring)")
+            if s["not_kept"]:
+                text += f", {s['not_kept']} not kept (max_launches)"
+            self._notes.append(text)
+            (log.warning if lost or s["not_kept"] else log.info)("[rank %s] ktrace: %s", self.rank, text)
+
     def close(self) -> None:
-        """Wait for the device, then copy each arena to the host once and release it."""
+        """Wait for the device, then copy each arena to the host once and release it; the replays
+        of launches captured into CUDA graphs become launches."""
         if self.closed:
             return
+        if _graph_capture_underway():
+            raise RuntimeError("a ktrace capture cannot be closed while a CUDA graph is being captured (closing waits for "
+                               "the device): save it after the graph capture has ended")
         self.closed = True
         if self._flight is not None:
             self._flight.stop()
-        if not self.launches:
+        if not self.launches and not self._graphs:
             return
         import torch
 
-        for dev in sorted({pl.device for pl in self.launches}):
+        for dev in sorted({pl.device for pl in self.launches} | {gl.device for gl in self._graphs}):
             torch.cuda.synchronize(dev)
+        self._take_replays()
+        self._note_graphs()
         for pl in self.launches:
             if pl.raw is None and pl.gate:  # ring mode: unrolled (or streamed) into the dense layout
                 pl.raw, pl.buffer = self._flight.final_raw(pl), None
@@ -487,15 +645,7 @@ class Session:
                 n_prog = pl.grid[0] * pl.grid[1] * pl.grid[2]
                 start = pl.offset * 8
                 raw = host[(pl.device, pl.arena)][start : start + schema.buffer_bytes(n_prog, pl.capacity)].copy()
-                info = device_info(pl.device)
-                hdr = schema.Header(
-                    timer=schema.TimerKind[info["timer"]],
-                    tick_hz=info["tick_hz"],
-                    capacity=pl.capacity,
-                    n_programs=n_prog,
-                    grid=pl.grid,
-                    lanes=max(1, len(pl.lanes)),
-                )
+                hdr = _dense_header(pl.device, pl.capacity, pl.grid, pl.lanes)
                 raw[: schema.HEADER_BYTES] = np.frombuffer(hdr.to_bytes(), np.uint8)
                 pl.raw = raw
                 pl.buffer = None
@@ -543,7 +693,8 @@ class Session:
                     host_ns=pl.host_ns,
                     stream=pl.stream,
                     meta={"device": pl.device, **({"lanes": list(pl.lanes)} if pl.lanes else {}),
-                          **({"ring_slots": pl.gate - schema.RING_GATE} if pl.gate else {}), **pl.meta},
+                          **({"ring_slots": pl.gate - schema.RING_GATE} if pl.gate else {}),
+                          **({"graph": dict(pl.graph)} if pl.graph else {}), **pl.meta},
                 )
                 for pl in self.launches
             ],
@@ -638,6 +789,21 @@ class Session:
             with open(tmp, "rb") as src, gzip.open(out, "wb") as dst:
                 dst.write(src.read())
         return out.name
+
+
+def _dense_header(device: int, capacity: int, grid: tuple, lanes: tuple) -> schema.Header:
+    """The header the host writes over a dense launch buffer of ``device`` (the device never writes it)."""
+    info = device_info(device)
+    return schema.Header(timer=schema.TimerKind[info["timer"]], tick_hz=info["tick_hz"], capacity=capacity,
+                         n_programs=math.prod(grid), grid=tuple(grid), lanes=max(1, len(lanes)))
+
+
+def _graph_capture_underway() -> bool:
+    """Whether the current CUDA stream is being captured into a graph (False without torch or CUDA)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return False
+    return bool(torch.cuda.is_current_stream_capturing())
 
 
 def capture(**kwargs) -> Session:
@@ -883,6 +1049,9 @@ class TracedKernel:
         self.jit_fn = _deferring_kernel(jit_fn)
         self.events_per_program = events_per_program
         self.name = name or jit_fn.__name__
+        #: (device, KTRACE) of the traced launches made outside any CUDA graph capture in this
+        #: process: their binary is loaded, so a capture may launch it (``Session._graph_launch``)
+        self.warm: set = set()
         self._sig = inspect.signature(jit_fn.fn)
         functools.update_wrapper(self, jit_fn.fn)
         regions.scan_kernel(jit_fn)
@@ -920,6 +1089,18 @@ class TracedKernel:
         return self.jit_fn[grid](*args, **kwargs)
 
     def _launch(self, grid, *args, **kwargs):
+        if _compiling():
+            # torch.compile (Dynamo) traces this call: with no capture open anywhere the kernel as
+            # written (not the copy prepared for deferred records: the same binary when off) is
+            # compiled into the caller's graph, as without the decorator; with one open it is left
+            # out (a graph break) and runs here at every call, traced (the global read is guarded:
+            # opening or closing a capture recompiles the caller)
+            if not _TRACING:
+                return getattr(self.jit_fn, "ktrace_original", self.jit_fn)[grid](*args, **kwargs)
+            return _outside_compiled_graph()(self, grid, args, kwargs)
+        return self._launch_now(grid, args, kwargs)
+
+    def _launch_now(self, grid, args, kwargs):
         session = active_session()
         if session is None or "KTRACE" in kwargs:
             return self._untraced(grid, args, kwargs)
@@ -940,15 +1121,41 @@ class TracedKernel:
         pl = session._new_launch(self, g, cap, device, **extra) if g[0] * g[1] * g[2] > 0 else None
         if pl is None:
             return self._untraced(grid, args, kwargs)
-        kwargs = dict(kwargs, ktrace_buf=pl.buffer, KTRACE=getattr(pl, "gate", 0) or cap, **self._extra_kwargs(session))
+        gate = getattr(pl, "gate", 0) or cap
+        kwargs = dict(kwargs, ktrace_buf=pl.buffer, KTRACE=gate, **self._extra_kwargs(session))
         if self.lanes:
             kwargs["KTRACE_LANES"] = len(self.lanes)
+        after = getattr(pl, "after", None)  # a launch captured into a CUDA graph: its commit follows it
         if getattr(session, "profiler", None) is not None:  # a named range around the launch: its CUPTI record by correlation
             import torch
 
-            with torch.profiler.record_function(f"{PROFILE_RANGE_PREFIX}{self.name} #{pl.index}"):
-                return self.jit_fn[grid](*args, **kwargs)
-        return self.jit_fn[grid](*args, **kwargs)
+            label = f"graph capture {len(session._graphs) - 1}" if after is not None else f"#{pl.index}"
+            with torch.profiler.record_function(f"{PROFILE_RANGE_PREFIX}{self.name} {label}"):
+                out = self.jit_fn[grid](*args, **kwargs)
+        else:
+            out = self.jit_fn[grid](*args, **kwargs)
+        if after is not None:
+            after()
+        else:
+            self.warm.add((device, gate))
+        return out
+
+
+def _compiling() -> bool:
+    """Whether torch.compile is tracing the caller (False when torch is not imported)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.compiler.is_compiling()
+
+
+_OUTSIDE: list = []
+
+
+def _outside_compiled_graph():
+    """:meth:`TracedKernel._launch_now` behind ``torch.compiler.disable``: called from code
+    torch.compile traces, it runs at every call instead of being compiled (made on first use)."""
+    if not _OUTSIDE:
+        _OUTSIDE.append(sys.modules["torch"].compiler.disable(lambda tk, grid, args, kwargs: tk._launch_now(grid, args, kwargs)))
+    return _OUTSIDE[0]
 
 
 def _torch():
@@ -1038,6 +1245,7 @@ class AutoTraced(TracedKernel):
         self.events_per_program = config.events_per_program
         self.name = prepared.original.__name__
         self.lanes = ()
+        self.warm = set()  # (as TracedKernel's: traced launches made outside a CUDA graph capture)
         self._sig = inspect.signature(prepared.jit.fn)
         self.region_sources = prepared.source_lines()
         self.broken = False

@@ -269,3 +269,52 @@ def test_deferred_probes_compile_away_when_off(target):
                              if ln.strip() and not ln.strip().startswith((".loc", ".file", "//", ";"))]
         assert strip(a) == strip(b)
         assert not PLACE[target.backend].search(a)  # (a bounded wait reads the timer, traced or not)
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA graph replays (``ktrace.graphs``): the commit kernel, and a kernel replayable in a graph
+# ---------------------------------------------------------------------------------------------
+
+_COMMIT_SIG = {"stage": "*i64", "ring": "*i64", "mirror": "*i64", "key": "i64", "n_words": "i32", "zero_from": "i32",
+               "keys_at": "i32", "slots_at": "i32", "slot_words": "i32", "ring_slots": "i32"}
+
+
+@pytest.mark.parametrize("target", [CUDA_SM90, HIP_GFX942], ids=["sm_90", "gfx942"])
+def test_commit_kernel_compiles_without_atomics_or_timer(target):
+    """The commit kernel captured after a traced launch: plain loads and stores (each program
+    advances its own replay count: no atomic), no timer read, and the ring slot's offset computed
+    in 64 bits (a ring of many large slots passes 2**31 words)."""
+    from ktrace.graphs.device import COMMIT_BLOCK, replay_commit
+
+    asm = compile_asm(replay_commit, _COMMIT_SIG, {"BLOCK": COMMIT_BLOCK}, target)
+    be = target.backend
+    assert not TIMER[be].search(asm) and not PLACE[be].search(asm)
+    if be == "cuda":
+        assert not re.search(r"\b(atom|red)\.", asm)
+        assert re.search(r"\brem\.s64\b", asm) and re.search(r"\bmul\.lo\.s64\b", asm)
+    else:
+        assert not re.search(r"\b(global|buffer|flat)_atomic", asm)
+    assert _stores(asm, be) >= 5  # the slot, the zeros, the count, the key, the stamp, the mirror
+
+
+def test_probes_of_a_graph_replayable_kernel_compile_away_when_off():
+    """examples/08's tile all-to-all (its round read from device memory, for CUDA graphs): the
+    traced binary records, the untraced one has no record store and no SM read (its waits read the
+    timer for their bound, traced or not)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "08_cuda_graph_replays.py"
+    spec = importlib.util.spec_from_file_location("ktrace_example_08", path)
+    ex = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = ex
+    spec.loader.exec_module(ex)
+    sig = {"src": "*fp32", "out": "*fp32", "recv": "*fp32", "flags": "*i32", "epoch_ptr": "*i32", "rank": "i32",
+           "heap_bases": "*i64", **{k: "i32" for k in ex.RUNTIME_INTS if k != "rank"}, "ktrace_buf": "*i64"}
+    consts = {"WORLD": 2, "CHUNKS": 4, "BLOCK": 256, "TIMEOUT_NS": 10**9}
+    for target in (CUDA_SM90, HIP_GFX942):
+        off = compile_asm(ex.tile_exchange, sig, {**consts, "KTRACE": 0}, target)
+        on = compile_asm(ex.tile_exchange, sig, {**consts, "KTRACE": 58}, target)
+        assert not PLACE[target.backend].search(off) and PLACE[target.backend].search(on)
+        assert _stores(on, target.backend) > _stores(off, target.backend)

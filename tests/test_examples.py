@@ -31,7 +31,7 @@ def test_examples_are_numbered_and_documented():
     names = sorted(p.name for p in EXAMPLES.glob("[0-9][0-9]_*.py"))
     assert names == ["01_trace_a_single_gpu_kernel.py", "02_all_to_all_stalls.py", "03_gemm_all_scatter_schedules.py",
                      "04_find_a_deadlock.py", "05_before_after_diff.py",
-                     "06_rank_captures_with_duckdb.py", "07_trace_a_gluon_kernel.py"]
+                     "06_rank_captures_with_duckdb.py", "07_trace_a_gluon_kernel.py", "08_cuda_graph_replays.py"]
     for n in names:
         src = (EXAMPLES / n).read_text()
         assert src.startswith('"""' + n[:2] + " - "), n
@@ -89,6 +89,7 @@ def test_05_wants_two_files_or_none(tmp_path):
     ("04_find_a_deadlock.py", ("--nproc", "2")),
     ("05_before_after_diff.py", ("--nproc", "2")),
     ("07_trace_a_gluon_kernel.py", ()),
+    ("08_cuda_graph_replays.py", ()),
 ])
 def test_gpu_paths_refuse_cleanly_without_a_gpu(tmp_path, name, args):
     torch = pytest.importorskip("torch")

@@ -22,8 +22,8 @@ FLOORS: list[tuple[str, ...]] = [
     ("ktrace", "ktrace._lazy", "ktrace._memory", "ktrace.fileio", "ktrace.schema", "ktrace.text"),  # layouts, names, words, safe files
     ("ktrace.device", "ktrace.dist_env", "ktrace.keys"),  # device and rank facts; sorting and grouping machinery
     ("ktrace.regions", "ktrace.decode", "ktrace.pairing", "ktrace.flight.ring", "ktrace.flight.stream",
-     "ktrace.auto.transform", "ktrace.auto.declarations", "ktrace.auto.known", "ktrace.auto.addresses",
-     "ktrace.auto.config"),  # region names, raw buffer -> columns, notify -> wait; ring buffers -> dense; a kernel's source with probes, sync declarations, addresses -> locations
+     "ktrace.graphs.ring", "ktrace.graphs.inductor", "ktrace.auto.transform", "ktrace.auto.declarations",
+     "ktrace.auto.known", "ktrace.auto.addresses", "ktrace.auto.config"),  # region names, raw buffer -> columns, notify -> wait; ring buffers -> dense; replay rings -> launch buffers; a kernel's source with probes, sync declarations, addresses -> locations
     ("ktrace.language", "ktrace.gluon", "ktrace.testing", "ktrace.testing.compile", "ktrace.auto.probes",
      "ktrace.auto.prepare", "ktrace.auto.hooks"),  # device probes (triton, gluon); kernels prepared without edits, the launch hook
     ("ktrace.captures",),  # capture files, synthetic captures, gathering ranks
@@ -31,7 +31,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("ktrace.events",),  # the one decode: a capture's events as aligned columns
     ("ktrace.shmem", "ktrace.shmem.align"),  # the symmetric heap and its traced device API; the launch barrier
     ("ktrace.clock.calibrate",),  # the ping-pong that measures the clocks (over the heap)
-    ("ktrace.session", "ktrace.flight", "ktrace.auto", "ktrace.auto.boot", "ktrace.auto._site"),  # the decorator, capture sessions; the flight recorder; ktrace record's side in the program
+    ("ktrace.session", "ktrace.flight", "ktrace.graphs", "ktrace.auto", "ktrace.auto.boot", "ktrace.auto._site"),  # the decorator, capture sessions; the flight recorder; CUDA graph replays; ktrace record's side in the program
     ("ktrace.export", "ktrace.analysis"),  # traces for Perfetto; the analyses and the report
     ("viewers",),  # the HTML report, serving traces to the Perfetto UI
     # the command line; the test harnesses of the real consumers (Perfetto's trace processor and UI)

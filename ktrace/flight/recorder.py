@@ -124,6 +124,18 @@ class RingLaunch:
     slots: int
 
 
+@dataclass
+class RingDumped:
+    """What a dump says of a launch captured into a CUDA graph (``ktrace.graphs``)."""
+
+    index: int
+    kernel: str
+    grid: tuple
+    host_ns: int
+    stream: int
+    device: int
+
+
 class Recorder:
     """A session's flight recorder (made by ``ktrace.session.Session`` when asked for one)."""
 
@@ -131,6 +143,9 @@ class Recorder:
         self.session = session
         self.config = config
         self.rings: dict[int, RingLaunch] = {}  # launch index -> its ring
+        #: launches captured into CUDA graphs (``ktrace.graphs``): capture number -> (the ring every
+        #: replay writes, byte offset of the replay count the commit kernel stores)
+        self.graph_rings: dict[int, tuple[RingLaunch, int]] = {}
         self.dumps: list[Path] = []
         self._used = 0
         self._arena = None  # the rings: a pinned (or device) torch tensor (uint8)
@@ -213,16 +228,37 @@ class Recorder:
         return None if r is None else self._arena[r.offset : r.offset + r.nbytes].view(torch.int64)
 
     def _carve(self, launch_index: int, n_programs: int) -> RingLaunch | None:
+        r = self._carve_ring(n_programs)
+        if r is not None:
+            self.rings[launch_index] = r
+        return r
+
+    def _carve_ring(self, n_programs: int, extra: int = 0) -> RingLaunch | None:
+        """A zeroed ring buffer (and ``extra`` zeroed bytes after it, 256-byte aligned)."""
         slots = self.config.slots
         nbytes = schema.ring_buffer_bytes(n_programs, slots)
         start = -(-self._used // _ALIGN) * _ALIGN
-        if start + nbytes > self._host.nbytes:
+        end = start + (-(-nbytes // _ALIGN) * _ALIGN + extra if extra else nbytes)
+        if end > self._host.nbytes:
             return None
-        self._used = start + nbytes
+        self._used = end
         if self._staging is None:
-            self._host[start : start + nbytes] = 0
-        r = self.rings[launch_index] = RingLaunch(start, nbytes, n_programs, slots)
-        return r
+            self._host[start:end] = 0
+        return RingLaunch(start, nbytes, n_programs, slots)
+
+    def new_graph_buffer(self, number: int, n_programs: int):
+        """For launch ``number`` captured into a CUDA graph (``ktrace.graphs``): the ring buffer
+        every replay writes (an int64 view of the arena) and the int64 word where the commit
+        kernel stores the replays completed, or None when the arena is full. A dump shows the
+        replay in progress (the commit kernel resets the heads and NOW slots after each)."""
+        import torch
+
+        r = self._carve_ring(n_programs, extra=8)
+        if r is None:
+            return None
+        at = r.offset + -(-r.nbytes // _ALIGN) * _ALIGN
+        self.graph_rings[number] = (r, at)
+        return self._arena[r.offset : r.offset + r.nbytes].view(torch.int64), self._arena[at : at + 8].view(torch.int64)
 
     # reading ---------------------------------------------------------------------------------
     def refresh(self, timeout_s: float | None = None) -> bool:
@@ -276,10 +312,14 @@ class Recorder:
     def _ring_bytes(self, r: RingLaunch) -> np.ndarray:
         return np.array(self._host[r.offset : r.offset + r.nbytes])  # a copy: the device keeps writing
 
+    def _all_rings(self) -> list[RingLaunch]:
+        return list(self.rings.values()) + [r for r, _ in list(self.graph_rings.values())]
+
     def heads(self) -> np.ndarray:
-        """Every lane's head (records written in all), all launches in order."""
+        """Every lane's head (records written in all), all launches in order (then the rings of
+        launches captured into CUDA graphs)."""
         parts = []
-        for r in list(self.rings.values()):
+        for r in self._all_rings():
             h0 = r.offset + schema.heads_offset(r.n_programs, r.slots)
             parts.append(self._host[h0 : h0 + 4 * r.n_programs].view("<u4").astype(np.int64))
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
@@ -287,7 +327,7 @@ class Recorder:
     def waiting(self) -> int:
         """Lanes in a wait now (their NOW slot filled), all launches."""
         n = 0
-        for r in list(self.rings.values()):
+        for r in self._all_rings():
             n0 = r.offset + schema.now_offset(r.n_programs, r.slots)
             now = self._host[n0 : n0 + r.n_programs * schema.NOW_BYTES].view(schema.NOW_DTYPE)
             n += int(np.count_nonzero(now["since"]))
@@ -374,10 +414,7 @@ class Recorder:
         host_ns = time.time_ns() if fresh or self._staging is None else self._copied_ns
         ticks = self.ticks_at(host_ns)
         launches, used = [], set()
-        for pl in list(s.launches):
-            r = self.rings.get(pl.index)
-            if r is None:
-                continue
+        for pl, r, extra in self._dumped(s):
             rec, heads, now = ring.split_ring(self._ring_bytes(r), r.n_programs, r.slots)
             raw, lost = ring.unroll(rec, heads, self._header(pl, r), now=now, dump_ticks=ticks)
             waits = ring.open_waits(now)
@@ -393,7 +430,7 @@ class Recorder:
                 "open_waits": [{k: int(w[k]) for k in ring.OPEN_WAIT_DTYPE.names} for w in waits],
             }
             launches.append(Launch(index=pl.index, kernel=pl.kernel, grid=pl.grid, capacity=r.slots + 2, raw=raw,
-                                   host_ns=pl.host_ns, stream=pl.stream, meta={"device": pl.device, "live": live}))
+                                   host_ns=pl.host_ns, stream=pl.stream, meta={"device": pl.device, "live": live, **extra}))
         # the waited-on flags as the heap holds them now (after the rings: a flag set since a
         # lane's last read shows here first)
         values, how = self.read_flags(w["flag"] for ln in launches for w in ln.meta["live"]["open_waits"])
@@ -424,6 +461,23 @@ class Recorder:
         self.dumps.append(out)
         log.warning("[rank %s] ktrace flight recorder: %s dump written to %s (%d lanes waiting)",
                     s.rank, reason, out, sum(len(ln.meta["live"]["open_waits"]) for ln in launches))
+        return out
+
+    def _dumped(self, s):
+        """``(launch, ring, extra meta)`` of what a dump holds: the ring launches, then the replay
+        in progress of each launch captured into a CUDA graph, numbered after them (its meta
+        ``graph``: which captured launch, and the replay: those completed before it)."""
+        out = [(pl, self.rings[pl.index], {}) for pl in list(s.launches) if pl.index in self.rings]
+        nxt = max((pl.index for pl in s.launches), default=-1) + 1
+        for gl in list(getattr(s, "_graphs", [])):
+            got = self.graph_rings.get(gl.number)
+            if got is None:
+                continue
+            r, at = got
+            replay = int(self._host[at : at + 8].view("<i8")[0])
+            pl = RingDumped(index=nxt, kernel=gl.kernel, grid=gl.grid, host_ns=gl.host_ns, stream=gl.stream, device=gl.device)
+            out.append((pl, r, {"graph": {"capture": gl.number, "replay": replay}}))
+            nxt += 1
         return out
 
     # the watchdog ----------------------------------------------------------------------------
