@@ -585,18 +585,16 @@ def _release_untraced(raw: Raw, c) -> list[str]:
 def _notify_untraced(raw: Raw, c) -> list[str]:
     """Flag waits said to have senders that recorded no notify in that launch: each is a flag
     wait, its peer ran the launch (recorded events in it) and recorded no flag notify there."""
-    v = c["values"]
-    if v["events"] is None:
-        return []
     local = schema.is_local(raw.e["flags"])
     bad = []
-    for wk in v["events"]:
+    for wk in c["values"]["events"] or ():
         i = raw.key[tuple(wk)]
         peer = raw.arg(W, "peer")[i]
         ran = (raw.rank == peer) & (raw.launch == raw.launch[i])
         sent = int((ran & (raw.kind == N) & ~local).sum())
-        if local[i] or not ran.any() or sent:
-            bad.append(f"wait {wk}: local {bool(local[i])}, peer {peer} ran the launch {bool(ran.any())}, {sent} flag notifies")
+        if raw.kind[i] != W or local[i] or not ran.any() or sent:
+            bad.append(f"wait {wk}: flag wait {raw.kind[i] == W and not local[i]}, peer {peer} ran the launch "
+                       f"{bool(ran.any())}, {sent} flag notifies")
     return bad[:5]
 
 
