@@ -1,8 +1,9 @@
-"""A ring all-gather in plain Triton over torch symmetric memory -- a kernel that knows nothing of ktrace.
+"""00 - A ring all-gather in plain Triton over torch symmetric memory: a kernel that knows nothing of ktrace.
 
 This file imports nothing from ktrace. Run it as you would any program; trace it, without
 changing a line, by putting ``ktrace record --`` in front::
 
+    python examples/00_bring_your_own_kernel.py                                      # one GPU
     torchrun --nproc-per-node 4 examples/00_bring_your_own_kernel.py                 # as written
     ktrace record -- torchrun --nproc-per-node 4 examples/00_bring_your_own_kernel.py
     ktrace record -- torchrun --nproc-per-node 4 examples/00_bring_your_own_kernel.py --slow-rank 2
@@ -79,6 +80,9 @@ def main() -> None:
     ap.add_argument("--slow-rank", type=int, default=-1, help="this rank forwards every chunk late")
     ap.add_argument("--delay-us", type=float, default=30.0)
     args = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("00_bring_your_own_kernel.py needs a GPU; without one, `ktrace demo byok` reports on such a kernel "
+                         "recorded on 4 H100s")
     if "RANK" not in os.environ:  # one GPU, no launcher
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="29511")
     local = int(os.environ["LOCAL_RANK"])

@@ -30,6 +30,7 @@ BUNDLED = {
     "skip": "a2a_skip_4xh200.ktrace",
     "delay20us": "a2a_delay20us_4xh200.ktrace",
     "delay200us": "a2a_delay200us_4xh200.ktrace",
+    "byok": "byok_ring_straggler_4xh100.ktrace",
 }
 
 #: The capture ``ktrace demo`` and ``ktrace report`` (no argument) analyse.
@@ -47,7 +48,7 @@ def bundled_capture(name: str = "skewed") -> Path:
     """The path of a bundled capture.
 
     Args:
-        name: a key of :data:`BUNDLED` (``skewed``, ``skip``, ``delay20us``, ``delay200us``).
+        name: a key of :data:`BUNDLED` (``skewed``, ``skip``, ``delay20us``, ``delay200us``, ``byok``).
 
     Raises:
         DemoError: unknown name, or the file is not installed.
@@ -176,8 +177,11 @@ def _cmd_demo(args) -> int:
     if src.parent == DATA_DIR:
         try:
             sc = scenario(next(k for k, v in BUNDLED.items() if v == src.name))
-            print(f"Bundled capture: {sc.get('kernel')} on {sc.get('world_size')} x {sc.get('device')}, "
-                  f"shape {_shape_text(sc.get('shape', {}))}, fault {_fault_text(sc.get('fault', {}))}\n")
+            if "description" in sc:
+                print(f"Bundled capture: {sc['description']}\n")
+            else:
+                print(f"Bundled capture: {sc.get('kernel')} on {sc.get('world_size')} x {sc.get('device')}, "
+                      f"shape {_shape_text(sc.get('shape', {}))}, fault {_fault_text(sc.get('fault', {}))}\n")
         except (DemoError, StopIteration, ValueError):
             pass
     print(render_text(o.report, max_findings=args.max_findings))

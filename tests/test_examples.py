@@ -29,13 +29,20 @@ def _opened(stdout: str, cwd: Path) -> list[Path]:
 
 def test_examples_are_numbered_and_documented():
     names = sorted(p.name for p in EXAMPLES.glob("[0-9][0-9]_*.py"))
-    assert names == ["01_trace_a_single_gpu_kernel.py", "02_all_to_all_stalls.py", "03_gemm_all_scatter_schedules.py",
+    assert names == ["00_bring_your_own_kernel.py", "01_trace_a_single_gpu_kernel.py", "02_all_to_all_stalls.py", "03_gemm_all_scatter_schedules.py",
                      "04_find_a_deadlock.py", "05_before_after_diff.py",
                      "06_rank_captures_with_duckdb.py", "07_trace_a_gluon_kernel.py", "08_cuda_graph_replays.py"]
     for n in names:
         src = (EXAMPLES / n).read_text()
         assert src.startswith('"""' + n[:2] + " - "), n
         assert f"python examples/{n}" in src, f"{n} says how to run it"
+
+
+def test_00_imports_nothing_from_ktrace_and_refuses_without_a_gpu(tmp_path):
+    src = (EXAMPLES / "00_bring_your_own_kernel.py").read_text()
+    assert not re.search(r"^\s*(import|from)\s+ktrace", src, re.M)
+    r = _run("00_bring_your_own_kernel.py", cwd=tmp_path)
+    assert r.returncode == 1 and "needs a GPU" in r.stderr and "ktrace demo byok" in r.stderr
 
 
 def test_02_all_to_all_stalls_from_the_bundled_capture(tmp_path):
