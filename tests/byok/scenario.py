@@ -136,10 +136,14 @@ class Ring:
         shift = 1 if self.world == 1 else 0
         common = dict(rank=self.rank, world=self.world, epoch=self.epoch, n_tiles=TILES, TILE=TILE, shift=shift, **d)
         t0 = time.perf_counter()
+        ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         with aligned():
+            ev0.record()  # (behind the barrier kernel: the events time the kernel alone)
             self._launch(common)
+            ev1.record()
         torch.cuda.synchronize()
         ms = (time.perf_counter() - t0) * 1e3
+        self.device_ms = ev0.elapsed_time(ev1)
         return ms, self.check(fault)
 
     def _launch(self, common):
@@ -286,18 +290,22 @@ def bench(args, rank: int, world: int) -> None:
         ring = Ring(style, rank, world)
         for _ in range(3):
             ring.launch("none")
-        traced, plain = [], []
+        traced, plain, traced_dev, plain_dev = [], [], [], []
         cfg = AutoConfig(kernels=f"ring_{style}", wait_timeout_ns=0)
         with ktrace.capture(auto=cfg, max_launches=args.bench, run_id=f"byok-bench-{style}-w{world}"):
             for i in range(args.bench):
                 for which in ((0, 1) if i % 2 else (1, 0)):
                     if which:
                         traced.append(ring.launch("none")[0])
+                        traced_dev.append(ring.device_ms)
                     else:
                         with hooks.quiet():  # (the kernel as written, while the capture is open)
                             plain.append(ring.launch("none")[0])
+                        plain_dev.append(ring.device_ms)
         t, u = statistics.median(traced), statistics.median(plain)
-        res[style] = {"traced_ms": t, "untraced_ms": u, "ratio": t / u, "n": args.bench}
+        td, ud = statistics.median(traced_dev), statistics.median(plain_dev)
+        res[style] = {"traced_ms": t, "untraced_ms": u, "ratio": t / u, "traced_device_ms": td, "untraced_device_ms": ud,
+                      "device_ratio": td / ud, "n": args.bench}
         del ring
     if rank == 0:
         out = Path(args.out)
@@ -305,8 +313,10 @@ def bench(args, rank: int, world: int) -> None:
         info = {"world_size": world, "device": torch.cuda.get_device_name(), "styles": res}
         (out / f"bench_w{world}.json").write_text(json.dumps(info, indent=1))
         for s, r in res.items():
-            print(f"[bench] {s} w{world} {info['device']}: traced {r['traced_ms']:.3f} ms / untraced {r['untraced_ms']:.3f} ms "
-                  f"= {r['ratio']:.4f} (median of {r['n']} each, interleaved)", flush=True)
+            print(f"[bench] {s} w{world} {info['device']}: step (host-timed) traced {r['traced_ms']:.3f} ms / untraced "
+                  f"{r['untraced_ms']:.3f} ms = {r['ratio']:.4f}; kernel (CUDA events) {r['traced_device_ms'] * 1e3:.1f} us / "
+                  f"{r['untraced_device_ms'] * 1e3:.1f} us = {r['device_ratio']:.4f} (median of {r['n']} each, interleaved)",
+                  flush=True)
     dist.barrier()
 
 
