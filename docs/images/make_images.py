@@ -90,6 +90,21 @@ def gluon_png(trace: Path, png: Path) -> str:
                 f"window {t0}..{t0 + 12_000} ns")
 
 
+def byok_png(trace: Path, png: Path) -> str:
+    """Screenshot the bundled kernel traced without edits (``ktrace demo byok``) in the real Perfetto
+    UI: the first launch, every rank expanded; returns what the picture shows, in words."""
+    from ktrace.testing.perfetto import PerfettoUI
+
+    with PerfettoUI(width=1600, height=1000) as ui:
+        state = ui.open(trace)
+        t0 = state.bounds[0]
+        state = ui.open(trace, window=(t0, t0 + 80_000))
+        ui.expand()
+        ui.screenshot(png)
+        return (f"ring_plain traced without edits, launch 0 ({t0}..{t0 + 80_000} ns), every rank expanded: rank 0's "
+                f"programs 0 and 1 waiting for rank 3 on tiles 1 and 2")
+
+
 def main() -> int:
     import os
 
@@ -105,7 +120,11 @@ def main() -> int:
 
         slow = HERE.parents[1] / "tests" / "fixtures" / "gluon" / "gluon_gemm_slow_loader.ktrace"
         print(gluon_png(write_perfetto(read_capture(slow), Path(tmp) / "gluon.pftrace"), HERE / "gluon_trace.png"))
-    for p in ("trace.png", "report.png", "gluon_trace.png"):
+        from ktrace.demo import bundled_capture
+
+        byok = analyse(bundled_capture("byok"), Path(tmp) / "byok")
+        print(byok_png(byok.trace, HERE / "byok_trace.png"))
+    for p in ("trace.png", "report.png", "gluon_trace.png", "byok_trace.png"):
         print(f"{HERE / p}: {(HERE / p).stat().st_size:,} bytes")
     return 0
 
