@@ -55,6 +55,10 @@ from typing import Union
 CMPS = {"eq": 1, "ne": 2, "ge": 3, "gt": 4, "le": 5, "lt": 6}
 #: NVSHMEM's comparison codes (``NVSHMEM_CMP_*``, as OpenSHMEM numbers them) -> ktrace's.
 NVSHMEM_CMPS = {0: CMPS["eq"], 1: CMPS["ne"], 2: CMPS["gt"], 3: CMPS["le"], 4: CMPS["lt"], 5: CMPS["ge"]}
+#: rocSHMEM's (``ROCSHMEM_CMP_*``: GE and LE in the other order) -> ktrace's.
+ROCSHMEM_CMPS = {0: CMPS["eq"], 1: CMPS["ne"], 2: CMPS["gt"], 3: CMPS["ge"], 4: CMPS["lt"], 5: CMPS["le"]}
+#: ``cmp="PREFIX:PARAM"``: a parameter holding a library's comparison code, by library.
+CMP_CODES = {"nvshmem": NVSHMEM_CMPS, "rocshmem": ROCSHMEM_CMPS}
 ROLES = ("waits", "notifies", "stores", "reads", "atomic")
 
 Param = Union[str, int, None]
@@ -91,14 +95,16 @@ class Declaration:
         if self.op not in ("set", "add"):
             raise DeclarationError(f"{where}: op must be 'set' or 'add', got {self.op!r}")
         c = self.cmp
-        ok = (isinstance(c, str) and (c in CMPS or (c.startswith("nvshmem:") and c[8:].isidentifier()))) or \
+        lib, _, param = c.partition(":") if isinstance(c, str) else ("", "", "")
+        ok = (isinstance(c, str) and (c in CMPS or (lib in CMP_CODES and param.isidentifier()))) or \
             (isinstance(c, int) and not isinstance(c, bool) and c in CMPS.values())
         if not ok:
-            raise DeclarationError(f"{where}: cmp must be one of {sorted(CMPS)} or 'nvshmem:PARAM', got {c!r}")
+            raise DeclarationError(f"{where}: cmp must be one of {sorted(CMPS)} or 'nvshmem:PARAM' / 'rocshmem:PARAM', "
+                                   f"got {c!r}")
 
     @property
     def cmp_code(self) -> int | None:
-        """The comparison's code, or None when a parameter holds it (``nvshmem:PARAM``)."""
+        """The comparison's code, or None when a parameter holds it (``nvshmem:PARAM``, ``rocshmem:PARAM``)."""
         return CMPS[self.cmp] if isinstance(self.cmp, str) and self.cmp in CMPS else \
             self.cmp if isinstance(self.cmp, int) else None
 

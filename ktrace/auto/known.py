@@ -3,9 +3,10 @@
 Registered by name when ``ktrace.auto`` is imported, so the libraries need not be importable (nor
 imported first): a call is matched by its helper's ``module.qualname`` when a kernel is prepared.
 
-* PyTorch's NVSHMEM Triton helpers (``torch.distributed._symmetric_memory._nvshmem_triton``):
-  ``wait_until`` and ``signal_wait_until`` wait; ``putmem_signal_block`` and ``signal_op`` notify
-  the signal on ``pe``.
+* PyTorch's NVSHMEM and rocSHMEM Triton helpers (``torch.distributed._symmetric_memory.
+  _nvshmem_triton`` / ``_rocshmem_triton``, what ``_shmem_triton`` dispatches to): ``wait_until``
+  and ``signal_wait_until`` wait; ``putmem_signal_block`` and ``signal_op`` notify the signal on
+  ``pe``.
 * Iris (``iris.iris``): ``load`` reads ``pointer`` on ``from_rank``; the atomics act on
   ``pointer`` on ``to_rank`` (a read in a spin, a notify elsewhere); ``store`` of one value is a
   notify.
@@ -29,6 +30,7 @@ def declare(target: str, **kw) -> None:
         _declare.declare(target, **kw)
 
 _TORCH_NVSHMEM = "torch.distributed._symmetric_memory._nvshmem_triton"
+_TORCH_ROCSHMEM = "torch.distributed._symmetric_memory._rocshmem_triton"
 _IRIS = "iris.iris"
 _TD_OPS = "triton_dist.language.distributed_ops"
 _TD_SHMEM = "triton_dist.language.extra.libshmem_device"
@@ -45,6 +47,10 @@ def register() -> None:
     declare(f"{_TORCH_NVSHMEM}.signal_wait_until", waits="signal", value="cmp_val", cmp="nvshmem:cmp")
     declare(f"{_TORCH_NVSHMEM}.putmem_signal_block", notifies="signal", value="sig_val", owner="pe")
     declare(f"{_TORCH_NVSHMEM}.signal_op", notifies="sig_addr", value="signal", owner="pe")
+    declare(f"{_TORCH_ROCSHMEM}.wait_until", waits="ivar", value="cmp_val", cmp="rocshmem:cmp_op")
+    declare(f"{_TORCH_ROCSHMEM}.signal_wait_until", waits="signal", value="cmp_val", cmp="rocshmem:cmp")
+    declare(f"{_TORCH_ROCSHMEM}.putmem_signal_block", notifies="signal", value="sig_val", owner="pe")
+    declare(f"{_TORCH_ROCSHMEM}.signal_op", notifies="sig_addr", value="signal", owner="pe")
 
     declare(f"{_IRIS}.load", reads="pointer", owner="from_rank")
     for name in _IRIS_ATOMICS:
@@ -54,7 +60,7 @@ def register() -> None:
 
     declare(f"{_TD_OPS}.wait", waits="barrierPtrs", value="waitValue")
     declare(f"{_TD_OPS}.notify", notifies="ptr", value="signal", owner="rank")
-    declare(f"{_TD_SHMEM}.signal_wait_until", waits="sig_addr", value="cmp_val", cmp="nvshmem:cmp_")
+    declare(f"{_TD_SHMEM}.signal_wait_until", waits="sig_addr", value="cmp_val", cmp="nvshmem:cmp_")  # (its CUDA codes)
     declare(f"{_TD_SHMEM}.signal_op", notifies="sig_addr", value="signal", owner="pe")
     for name in _TD_PUTS:
         declare(f"{_TD_SHMEM}.{name}", notifies="sig_addr", value="signal", owner="pe")

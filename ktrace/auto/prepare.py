@@ -176,8 +176,9 @@ class Classifier:
         if d.role in ("notifies", "stores"):
             return T.Notify(addr=addr, value=value, owner=owner, op=d.op, elementwise=d.role == "notifies", what=what)
         code = d.cmp_code
-        if code is None:  # nvshmem:PARAM: a compile-time comparison code given at the call
-            code = _nvshmem_code(bound.get(d.cmp.split(":", 1)[1]), self.scope)
+        if code is None:  # LIBRARY:PARAM: a compile-time comparison code given at the call
+            lib, _, param = d.cmp.partition(":")
+            code = _library_code(bound.get(param), self.scope, _declare.CMP_CODES[lib])
             if code is None:
                 return None
         return T.Wait(addr=addr, expected=value, cmp=code, owner=owner, producer=_param_expr(bound, d.producer), what=what)
@@ -201,9 +202,9 @@ def _signals(name: str, bound: dict, value_param: str | None) -> bool:
     return True
 
 
-def _nvshmem_code(node, scope: dict) -> int | None:
-    """An NVSHMEM comparison code given at the call (a literal, or a module's constant such as
-    ``libshmem_device.NVSHMEM_CMP_EQ``), as ktrace's code."""
+def _library_code(node, scope: dict, table: dict) -> int | None:
+    """A library's comparison code given at the call (a literal, or a module's constant such as
+    ``libshmem_device.NVSHMEM_CMP_EQ``), as ktrace's code (``table``: the library's codes)."""
     if isinstance(node, ast.Constant):
         value = node.value
     elif isinstance(node, (ast.Name, ast.Attribute)):
@@ -211,7 +212,7 @@ def _nvshmem_code(node, scope: dict) -> int | None:
         value = getattr(value, "value", value)  # (a tl.constexpr)
     else:
         return None
-    return _declare.NVSHMEM_CMPS.get(value) if isinstance(value, int) and not isinstance(value, bool) else None
+    return table.get(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _asm(bound: dict):
