@@ -49,8 +49,18 @@ def launch_refs(capture) -> Refs:
     """Every ``(rank, launch)`` of a capture: ranks in order, each rank's launches in its order.
     Batches name launches by their place in this list."""
     refs = Refs((r, ln) for r, rc in sorted(capture.ranks.items()) for ln in rc.launches)
-    refs.resolver = address_resolver(capture, refs)
+    cached = getattr(capture, "_address_resolver", _UNSET)  # (finding it reads the raw launches' notifies)
+    if cached is _UNSET:
+        cached = address_resolver(capture, refs)
+        try:
+            capture._address_resolver = cached
+        except AttributeError:  # (a capture-like object that takes no attributes)
+            pass
+    refs.resolver = cached
     return refs
+
+
+_UNSET = object()
 
 
 #: A launch's ``meta["addresses"]`` when its waits and notifies recorded the addresses they touched

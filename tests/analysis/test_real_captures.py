@@ -34,7 +34,7 @@ from ktrace.captures.file import read_capture
 from ktrace.schema import EventFlag, EventKind
 
 DATA = Path(__file__).resolve().parents[2] / "ktrace" / "data"
-CAPTURES = sorted(DATA.glob("*.ktrace"))
+CAPTURES = sorted(DATA.glob("a2a_*.ktrace"))  # (the all-to-all recordings; byok_*: tests/test_byok_captures.py)
 
 
 def _scenario(path: Path) -> dict:
