@@ -273,17 +273,6 @@ def _cmd_export(args) -> int:
     return 0
 
 
-def _finding_ranks(report, number) -> list[int]:
-    """The ranks a report's finding involves (for the part of a split trace that shows them)."""
-    if not report or number is None:
-        return []
-    try:
-        doc = orjson.loads(Path(report).read_bytes())
-        return [int(r) for r in (doc.get("findings") or [])[number - 1].get("ranks") or []]
-    except (orjson.JSONDecodeError, AttributeError, IndexError, TypeError, ValueError) as e:
-        raise ValueError(f"{report}: not a report of this trace ({e})") from None
-
-
 def _cmd_open(args) -> int:
     import tempfile
 
@@ -295,14 +284,28 @@ def _cmd_open(args) -> int:
             regular_input(args.report, "report")
     except InputError as e:
         return _fail("ktrace open", e)
+    beside = None
     if args.report is None and args.finding is None:  # a report next to the trace (ktrace demo, run): a link per finding
-        beside = Path(args.trace).with_name(Path(args.trace).name.split(".")[0] + ".report.json")
-        if beside.is_file():
-            args.report = str(beside)
+        near = Path(args.trace).with_name(Path(args.trace).name.split(".")[0] + ".report.json")
+        if near.is_file():
+            beside = str(near)
     if args.finding is not None and not args.report:
         return _fail("ktrace open", "--finding needs --report REPORT.json (ktrace report --json)")
+    report = None
+    if args.report or beside:  # (one named on the command line must be right; one found beside the trace may not block it)
+        from viewers.perfetto_open import load_report
+
+        from .text import printable
+
+        try:
+            report = load_report(args.report or beside)
+        except ValueError as e:
+            if args.report:
+                return _fail("ktrace open", e)
+            print(f"ktrace open: {printable(' '.join(str(e).split()))}: the report found beside the trace is left out "
+                  "(no links to its findings)", file=sys.stderr)
     if not args.trace.endswith(".ktrace"):
-        return _open(args, args.trace)
+        return _open(args, args.trace, report=report)
     # a capture: its Perfetto trace is written to a temporary folder, served, and removed at the end
     from .captures import CaptureError, read_capture
     from .export import write_perfetto
@@ -316,18 +319,22 @@ def _cmd_open(args) -> int:
         del cap
         note = (f"{Path(args.trace).name}: a capture; its Perfetto trace is served (written to a temporary folder, removed when "
                 "this ends; `ktrace merge CAPTURE -o X.pftrace` keeps one)")
-        return _open(args, str(trace), note)
+        return _open(args, str(trace), note, report=report)
 
 
-def _open(args, trace: str, note: str | None = None) -> int:
+def _open(args, trace: str, note: str | None = None, report: dict | None = None) -> int:
+    """Serve ``trace`` (or the part of a split trace that holds the finding asked for), with links
+    from ``report`` (a checked report document, ``viewers.perfetto_open.load_report``)."""
     import errno
 
     from viewers.perfetto_open import UiBuildNotFound, finding_windows, open_trace
 
+    from .text import printable
+
     window, links = None, {}
     try:
-        if args.report:
-            windows = finding_windows(args.report, args.finding)
+        if report is not None:
+            windows = finding_windows(report, args.finding)
             if args.finding is not None:
                 window = windows[args.finding]
             else:
@@ -338,13 +345,15 @@ def _open(args, trace: str, note: str | None = None) -> int:
             _, parts = read_index(trace)
             if not parts:
                 raise ValueError(f"{trace}: the index names no part")
-            part = parts[0] if window is None else part_for(parts, *window, _finding_ranks(args.report, args.finding))
+            ranks = report["findings"][args.finding - 1]["ranks"] if report is not None and args.finding is not None else []
+            part = parts[0] if window is None else part_for(parts, *window, ranks)
             others = ", ".join(Path(p.file).name for p in parts if p is not part)
-            print(f"{Path(trace).name}: {len(parts)} parts; opening {Path(part.file).name} (ranks {part.ranks[0]}..{part.ranks[-1]}, "
-                  f"launches {part.launches[0]}..{part.launches[-1]})" + (f"; the others: {others}" if others else ""))
+            print(f"{printable(Path(trace).name)}: {len(parts)} parts; opening {printable(Path(part.file).name)} (ranks "
+                  f"{part.ranks[0]}..{part.ranks[-1]}, launches {part.launches[0]}..{part.launches[-1]})"
+                  + (f"; the others: {printable(others)}" if others else ""))
             trace = part.file
             links = {k: w for k, w in links.items() if part.start_ns <= w[0] and w[1] <= part.end_ns}
-    except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
+    except (OSError, ValueError) as e:
         return _fail("ktrace open", e)
     offline = True if args.offline else (False if args.online else None)
     try:
@@ -364,6 +373,8 @@ def _open(args, trace: str, note: str | None = None) -> int:
             return _fail("ktrace open", f"port {args.port} on 127.0.0.1 is in use (another ktrace open?): stop that one, or "
                                        "pass --port N for another port (--port 0 picks a free one; ui.perfetto.dev "
                                        "accepts traces from any loopback port)")
+        if e.errno is None or e.filename:  # (a file to serve, not the port: the message names it)
+            return _fail("ktrace open", e if e.errno is None else f"{e.filename}: {e.strerror or e}")
         return _fail("ktrace open", f"cannot serve on 127.0.0.1:{args.port}: {e.strerror or e}")
     return 0 if got or not args.timeout else 1
 

@@ -3,6 +3,12 @@ runs it, under an address-space limit, with its peak memory measured and every s
 to send logged and held back unless the test allows its target, and the checks every refused
 case must pass.
 
+Cases run as processes of their own, started by forking a process that has imported ktrace's
+command line already (:class:`_Zygote`; a case then costs tens of milliseconds, not the half
+second of an interpreter's start): each is a new process with its own limits, environment,
+working folder and standard streams, running ``ktrace.cli.main()`` on ``sys.argv`` as the
+``ktrace`` command does. ``KT_FRESH=1`` runs every case in a fresh interpreter instead.
+
 A refused case must show: exit status != 0 (below 128: not ended by a signal), one line on
 stderr that names the file or option and the fault, no traceback, no escape sequence, no input
 changed (hashed before and after), nothing left behind in the folders watched, peak RSS below
@@ -12,11 +18,16 @@ cases per surface and prints them at its end (``[surface] N cases: ...``, with `
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
+import json
 import os
+import select
 import subprocess
 import sys
+import threading
+import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,11 +87,114 @@ sys.exit(code)
 """
 
 
+#: The forking process: imports the command line once, then for each request (a JSON line on
+#: stdin: argv, cwd, env, where stdout and stderr go) forks a child that takes that environment,
+#: folder and streams and runs :data:`RUNNER`; answers on fd 3 with the child's pid, then its
+#: exit status.
+_ZYGOTE = r"""
+import json, os, sys
+import ktrace.cli, viewers.perfetto_open, ktrace.dump, ktrace.flight.registry  # (what the cases import: once)
+import ktrace.captures, ktrace.analysis, ktrace.export, ktrace.export.split, ktrace.export.profile, ktrace.run, ktrace.demo
+runner = sys.argv[1]
+answer = os.fdopen(3, "w", buffering=1)
+for line in sys.stdin:
+    req = json.loads(line)
+    sys.stdout.flush(); sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.setpgid(0, 0)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            for fd, path in ((1, req["out"]), (2, req["err"])):
+                os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), fd)
+            os.chdir(req["cwd"])
+            os.environ.clear()
+            os.environ.update(req["env"])
+            sys.argv = ["-c", *req["argv"]]
+            try:
+                exec(compile(runner, "<runner>", "exec"), {"__name__": "__main__"})
+                code = 0
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+        finally:
+            try:
+                sys.stdout.flush(); sys.stderr.flush()
+            finally:
+                os._exit(code)
+    answer.write(json.dumps({"pid": pid}) + "\n")
+    _, status = os.waitpid(pid, 0)
+    answer.write(json.dumps({"status": os.waitstatus_to_exitcode(status)}) + "\n")
+"""
+
+
+class _Zygote:
+    """The forking process (one per test session, restarted if it ends)."""
+
+    _lock = threading.Lock()
+    _proc: subprocess.Popen | None = None
+    _answers = None
+
+    @classmethod
+    def _start(cls) -> None:
+        r, w = os.pipe()
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), PYTHONIOENCODING="utf-8",
+                   OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")  # (no BLAS threads: it forks)
+        os.set_inheritable(w, True)
+        cls._proc = subprocess.Popen([sys.executable, "-c", f"import os; os.dup2({w}, 3)\n" + _ZYGOTE, RUNNER], stdin=subprocess.PIPE,
+                                     env=env, pass_fds=(w,), text=True)
+        os.close(w)
+        cls._answers = os.fdopen(r, "r", buffering=1)
+        atexit.register(cls._stop)
+
+    @classmethod
+    def _stop(cls) -> None:
+        if cls._proc is not None and cls._proc.poll() is None:
+            cls._proc.stdin.close()
+            cls._proc.wait(10)
+
+    @classmethod
+    def _read(cls, timeout: float) -> dict:
+        if not select.select([cls._answers], [], [], timeout)[0]:
+            raise TimeoutError
+        line = cls._answers.readline()
+        if not line:
+            raise RuntimeError("the forking process of the surface tests ended")
+        return json.loads(line)
+
+    @classmethod
+    def run(cls, argv: list[str], cwd: Path, env: dict, timeout: float) -> tuple[int, bytes, bytes]:
+        with cls._lock:
+            if cls._proc is None or cls._proc.poll() is not None:
+                cls._start()
+            tag = uuid.uuid4().hex[:12]
+            out, err = Path(cwd) / f".out-{tag}", Path(cwd) / f".err-{tag}"
+            cls._proc.stdin.write(json.dumps({"argv": argv, "cwd": str(cwd), "env": env, "out": str(out), "err": str(err)}) + "\n")
+            cls._proc.stdin.flush()
+            pid = cls._read(30)["pid"]
+            try:
+                status = cls._read(timeout)["status"]
+            except TimeoutError:
+                os.killpg(pid, 9)
+                cls._read(30)
+                raise subprocess.TimeoutExpired(argv, timeout) from None
+            try:
+                return status, out.read_bytes(), err.read_bytes()
+            finally:
+                out.unlink()
+                err.unlink()
+
+
 def env_for(tmp: Path, **extra) -> dict:
     """The environment of a ktrace child: this checkout first on the path, TMPDIR inside the test."""
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), KT_AS=str(AS_LIMIT),
-                KT_RSS=str(tmp / ".rss"), KT_SIGLOG=str(tmp / ".siglog"), TMPDIR=str(tmp), PYTHONIOENCODING="utf-8",
-                **{k: str(v) for k, v in extra.items()})
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), KT_AS=str(AS_LIMIT),
+               KT_RSS=str(tmp / ".rss"), KT_SIGLOG=str(tmp / ".siglog"), TMPDIR=str(tmp), PYTHONIOENCODING="utf-8")
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
 
 
 def digest(paths) -> dict:
@@ -98,7 +212,7 @@ def listing(folder: Path) -> set[str]:
     for dirpath, dirs, files in os.walk(folder):
         for n in dirs + files:
             rel = os.path.relpath(os.path.join(dirpath, n), folder)
-            if rel not in (".rss", ".siglog"):
+            if not n.startswith((".rss", ".siglog", ".out-", ".err-")):
                 out.add(rel)
     return out
 
@@ -113,15 +227,17 @@ class Surface:
 
     def run(self, tmp: Path, *args, env: dict | None = None, timeout: float = TIMEOUT, prefix=(), allow=()) -> subprocess.CompletedProcess:
         """``ktrace ARGS`` under the limits; ``.rss`` its peak RSS, ``.signals`` what it tried to signal."""
-        for f in (".rss", ".siglog"):
-            with contextlib.suppress(FileNotFoundError):
-                (tmp / f).unlink()
-        e = env_for(tmp, KT_ALLOW=",".join(map(str, allow)))
+        tag = uuid.uuid4().hex[:12]
+        rss, log = tmp / f".rss-{tag}", tmp / f".siglog-{tag}"
+        e = env_for(tmp, KT_ALLOW=",".join(map(str, allow)), KT_RSS=rss, KT_SIGLOG=log)
         e.update(env or {})
-        p = subprocess.run([*prefix, sys.executable, "-c", RUNNER, *map(os.fsdecode, args)], cwd=tmp, env=e, capture_output=True,
-                           timeout=timeout)
+        argv = [*map(os.fsdecode, args)]
+        if prefix or os.environ.get("KT_FRESH") == "1":
+            p = subprocess.run([*prefix, sys.executable, "-c", RUNNER, *argv], cwd=tmp, env=e, capture_output=True, timeout=timeout)
+        else:
+            code, out, err = _Zygote.run(argv, tmp, e, timeout)
+            p = subprocess.CompletedProcess(argv, code, out, err)
         p.stdout, p.stderr = p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
-        rss, log = tmp / ".rss", tmp / ".siglog"
         p.rss = int(rss.read_text()) if rss.exists() else 0
         p.signals = [tuple(int(x) if x.lstrip("-").isdigit() else x for x in ln.split()) for ln in log.read_text().splitlines()] if log.exists() else []
         for f in (rss, log):
