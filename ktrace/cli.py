@@ -253,22 +253,24 @@ def _write_selected(cap, args, fmt: str):
 def _cmd_export(args) -> int:
     from .analysis import AnalysisError
     from .captures import CaptureError
-    from .export.parquet import ParquetUnavailable, export_parquet
+    from .export.parquet import ParquetUnavailable, check_out_dir, export_parquet
+    from .fileio import OutputError
 
     out = Path(args.out_dir)
-    if out.exists() and not out.is_dir():
-        return _fail("ktrace export", f"{out} is a file: give a directory to write the tables into")
-    if out.is_dir() and any(out.iterdir()) and not (out / "manifest.json").is_file():
-        return _fail("ktrace export", f"{out} holds other files: give an empty directory (or a previous export's)")
     refused = _refuse_overwrite("ktrace export", [args.capture], [out])
     if refused is not None:
         return refused
     try:
+        check_out_dir(out)  # (said before any work)
         m = export_parquet(args.capture, out)
     except ParquetUnavailable as e:
         return _fail("ktrace export", e)
-    except (CaptureError, AnalysisError, ValueError, OSError) as e:
+    except OutputError as e:  # (a table that could not be written: a full disk is the output's, not the capture's)
+        return _fail("ktrace export", e)
+    except (CaptureError, AnalysisError) as e:
         return _fail("ktrace export", e, args.capture)
+    except (ValueError, OSError) as e:
+        return _fail("ktrace export", e, None if str(out) in str(e) else args.capture)
     print(f"{out}: " + ", ".join(f"{t}.parquet ({n} rows)" for t, n in m["rows"].items()))
     return 0
 
