@@ -95,6 +95,8 @@ _ZYGOTE = r"""
 import json, os, sys
 import ktrace.cli, viewers.perfetto_open, ktrace.dump, ktrace.flight.registry  # (what the cases import: once)
 import ktrace.captures, ktrace.analysis, ktrace.export, ktrace.export.split, ktrace.export.profile, ktrace.run, ktrace.demo
+import ktrace.clock, ktrace.events
+ktrace.cli.build_parser()  # (the subcommands' own imports)
 runner = sys.argv[1]
 answer = os.fdopen(3, "w", buffering=1)
 for line in sys.stdin:
