@@ -30,6 +30,8 @@ import threading
 import uuid
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 #: The address space a ktrace process may take in these tests.
 AS_LIMIT = 3 << 30
@@ -293,3 +295,21 @@ class Surface:
         by = ", ".join(f"{k} {v}" for k, v in sorted(self.classes.items()))
         return (f"[{self.name}] {self.cases} cases: {self.passed} passed ({by}); peak RSS of any ktrace process "
                 f"{self.max_rss / 1e6:.0f} MB (limit {BASE_RSS / 1e6:.0f} MB + 2x its input)")
+
+
+def say_counts(surface: Surface):
+    """A module's autouse fixture that prints ``surface``'s counts when its tests are done."""
+
+    @pytest.fixture(scope="module", autouse=True)
+    def _say_counts():
+        yield
+        print("\n" + surface.summary())
+
+    return _say_counts
+
+
+def random_file(folder: Path, name: str, size: int = 4096) -> Path:
+    """A file of ``size`` random bytes (a trace the server serves as it is)."""
+    f = folder / name
+    f.write_bytes(os.urandom(size))
+    return f

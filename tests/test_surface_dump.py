@@ -24,7 +24,7 @@ import pytest
 
 from ktrace.flight.registry import ENTRY_FORMAT, MAX_ENTRIES, identity
 
-from .surface_kit import ROOT, Surface
+from .surface_kit import ROOT, Surface, say_counts
 
 S = Surface("dump")
 
@@ -44,10 +44,7 @@ time.sleep(120)
 """
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _say_counts():
-    yield
-    print("\n" + S.summary())
+_say_counts = say_counts(S)
 
 
 class Canary:

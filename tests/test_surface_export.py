@@ -27,7 +27,7 @@ import pytest
 from ktrace.captures import write_capture
 from ktrace.captures.synth import constructed_capture
 
-from .surface_kit import RUNNER, TIMEOUT, Surface, digest, env_for, listing
+from .surface_kit import RUNNER, TIMEOUT, Surface, digest, env_for, listing, say_counts
 
 pytest.importorskip("pyarrow")
 
@@ -35,10 +35,7 @@ S = Surface("export")
 TABLES = {"events.parquet", "waits.parquet", "workgroups.parquet", "causes.parquet", "findings.parquet", "manifest.json"}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _say_counts():
-    yield
-    print("\n" + S.summary())
+_say_counts = say_counts(S)
 
 
 @pytest.fixture(scope="module")

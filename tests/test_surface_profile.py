@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from .surface_kit import Surface
+from .surface_kit import Surface, say_counts
 
 pytest.importorskip("perfetto")
 
@@ -33,10 +33,7 @@ PROFILE = FIX / "step.kineto.json.gz"
 S = Surface("profile")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _say_counts():
-    yield
-    print("\n" + S.summary())
+_say_counts = say_counts(S)
 
 
 @pytest.fixture(scope="module")

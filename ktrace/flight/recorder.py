@@ -341,8 +341,10 @@ class Recorder:
         return raw
 
     def _header(self, pl, r: RingLaunch) -> schema.Header:
+        # (a launch traced per lane says its lanes, as a dense buffer's header does: the capture
+        # names them, and readers check the two agree)
         return schema.Header(timer=schema.TimerKind[self._device.get("timer", "UNKNOWN")], tick_hz=self._tick_hz,
-                             capacity=r.slots, n_programs=r.n_programs, grid=pl.grid)
+                             capacity=r.slots, n_programs=r.n_programs, grid=pl.grid, lanes=max(1, len(getattr(pl, "lanes", ()) or ())))
 
     # dumping ---------------------------------------------------------------------------------
     def dump(self, reason: str) -> Path | None:
@@ -373,6 +375,7 @@ class Recorder:
                                   .view(schema.RECORD_DTYPE)["tag"] >> schema.REGION_SHIFT).tolist())
             live = {
                 "dump_ticks": ticks,
+                "dump_ns": host_ns,  # (the host time of this dump: a merged capture keeps it per launch)
                 "ring_slots": r.slots,
                 "heads": heads.astype(np.int64).tolist(),
                 "lost": lost.tolist(),
