@@ -701,6 +701,43 @@ def _on_sigint(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def _unraisable(hook) -> None:
+    """Ctrl-C or SIGTERM that landed in a callback the interpreter runs for itself (an import
+    lock's, a weakref's, ``threading``'s at exit) would be printed as "Exception ignored" and
+    lost: it is raised again in the main thread instead."""
+    import _thread
+    import signal
+
+    if isinstance(hook.exc_value, KeyboardInterrupt):
+        _thread.interrupt_main(signal.SIGINT)
+    elif isinstance(hook.exc_value, _Terminated):
+        _thread.interrupt_main(signal.SIGTERM)
+    else:
+        sys.__unraisablehook__(hook)
+
+
+def _settled(status: int) -> int:
+    """The process's exit status, with Ctrl-C and SIGTERM blocked from here to its end: the
+    interpreter's finalization gives them back their default action, so one landing then would
+    end the process by the signal (-2, -15) or print a traceback. One that came before the block,
+    its handler not run yet, gives 130 or 143."""
+    import signal
+
+    late: list[int] = []
+    try:
+        if signal.getsignal(signal.SIGINT) is _on_sigint:
+            signal.signal(signal.SIGINT, lambda s, f: late.append(EXIT_INTERRUPTED))
+        signal.signal(signal.SIGTERM, lambda s, f: late.append(EXIT_TERMINATED))
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        for _ in range(2):  # (the handlers of signals delivered before the block run here, recording)
+            pass
+    except KeyboardInterrupt:
+        late.append(EXIT_INTERRUPTED)
+    except _Terminated:
+        late.append(EXIT_TERMINATED)
+    return late[0] if late and status not in (EXIT_INTERRUPTED, EXIT_TERMINATED) else status
+
+
 def main(argv: list[str] | None = None) -> int:
     """The ``ktrace`` command; returns its exit status.
 
@@ -709,6 +746,18 @@ def main(argv: list[str] | None = None) -> int:
     130 after Ctrl-C and 143 after SIGTERM (quietly: unfinished outputs removed); 141 when stdout
     was closed early.
     """
+    if argv is not None:  # (a caller's program: its signals are its own)
+        return _main(argv)
+    try:
+        status = _main(None)
+    except KeyboardInterrupt:
+        status = EXIT_INTERRUPTED
+    except _Terminated:
+        status = EXIT_TERMINATED
+    return _settled(status)
+
+
+def _main(argv: list[str] | None) -> int:
     import signal
 
     parser = build_parser()
@@ -720,6 +769,7 @@ def main(argv: list[str] | None = None) -> int:
         from ._memory import keep_freed_memory
 
         keep_freed_memory()
+        sys.unraisablehook = _unraisable
         signal.signal(signal.SIGTERM, _on_sigterm)
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # (not where SIGINT is ignored: nohup, &)
             signal.signal(signal.SIGINT, _on_sigint)

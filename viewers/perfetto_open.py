@@ -410,7 +410,7 @@ class TraceServer:
         args = {"url": self.trace_url(path)}
         if window is not None:
             args["visStart"], args["visEnd"] = str(int(window[0])), str(int(window[1]))
-        ranks = trace_ranks(p)
+        ranks = trace_ranks(p, fd=self._fds.get(TRACE_PREFIX + p.name))  # (the file opened at start, not the path again)
         if ranks:
             args["startupCommands"] = json.dumps(ui_startup_commands(ranks), separators=(",", ":"), ensure_ascii=False)
         return f"{self.ui_root}/#!/?" + urllib.parse.urlencode(args, safe=":/")
@@ -543,18 +543,19 @@ def load_report(report: str | os.PathLike | dict) -> dict:
     return {"format": "ktrace-report", "findings": out, "summary": {"trace_end_ns": end}, "source": where}
 
 
-def trace_ranks(trace: str | os.PathLike, window: int = 1 << 20) -> list[int]:
+def trace_ranks(trace: str | os.PathLike, window: int = 1 << 20, fd: int | None = None) -> list[int]:
     """The ranks a ktrace trace shows, from its process names (``rank N · ...``): in the first
     ``window`` bytes of a ``.pftrace`` (its process tracks come first) and the last ones of a
-    Chrome JSON trace (its metadata closes it). Empty for a compressed or foreign trace."""
+    Chrome JSON trace (its metadata closes it). Empty for a compressed or foreign trace. ``fd``:
+    read from this open file instead of opening ``trace``."""
     p = Path(trace)
     if p.name.endswith(".gz"):
         return []
-    with open(p, "rb") as f:
-        head = f.read(window)
-        size = f.seek(0, os.SEEK_END)
-        f.seek(max(size - window, 0))
-        tail = f.read(window)
+    if fd is None:
+        with open(p, "rb") as f:
+            return trace_ranks(p, window, f.fileno())
+    size = os.fstat(fd).st_size
+    head, tail = os.pread(fd, window, 0), os.pread(fd, window, max(size - window, 0))
     return sorted({int(m) for m in re.findall(rb"rank (\d+) \xc2\xb7 ", head + tail)})
 
 
