@@ -27,6 +27,7 @@ import select
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -130,9 +131,9 @@ for line in sys.stdin:
                 sys.stdout.flush(); sys.stderr.flush()
             finally:
                 os._exit(code)
-    answer.write(json.dumps({"pid": pid}) + "\n")
+    answer.write(json.dumps({"id": req["id"], "pid": pid}) + "\n")
     _, status = os.waitpid(pid, 0)
-    answer.write(json.dumps({"status": os.waitstatus_to_exitcode(status)}) + "\n")
+    answer.write(json.dumps({"id": req["id"], "status": os.waitstatus_to_exitcode(status)}) + "\n")
 """
 
 
@@ -162,13 +163,27 @@ class _Zygote:
             cls._proc.wait(10)
 
     @classmethod
-    def _read(cls, timeout: float) -> dict:
-        if not select.select([cls._answers], [], [], timeout)[0]:
-            raise TimeoutError
-        line = cls._answers.readline()
-        if not line:
-            raise RuntimeError("the forking process of the surface tests ended")
-        return json.loads(line)
+    def _read(cls, tag: str, key: str, timeout: float):
+        """The answer ``key`` to request ``tag`` (answers to earlier requests that timed out are
+        passed over)."""
+        end = time.monotonic() + timeout
+        while True:
+            left = end - time.monotonic()
+            if left <= 0 or not select.select([cls._answers], [], [], left)[0]:
+                raise TimeoutError
+            line = cls._answers.readline()
+            if not line:
+                raise RuntimeError("the forking process of the surface tests ended")
+            got = json.loads(line)
+            if got.get("id") == tag and key in got:
+                return got[key]
+
+    @classmethod
+    def _restart(cls) -> None:
+        if cls._proc is not None:
+            cls._proc.kill()
+            cls._proc.wait()
+        cls._proc = None
 
     @classmethod
     def run(cls, argv: list[str], cwd: Path, env: dict, timeout: float) -> tuple[int, bytes, bytes]:
@@ -177,20 +192,30 @@ class _Zygote:
                 cls._start()
             tag = uuid.uuid4().hex[:12]
             out, err = Path(cwd) / f".out-{tag}", Path(cwd) / f".err-{tag}"
-            cls._proc.stdin.write(json.dumps({"argv": argv, "cwd": str(cwd), "env": env, "out": str(out), "err": str(err)}) + "\n")
+            cls._proc.stdin.write(json.dumps({"id": tag, "argv": argv, "cwd": str(cwd), "env": env, "out": str(out),
+                                              "err": str(err)}) + "\n")
             cls._proc.stdin.flush()
-            pid = cls._read(30)["pid"]
             try:
-                status = cls._read(timeout)["status"]
+                pid = cls._read(tag, "pid", 60)
+            except TimeoutError:  # (a machine too busy to fork in a minute: start afresh)
+                cls._restart()
+                raise subprocess.TimeoutExpired(argv, 60) from None
+            try:
+                status = cls._read(tag, "status", timeout)
             except TimeoutError:
-                os.killpg(pid, 9)
-                cls._read(30)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, 9)
+                try:
+                    cls._read(tag, "status", 30)
+                except TimeoutError:
+                    cls._restart()
                 raise subprocess.TimeoutExpired(argv, timeout) from None
             try:
                 return status, out.read_bytes(), err.read_bytes()
             finally:
-                out.unlink()
-                err.unlink()
+                for f in (out, err):
+                    with contextlib.suppress(FileNotFoundError):
+                        f.unlink()
 
 
 def env_for(tmp: Path, **extra) -> dict:
