@@ -254,35 +254,26 @@ def _write_selected(cap, args, fmt: str):
 def _cmd_export(args) -> int:
     from .analysis import AnalysisError
     from .captures import CaptureError
-    from .export.parquet import ParquetUnavailable, export_parquet
+    from .export.parquet import ParquetUnavailable, check_out_dir, export_parquet
+    from .fileio import OutputError
 
     out = Path(args.out_dir)
-    if out.exists() and not out.is_dir():
-        return _fail("ktrace export", f"{out} is a file: give a directory to write the tables into")
-    if out.is_dir() and any(out.iterdir()) and not (out / "manifest.json").is_file():
-        return _fail("ktrace export", f"{out} holds other files: give an empty directory (or a previous export's)")
     refused = _refuse_overwrite("ktrace export", [args.capture], [out])
     if refused is not None:
         return refused
     try:
+        check_out_dir(out)  # (said before any work)
         m = export_parquet(args.capture, out)
     except ParquetUnavailable as e:
         return _fail("ktrace export", e)
-    except (CaptureError, AnalysisError, ValueError, OSError) as e:
+    except OutputError as e:  # (a table that could not be written: a full disk is the output's, not the capture's)
+        return _fail("ktrace export", e)
+    except (CaptureError, AnalysisError) as e:
         return _fail("ktrace export", e, args.capture)
+    except (ValueError, OSError) as e:
+        return _fail("ktrace export", e, None if str(out) in str(e) else args.capture)
     print(f"{out}: " + ", ".join(f"{t}.parquet ({n} rows)" for t, n in m["rows"].items()))
     return 0
-
-
-def _finding_ranks(report, number) -> list[int]:
-    """The ranks a report's finding involves (for the part of a split trace that shows them)."""
-    if not report or number is None:
-        return []
-    try:
-        doc = orjson.loads(Path(report).read_bytes())
-        return [int(r) for r in (doc.get("findings") or [])[number - 1].get("ranks") or []]
-    except (orjson.JSONDecodeError, AttributeError, IndexError, TypeError, ValueError) as e:
-        raise ValueError(f"{report}: not a report of this trace ({e})") from None
 
 
 def _cmd_open(args) -> int:
@@ -296,14 +287,28 @@ def _cmd_open(args) -> int:
             regular_input(args.report, "report")
     except InputError as e:
         return _fail("ktrace open", e)
+    beside = None
     if args.report is None and args.finding is None:  # a report next to the trace (ktrace demo, run): a link per finding
-        beside = Path(args.trace).with_name(Path(args.trace).name.split(".")[0] + ".report.json")
-        if beside.is_file():
-            args.report = str(beside)
+        near = Path(args.trace).with_name(Path(args.trace).name.split(".")[0] + ".report.json")
+        if near.is_file():
+            beside = str(near)
     if args.finding is not None and not args.report:
         return _fail("ktrace open", "--finding needs --report REPORT.json (ktrace report --json)")
+    report = None
+    if args.report or beside:  # (one named on the command line must be right; one found beside the trace may not block it)
+        from viewers.perfetto_open import load_report
+
+        from .text import printable
+
+        try:
+            report = load_report(args.report or beside)
+        except ValueError as e:
+            if args.report:
+                return _fail("ktrace open", e)
+            print(f"ktrace open: {printable(' '.join(str(e).split()))}: the report found beside the trace is left out "
+                  "(no links to its findings)", file=sys.stderr)
     if not args.trace.endswith(".ktrace"):
-        return _open(args, args.trace)
+        return _open(args, args.trace, report=report)
     # a capture: its Perfetto trace is written to a temporary folder, served, and removed at the end
     from .captures import CaptureError, read_capture
     from .export import write_perfetto
@@ -317,18 +322,22 @@ def _cmd_open(args) -> int:
         del cap
         note = (f"{Path(args.trace).name}: a capture; its Perfetto trace is served (written to a temporary folder, removed when "
                 "this ends; `ktrace merge CAPTURE -o X.pftrace` keeps one)")
-        return _open(args, str(trace), note)
+        return _open(args, str(trace), note, report=report)
 
 
-def _open(args, trace: str, note: str | None = None) -> int:
+def _open(args, trace: str, note: str | None = None, report: dict | None = None) -> int:
+    """Serve ``trace`` (or the part of a split trace that holds the finding asked for), with links
+    from ``report`` (a checked report document, ``viewers.perfetto_open.load_report``)."""
     import errno
 
     from viewers.perfetto_open import UiBuildNotFound, finding_windows, open_trace
 
+    from .text import printable
+
     window, links = None, {}
     try:
-        if args.report:
-            windows = finding_windows(args.report, args.finding)
+        if report is not None:
+            windows = finding_windows(report, args.finding)
             if args.finding is not None:
                 window = windows[args.finding]
             else:
@@ -339,13 +348,15 @@ def _open(args, trace: str, note: str | None = None) -> int:
             _, parts = read_index(trace)
             if not parts:
                 raise ValueError(f"{trace}: the index names no part")
-            part = parts[0] if window is None else part_for(parts, *window, _finding_ranks(args.report, args.finding))
+            ranks = report["findings"][args.finding - 1]["ranks"] if report is not None and args.finding is not None else []
+            part = parts[0] if window is None else part_for(parts, *window, ranks)
             others = ", ".join(Path(p.file).name for p in parts if p is not part)
-            print(f"{Path(trace).name}: {len(parts)} parts; opening {Path(part.file).name} (ranks {part.ranks[0]}..{part.ranks[-1]}, "
-                  f"launches {part.launches[0]}..{part.launches[-1]})" + (f"; the others: {others}" if others else ""))
+            print(f"{printable(Path(trace).name)}: {len(parts)} parts; opening {printable(Path(part.file).name)} (ranks "
+                  f"{part.ranks[0]}..{part.ranks[-1]}, launches {part.launches[0]}..{part.launches[-1]})"
+                  + (f"; the others: {printable(others)}" if others else ""))
             trace = part.file
             links = {k: w for k, w in links.items() if part.start_ns <= w[0] and w[1] <= part.end_ns}
-    except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
+    except (OSError, ValueError) as e:
         return _fail("ktrace open", e)
     offline = True if args.offline else (False if args.online else None)
     try:
@@ -365,6 +376,8 @@ def _open(args, trace: str, note: str | None = None) -> int:
             return _fail("ktrace open", f"port {args.port} on 127.0.0.1 is in use (another ktrace open?): stop that one, or "
                                        "pass --port N for another port (--port 0 picks a free one; ui.perfetto.dev "
                                        "accepts traces from any loopback port)")
+        if e.errno is None or e.filename:  # (a file to serve, not the port: the message names it)
+            return _fail("ktrace open", e if e.errno is None else f"{e.filename}: {e.strerror or e}")
         return _fail("ktrace open", f"cannot serve on 127.0.0.1:{args.port}: {e.strerror or e}")
     return 0 if got or not args.timeout else 1
 
@@ -692,6 +705,43 @@ def _on_sigint(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def _unraisable(hook) -> None:
+    """Ctrl-C or SIGTERM that landed in a callback the interpreter runs for itself (an import
+    lock's, a weakref's, ``threading``'s at exit) would be printed as "Exception ignored" and
+    lost: it is raised again in the main thread instead."""
+    import _thread
+    import signal
+
+    if isinstance(hook.exc_value, KeyboardInterrupt):
+        _thread.interrupt_main(signal.SIGINT)
+    elif isinstance(hook.exc_value, _Terminated):
+        _thread.interrupt_main(signal.SIGTERM)
+    else:
+        sys.__unraisablehook__(hook)
+
+
+def _settled(status: int) -> int:
+    """The process's exit status, with Ctrl-C and SIGTERM blocked from here to its end: the
+    interpreter's finalization gives them back their default action, so one landing then would
+    end the process by the signal (-2, -15) or print a traceback. One that came before the block,
+    its handler not run yet, gives 130 or 143."""
+    import signal
+
+    late: list[int] = []
+    try:
+        if signal.getsignal(signal.SIGINT) is _on_sigint:
+            signal.signal(signal.SIGINT, lambda s, f: late.append(EXIT_INTERRUPTED))
+        signal.signal(signal.SIGTERM, lambda s, f: late.append(EXIT_TERMINATED))
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        for _ in range(2):  # (the handlers of signals delivered before the block run here, recording)
+            pass
+    except KeyboardInterrupt:
+        late.append(EXIT_INTERRUPTED)
+    except _Terminated:
+        late.append(EXIT_TERMINATED)
+    return late[0] if late and status not in (EXIT_INTERRUPTED, EXIT_TERMINATED) else status
+
+
 def main(argv: list[str] | None = None) -> int:
     """The ``ktrace`` command; returns its exit status.
 
@@ -700,6 +750,18 @@ def main(argv: list[str] | None = None) -> int:
     130 after Ctrl-C and 143 after SIGTERM (quietly: unfinished outputs removed); 141 when stdout
     was closed early.
     """
+    if argv is not None:  # (a caller's program: its signals are its own)
+        return _main(argv)
+    try:
+        status = _main(None)
+    except KeyboardInterrupt:
+        status = EXIT_INTERRUPTED
+    except _Terminated:
+        status = EXIT_TERMINATED
+    return _settled(status)
+
+
+def _main(argv: list[str] | None) -> int:
     import signal
 
     parser = build_parser()
@@ -711,6 +773,7 @@ def main(argv: list[str] | None = None) -> int:
         from ._memory import keep_freed_memory
 
         keep_freed_memory()
+        sys.unraisablehook = _unraisable
         signal.signal(signal.SIGTERM, _on_sigterm)
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # (not where SIGINT is ignored: nohup, &)
             signal.signal(signal.SIGINT, _on_sigint)

@@ -2,11 +2,12 @@
 to a temporary of a unique name in their own folder and renamed into place.
 
 Every file ktrace writes goes through :func:`atomic_output` (or :func:`atomic_folder` for a
-split trace's parts): the temporary is made with ``O_EXCL`` under a name no other file has (so it
+split trace's parts and :func:`put_folder` for an output folder): the temporary is made with ``O_EXCL`` under a name no other file has (so it
 is never an input, nor another writer's temporary: two writers of one output each write their
 own and the last rename wins whole), removed when the write fails or the process is
 interrupted, and renamed over the output only once it is complete. A reader therefore sees the
-old output or the new one, never a part.
+old output or the new one, never a part. An output that is a symbolic link is replaced by the
+new file, never written through (the file it pointed at is left as it was).
 
 Inputs are checked with :func:`regular_input`: a device, a FIFO or a socket (``/dev/zero``, a
 named pipe) would be read forever or block; they are refused in one line.
@@ -93,7 +94,11 @@ def atomic_output(path: str | os.PathLike, mode: str = "wb"):
         st = None
     if st is not None and not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
         # a device or a FIFO (/dev/null, /dev/stdout, a pipe): written into as it is, never
-        # replaced by a file (a rename would put a file where the device was)
+        # replaced by a file (a rename would put a file where the device was); reached through a
+        # symbolic link only where the system keeps such links (/dev/stdout, /dev/fd/N): a link
+        # elsewhere is not followed (one in a shared folder could point at a disk)
+        if os.path.islink(path) and not str(Path(os.path.abspath(path)).parent).startswith(("/dev", "/proc")):
+            raise OutputError(None, f"cannot write {path}: it is a symbolic link to a device or FIFO: refusing to write through it")
         try:
             yield path
         except OSError as e:
@@ -129,7 +134,8 @@ def atomic_output(path: str | os.PathLike, mode: str = "wb"):
 @contextlib.contextmanager
 def atomic_folder(near: str | os.PathLike):
     """A fresh temporary folder next to ``near`` (in its folder), removed with what it holds on
-    any exception or once the caller has moved its files out."""
+    any exception or once the caller has moved its files out (or the folder itself:
+    :func:`put_folder`)."""
     near = Path(near)
     try:
         tmp = Path(tempfile.mkdtemp(prefix=_tmp_name(near), dir=near.parent))
@@ -139,6 +145,36 @@ def atomic_folder(near: str | os.PathLike):
         yield tmp
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def put_folder(tmp: str | os.PathLike, out: str | os.PathLike, check=None) -> Path:
+    """Rename the finished folder ``tmp`` (made by :func:`atomic_folder` next to ``out``) to
+    ``out``, whole. What is at ``out`` already (an empty folder, or one ``check(out)`` accepts:
+    it raises otherwise) is moved aside first and removed after; if the rename fails it is put
+    back. ``out`` itself is never followed: a symbolic link there is refused by ``check``, or
+    replaced, never written through.
+
+    Raises:
+        OutputError: a rename failed (the message names ``out``).
+    """
+    tmp, out = Path(tmp), Path(out)
+    os.chmod(tmp, 0o777 & ~_umask())  # (mkdtemp makes it 0700; an output folder is an ordinary one)
+    old = None
+    try:
+        if os.path.lexists(out):
+            if check is not None:
+                check(out)  # (again, at the last moment: nothing the check refuses is replaced)
+            old = out.with_name(f"{TMP_PREFIX}old-{out.name[:60]}-{os.urandom(4).hex()}")
+            os.rename(out, old)
+        os.rename(tmp, out)
+    except OSError as e:
+        if old is not None and not os.path.lexists(out):
+            with contextlib.suppress(OSError):
+                os.rename(old, out)
+        raise OutputError(e.errno, f"cannot write {out}: {e.strerror or e}") from None
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return out
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> Path:

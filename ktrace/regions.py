@@ -20,6 +20,7 @@ import textwrap
 import threading
 
 from .schema import region_id
+from .text import printable
 
 log = logging.getLogger("ktrace")
 
@@ -254,7 +255,7 @@ def sources_of(meta) -> dict[int, str]:
             where = [where]
         by_file: dict[str, list[str]] = {}
         for w in where or ():
-            path, _, line = str(w).rpartition(":")
+            path, _, line = printable(str(w)).rpartition(":")  # (from a file: escaped for the terminal)
             by_file.setdefault(path, []).append(line)
         out[rid] = "; ".join(f"{p}:{', '.join(ls)}" for p, ls in by_file.items())
     return out

@@ -364,13 +364,11 @@ def test_real_dump_exports_to_perfetto(tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 _CHILD = r"""
-import json, os, signal, sys, time
+import os, signal, sys, time
+from ktrace.flight.registry import register
 reg, out = sys.argv[1], sys.argv[2]
 signal.signal(signal.SIGUSR1, lambda s, f: open(out, "a").write("dump\n"))
-d = os.path.join(reg, "run-x")
-os.makedirs(d, exist_ok=True)
-json.dump({"pid": os.getpid(), "rank": 0, "run_id": "run-x", "out_dir": "/tmp", "started_ns": time.time_ns()},
-          open(os.path.join(d, f"rank0-{os.getpid()}.json"), "w"))
+register(reg, "run-x", 0, "/tmp")
 print("ready", flush=True)
 end = time.time() + 20
 while time.time() < end and not os.path.exists(out):
@@ -385,12 +383,15 @@ def _ktrace(*args):
 
 def test_dump_command_signals_the_registered_ranks(tmp_path):
     reg, out = tmp_path / "reg", tmp_path / "got"
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(reg), str(out)], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(reg), str(out)], stdout=subprocess.PIPE, text=True,
+                             env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])))
     try:
         assert child.stdout.readline().strip() == "ready"
         # a stale entry (a process that has ended) is skipped
-        (reg / "run-old").mkdir()
-        (reg / "run-old" / "rank0-1.json").write_text(json.dumps({"pid": 2 ** 22 + 12345, "rank": 0, "run_id": "run-old"}))
+        (reg / "run-old").mkdir(mode=0o700)
+        (reg / "run-old" / "rank0-1.json").write_text(json.dumps({"format": "ktrace-flight-entry", "pid": 2 ** 22 - 1, "rank": 0,
+                                                                  "run_id": "run-old", "out_dir": ".", "started_ns": 1,
+                                                                  "starttime": 1, "cmdline": ["python"]}))
         r = _ktrace("dump", "--registry", str(reg), "--list")
         assert r.returncode == 0 and f"run run-x: rank 0 pid {child.pid}" in r.stdout and "run-old" not in r.stdout
         r = _ktrace("dump", "--registry", str(reg))
@@ -407,12 +408,12 @@ def test_dump_command_bad_arguments(tmp_path):
     r = _ktrace("dump", "--registry", str(tmp_path / "none"))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no process with a flight recorder" in r.stderr
     r = _ktrace("dump", "--registry", str(tmp_path), "--run", "nope")
-    assert r.returncode == 2 and "no running process of run nope" in r.stderr
+    assert r.returncode == 2 and "--run nope: no running process of that run" in r.stderr
     for bad in ("0", "-1"):
         r = _ktrace("dump", "--pid", bad)
         assert r.returncode == 2 and "positive" in r.stderr
     r = _ktrace("dump", "--pid", "notanumber")
-    assert r.returncode == 2 and "invalid int value" in r.stderr
+    assert r.returncode == 2 and "'notanumber' is not a process id" in r.stderr
 
 
 # ---------------------------------------------------------------------------------------------

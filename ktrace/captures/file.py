@@ -255,6 +255,10 @@ class _LazyBuffer:
         _, n_name, n_extra = _LOCAL_HEADER.unpack(head)
         return self.header_offset + _LOCAL_HEADER.size + n_name + n_extra
 
+    def head(self) -> bytes:
+        """The buffer's first bytes (its header), read alone and not checked (:meth:`load` checks)."""
+        return self.source.read(self._data_offset(), min(self.nbytes, schema.HEADER_BYTES))
+
     def load(self, verify: bool = True) -> np.ndarray:
         data = self.source.read(self._data_offset(), self.nbytes)
         if len(data) != self.nbytes or (verify and zlib.crc32(data) != self.crc32):
@@ -642,7 +646,7 @@ def _read_zip(zf: zipfile.ZipFile, path: str, source: Path | None = None) -> Cap
                 if rc.device.get("tick_hz"):  # (what converts its calibration samples: a GPU timer's rate)
                     _checked_int(rc.device["tick_hz"], f"rank {r}: device tick_hz", MIN_TICK_HZ, MAX_TICK_HZ)
                 for lm in entry["launches"]:
-                    rc.launches.append(_read_launch(zf, path, src, r, lm, file_size))
+                    rc.launches.append(_read_launch(zf, path, src, r, lm, file_size, world_size))
                 if len({ln.index for ln in rc.launches}) != len(rc.launches):
                     raise ValueError(f"rank {r} lists a launch index twice")
                 ranks[r] = rc
@@ -658,7 +662,7 @@ def _read_zip(zf: zipfile.ZipFile, path: str, source: Path | None = None) -> Cap
                 partial=bool(meta.get("partial", False)),
                 created_ns=_checked_int(meta.get("created_ns", 0), "created_ns"),
                 ktrace_version=str(meta.get("ktrace_version", "?")),
-                meta=meta.get("meta") or {},
+                meta=_capture_extras(meta.get("meta") or {}),
                 run_id=run_id or None,
                 notes=_str_list(meta.get("notes")),
                 source=path,
@@ -669,7 +673,29 @@ def _read_zip(zf: zipfile.ZipFile, path: str, source: Path | None = None) -> Cap
             raise CaptureError(f"{path}: corrupt capture metadata ({type(e).__name__}: {' '.join(str(e).split())[:200]})") from None
     if cap.missing_ranks:
         cap.partial = True
+    _check_dumps(cap, path)
     return cap
+
+
+def _check_dumps(cap: Capture, path: str) -> None:
+    """Each launch of a live dump held against its own buffer (``ktrace.flight.ring.check_dump``):
+    decoded here, once (a dump's ring buffers are small)."""
+    from ..flight.ring import check_dump
+
+    one = len(cap.ranks) == 1
+    for r, rc in cap.ranks.items():
+        for ln in rc.launches:
+            live = ln.meta.get("live")
+            if live is None:
+                continue
+            dump_ns = live.get("dump_ns")
+            if dump_ns is None and one:  # (a dump of one rank: the capture's time of the dump is its own)
+                dump_ns = (cap.meta.get("live") or {}).get("dump_ns")
+            d = ln.decode(r, cache=False)  # (CaptureError naming the launch if its buffer does not decode)
+            try:
+                check_dump(live, d, int(ln.host_ns), dump_ns)
+            except ValueError as e:
+                raise CaptureError(f"{path}: rank {r} launch {ln.index}: {e}: a damaged dump, not read") from None
 
 
 def _str_list(v) -> list[str]:
@@ -681,7 +707,7 @@ def _str_list(v) -> list[str]:
 
 
 def _read_launch(zf: zipfile.ZipFile, path: str, src: "_FileSource | None", r: int, lm: dict,
-                 file_size: int | None = None) -> Launch:
+                 file_size: int | None = None, world_size: int = MAX_WORLD_SIZE) -> Launch:
     """One launch entry of the metadata and its buffer: read and CRC-checked here when it is
     compressed; an uncompressed one is located here and read (and checked) on first use.
 
@@ -729,6 +755,8 @@ def _read_launch(zf: zipfile.ZipFile, path: str, src: "_FileSource | None", r: i
         if len(data) != lm["bytes"] or zlib.crc32(data) != lm["crc32"]:
             raise CaptureError(f"{where}: buffer is damaged (size or CRC-32 mismatch)")
         raw = np.frombuffer(data, np.uint8)
+    meta = _launch_extras(lm.get("meta") or {}, where, grid, capacity, world_size,
+                          lambda: raw.head() if isinstance(raw, _LazyBuffer) else raw[: schema.HEADER_BYTES].tobytes())
     return Launch(
         index=index,
         kernel=str(lm["kernel"]),
@@ -738,8 +766,66 @@ def _read_launch(zf: zipfile.ZipFile, path: str, src: "_FileSource | None", r: i
         host_ns=_checked_int(lm.get("host_ns", 0), f"rank {r} launch {index}: host_ns", -(1 << 63)),
         stream=_checked_int(lm.get("stream", 0), f"rank {r} launch {index}: stream", -(1 << 63)),
         source=str(path),
-        meta=lm.get("meta") or {},
+        meta=meta,
     )
+
+
+def _capture_extras(meta) -> dict:
+    """The capture's ``meta``: an object; a live dump's ``live`` part as the dump writes it (a
+    ``reason`` in words, the host time of the dump)."""
+    if not isinstance(meta, dict):
+        raise TypeError(f"meta is a {type(meta).__name__}")
+    live = meta.get("live")
+    if live is not None:
+        if not isinstance(live, dict):
+            raise TypeError(f"meta live is a {type(live).__name__}")
+        if not isinstance(live.get("reason", ""), str) or len(live.get("reason", "")) > 200:
+            raise TypeError("meta live reason is not a word")
+        if live.get("dump_ns") is not None:
+            _checked_int(live["dump_ns"], "meta live dump_ns")
+    return meta
+
+
+#: Longest lane name read (a partition function's name).
+_MAX_LANE_NAME = 256
+
+
+def _launch_extras(meta, where: str, grid: tuple, capacity: int, world_size: int, head) -> dict:
+    """A launch entry's ``meta``, its parts that analyses read checked before anything uses them:
+    ``device`` (an integer), ``ring_slots``, the lane names of a launch traced per lane
+    (``lanes``: strings, as many as its buffer's header says, ``head()`` giving the header's
+    bytes) and a live dump's ``live`` (``ktrace.flight.ring.check_live``)."""
+    from ..flight.ring import check_live
+
+    if not isinstance(meta, dict):
+        raise TypeError(f"{where.split(': ', 1)[-1]}: meta is a {type(meta).__name__}")
+    try:
+        if meta.get("device") is not None:
+            _checked_int(meta["device"], "device", 0, (1 << 16) - 1)
+        if meta.get("ring_slots") is not None:
+            slots = _checked_int(meta["ring_slots"], "ring_slots", 2, capacity)
+            if slots & (slots - 1):
+                raise ValueError(f"ring_slots {slots} is not a power of two")
+        lanes = meta.get("lanes")
+        if lanes is not None:
+            if (not isinstance(lanes, list) or not 1 <= len(lanes) <= schema.MAX_LANES
+                    or not all(isinstance(x, str) and len(x) <= _MAX_LANE_NAME for x in lanes)):
+                raise ValueError(f"lanes is not a list of 1..{schema.MAX_LANES} names (strings of at most {_MAX_LANE_NAME} characters)")
+            h = head()
+            said = schema.header_lanes(int(schema.unpack_header(memoryview(h))["lanes"])) if len(h) >= schema.HEADER_BYTES else None
+            if said is not None and said != len(lanes):
+                raise ValueError(f"names {len(lanes)} lanes ({printable(', '.join(lanes))[:120]}) but its buffer's header says "
+                                 f"{said} lanes per program")
+            if grid[0] % len(lanes):
+                raise ValueError(f"names {len(lanes)} lanes, which do not divide its grid's x extent {grid[0]}")
+        if "live" in meta:
+            try:
+                check_live(meta["live"], math.prod(grid), capacity, world_size)
+            except ValueError as e:
+                raise ValueError(f"live dump table: {e}") from None
+    except (TypeError, ValueError) as e:
+        raise CaptureError(f"{where}: corrupt launch metadata ({' '.join(str(e).split())[:240]})") from None
+    return meta
 
 
 def merge_captures(caps: Iterable[Capture], *, world_size: int | None = None, allow_mixed_runs: bool = False) -> Capture:

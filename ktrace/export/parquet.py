@@ -11,7 +11,16 @@
 - ``workgroups.parquet``: the report's ``workgroups`` table;
 - ``findings.parquet``: the report's findings, most costly first (``finding`` = 1, 2, ...);
 - ``causes.parquet``: the report's root causes with what each would save;
-- ``manifest.json``: the capture, its run, the files and their row counts.
+- ``manifest.json``: the capture, its run, the files and their row counts (``format`` is
+  ``ktrace-parquet``: what marks a folder as a ktrace export).
+
+The folder is written whole or not at all: the tables are written into a temporary folder next
+to it (``ktrace.fileio.atomic_folder``) and renamed into place once all are complete, replacing
+an earlier export of ktrace's (a folder holding only ``manifest.json`` of format
+``ktrace-parquet`` and the tables it names) or an empty folder; a folder holding anything else, a
+symbolic link, or a file is refused before anything is written (:func:`check_out_dir`). A table
+that cannot be written (a full disk) is named in the error (:class:`ktrace.fileio.OutputError`),
+never blamed on the capture.
 
 Every table has a ``capture`` column (the capture file's name), so a folder of exports reads as
 one table (``read_parquet('exports/*/findings.parquet')`` in DuckDB). The report is consumed
@@ -22,8 +31,11 @@ Needs ``pyarrow`` (``pip install 'ktrace[parquet]'``); never torch or triton.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import re
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +50,12 @@ log = logging.getLogger("ktrace")
 PARQUET_VERSION = 1
 #: Rows per row group of the report's tables.
 ROW_GROUP = 1 << 16
+#: What ``manifest.json``'s ``format`` says.
+MANIFEST_FORMAT = "ktrace-parquet"
+#: The tables an export holds (``<name>.parquet``).
+TABLES = ("events", "waits", "workgroups", "causes", "findings")
+#: Largest ``manifest.json`` read when checking a folder (ktrace's are under 4 KiB).
+_MAX_MANIFEST = 1 << 20
 
 
 class ParquetUnavailable(RuntimeError):
@@ -78,8 +96,13 @@ def event_schema(pa):
     ])
 
 
-def write_events(capture, path: str | os.PathLike, *, name: str, model=None) -> int:
-    """Write ``events.parquet``: one row group per decoded batch. Returns the rows written."""
+def write_events(capture, path: str | os.PathLike, *, name: str, model=None, shown: str | os.PathLike | None = None) -> int:
+    """Write ``events.parquet``: one row group per decoded batch. Returns the rows written.
+
+    Raises:
+        ktrace.fileio.OutputError: the file cannot be written; the message names ``shown``
+            (default ``path``).
+    """
     from ..clock.model import clock_model_of
     from ..events import iter_batches
 
@@ -87,7 +110,9 @@ def write_events(capture, path: str | os.PathLike, *, name: str, model=None) -> 
     sch = event_schema(pa)
     model = model or clock_model_of(capture)
     n = 0
-    with pq.ParquetWriter(str(path), sch, compression="zstd") as w:
+    with _naming(path, shown):
+        w = pq.ParquetWriter(str(path), sch, compression="zstd")
+    try:
         for refs, b in iter_batches(capture, model):
             rows = b.size
             if rows == 0:
@@ -108,9 +133,32 @@ def write_events(capture, path: str | os.PathLike, *, name: str, model=None) -> 
                 *[pa.array(c[a].astype(np.int64)) for a in schema.ARG_COLUMNS],
                 pa.array(c["start_ns"]), pa.array(c["end_ns"]), pa.array(c["end_ns"] - c["start_ns"]),
             ]
-            w.write_table(pa.Table.from_arrays(cols, schema=sch))
+            with _naming(path, shown):
+                w.write_table(pa.Table.from_arrays(cols, schema=sch))
             n += rows
+    finally:
+        with _naming(path, shown):
+            w.close()
     return n
+
+
+@contextlib.contextmanager
+def _naming(path, shown=None):
+    """An OSError while writing ``path`` (pyarrow's say no file) as an OutputError naming the file
+    (``shown``: the name to give, the final one when ``path`` is a temporary's)."""
+    from ..fileio import OutputError
+
+    try:
+        yield
+    except OutputError:
+        raise
+    except OSError as e:
+        code = e.errno
+        m = re.search(r"\[errno (\d+)\]", str(e))
+        if code is None and m:
+            code = int(m.group(1))
+        why = os.strerror(code) if code else " ".join(str(e).split())
+        raise OutputError(code, f"cannot write {shown or path}: {why}") from None
 
 
 def _lane(c, rows: int) -> np.ndarray:
@@ -158,11 +206,59 @@ def findings_table(pa, doc: dict, name: str, run_id: str | None = None):
     })
 
 
+def _is_export(folder: Path) -> str | None:
+    """None when ``folder`` holds only what an export of ktrace's holds (see the module), else what
+    else it holds, in words."""
+    names = sorted(os.listdir(folder))
+    if not names:
+        return None
+    man = folder / "manifest.json"
+    try:
+        st = os.lstat(man)
+    except FileNotFoundError:
+        return f"{folder / names[0]}, not written by ktrace export (no manifest.json of a ktrace export)"
+    if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_MANIFEST:
+        return f"{man}, which is not a ktrace export's manifest"
+    try:
+        doc = orjson.loads(man.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        doc = None
+    files = doc.get("files") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT or not isinstance(files, dict):
+        return f"{man}, which is not a ktrace export's manifest (its format is not {MANIFEST_FORMAT!r})"
+    ours = {"manifest.json"} | {f"{t}.parquet" for t in TABLES}
+    for n in names:
+        st = os.lstat(folder / n)
+        if n not in ours or not stat.S_ISREG(st.st_mode):
+            what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode) else "a file"
+            return f"{folder / n}, {what} that ktrace export does not write"
+    return None
+
+
+def check_out_dir(out_dir: str | os.PathLike) -> Path:
+    """``out_dir`` if an export may be written there: a folder that does not exist yet, an empty folder, or an earlier export of ktrace's. Raises ValueError (one line naming
+    it) for a symbolic link, a file, or a folder that holds anything else."""
+    out = Path(out_dir)
+    try:
+        st = os.lstat(out)
+    except FileNotFoundError:
+        return out  # (made, with the folders above it)
+    if stat.S_ISLNK(st.st_mode):
+        raise ValueError(f"{out} is a symbolic link: refusing to write through it (give the folder itself)")
+    if not stat.S_ISDIR(st.st_mode):
+        raise ValueError(f"{out} is a file: give a directory to write the tables into")
+    other = _is_export(out)
+    if other is not None:
+        raise ValueError(f"{out} holds {other}: give an empty directory, or an earlier export's")
+    return out
+
+
 def export_parquet(capture_path: str | os.PathLike, out_dir: str | os.PathLike, *, config=None) -> dict:
     """Write a capture's tables as Parquet files into ``out_dir`` (see the module's docstring).
 
     The events are written first, batch by batch; then the report is built (its own memory) and
-    its tables written.
+    its tables written. All go into a temporary folder next to ``out_dir``, renamed into place
+    once complete.
 
     Returns:
         The manifest (also written as ``manifest.json``).
@@ -170,40 +266,50 @@ def export_parquet(capture_path: str | os.PathLike, out_dir: str | os.PathLike, 
     Raises:
         ParquetUnavailable: no pyarrow.
         CaptureError, AnalysisError: a capture that cannot be read or analysed.
+        ValueError: ``out_dir`` is not a place an export may be written (:func:`check_out_dir`).
+        ktrace.fileio.OutputError: a table could not be written (the message names it).
     """
     from ..analysis import build_report, report_json, wait_causes
     from ..captures import read_capture
+    from ..fileio import OutputError, atomic_folder, put_folder
 
     pa, pq = _pa()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_out_dir(out_dir)
     name = Path(capture_path).name
     cap = read_capture(capture_path)
-    rows = {"events": write_events(cap, out / "events.parquet", name=name)}
-    run_id = cap.run_id
-    del cap
-    rep = build_report(str(capture_path), config) if config is not None else build_report(str(capture_path))
-    doc = report_json(rep)
-    waits = rep.tables["waits"]
-    extra = {}
-    if rep.trace is not None and waits.size:
-        wc = wait_causes(rep.trace)
-        pos = np.searchsorted(wc["row"], np.asarray(waits["row"]))
-        pos = np.minimum(pos, max(wc.size - 1, 0))
-        if wc.size and np.array_equal(wc["row"][pos], np.asarray(waits["row"])):
-            have = set(waits.dtype.names)
-            extra = {c: wc[c][pos] for c in wc.dtype.names if c not in have and c != "row"}
-        else:
-            log.warning("the waits' causes could not be joined to the waits by event row: waits.parquet holds no cause columns")
-    tables = {"waits": table_to_arrow(pa, waits, name, extra), "workgroups": table_to_arrow(pa, rep.tables["workgroups"], name),
-              "causes": table_to_arrow(pa, rep.tables["causes"], name), "findings": findings_table(pa, doc, name, run_id)}
-    for t, tab in tables.items():
-        pq.write_table(tab, out / f"{t}.parquet", compression="zstd", row_group_size=ROW_GROUP)
-        rows[t] = tab.num_rows
-    manifest = {"format": "ktrace-parquet", "version": PARQUET_VERSION, "capture": name, "source": str(capture_path),
-                "run_id": run_id, "clock": rep.summary.get("clock"),
-                # the counts and times the report prints, under its keys (ktrace.text.MEASURES)
-                "summary": {k: doc["summary"].get(k) for k in MEASURES},
-                "files": {t: f"{t}.parquet" for t in rows}, "rows": rows}
-    (out / "manifest.json").write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(e.errno, f"cannot write {out}: {e.strerror or e}") from None
+    with atomic_folder(out) as tmp:
+        rows = {"events": write_events(cap, tmp / "events.parquet", name=name, shown=out / "events.parquet")}
+        run_id = cap.run_id
+        del cap
+        rep = build_report(str(capture_path), config) if config is not None else build_report(str(capture_path))
+        doc = report_json(rep)
+        waits = rep.tables["waits"]
+        extra = {}
+        if rep.trace is not None and waits.size:
+            wc = wait_causes(rep.trace)
+            pos = np.searchsorted(wc["row"], np.asarray(waits["row"]))
+            pos = np.minimum(pos, max(wc.size - 1, 0))
+            if wc.size and np.array_equal(wc["row"][pos], np.asarray(waits["row"])):
+                have = set(waits.dtype.names)
+                extra = {c: wc[c][pos] for c in wc.dtype.names if c not in have and c != "row"}
+            else:
+                log.warning("the waits' causes could not be joined to the waits by event row: waits.parquet holds no cause columns")
+        tables = {"waits": table_to_arrow(pa, waits, name, extra), "workgroups": table_to_arrow(pa, rep.tables["workgroups"], name),
+                  "causes": table_to_arrow(pa, rep.tables["causes"], name), "findings": findings_table(pa, doc, name, run_id)}
+        for t, tab in tables.items():
+            with _naming(tmp / f"{t}.parquet", out / f"{t}.parquet"):
+                pq.write_table(tab, tmp / f"{t}.parquet", compression="zstd", row_group_size=ROW_GROUP)
+            rows[t] = tab.num_rows
+        manifest = {"format": MANIFEST_FORMAT, "version": PARQUET_VERSION, "capture": name, "source": str(capture_path),
+                    "run_id": run_id, "clock": rep.summary.get("clock"),
+                    # the counts and times the report prints, under its keys (ktrace.text.MEASURES)
+                    "summary": {k: doc["summary"].get(k) for k in MEASURES},
+                    "files": {t: f"{t}.parquet" for t in rows}, "rows": rows}
+        with _naming(tmp / "manifest.json", out / "manifest.json"):
+            (tmp / "manifest.json").write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+        put_folder(tmp, out, check_out_dir)
     return manifest

@@ -243,7 +243,8 @@ def _plan(capture, model: ClockModel, refs: list, workers: int, batches: list, s
         n_groups[r] = max(1, len(group_end))
     counter_regions = np.unique(np.concatenate(counter_regions))
     # lanes (``ktrace.gluon``): a rank's tracks are (program, lane), ``lane_radix`` lanes per program
-    lane_names = {r: [tuple((ln.meta or {}).get("lanes") or ()) for ln in rc.launches] for r, rc in capture.ranks.items()}
+    lane_names = {r: [tuple(printable(x) for x in (ln.meta or {}).get("lanes") or ()) for ln in rc.launches]
+                  for r, rc in capture.ranks.items()}
     radix = {r: max([len(x) for x in names] + [1]) for r, names in lane_names.items()}
     n_lanes = [max(1, len((ln.meta or {}).get("lanes") or ())) for _, ln in refs]
     max_programs = {r: max([lp.n_programs // nl for lp, nl in zip(launches, n_lanes) if lp.rank == r], default=1) * radix[r]

@@ -43,6 +43,8 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from ..text import printable, ranges_text
+
 log = logging.getLogger("ktrace")
 
 #: Profiler events on the GPU side (``pid`` = device, ``tid`` = stream).
@@ -53,8 +55,20 @@ CPU_CATS = ("cpu_op", "user_annotation", "python_function", "cuda_runtime", "cud
 RANGE_PREFIX = "ktrace "
 #: Drift is fitted (besides the offset) only over traced launches at least this far apart (ns).
 MIN_DRIFT_SPAN_NS = 1_000_000
-#: Largest profile read (bytes, inflated).
-MAX_PROFILE_BYTES = 4 << 30
+#: Largest profile read (bytes, inflated): a profiler trace of more would not open in the UI either.
+MAX_PROFILE_BYTES = 1 << 30
+#: Largest ratio of a gzipped profile's inflated size to its stored size (a profiler's JSON
+#: compresses 10-20x; a file that inflates more is refused once it has, before it is parsed, so
+#: what a gzipped profile costs is bounded by 256x its stored size).
+MAX_INFLATION = 256
+#: Chunk in which a gzipped profile is inflated.
+_CHUNK = 1 << 20
+#: Largest time span of a profile's events (µs): a day (profilers record seconds to minutes).
+MAX_SPAN_US = 86_400 * 1e6
+#: Largest event time (µs): 2^62 ns, past any clock a profiler uses (epoch µs are ~1.8e15).
+MAX_TS_US = float(1 << 62) / 1000
+#: Largest integer argument (device, stream, correlation) or pid taken as it is.
+_MAX_ARG = 1 << 62
 
 
 class ProfileMismatch(ValueError):
@@ -89,31 +103,53 @@ class Profile:
         return int(self.cat.size)
 
 
+def _inflate(p: Path, stored: int) -> bytes:
+    """A gzipped file's content, inflated in chunks and refused as soon as it passes
+    :data:`MAX_PROFILE_BYTES` or :data:`MAX_INFLATION` times its stored size."""
+    import zlib
+
+    limit = min(MAX_PROFILE_BYTES, MAX_INFLATION * max(stored, 1) + _CHUNK)
+    out = bytearray()
+    try:
+        with gzip.open(p, "rb") as f:
+            while True:
+                c = f.read(min(_CHUNK, limit + 1 - len(out)))
+                if not c:
+                    break
+                out += c
+                if len(out) > limit:
+                    raise ProfileMismatch(f"{p}: inflates to more than {limit} bytes ({'the most a profile may hold' if limit == MAX_PROFILE_BYTES else f'{MAX_INFLATION}x its {stored} stored bytes'}): not read")
+    except (zlib.error, gzip.BadGzipFile) as e:
+        raise ProfileMismatch(f"{p}: corrupt gzip data ({' '.join(str(e).split())[:100]})") from None
+    except EOFError:
+        raise ProfileMismatch(f"{p}: its gzip data ends early (a truncated file)") from None
+    return bytes(out)
+
+
 def _load(path: str | os.PathLike) -> dict:
-    """The profile's JSON (gzipped or not), inflated in bounded chunks."""
+    """The profile's JSON (gzipped or not): a regular file, its size bounded (inflated in chunks)."""
+    from ..fileio import InputError, regular_input
+
     p = Path(path)
     try:
+        regular_input(p, "profiler trace")  # (a device or a FIFO would be read for ever)
+        size = p.stat().st_size
         with open(p, "rb") as f:
             magic = f.read(2)
         if magic == b"\x1f\x8b":
-            chunks, total = [], 0
-            with gzip.open(p, "rb") as f:
-                while True:
-                    c = f.read(1 << 24)
-                    if not c:
-                        break
-                    total += len(c)
-                    if total > MAX_PROFILE_BYTES:
-                        raise ProfileMismatch(f"{p}: inflates to more than {MAX_PROFILE_BYTES >> 30} GiB: not read")
-                    chunks.append(c)
-            data = b"".join(chunks)
+            data = _inflate(p, size)
         else:
-            data = p.read_bytes()
+            if size > MAX_PROFILE_BYTES:
+                raise ProfileMismatch(f"{p}: {size} bytes, more than the {MAX_PROFILE_BYTES} a profile may hold: not read")
+            with open(p, "rb") as f:
+                data = f.read(MAX_PROFILE_BYTES + 1)
         doc = orjson.loads(data)
-    except (OSError, EOFError, gzip.BadGzipFile) as e:
-        raise ProfileMismatch(f"{p}: cannot be read ({e})") from None
+    except InputError as e:
+        raise ProfileMismatch(str(e)) from None
+    except OSError as e:
+        raise ProfileMismatch(f"{p}: cannot be read ({e.strerror or e})") from None
     except orjson.JSONDecodeError as e:
-        raise ProfileMismatch(f"{p}: not a JSON trace ({e})") from None
+        raise ProfileMismatch(f"{p}: not a JSON trace ({' '.join(str(e).split())[:120]})") from None
     if isinstance(doc, list):  # (the Chrome format allows a bare array of events)
         doc = {"traceEvents": doc}
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
@@ -121,9 +157,51 @@ def _load(path: str | os.PathLike) -> dict:
     return doc
 
 
-def _int_arg(args, key) -> int:
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _int_arg(args, key, where: str = "", i: int = -1) -> int:
+    """An integer argument of an event (-1 when absent); one that is not an integer in range is
+    refused (ProfileMismatch naming the event), never read as another value."""
     v = args.get(key) if isinstance(args, dict) else None
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else -1
+    if v is None:
+        return -1
+    if not _is_num(v) or (isinstance(v, float) and not v.is_integer()) or not -1 <= v <= _MAX_ARG:
+        raise ProfileMismatch(f"{where}: event {i}: args.{key} is {orjson.dumps(v)[:40].decode(errors='replace')}, not an integer "
+                              f"in -1..2^62")
+    return int(v)
+
+
+def _pid(v) -> int:
+    return int(v) if isinstance(v, int) and not isinstance(v, bool) and -_MAX_ARG <= v <= _MAX_ARG else -1
+
+
+def _times(keep: list, index: list, path) -> tuple[np.ndarray, np.ndarray]:
+    """The kept events' start and end (ns), every ``ts`` and ``dur`` checked: numbers, not booleans,
+    finite, ``0 <= ts <= MAX_TS_US``, ``0 <= dur``, all within :data:`MAX_SPAN_US` of each other."""
+    bad = next((k for k, e in enumerate(keep) if not (_is_num(e["ts"]) and _is_num(e["dur"]))), None)
+    if bad is not None:
+        e = keep[bad]
+        key = "ts" if not _is_num(e["ts"]) else "dur"
+        raise ProfileMismatch(f"{path}: event {index[bad]}: {key} is {orjson.dumps(e[key])[:40].decode(errors='replace')}, not a number")
+    ts = np.array([e["ts"] for e in keep], np.float64)
+    dur = np.array([e["dur"] for e in keep], np.float64)
+    for what, v, lo, hi in (("ts", ts, 0.0, MAX_TS_US), ("dur", dur, 0.0, MAX_SPAN_US)):
+        out = ~((v >= lo) & (v <= hi))  # (NaN fails too)
+        if out.any():
+            k = int(np.argmax(out))
+            raise ProfileMismatch(f"{path}: event {index[k]}: {what} {v[k]:g} µs is outside {lo:g}..{hi:g}: not a profiler's time")
+    end = ts + dur
+    lo, hi = float(ts.min()), float(end.max())
+    if hi - lo > MAX_SPAN_US:
+        mid = float(np.median(ts))
+        k = int(np.argmax(np.maximum(np.abs(ts - mid), np.abs(end - mid))))
+        raise ProfileMismatch(f"{path}: its events span {(hi - lo) / 86_400e6:.1f} days, more than a profile records (event "
+                              f"{index[k]} at ts {ts[k]:.0f} µs is {abs(ts[k] - mid) / 86_400e6:.1f} days from the others): not read")
+    # µs with 3 decimals: round to whole ns (a float64 of ~1e12 µs holds them to ~0.1 ns)
+    start = np.rint(ts * 1000.0).astype(np.int64)
+    return start, start + np.rint(dur * 1000.0).astype(np.int64)
 
 
 def read_profile(path: str | os.PathLike) -> Profile:
@@ -138,8 +216,8 @@ def read_profile(path: str | os.PathLike) -> Profile:
     """
     doc = _load(path)
     evs = doc["traceEvents"]
-    keep = [e for e in evs if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in GPU_CATS + CPU_CATS
-            and isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float))]
+    index = [i for i, e in enumerate(evs) if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in GPU_CATS + CPU_CATS]
+    keep = [evs[i] for i in index]
     skipped: dict = {}
     pnames, tnames = {}, {}
     for e in evs:  # (metadata and what is left out: a small part of a profile)
@@ -148,39 +226,42 @@ def read_profile(path: str | os.PathLike) -> Profile:
         if e.get("ph") == "M":
             a = e.get("args") or {}
             if e.get("name") == "process_name" and isinstance(a, dict):
-                pnames[str(e.get("pid"))] = str(a.get("name", ""))
+                pnames[printable(str(e.get("pid")))] = printable(str(a.get("name", "")))
             elif e.get("name") == "thread_name" and isinstance(a, dict):
-                tnames[(str(e.get("pid")), str(e.get("tid")))] = str(a.get("name", ""))
+                tnames[(printable(str(e.get("pid"))), printable(str(e.get("tid"))))] = printable(str(a.get("name", "")))
         elif not (e.get("ph") == "X" and e.get("cat") in GPU_CATS + CPU_CATS):
-            k = str(e.get("cat") or e.get("ph"))
+            k = printable(str(e.get("cat") or e.get("ph")))[:80]
             skipped[k] = skipped.get(k, 0) + 1
     if not keep:
         raise ProfileMismatch(f"{path}: holds no profiler events (CPU operators, CUDA calls or kernels)")
-    ts = np.array([e["ts"] for e in keep], np.float64)
-    dur = np.array([e["dur"] for e in keep], np.float64)
-    # µs with 3 decimals: round to whole ns (a float64 of ~1e12 µs holds them to ~0.1 ns)
-    start = np.rint(ts * 1000.0).astype(np.int64)
-    end = start + np.maximum(np.rint(dur * 1000.0).astype(np.int64), 0)
+    for e in keep:  # (absent: null, said as such)
+        e.setdefault("ts", None)
+        e.setdefault("dur", None)
+    start, end = _times(keep, index, path)
     args = [e.get("args") for e in keep]
-    device = np.array([_int_arg(a, "device") for a in args], np.int64)
-    stream = np.array([_int_arg(a, "stream") for a in args], np.int64)
+    device = np.array([_int_arg(a, "device", path, i) for a, i in zip(args, index)], np.int64)
+    stream = np.array([_int_arg(a, "stream", path, i) for a, i in zip(args, index)], np.int64)
     # GPU events without these arguments (gpu_user_annotation) say them as their pid and tid
     gpu = np.array([e["cat"] in GPU_CATS for e in keep])
-    pid_i = np.array([e.get("pid") if isinstance(e.get("pid"), int) else -1 for e in keep], np.int64)
-    tid_i = np.array([e.get("tid") if isinstance(e.get("tid"), int) else -1 for e in keep], np.int64)
+    pid_i = np.array([_pid(e.get("pid")) for e in keep], np.int64)
+    tid_i = np.array([_pid(e.get("tid")) for e in keep], np.int64)
     device = np.where(gpu & (device < 0), pid_i, device)
     stream = np.where(gpu & (stream < 0), tid_i, stream)
     rank = None
     di = doc.get("distributedInfo")
-    if isinstance(di, dict) and isinstance(di.get("rank"), int):
-        rank = int(di["rank"])
+    if isinstance(di, dict) and di.get("rank") is not None:
+        r = di.get("rank")
+        if not isinstance(r, int) or isinstance(r, bool) or not 0 <= r < 1 << 16:
+            raise ProfileMismatch(f"{path}: distributedInfo.rank is {orjson.dumps(r)[:40].decode(errors='replace')}, not a rank")
+        rank = r
     return Profile(
         path=str(path), rank=rank,
-        cat=np.array([e["cat"] for e in keep], dtype=object), name=np.array([str(e.get("name", "")) for e in keep], dtype=object),
-        pid=np.array([str(e.get("pid")) for e in keep], dtype=object), tid=np.array([str(e.get("tid")) for e in keep], dtype=object),
+        cat=np.array([e["cat"] for e in keep], dtype=object), name=np.array([printable(str(e.get("name", ""))) for e in keep], dtype=object),
+        pid=np.array([printable(str(e.get("pid"))) for e in keep], dtype=object),
+        tid=np.array([printable(str(e.get("tid"))) for e in keep], dtype=object),
         start_ns=start, end_ns=end,
         device=device, stream=stream,
-        correlation=np.array([_int_arg(a, "correlation") for a in args], np.int64),
+        correlation=np.array([_int_arg(a, "correlation", path, i) for a, i in zip(args, index)], np.int64),
         process_names=pnames, thread_names=tnames, skipped=skipped)
 
 
@@ -242,7 +323,8 @@ def _by_correlation(prof: Profile, launches: list) -> np.ndarray | None:
     ann = np.flatnonzero(is_ann)
     if ann.size == 0:
         return None
-    want = {f"{RANGE_PREFIX}{ln.kernel} #{ln.index}": i for i, ln in enumerate(launches)}
+    # (the profile's names are read through printable: the capture's are compared the same way)
+    want = {f"{RANGE_PREFIX}{printable(ln.kernel)} #{ln.index}": i for i, ln in enumerate(launches)}
     launch_of_ann = np.array([want.get(n, -1) for n in prof.name[ann].tolist()], np.int64)
     kern = np.flatnonzero(prof.cat == "kernel")
     calls = np.flatnonzero(np.isin(prof.cat, ("cuda_runtime", "cuda_driver")) & np.isin(prof.correlation, prof.correlation[kern])
@@ -250,7 +332,7 @@ def _by_correlation(prof: Profile, launches: list) -> np.ndarray | None:
     if calls.size == 0:
         return None
     # one key per thread; ranges sorted by (thread, start), calls looked up in them
-    _, thread = np.unique((prof.pid.astype(str) + ":" + prof.tid.astype(str)).astype(str), return_inverse=True)
+    _, thread = np.unique((prof.pid.astype(str) + "\x1f" + prof.tid.astype(str)).astype(str), return_inverse=True)
     thread = thread.reshape(-1).astype(np.int64)
     span = int(prof.end_ns.max() - prof.start_ns.min()) + 1
     t0 = int(prof.start_ns.min())
@@ -266,7 +348,7 @@ def _by_correlation(prof: Profile, launches: list) -> np.ndarray | None:
     ko = np.argsort(prof.correlation[kern], kind="stable")
     kc = prof.correlation[kern][ko]
     krow = kern[ko][np.minimum(np.searchsorted(kc, prof.correlation[calls]), kc.size - 1)]
-    names = np.array([ln.kernel for ln in launches], dtype=object)
+    names = np.array([printable(ln.kernel) for ln in launches], dtype=object)
     ok &= prof.name[krow] == names[launch_of_ann[j]]
     li, kr = launch_of_ann[j][ok], krow[ok]
     if li.size != len(launches) or np.unique(li).size != len(launches):
@@ -281,7 +363,7 @@ def _by_order(prof: Profile, launches: list, where: str) -> np.ndarray:
     k-th CUPTI record of that name (by start)."""
     kern = np.flatnonzero(prof.cat == "kernel")
     rows = np.full(len(launches), -1, np.int64)
-    names = np.array([ln.kernel for ln in launches], dtype=object)
+    names = np.array([printable(ln.kernel) for ln in launches], dtype=object)
     for name in dict.fromkeys(names.tolist()):
         mine = np.flatnonzero(names == name)
         recs = kern[prof.name[kern] == name]
@@ -384,24 +466,37 @@ def profiles_of(capture, paths: list | None, capture_path: str | os.PathLike | N
     """The profile of each rank: the files given (their rank from the file, else by order of the
     capture's ranks), else those the capture names (``capture(profiler=...)``, beside it)."""
     if not paths:
-        named = (capture.meta or {}).get("profile") or {}
-        if not named or capture_path is None:
-            raise ProfileMismatch("no profile given (--with-profile KINETO.json) and the capture names none")
-        base = Path(capture_path).parent
-        paths = [str(base / named[k]) for k in sorted(named, key=int)]
+        paths = named_profiles(capture, capture_path)
     profs = [read_profile(p) for p in paths]
     ranks = sorted(capture.ranks)
     if len(profs) > len(ranks):
-        raise ProfileMismatch(f"{len(profs)} profiles for a capture of {len(ranks)} rank(s)")
+        raise ProfileMismatch(f"{paths[len(ranks)]}: a profile more than the capture has ranks ({len(profs)} profiles for "
+                              f"{len(ranks)} rank(s))")
     out: dict[int, Profile] = {}
     for i, p in enumerate(profs):
         r = p.rank if p.rank is not None else ranks[i]
         if r not in capture.ranks:
-            raise ProfileMismatch(f"{p.path}: the profile of rank {r}, which the capture does not hold (ranks {ranks})")
+            raise ProfileMismatch(f"{p.path}: the profile of rank {r}, which the capture does not hold (ranks {ranges_text(ranks)})")
         if r in out:
             raise ProfileMismatch(f"{p.path}: a second profile of rank {r} (also {out[r].path})")
         out[r] = p
     return out
+
+
+def named_profiles(capture, capture_path: str | os.PathLike | None) -> list[str]:
+    """The profiles a capture names (``capture(profiler=...)``): files beside it, by rank. A name
+    must be a plain file name (the capture says where its profile is, never a path elsewhere)."""
+    named = (capture.meta or {}).get("profile")
+    where = str(capture_path) if capture_path is not None else "the capture"
+    if not named or capture_path is None:
+        raise ProfileMismatch(f"{where}: no profile given (--with-profile KINETO.json) and the capture names none")
+    if not isinstance(named, dict) or not all(isinstance(k, str) and k.isdigit() and len(k) < 6 and isinstance(v, str) for k, v in named.items()):
+        raise ProfileMismatch(f"{where}: the profiles it names are not a table of rank -> file name")
+    bad = next((v for v in named.values() if not v or v in (".", "..") or "/" in v or "\\" in v or "\0" in v), None)
+    if bad is not None:
+        raise ProfileMismatch(f"{where}: it names the profile {printable(bad)[:80]!r}, not a file beside it: not read")
+    base = Path(capture_path).parent
+    return [str(base / named[k]) for k in sorted(named, key=int)]
 
 
 def align_capture(capture, profiles: dict[int, Profile], model=None) -> dict[int, RankAlignment]:
@@ -411,7 +506,7 @@ def align_capture(capture, profiles: dict[int, Profile], model=None) -> dict[int
     for r, prof in sorted(profiles.items()):
         lns = capture.ranks[r].launches
         keep = [i for i, sp in enumerate(spans[r]) if sp is not None]  # (a launch with no events bounds nothing)
-        out[r] = align(prof, r, [lns[i] for i in keep], [spans[r][i] for i in keep], f"{Path(prof.path).name}")
+        out[r] = align(prof, r, [lns[i] for i in keep], [spans[r][i] for i in keep], str(prof.path))
     return out
 
 
@@ -485,11 +580,13 @@ def profile_packets(plan, profiles: dict[int, Profile], aligned: dict[int, RankA
         traced_stream = al.stream
         is_gpu = np.isin(prof.cat, GPU_CATS)
         # track keys: GPU (device, stream), CPU (pid, tid); the lanes split what does not nest
-        key_str = np.where(is_gpu, "g" + prof.device.astype(str) + ":" + prof.stream.astype(str), "c" + prof.pid.astype(str) + ":" + prof.tid.astype(str))
+        # (the separator: a control character, which printable names never hold)
+        key_str = np.where(is_gpu, "g" + prof.device.astype(str) + "\x1f" + prof.stream.astype(str),
+                           "c" + prof.pid.astype(str) + "\x1f" + prof.tid.astype(str))
         uk, key = np.unique(key_str.astype(str), return_inverse=True)
         key = key.reshape(-1)
         lane = lanes_of(key, s_t, e_t).astype(np.int64)
-        main = int(np.searchsorted(uk, f"g{al.device}:{traced_stream}"))
+        main = int(np.searchsorted(uk, f"g{al.device}\x1f{traced_stream}"))
         track_of = (key.astype(np.int64) << 8) | lane
         uuid = np.full(prof.size, 0, np.int64)
         host_proc: dict[str, int] = {}
@@ -507,11 +604,11 @@ def profile_packets(plan, profiles: dict[int, Profile], aligned: dict[int, RankA
                     if gpu_proc is None:
                         gpu_proc = (new("pid"), _UUID_BASE | (r << 32) | 0xFFFFFF00)
                         desc(uuid=gpu_proc[1], process=ProcessDescriptor(pid=gpu_proc[0], process_name=f"rank {r} · GPU (profiler): other streams and lanes"))
-                    dev, stream = ks[1:].split(":")
+                    dev, stream = ks[1:].split("\x1f")
                     desc(uuid=u, thread=ThreadDescriptor(pid=gpu_proc[0], tid=new("tid"),
                                                          thread_name=f"r{r} GPU {dev} stream {stream}" + (f" lane{ln}" if ln else "")))
                 else:
-                    hp, ht = ks[1:].split(":")
+                    hp, ht = ks[1:].split("\x1f")
                     if hp not in host_proc:
                         host_proc[hp] = new("pid")
                         pname = prof.process_names.get(hp) or "host"

@@ -302,20 +302,71 @@ def estimate_bytes(capture: Capture, fmt: str) -> int:
     return int(sum(n * b for n, b in zip(kinds[1:6], per_kind)) + per_launch * len(refs))
 
 
+#: Largest trace index read (an index of ~100,000 parts).
+MAX_INDEX_BYTES = 64 << 20
+
+
 def read_index(path: str | os.PathLike) -> tuple[dict, list[Part]]:
-    """A split trace's index and its parts (files relative to the index's folder resolved)."""
+    """A split trace's index and its parts (files relative to the index's folder resolved).
+
+    Every part is checked before it is used: a file name inside the index's folder (no folder,
+    no ``..``, not absolute, a regular file there, not a link out of it), ranks and launches as
+    lists of integers, times as integers. Raises ValueError, one line naming the index.
+    """
+    from ..fileio import InputError, regular_input
+
     p = Path(path)
     try:
+        regular_input(p, "trace index")
+        if p.stat().st_size > MAX_INDEX_BYTES:
+            raise ValueError(f"{p}: {p.stat().st_size} bytes, more than a trace index holds ({MAX_INDEX_BYTES})")
         doc = orjson.loads(p.read_bytes())
+    except InputError as e:
+        raise ValueError(str(e)) from None
     except (OSError, orjson.JSONDecodeError) as e:
         raise ValueError(f"{p}: not a readable trace index ({e})") from None
     if not isinstance(doc, dict) or doc.get("format") != INDEX_FORMAT:
         raise ValueError(f"{p}: not a ktrace trace index (ktrace merge ... --split writes one)")
-    fields = {f for f in Part.__dataclass_fields__}
-    parts = [Part(**{k: v for k, v in x.items() if k in fields}) for x in doc.get("parts") or []]
-    for part in parts:
-        part.file = str(p.parent / part.file)
+    folder = p.parent.resolve()
+    items = doc.get("parts") or []
+    if not isinstance(items, list) or len(items) > 1 << 20:
+        raise ValueError(f"{p}: its parts are not a list")
+    parts = []
+    for i, x in enumerate(items):
+        try:
+            parts.append(_checked_part(x, folder))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{p}: part {i + 1}: {e}") from None
     return doc, parts
+
+
+def _ints(v, what: str, lo: int = 0, hi: int = (1 << 63) - 1, *, nonempty: bool = False) -> list[int]:
+    if not isinstance(v, list) or (nonempty and not v) or len(v) > 1 << 24 or not all(
+            isinstance(x, int) and not isinstance(x, bool) and lo <= x <= hi for x in v):
+        raise ValueError(f"{what} is not a list of integers in {lo}..{hi}")
+    return v
+
+
+def _checked_part(x, folder: Path) -> Part:
+    """One part entry of an index, checked (see :func:`read_index`); its file as a path in ``folder``."""
+    from ..text import printable
+
+    if not isinstance(x, dict):
+        raise ValueError("not an object")
+    name = x.get("file")
+    if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+        raise ValueError(f"file {printable(str(name))[:80]} is not a file name in the index's folder: refused")
+    f = folder / name
+    real = Path(os.path.realpath(f))
+    if real.parent != folder or not real.is_file():
+        raise ValueError(f"file {printable(name)[:80]} is not a regular file in the index's folder: refused")
+    ints = {k: x.get(k, 0) for k in ("start_ns", "end_ns", "events", "flows", "bytes")}
+    for k, v in ints.items():
+        if isinstance(v, bool) or not isinstance(v, int) or not -(1 << 63) <= v < 1 << 63:
+            raise ValueError(f"{k} is not an integer")
+    return Part(file=str(f), ranks=_ints(x.get("ranks"), "ranks", 0, (1 << 31) - 1, nonempty=True),
+                launches=_ints(x.get("launches"), "launches", 0, (1 << 31) - 1, nonempty=True), rank_split=bool(x.get("rank_split")),
+                **ints)
 
 
 def part_for(parts: list[Part], start_ns: int, end_ns: int, ranks=()) -> Part:

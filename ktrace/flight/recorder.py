@@ -30,13 +30,10 @@ marked ``meta["live"]``; the kernel keeps running.
 
 from __future__ import annotations
 
-import errno
-import json
 import logging
 import os
 import select
 import signal
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -46,22 +43,13 @@ import numpy as np
 
 from .. import regions, schema
 from . import ring
+from .registry import REGISTRY_ENV, RegistryError, registry_dir  # noqa: F401  (REGISTRY_ENV: where it was defined before)
 
 log = logging.getLogger("ktrace")
 
-#: Environment variable naming the directory where recording processes register for ``ktrace dump``.
-REGISTRY_ENV = "KTRACE_FLIGHT_DIR"
 _ALIGN = 256
 #: At most this many distinct flags are read from the heap per dump (4 bytes each).
 HEAP_READS = 1024
-
-
-def registry_dir() -> Path:
-    """Where recording processes register (``$KTRACE_FLIGHT_DIR``, else a per-user temporary folder)."""
-    d = os.environ.get(REGISTRY_ENV)
-    if d:
-        return Path(d)
-    return Path(tempfile.gettempdir()) / f"ktrace-flight-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
 
 
 @dataclass(frozen=True)
@@ -393,8 +381,10 @@ class Recorder:
         return raw
 
     def _header(self, pl, r: RingLaunch) -> schema.Header:
+        # (a launch traced per lane says its lanes, as a dense buffer's header does: the capture
+        # names them, and readers check the two agree)
         return schema.Header(timer=schema.TimerKind[self._device.get("timer", "UNKNOWN")], tick_hz=self._tick_hz,
-                             capacity=r.slots, n_programs=r.n_programs, grid=pl.grid)
+                             capacity=r.slots, n_programs=r.n_programs, grid=pl.grid, lanes=max(1, len(getattr(pl, "lanes", ()) or ())))
 
     # dumping ---------------------------------------------------------------------------------
     def dump(self, reason: str) -> Path | None:
@@ -423,6 +413,7 @@ class Recorder:
             live = {
                 "reason": reason,  # (also per launch: dumps of several ranks merged keep each rank's)
                 "dump_ticks": ticks,
+                "dump_ns": host_ns,  # (the host time of this dump: a merged capture keeps it per launch)
                 "ring_slots": r.slots,
                 "heads": heads.astype(np.int64).tolist(),
                 "lost": lost.tolist(),
@@ -556,16 +547,13 @@ class Recorder:
 
     # registry --------------------------------------------------------------------------------
     def _register(self) -> None:
+        from .registry import register
+
         s = self.session
         d = Path(self.config.registry) if self.config.registry else registry_dir()
         try:
-            run_dir = d / _safe(str(s.run_id))
-            run_dir.mkdir(parents=True, exist_ok=True)
-            p = run_dir / f"rank{int(s.rank)}-{os.getpid()}.json"
-            p.write_text(json.dumps({"pid": os.getpid(), "rank": int(s.rank), "run_id": s.run_id,
-                                     "out_dir": str(Path(self.config.out_dir).resolve()), "started_ns": time.time_ns()}))
-            self._registered = p
-        except OSError as e:
+            self._registered = register(d, str(s.run_id), int(s.rank), str(Path(self.config.out_dir).resolve()))
+        except (OSError, RegistryError) as e:
             log.warning("ktrace flight recorder: could not register for `ktrace dump` in %s: %s", d, e)
 
     # closing ---------------------------------------------------------------------------------
@@ -586,12 +574,9 @@ class Recorder:
                     pass
             self._pipe = None
         if self._registered is not None:
-            try:
-                self._registered.unlink()
-                self._registered.parent.rmdir()
-            except OSError as e:
-                if e.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
-                    log.debug("ktrace flight recorder: %s", e)
+            from .registry import unregister
+
+            unregister(self._registered)
             self._registered = None
 
 

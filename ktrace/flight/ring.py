@@ -161,7 +161,7 @@ def unroll(records: np.ndarray, heads: np.ndarray, header: schema.Header, *, now
             det["x3"] = w["cmp"]
             out[p, at] = ev
             out[p, at + 1] = det.view(schema.RECORD_DTYPE)
-    h = schema.Header(timer=header.timer, tick_hz=header.tick_hz, capacity=C, n_programs=P, grid=header.grid,
+    h = schema.Header(timer=header.timer, tick_hz=header.tick_hz, capacity=C, n_programs=P, grid=header.grid, lanes=header.lanes,
                       dropped=int(lost.sum()))
     raw = np.zeros(schema.buffer_bytes(P, C), np.uint8)
     raw[: schema.HEADER_BYTES] = np.frombuffer(h.to_bytes(), np.uint8)
@@ -169,3 +169,136 @@ def unroll(records: np.ndarray, heads: np.ndarray, header: schema.Header, *, now
     lost32 = np.minimum(lost, np.iinfo(np.uint32).max).astype("<u4")
     raw[schema.dropped_offset(P, C):] = lost32.view(np.uint8)
     return raw, lost
+
+
+# ---------------------------------------------------------------------------------------------
+# a dump's launch metadata, read back
+# ---------------------------------------------------------------------------------------------
+
+_I32 = (-(1 << 31), (1 << 31) - 1)
+
+
+def _int(v, what: str, lo: int, hi: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"{what} is {str(v)[:40]!r}, not an integer")
+    if not lo <= v <= hi:
+        raise ValueError(f"{what} {v} is outside {lo}..{hi}")
+    return v
+
+
+def _int_list(v, what: str, n: int, lo: int, hi: int) -> np.ndarray:
+    if not isinstance(v, list) or len(v) != n:
+        raise ValueError(f"{what} is not a list of {n} integers (one per lane)")
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        raise ValueError(f"{what} holds something that is not an integer")
+    a = np.array(v, dtype=object)
+    if n and not ((a >= lo) & (a <= hi)).all():
+        bad = next(x for x in v if not lo <= x <= hi)
+        raise ValueError(f"{what} holds {bad}, outside {lo}..{hi}")
+    return a.astype(np.int64)
+
+
+def check_live(live, n_programs: int, capacity: int, world_size: int) -> dict:
+    """A live dump's launch metadata (``meta["live"]``, as :meth:`Recorder._dump` writes it),
+    checked against the launch it describes: ``dump_ticks`` a time, ``ring_slots`` a power of
+    two with ``capacity == ring_slots + 2``, ``heads``/``lost``/``started`` one integer per lane
+    (heads and lost below 2^32, ``max(heads - slots, 0) <= lost <= heads``, started 0 or 1), at
+    most one open wait per lane, each naming a lane of the launch, a peer of the world, a
+    comparison ``schema.Cmp`` knows, a region id, and a start no later than the dump.
+
+    Returns:
+        ``live`` itself.
+
+    Raises:
+        ValueError: what is wrong, in words (the caller names the file, rank and launch).
+    """
+    P = int(n_programs)
+    if not isinstance(live, dict):
+        raise ValueError("is not an object")
+    ticks = _int(live.get("dump_ticks"), "dump_ticks", 1, (1 << 63) - 1)
+    if live.get("dump_ns") is not None:  # (the host time of the dump: dumps since it was recorded)
+        _int(live.get("dump_ns"), "dump_ns", 0, (1 << 63) - 1)
+    slots = _int(live.get("ring_slots"), "ring_slots", 2, 1 << 30)
+    if slots & (slots - 1) or slots + 2 != capacity:
+        raise ValueError(f"ring_slots {slots} is not a power of two whose ring the launch's {capacity} slots hold (slots + 2)")
+    heads = _int_list(live.get("heads"), "heads", P, 0, (1 << 32) - 1)
+    lost = _int_list(live.get("lost"), "lost", P, 0, (1 << 32) - 1)
+    _int_list(live.get("started"), "started", P, 0, 1)
+    if ((lost < np.maximum(heads - slots, 0)) | (lost > heads)).any():
+        p = int(np.flatnonzero((lost < np.maximum(heads - slots, 0)) | (lost > heads))[0])
+        raise ValueError(f"lane {p} lost {int(lost[p])} records of the {int(heads[p])} it wrote into a ring of {slots}: impossible")
+    waits = live.get("open_waits")
+    if not isinstance(waits, list) or len(waits) > P:
+        raise ValueError(f"open_waits is not a list of at most {P} waits (one per lane)")
+    seen = set()
+    cmps = {int(c) for c in schema.Cmp}
+    for k, w in enumerate(waits):
+        if not isinstance(w, dict):
+            raise ValueError(f"open wait {k} is not an object")
+        p = _int(w.get("program"), f"open wait {k}: program", 0, P - 1)
+        if p in seen:
+            raise ValueError(f"open wait {k}: lane {p} waits twice")
+        seen.add(p)
+        _int(w.get("since"), f"open wait {k}: since", 1, ticks)
+        _int(w.get("flag"), f"open wait {k}: flag", 0, (1 << 63) - 1)
+        _int(w.get("peer"), f"open wait {k}: peer", 0, world_size - 1)
+        _int(w.get("region"), f"open wait {k}: region", 0, schema.REGION_MASK)
+        for f in ("expected", "seen"):
+            _int(w.get(f), f"open wait {k}: {f}", *_I32)
+        if _int(w.get("cmp"), f"open wait {k}: cmp", 0, 255) not in cmps:
+            raise ValueError(f"open wait {k}: cmp {w.get('cmp')} is not a comparison")
+        if w.get("heap_value") is not None:
+            _int(w.get("heap_value"), f"open wait {k}: heap_value", *_I32)
+    return live
+
+
+#: A wait may outlast its launch's host-clock age by this much (the clocks' reads, the launch's lag).
+HOST_SLACK_NS = 10**9
+#: Longest wait a dump may show, whatever its times say: a week (no one dumps a process left hung
+#: longer; a figure beyond it comes from a damaged file).
+MAX_WAIT_NS = 7 * 86_400 * 10**9
+
+
+def check_dump(live: dict, decoded, host_ns: int, dump_ns: int | None) -> None:
+    """A live dump's launch held against its own buffer (``decoded``: ``decode.decode_buffer``'s):
+    each open wait :func:`check_live` accepted must be the open wait the buffer holds for that
+    lane (start, end at the dump, flag, values, comparison, region), the records lost per lane
+    must be the buffer's dropped counts, and no wait may have lasted longer than the launch had
+    run when the dump was taken: ``dump_ns - host_ns`` (host clock, within 0.1 % +
+    :data:`HOST_SLACK_NS`) when both are known, else ``decode.MAX_LAUNCH_NS``; never more than
+    :data:`MAX_WAIT_NS`.
+
+    Raises:
+        ValueError: what is wrong, in words (the caller names the file, rank and launch).
+    """
+    from ..decode import MAX_LAUNCH_NS
+
+    ev = decoded.events
+    lanes = decoded.header.lanes
+    prog = ev["program"].astype(np.int64) * lanes + ev["lane"] if lanes > 1 else ev["program"].astype(np.int64)
+    col = {n: schema.arg_column(EventKind.WAIT, n) for n in ("peer", "flag", "value", "expected", "cmp")}
+    op = np.flatnonzero(((ev["flags"] & int(EventFlag.OPEN)) != 0) & (ev["kind"] == EventKind.WAIT))
+    held = {int(prog[i]): (int(ev["start"][i]), int(ev["end"][i]), int(ev[col["flag"]][i]), int(ev[col["expected"]][i]),
+                           int(ev[col["peer"]][i]), int(ev[col["value"]][i]), int(ev[col["cmp"]][i]), int(ev["region"][i]))
+            for i in op.tolist()}
+    ticks = int(live["dump_ticks"])
+    said = {int(w["program"]): (int(w["since"]), ticks, int(w["flag"]), int(w["expected"]), int(w["peer"]), int(w["seen"]),
+                                int(w["cmp"]), int(w["region"])) for w in live["open_waits"]}
+    if held != said:
+        p = sorted(set(held) ^ set(said)) or sorted(k for k in said if held.get(k) != said[k])
+        raise ValueError(f"the dump lists {len(said)} open wait(s) but its buffer holds {len(held)}, and they differ (lane {p[0]})")
+    lost = np.asarray(live["lost"], np.int64)
+    dropped = decoded.dropped_per_program.astype(np.int64)
+    if lost.shape != dropped.shape or (lost != dropped).any():
+        raise ValueError(f"the dump says {int(lost.sum())} records were overwritten but its buffer counts {int(dropped.sum())}")
+    if not said:
+        return
+    longest = max(ticks - v[0] for v in said.values()) * 1e9 / decoded.header.tick_hz
+    if dump_ns is not None and host_ns > 0:
+        if dump_ns < host_ns:
+            raise ValueError(f"dumped (host time {dump_ns} ns) before it was launched ({host_ns} ns)")
+        limit, why = min((dump_ns - host_ns) * 1.001 + HOST_SLACK_NS, MAX_WAIT_NS), "the launch had run for"
+    else:
+        limit, why = float(MAX_LAUNCH_NS), "a launch runs for at most"
+    if longest > limit:
+        raise ValueError(f"a wait of {longest / 1e9:.6g} s at the dump, longer than {why} {limit / 1e9:.6g} s")

@@ -145,7 +145,7 @@ def assemble(rows: np.ndarray, n_programs: int, lost: np.ndarray, header: schema
     dense = np.zeros((P, C), schema.RECORD_DTYPE)
     pos = np.arange(rows.size) - np.repeat(np.cumsum(counts) - counts, counts)
     dense[prog, pos] = rows["rec"]
-    h = schema.Header(timer=header.timer, tick_hz=header.tick_hz, capacity=C, n_programs=P, grid=header.grid,
+    h = schema.Header(timer=header.timer, tick_hz=header.tick_hz, capacity=C, n_programs=P, grid=header.grid, lanes=header.lanes,
                       dropped=int(lost.sum()))
     raw = np.zeros(schema.buffer_bytes(P, C), np.uint8)
     raw[: schema.HEADER_BYTES] = np.frombuffer(h.to_bytes(), np.uint8)
