@@ -130,7 +130,7 @@ def test_example_ranks_100_captures_with_duckdb(tmp_path):
     lines = p.stdout.splitlines()
     assert lines[0] == "100 captures; their first findings, biggest saving first:"
     # the ranking: the skipped notify's hang first, then the slow producers (200 µs before 20 µs)
-    names = [ln.split()[2] for ln in lines[1:]]
+    names = [ln.split()[2] for ln in lines[1:11]]
     assert names[0] == "a2a_skip_4xh200.ktrace"
     assert names.index("a2a_delay200us_4xh200.ktrace") < names.index("a2a_delay20us_4xh200.ktrace")
     savings = [float(ln.split()[0]) for ln in lines[1:11]]
