@@ -5,7 +5,9 @@ start to its last event's end; ``wait_ns`` is the time its waits spun and ``busy
 (a program traced per lane is busy as long as its busiest lane: its lanes wait and work at once);
 ``held_ns`` is the part of that in which it held notifies back after being ready, beyond what
 the other ranks take (``stalls.notify_holds``: the straggler analysis reports that time as late
-notifies, so it is not counted again as slow work) and ``work_ns`` = ``busy_ns`` - ``held_ns``.
+notifies, so it is not counted again as slow work), ``slow_ns`` the part its slow rounds took
+beyond its usual (``stalls.notify_work``: reported as a straggler) and ``work_ns`` = ``busy_ns`` -
+``held_ns`` - ``slow_ns``.
 Its work items are its leaf spans (spans with no other event inside: one per tile, row or
 token), or the spans of one chosen work region.
 
@@ -26,7 +28,7 @@ import numpy as np
 
 from ..schema import EventKind
 from .spans import workgroup_starts
-from .stalls import _holds, workgroup_extent
+from .stalls import _holds, notify_work, workgroup_extent
 from ..keys import dense_codes, distinct, group_count, group_index, group_median, group_sum
 from .trace import ColumnTable, Sparse, Trace, lane_view
 
@@ -77,7 +79,8 @@ WORKGROUP_DTYPE = np.dtype(
         ("busy_ns", "<i8"),  # lifetime - wait_ns
         ("wait_ns", "<i8"),
         ("held_ns", "<i8"),  # time it held notifies back beyond the other ranks' (stalls.notify_holds)
-        ("work_ns", "<i8"),  # busy_ns - held_ns: what outliers are judged on
+        ("slow_ns", "<i8"),  # time its slow rounds took beyond its usual (stalls.notify_work: a straggler's)
+        ("work_ns", "<i8"),  # busy_ns - held_ns - slow_ns: what outliers are judged on
         ("work_items", "<i8"),
         ("n_events", "<i8"),
         ("role", "O"),
@@ -256,7 +259,12 @@ def workgroups(trace: Trace, config: LoadConfig = LoadConfig()) -> ColumnTable:
     hold = _holds(trace)
     hx = np.nan_to_num(np.maximum(hold["held_excess_ns"], 0.0))
     held = cols["held_ns"] = np.minimum(np.bincount(trace.wg[hold["row"]], weights=hx, minlength=W).astype(np.int64), busy)
-    cols["work_ns"] = busy - held
+    # nor is the time a straggler's slow rounds took beyond its usual (reported as a straggler):
+    # a workgroup slow on a few rounds is not one with more work
+    nw = notify_work(trace)
+    sx = np.where(nw["slow"], nw["work_excess_ns"], 0.0)
+    slow = cols["slow_ns"] = np.minimum(np.bincount(trace.wg[nw["row"]], weights=sx, minlength=W).astype(np.int64), busy - held)
+    cols["work_ns"] = busy - held - slow
     del busy
     spans = trace.rows_of(EventKind.SPAN)
     if config.work_region is not None:

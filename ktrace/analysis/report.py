@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import causes, hangs, lanes, load, stalls
+from . import causes, hangs, lanes, load, stalls, warmup
 from . import compare as _diff
 from . import timeline as overlap
 from . import timeline as _path
@@ -32,7 +32,7 @@ from .causes.words import share_text
 from .names import OUTSIDE
 from .document import MIN_LINK_NS, PERFETTO_UI, Finding, link_range, perfetto_link
 from .document import jsonable as _jsonable
-from .trace import Progress, Trace, has_lanes, prepare, table_to_records
+from .trace import Progress, Trace, drop_launches, has_lanes, prepare, table_to_records
 
 _SEVERITY = {"error": 0, "warning": 1, "info": 2}
 
@@ -51,6 +51,9 @@ class ReportConfig:
         trace_url: where the trace of this capture is served, for Perfetto links (optional).
         workers: threads that compute independent analyses at once (1: one after another;
             the results are the same).
+        skip_warmup: launches left out as warm-up (``ktrace.analysis.warmup``): None, the
+            launches the capture marks as warm-up, else a kernel's first launch when it ran
+            slow; N: the first N launches of each kernel (0: none).
     """
 
     load: load.LoadConfig = field(default_factory=load.LoadConfig)
@@ -60,8 +63,11 @@ class ReportConfig:
     max_rows: int = 200
     trace_url: str | None = None
     workers: int = 2
+    skip_warmup: int | None = None
 
     def __post_init__(self):
+        if self.skip_warmup is not None and not (isinstance(self.skip_warmup, int) and self.skip_warmup >= 0):
+            raise ValueError(f"ReportConfig.skip_warmup must be None or a count >= 0, got {self.skip_warmup!r}")
         if self.workers not in (1, 2):
             raise ValueError(f"ReportConfig.workers must be 1 or 2, got {self.workers}")
         if not self.min_late_ns >= 0:
@@ -438,6 +444,10 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
 
     step("align")
     trace = prepare(source)
+    # the warm-up launches are left out of everything below: they would skew what later launches
+    # are judged against (the role medians, the baselines of holds), and say nothing of the kernel
+    warm = warmup.warmup_launches(trace, config.skip_warmup)
+    trace = drop_launches(trace, warm.launches)
     step("waits")
     w = stalls.waits(trace)
     ccfg = dataclasses.replace(config.causes, min_late_ns=config.min_late_ns)
@@ -493,7 +503,7 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
     held = lanes.holdups(trace)
     findings = (_deadlock_findings(cycles) + _cause_findings(ctx, found, config) + _lane_findings(trace, held, config)
                 + _path_findings(trace, path, w) + _overlap_findings(trace, ov_sample, sample.size, n_launches)
-                + _capture_findings(trace, silent, hang_launches))
+                + _capture_findings(trace, silent, hang_launches) + warmup.warmup_finding(warm))
     findings.sort(key=lambda f: (_SEVERITY[f.severity], f.kind not in causes.KINDS, -f.cost_ns,
                                  -float(f.data.get("excess_ns", 0.0) or 0.0) if f.kind in causes.KINDS else 0.0))
     paired = w["notify_row"] >= 0
@@ -525,6 +535,8 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
         # the traces' time 0 is origin_ns; they end here (what links are clamped to)
         "trace_end_ns": int(trace.column("end_ns").max()) - trace.origin_ns if trace.n_events else 0,
         "sampled_launches": [int(sample.size), n_launches],
+        # left out as warm-up (not counted in ``launches``)
+        "warmup_launches": [int(x) for x in warm.launches],
         "healthy": not worst,
         "verdict": _verdict(worst, top_info, ctx.kernel_time_ns, config),
     }
@@ -702,7 +714,10 @@ def render_text(rep, *, max_findings: int = 10) -> str:
     lines += [
         "",
         f"Capture: {s['world_size']} ranks ({', '.join(map(str, s['ranks']))}), {count_text('launches', s['launches'])} of "
-        f"{', '.join(s['kernels']) or '?'}, {count_text('events', s['events'])}, {s['workgroups']:,} workgroups; "
+        f"{', '.join(s['kernels']) or '?'}"
+        + (f" (and {len(s['warmup_launches'])} warm-up launch{'es' if len(s['warmup_launches']) != 1 else ''} left out)"
+           if s.get("warmup_launches") else "")
+        + f", {count_text('events', s['events'])}, {s['workgroups']:,} workgroups; "
         f"{kernel_time_text(s.get('kernel_time_ns'), s['launches'])}"
         + (" (PARTIAL)" if s["partial"] else ""),
         f"Clock: {s['clock']}" + (f", ranks aligned within ~{fmt_ns(s['clock_bound_ns'])}" if s.get("clock_bound_ns") else "")

@@ -28,13 +28,27 @@ def close(a: float, b: float, rel: float = REL, abs_ns: float = ABS_NS) -> bool:
 
 
 class Raw:
-    """A capture's events, decoded on their own, and the sums the checks need."""
+    """A capture's events, decoded on their own, and the sums the checks need.
 
-    def __init__(self, path):
+    ``leave_out``: launches a report left out as warm-up (its summary's ``warmup_launches``): the
+    claims are about the other launches' events (times stay relative to the whole capture's first
+    event, and the launches left out are kept whole for the claims about them).
+    """
+
+    def __init__(self, path, leave_out=()):
         self.capture = read_capture(path)
         e = aligned_events(self.capture)
-        self.e = e
         self.origin = int(e["start_ns"].min()) if e.size else 0
+        self.whole = {}
+        if len(leave_out):
+            # (each launch's extent and mean span, as the warm-up claims compare them, before any is left out)
+            for l in np.unique(e["launch"]).tolist():
+                m = e["launch"] == l
+                sp = m & (e["kind"] == S)
+                self.whole[l] = (int(e["end_ns"][m].max() - e["start_ns"][m].min()),
+                                 float((e["end_ns"][sp] - e["start_ns"][sp]).mean()) if sp.any() else 0.0)
+            e = e[~np.isin(e["launch"], list(leave_out))]
+        self.e = e
         self.s = (e["start_ns"] - self.origin).astype(np.int64)
         self.t = (e["end_ns"] - self.origin).astype(np.int64)
         self.kind = e["kind"].astype(np.int64)
@@ -57,6 +71,7 @@ class Raw:
         self._leaf = None
         self._holds = None
         self._parts = None
+        self._work = None
 
     def arg(self, kind: int, name: str) -> np.ndarray:
         return self.e[arg_column(EventKind(kind), name)].astype(np.int64)
@@ -84,9 +99,11 @@ class Raw:
                 grp[a].append(i)
             for rows in grp.values():
                 rows = np.array(rows)
-                s = self.s[rows]
+                s, t = self.s[rows], self.t[rows]
+                mine = np.isin(self.kind[rows], (S, W, N))
                 for j in rows[self.kind[rows] == S]:
-                    inside = (s > self.s[j]) & (s < self.t[j])
+                    # (a shorter event starting at the same tick is inside it too: the timer steps 32 ns)
+                    inside = mine & (s < self.t[j]) & ((s > self.s[j]) | ((s == self.s[j]) & (t - s < self.t[j] - self.s[j])))
                     out[j] = not inside.any()
             self._leaf = out
         return self._leaf
@@ -116,7 +133,8 @@ def raw_holds(raw: Raw, rid: int | None = None) -> tuple[np.ndarray, np.ndarray,
         (raw.program[prev] == raw.program[idx]) & (raw.lane[prev] == raw.lane[idx])
     idx, prev = idx[ok], prev[ok]
     held = np.maximum(raw.s[idx] - raw.t[prev], 0).astype(float)
-    agent = list(zip(raw.rank[idx].tolist(), raw.launch[idx].tolist(), raw.program[idx].tolist(), raw.region[idx].tolist()))
+    agent = list(zip(raw.rank[idx].tolist(), raw.launch[idx].tolist(), raw.program[idx].tolist(), raw.region[idx].tolist(),
+                     raw.lane[idx].tolist()))
     by_agent = defaultdict(list)
     for i, a in enumerate(agent):
         by_agent[a].append(i)
@@ -132,13 +150,87 @@ def raw_holds(raw: Raw, rid: int | None = None) -> tuple[np.ndarray, np.ndarray,
     return idx, rnd, excess
 
 
+def raw_work(raw: Raw) -> dict:
+    """Per notify with events of its agent before it since its agent's previous wait or notify
+    (row -> values): the work of its round, from the end of that wait or notify to the end of the
+    event before it; its round (its place among its agent's
+    notifies at its call site, those right after another hand-off counted); its excess over the
+    agent's median there; and the region of the longest span in between."""
+    if raw._work is None:
+        rec = {}
+        last = None
+        count = defaultdict(int)
+        for i in range(raw.e.size):
+            a = (int(raw.rank[i]), int(raw.launch[i]), int(raw.program[i]), int(raw.lane[i]))
+            if a != last:  # (the work before an agent's first wait or notify is not judged: its setup)
+                begin, prev_end, longest, last = None, None, (-1, None), a
+            k = int(raw.kind[i])
+            if k == N:
+                rnd = count[(a, int(raw.region[i]))]
+                count[(a, int(raw.region[i]))] += 1
+                if begin is not None and prev_end is not None and int(raw.kind[i - 1]) not in (N, W):  # (work of its own)
+                    rec[i] = (a, int(raw.region[i]), max(prev_end - begin, 0), longest[1], rnd)
+            if k in (N, W):
+                begin, longest = int(raw.t[i]), (-1, None)
+            elif k == S and raw.t[i] - raw.s[i] > longest[0]:
+                longest = (int(raw.t[i] - raw.s[i]), int(raw.region[i]))
+            prev_end = int(raw.t[i])
+        groups = defaultdict(list)
+        for i, (a, rid, *_) in rec.items():
+            groups[(a, rid)].append(i)
+        out = {}
+        for g, ix in groups.items():
+            med = float(np.median([rec[i][2] for i in ix]))
+            for i in ix:
+                x = rec[i][2] - med
+                out[i] = {"agent": g[0], "region": g[1], "round": rec[i][4], "work": rec[i][2], "usual": med, "excess": x,
+                          "slow": x >= max(1000.0, 0.25 * med), "longest": rec[i][3]}
+        raw._work = out
+    return raw._work
+
+
+def _slow_rounds(raw: Raw, c) -> list[str]:
+    v = c["values"]
+    named = _agents(c)
+    r, lanes = named[0][0], {a[3] for a in named}
+    mine = [x for x in raw_work(raw).values() if x["slow"] and x["agent"][0] == r and x["agent"][3] in lanes
+            and x["region"] == v["region_id"]]
+    bad = []
+    if len(mine) != v["n_late"]:
+        bad.append(f"{len(mine)} slow rounds in the events, the claim says {v['n_late']}")
+    progs = sorted({x["agent"][2] for x in mine})
+    if progs != sorted(a[2] for a in named):
+        bad.append(f"programs slow {progs}, the claim names {[a[2] for a in named]}")
+    rounds = sorted({x["round"] for x in mine})
+    if rounds != sorted(v["rounds"]):
+        bad.append(f"slow rounds {rounds}, the claim says {v['rounds']}")
+    if mine:
+        ex = np.array([x["excess"] for x in mine])
+        if not close(np.median(ex), v["magnitude_ns"]):
+            bad.append(f"slower by {np.median(ex):.0f} ns (median), the claim says {v['magnitude_ns']:.0f}")
+        if not close(ex.max(), v["max_ns"]):
+            bad.append(f"slower by up to {ex.max():.0f} ns, the claim says {v['max_ns']:.0f}")
+        if not close(np.median([x["usual"] for x in mine]), v["baseline_ns"]):
+            bad.append(f"usual work {np.median([x['usual'] for x in mine]):.0f} ns, the claim says {v['baseline_ns']:.0f}")
+        if v["work_region"]:
+            regs = [x["longest"] for x in mine]
+            top = max(set(regs), key=regs.count)
+            if top != schema.region_id(v["work_region"]):
+                bad.append(f"the longest span of most slow rounds is region {top}, not '{v['work_region']}'")
+    n = int(((raw.kind == N) & (raw.rank == r) & (raw.region == v["region_id"]) & np.isin(raw.lane, list(lanes))).sum())
+    if n != v["n_notifies"]:
+        bad.append(f"rank {r} has {n} notifies there, the claim says {v['n_notifies']}")
+    return bad
+
+
 def _held_back(raw: Raw, c) -> list[str]:
     v = c["values"]
     rid = int(v["region_id"])
     nm = (raw.kind == N) & (raw.region == rid)
     idx, rnd, excess = raw_holds(raw, rid)
     r = _agents(c)[0][0]
-    late = (excess >= 1000) & (raw.rank[idx] == r)
+    # (of the lane of its programs the claim names)
+    late = (excess >= 1000) & (raw.rank[idx] == r) & np.isin(raw.lane[idx], list({a[3] for a in _agents(c)}))
     bad = []
     if int(late.sum()) != int(v["n_late"]):
         bad.append(f"{int(late.sum())} notifies held back in the events, the claim says {v['n_late']}")
@@ -219,12 +311,16 @@ def _program_started_late(raw: Raw, c) -> list[str]:
 
 
 def _work(raw: Raw, a) -> float:
-    """A workgroup's work: its life less its waits and the time it held notifies back."""
+    """A workgroup's work: its life less its waits, the time it held notifies back and the time
+    its slow rounds took beyond its usual (a straggler's)."""
     if raw._holds is None:
         idx, _, excess = raw_holds(raw)
         raw._holds = defaultdict(float)
         for i, x in zip(idx.tolist(), excess.tolist()):
             raw._holds[(int(raw.rank[i]), int(raw.launch[i]), int(raw.program[i]))] += max(x, 0.0)
+        for x in raw_work(raw).values():
+            if x["slow"]:
+                raw._holds[x["agent"][:3]] += x["excess"]
     m = raw.sel(a[0], a[1], a[2])
     w = m & (raw.kind == W)
     life = float(raw.t[m].max() - raw.s[m].min())
@@ -313,7 +409,10 @@ def _difference_in_region(raw: Raw, c) -> list[str]:
 def _never_sent(raw: Raw, c) -> list[str]:
     v = c["values"]
     a = _agents(c)[0]
-    m = raw.sel(a[0], a[1], -1, N) & (raw.arg(N, "peer") == v["consumer"]) & (raw.arg(N, "flag") == v["flag"])
+    if v.get("local"):  # an mbarrier of one program: its lanes' arrives on it (LOCAL notifies)
+        m = raw.sel(a[0], a[1], v["program"], N) & schema.is_local(raw.e["flags"]) & (raw.arg(N, "flag") == v["flag"])
+    else:
+        m = raw.sel(a[0], a[1], -1, N) & (raw.arg(N, "peer") == v["consumer"]) & (raw.arg(N, "flag") == v["flag"])
     vals = raw.arg(N, "value")[m][np.argsort(raw.s[m], kind="stable")]
     if _reaches(vals, int(v["expected"]), v["cmp"]):
         return [f"rank {a[0]} sent notifies on flag {v['flag']} reaching {v['cmp']} {v['expected']}: {vals.tolist()}"]
@@ -353,7 +452,7 @@ def _gave_up(raw: Raw, c) -> list[str]:
 
 
 def _waiting_during(raw: Raw, a, since: int, until: int) -> bool:
-    m = raw.sel(a[0], a[1], a[2], W)
+    m = raw.sel(a[0], a[1], a[2], W, lane=a[3])
     ov = np.minimum(raw.t[m], until) - np.maximum(raw.s[m], since)
     return bool((ov >= 0.5 * max(until - since, 1)).any())
 
@@ -368,13 +467,16 @@ def _not_waiting(raw: Raw, c) -> list[str]:
     v = c["values"]
     bad = [f"rank {a[0]} program {a[2]} was waiting while the consumer waited" for a in _agents(c)
            if _waiting_during(raw, a, v["since_ns"], v["gave_up_ns"])]
-    last = max(raw.extent(a)[1] for a in _agents(c) if raw.sel(a[0], a[1], a[2]).any())
+    last = max(int(raw.t[raw.sel(a[0], a[1], a[2], lane=a[3])].max()) for a in _agents(c)
+               if raw.sel(a[0], a[1], a[2], lane=a[3]).any())
     if abs(last - v["last_event_ns"]) > 64:
         bad.append(f"their last event ended at {last}, the claim says {v['last_event_ns']}")
     return bad
 
 
 def _launch_span(raw: Raw, l: int) -> int:
+    if l in raw.whole:
+        return raw.whole[l][0]
     m = raw.launch == l
     return int(raw.t[m].max() - raw.s[m].min())
 
@@ -655,6 +757,33 @@ def _lane_holdup(raw: Raw, c) -> list[str]:
     return bad
 
 
+def _span_mean(raw: Raw, l: int) -> float:
+    if l in raw.whole:
+        return raw.whole[l][1]
+    m = (raw.launch == l) & (raw.kind == S)
+    return float((raw.t[m] - raw.s[m]).mean()) if m.any() else 0.0
+
+
+def _warmup_slower(raw: Raw, c) -> list[str]:
+    """A launch left out as warm-up: it lasted (first event to last, every rank) or its spans took
+    on average the stated time, its kernel's later launches the stated median, and the first at
+    least ``factor`` times that."""
+    v = c["values"]
+    of = _launch_span if v["measure"] == "duration" else _span_mean
+    got = of(raw, v["launch"])
+    med = float(np.median([of(raw, l) for l in v["later"]]))
+    bad = []
+    if not close(got, v["value_ns"], rel=0.01, abs_ns=64):
+        bad.append(f"launch {v['launch']}: {v['measure']} {got:.0f} ns, the claim says {v['value_ns']:.0f}")
+    if not close(med, v["median_ns"], rel=0.01, abs_ns=64):
+        bad.append(f"its later launches: {v['measure']} {med:.0f} ns (median), the claim says {v['median_ns']:.0f}")
+    if not got >= v["factor"] * med - 64:
+        bad.append(f"launch {v['launch']} ({got:.0f} ns) is not {v['factor']}x its later launches' median ({med:.0f} ns)")
+    if any(l <= v["launch"] for l in v["later"]):
+        bad.append(f"launches {v['later']} are not all later than {v['launch']}")
+    return bad
+
+
 CHECKS = {
     "held_back": _held_back, "started_late": _started_late, "waited_for": _waited_for,
     "program_started_late": _program_started_late, "worked_longer": _worked_longer, "extra_in_region": _extra_in_region,
@@ -666,7 +795,7 @@ CHECKS = {
     "holds_path": _holds_path, "region_share": _region_share, "without_notify": _without_notify,
     "slow_signals": _slow_signals, "notify_on_flag": _notify_on_flag, "release_untraced": _release_untraced,
     "exposed_communication": _exposed_communication, "silent_programs": _silent_programs,
-    "lane_holdup": _lane_holdup,
+    "lane_holdup": _lane_holdup, "warmup_slower": _warmup_slower, "slow_rounds": _slow_rounds,
 }
 #: Numbers a claim states as amounts: none of them may be zero (a claim with nothing behind it is not written).
 AMOUNTS = ("magnitude_ns", "excess_ns", "saving_ns", "waiting_ns", "waited_ns", "worst_ns")

@@ -59,7 +59,9 @@ def detect(ctx: Context) -> list[Cause]:
         if not (med[hi_r] >= (1 + ctx.min_excess) * max(med[lo_r], 1.0) and med[hi_r] - med[lo_r] >= cfg.min_late_ns):
             continue
         balanced = float(work.mean())
-        heavy = [int(r) for r in ranks_here if med[r] >= 1.25 * balanced]
+        # the ranks well above the mean; the heaviest at least (one rank of many may be uneven
+        # against the lightest without being a quarter above the mean)
+        heavy = [int(r) for r in ranks_here if med[r] >= 1.25 * balanced] or [int(hi_r)]
         factor = np.ones(wg.size)
         per_rank = np.where(med > 0, balanced / np.maximum(med, 1.0), 1.0)
         factor[sel] = per_rank[rank[sel]]

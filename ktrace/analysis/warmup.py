@@ -1,0 +1,149 @@
+"""Warm-up launches: a capture's first launch of a kernel that ran cold, kept apart from the causes.
+
+The first launch of a kernel in a capture runs with cold caches and first-touched memory (and,
+at several ranks, often leaves its hosts at different times): on GPUs its producers took 1.7-2x
+their later time. Everything such a launch shows is true and of no use to a kernel engineer, so
+the report leaves it out of its findings and says so in one line; a cause that later launches
+show too is still found in them.
+
+Which launches (:func:`warmup_launches`):
+
+- ``skip`` = N (``ktrace report --skip-warmup N``): the first N launches of each kernel; 0: none.
+- ``skip`` = None (the default): the launches the capture marks as warm-up
+  (``ktrace.capture(warmup=N)``); when it marks none, a kernel's first launch when no wait of it
+  gave up (a hang is reported, never put aside) and it was slow: it lasted at least
+  :data:`SLOWER` times the median of the kernel's later launches in which no wait gave up, or its
+  spans took that many times as long, on average, as in the later launches (the median of their
+  means; what a launch after it that hung still shows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..schema import EventKind, is_timeout
+from ..text import fmt_ns, ranges_text
+from .causes.model import launch_makespans
+from .document import Finding
+from .trace import Trace
+
+#: A kernel's first launch is warm-up when it lasted at least this many times its later launches' median.
+SLOWER = 1.2
+
+
+@dataclass(frozen=True)
+class Warmup:
+    """The launches a report leaves out as warm-up.
+
+    Attributes:
+        launches: their indices.
+        how: ``"auto"`` (found slow), ``"marked"`` (the capture marks them) or ``"skip"``
+            (``--skip-warmup N``).
+        skip: N of ``--skip-warmup N`` (how == "skip").
+        detail: per launch left out: ``(launch, kernel, measure, its value, the median of the
+            kernel's later launches', those later launches)``; the measure is ``"duration"`` (ns)
+            or ``"span_mean"`` (its spans' mean duration, ns).
+    """
+
+    launches: tuple = ()
+    how: str = "auto"
+    skip: int = 0
+    detail: tuple = ()
+
+
+def _by_kernel(trace: Trace) -> dict[str, list[int]]:
+    """Per kernel name, its launch indices in order (a launch's kernel: its lowest rank's name)."""
+    first: dict[int, str] = {}
+    for (r, ln), k in sorted(trace.kernels.items()):
+        first.setdefault(int(ln), k)
+    out: dict[str, list[int]] = {}
+    for ln, k in sorted(first.items()):
+        out.setdefault(k, []).append(ln)
+    return out
+
+
+def warmup_launches(trace: Trace, skip: int | None = None) -> Warmup:
+    """The launches of ``trace`` to leave out as warm-up (see the module's docstring)."""
+    kernels = _by_kernel(trace)
+    lids, spans = launch_makespans(trace)
+    span = dict(zip(lids.tolist(), spans.tolist()))
+    if skip is not None:
+        if skip < 0:
+            raise ValueError(f"skip_warmup must be >= 0, got {skip}")
+        drop = sorted(ln for ls in kernels.values() for ln in ls[:skip])
+        return Warmup(tuple(drop), "skip", int(skip), tuple((ln, _kernel_of(kernels, ln), "duration", span.get(ln, 0),
+                                                           float("nan"), ()) for ln in drop))
+    if trace.warmup_marked:
+        drop = sorted(trace.warmup_marked & set(span))
+        return Warmup(tuple(drop), "marked", 0, tuple((ln, _kernel_of(kernels, ln), "duration", span.get(ln, 0),
+                                                        float("nan"), ()) for ln in drop))
+    hung = set(np.unique(trace.at(EventKind.WAIT, "launch")[is_timeout(trace.at(EventKind.WAIT, "flags"))]).tolist())
+    mean_span = _span_means(trace)
+    detail = []
+    for k, ls in kernels.items():
+        if len(ls) < 2 or ls[0] in hung or ls[0] not in span:
+            continue
+        later = [ln for ln in ls[1:] if ln not in hung and ln in span]
+        med = float(np.median([span[ln] for ln in later])) if later else 0.0
+        if med > 0 and span[ls[0]] >= SLOWER * med:
+            detail.append((ls[0], k, "duration", float(span[ls[0]]), med, tuple(later)))
+            continue
+        later = [ln for ln in ls[1:] if ln in mean_span]
+        med = float(np.median([mean_span[ln] for ln in later])) if later else 0.0
+        if med > 0 and mean_span.get(ls[0], 0.0) >= SLOWER * med:
+            detail.append((ls[0], k, "span_mean", float(mean_span[ls[0]]), med, tuple(later)))
+    return Warmup(tuple(sorted(d[0] for d in detail)), "auto", 0, tuple(detail))
+
+
+def _span_means(trace: Trace) -> dict[int, float]:
+    """Per launch, the mean duration of its spans (every rank's)."""
+    S = EventKind.SPAN
+    d = (trace.at(S, "end_ns") - trace.at(S, "start_ns")).astype(np.float64)
+    if d.size == 0:
+        return {}
+    lids, inv = np.unique(trace.at(S, "launch"), return_inverse=True)
+    tot = np.bincount(inv.reshape(-1), weights=d, minlength=lids.size)
+    cnt = np.bincount(inv.reshape(-1), minlength=lids.size)
+    return {int(l): float(t / c) for l, t, c in zip(lids.tolist(), tot.tolist(), cnt.tolist()) if c}
+
+
+def _kernel_of(kernels: dict, ln: int) -> str:
+    return next((k for k, ls in kernels.items() if ln in ls), "?")
+
+
+def warmup_finding(w: Warmup) -> list[Finding]:
+    """The one line that says which launches were left out as warm-up, and why (none: nothing)."""
+    if not w.launches:
+        return []
+    n = len(w.launches)
+    which = f"launch{'es' if n != 1 else ''} {ranges_text(list(w.launches))}"
+    if w.how == "skip":
+        text = (f"warm-up: {which} left out of the findings (--skip-warmup {w.skip}: the first {w.skip} launch"
+                f"{'es' if w.skip != 1 else ''} of each kernel).")
+        claims = []
+    elif w.how == "marked":
+        text = f"warm-up: {which} left out of the findings (the capture marks {'them' if n != 1 else 'it'} as warm-up)."
+        claims = []
+    else:
+        def part(ln, k, measure, v, med, later):
+            n = f"{len(later)} later launch{'es' if len(later) != 1 else ''}"
+            if measure == "duration":
+                return f"launch {ln} of {k} lasted {fmt_ns(v)}, {v / med:.2f}x the median of its {n}"
+            return (f"the spans of launch {ln} of {k} took {fmt_ns(v)} on average, {v / med:.2f}x the median of its {n}'"
+                    f" means")
+
+        parts = [part(*d) for d in w.detail]
+        text = (f"warm-up: {'; '.join(parts)} (the first launch of a kernel runs with cold caches and first-touched "
+                f"memory): left out of the findings; what later launches show is still found in them "
+                f"(--skip-warmup 0 keeps {'it' if n == 1 else 'them'}).")
+        claims = [{"kind": "warmup_slower", "agents": [],
+                   "values": {"launch": int(ln), "measure": measure, "value_ns": float(v), "median_ns": float(med),
+                              "later": [int(x) for x in later], "factor": SLOWER}}
+                  for ln, k, measure, v, med, later in w.detail]
+    return [Finding("warmup", "info", 0.0, text, (), data={"launches": list(w.launches), "how": w.how},
+                    label="warm-up launches left out", claims=claims)]
+
+
+__all__ = ["SLOWER", "Warmup", "warmup_finding", "warmup_launches"]
