@@ -98,21 +98,23 @@ def _leaf_block(trace: Trace, a: int, b: int) -> np.ndarray:
     if n == 0:
         return rows
     wg = wg - int(wg[0])
-    # by workgroup, start, and longer first at a tie: a container comes before what it holds.
-    # An event has a child when the next one in that order is of its workgroup and starts
-    # before it ends. (The old second test, an event at the same start ending no later inside
-    # one of nonzero length, implies the first and adds nothing.)
+    # by workgroup, start, and longer first at a tie: a container comes before what it holds;
+    # of two events over the same interval, the one recorded later holds the other (a span is
+    # recorded when it ends, after what it holds). An event has a child when the next one in that
+    # order is of its workgroup and starts before it ends. (The old second test, an event at the
+    # same start ending no later inside one of nonzero length, implies the first and adds nothing.)
     lo = int(s.min())
     size = int(e.max()) - lo + 1
     has_child = np.zeros(n, bool)
+    later_first = -rows
     if max(size, 1) * (int(wg.max()) + 1) < keys.KEY_LIMIT:
         ks = wg * size + (s - lo)
-        o = lexorder(ks, s - e)
+        o = lexorder(ks, s - e, later_first)
         ke_o = wg[o] * size + (e[o] - lo)
         # (a later workgroup's packed start is beyond any end of this one)
         np.less(ks[o[1:]], ke_o[:-1], out=has_child[:-1])
     else:
-        o = lexorder(wg, s, s - e)
+        o = lexorder(wg, s, s - e, later_first)
         so, eo, go = s[o], e[o], wg[o]
         has_child[:-1] = (go[1:] == go[:-1]) & (so[1:] < eo[:-1])
     leaf = np.zeros(n, bool)

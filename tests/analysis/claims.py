@@ -102,8 +102,11 @@ class Raw:
                 s, t = self.s[rows], self.t[rows]
                 mine = np.isin(self.kind[rows], (S, W, N))
                 for j in rows[self.kind[rows] == S]:
-                    # (a shorter event starting at the same tick is inside it too: the timer steps 32 ns)
-                    inside = mine & (s < self.t[j]) & ((s > self.s[j]) | ((s == self.s[j]) & (t - s < self.t[j] - self.s[j])))
+                    # (a shorter event starting at the same tick is inside it too, the timer steps 32 ns;
+                    # so is one over the same interval recorded before it: a span is recorded when it ends)
+                    d, dj = t - s, self.t[j] - self.s[j]
+                    same = (s == self.s[j]) & ((d < dj) | ((d == dj) & (rows < j)))
+                    inside = mine & (s < self.t[j]) & ((s > self.s[j]) | same)
                     out[j] = not inside.any()
             self._leaf = out
         return self._leaf
@@ -322,9 +325,13 @@ def _work(raw: Raw, a) -> float:
             if x["slow"]:
                 raw._holds[x["agent"][:3]] += x["excess"]
     m = raw.sel(a[0], a[1], a[2])
-    w = m & (raw.kind == W)
-    life = float(raw.t[m].max() - raw.s[m].min())
-    busy = life - min(float((raw.t[w] - raw.s[w]).sum()), life)
+    # (a program of several lanes is busy as long as its busiest lane: its lanes wait and work at once)
+    busy = 0.0
+    for lane in np.unique(raw.lane[m]).tolist():
+        ml = m & (raw.lane == lane)
+        w = ml & (raw.kind == W)
+        life = float(raw.t[ml].max() - raw.s[ml].min())
+        busy = max(busy, life - min(float((raw.t[w] - raw.s[w]).sum()), life))
     return busy - min(raw._holds[tuple(a[:3])], busy)
 
 
@@ -332,6 +339,9 @@ def _role(raw: Raw, v) -> list[tuple]:
     """The agents a workgroup is compared with: those of the same kernel's launches, and of the same
     part in hand-offs (2 x notifies + waits) when the claim says the kernel's programs differ in it."""
     agents = [x for x in raw.agents if x[1] in set(v["role_launches"])]
+    if v.get("role_notify") is not None:  # (programs notifying at call sites of their own: those)
+        want = {schema.region_id(x) for x in v["role_notify"]}
+        agents = [a for a in agents if set(raw.region[raw.sel(a[0], a[1], a[2], N)].tolist()) == want]
     if v.get("role_part", -1) < 0:
         return agents
     if raw._parts is None:

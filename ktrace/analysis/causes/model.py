@@ -65,8 +65,9 @@ from ..trace import Sparse, Trace, fill_table, lane_view
 
 log = logging.getLogger("ktrace")
 
-#: Wait kinds in the replay model.
-_PAIRED, _EXTERNAL, _MISSING, _CUT = 0, 1, 2, 3
+#: Wait kinds in the replay model (_FREE: an mbarrier's free pass, released by nothing: its time
+#: is its own).
+_PAIRED, _EXTERNAL, _MISSING, _CUT, _FREE = 0, 1, 2, 3, 4
 #: A release time that never binds (far below any time relative to the capture's start).
 _NEVER = -(1 << 60)
 
@@ -301,10 +302,33 @@ def launch_makespans(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return trace.cached(("launch_makespans",), build)
 
 
+def saw_signal(trace: Trace) -> np.ndarray:
+    """Per wait (the waits table's order), whether it was spinning when its signal arrived, so
+    that its end is its notify's start plus the signal's trip: its producer was late, or it spun
+    at least the pair's calibrated round trip (twice the one-way latency: a read of a flag already
+    set takes less; such a wait says nothing of the trip, however slow its read). Cached."""
+    def build():
+        w = _waits(trace)
+        if w.size == 0:
+            return np.zeros(0, bool)
+        late = np.nan_to_num(w["producer_late_ns"]) > 0
+        paired = w["notify_row"] >= 0
+        cal = one_way_pairs(trace, w["peer"].astype(np.int64), w["rank"].astype(np.int64))
+        return paired & (late | (w["wait_ns"] >= 2 * np.nan_to_num(cal, nan=np.inf)))
+
+    return trace.cached(("saw_signal",), build)
+
+
+#: A pair's typical latency is its waits' median when at least this many saw their signal arrive.
+_MIN_SEEN = 3
+
+
 def _typical_latency(trace: Trace, rank: np.ndarray, peer: np.ndarray, lat: np.ndarray, late: np.ndarray) -> np.ndarray:
-    """Per wait, its (producer, consumer) pair's median observed signal latency over waits whose
-    producer was late (the latency is only seen then); the calibrated one-way latency, or the
-    median over all pairs, where a pair has none. Per pair that occurs (no table of every pair)."""
+    """Per wait, its (producer, consumer) pair's median observed signal latency over the waits that
+    saw it arrive (``late``; the latency is only seen then), when at least :data:`_MIN_SEEN` did;
+    else the calibrated one-way latency, or the median over all pairs. Per pair that occurs (no
+    table of every pair)."""
+    peer = np.where(peer < 0, rank, peer)  # (an mbarrier wait names no peer: its release is its own rank's)
     R = int(max(rank.max(initial=0), peer.max(initial=0))) + 1
     pairs, inv = np.unique(np.clip(peer, 0, R - 1).astype(np.int64) * R + np.clip(rank, 0, R - 1), return_inverse=True)
     inv = inv.reshape(-1)
@@ -312,6 +336,7 @@ def _typical_latency(trace: Trace, rank: np.ndarray, peer: np.ndarray, lat: np.n
     med = np.full(pairs.size, np.nan)
     if sel.any():
         med = group_median(inv[sel], lat[sel], pairs.size)
+        med[np.bincount(inv[sel], minlength=pairs.size) < _MIN_SEEN] = np.nan
     glob = float(np.median(lat[sel])) if sel.any() else math.nan
     cal = one_way_pairs(trace, pairs // R, pairs % R)
     fill = np.where(np.isfinite(med), med, np.where(np.isfinite(cal), cal, glob))
@@ -407,6 +432,11 @@ def _build_model(trace: Trace, launches: np.ndarray | None = None) -> _Model:
         external |= backwards
     kind = np.full(nw, _EXTERNAL, np.int8)
     kind[pair >= 0] = _PAIRED
+    # an mbarrier's free pass is released by the barrier's initialisation: not pinned where it was
+    # seen (that would hold its lane in place), its time its own
+    free = pairing.free_pass(is_local(trace.column("flags")[wr_all[wo]]), w["expected"][wo]) & (n_row < 0) & ~to_
+    kind[free] = _FREE
+    external &= ~free
     late_pair = np.full(nw, -1, np.int64)
     if to.any():
         lp = _late_pairs(trace)[wo]  # rows of the notify that came after
@@ -427,7 +457,9 @@ def _build_model(trace: Trace, launches: np.ndarray | None = None) -> _Model:
     lat_obs[n_row < 0] = np.nan
     rank_w = w["rank"].astype(np.int64)[wo]
     peer_w = w["peer"].astype(np.int64)[wo] if nw else np.zeros(0, np.int64)
-    is_late = (n_row >= 0) & (late_ns > 0)
+    # released by its notify's arrival: a wait whose producer was late, or one that saw the signal
+    # arrive while it spun (:func:`saw_signal`)
+    is_late = (n_row >= 0) & ((late_ns > 0) | saw_signal(trace)[wo])
     lat_typ = _typical_latency(trace, rank_w, peer_w, lat_obs, is_late)
     # the release latency keeps the capture as it was: late waits their own, others at most the
     # time from their notify to their end
@@ -937,4 +969,4 @@ def kernel_time_total(trace: Trace) -> float:
 
 __all__ = ["CAUSE_DTYPE", "Cause", "CauseConfig", "Changes", "Claim", "Context", "Description", "ReplayResult",
            "WAIT_CAUSE_DTYPE", "kernel_time_total", "launch_makespans", "launch_total", "one_way_latency_ns", "one_way_pairs", "replay", "replay_model",
-           "sample_launches", "wait_cause_totals", "wait_causes"]
+           "sample_launches", "saw_signal", "wait_cause_totals", "wait_causes"]

@@ -2,7 +2,7 @@
 
 Only producer -> consumer pairs of different ranks the calibration covers are judged (a rank
 signalling itself has no calibrated latency), on the waits that were spinning when the signal
-arrived (a producer that was late, or a wait that spun at least the calibrated trip). Priced by a replay with those waits' release
+arrived (``model.saw_signal``). Priced by a replay with those waits' release
 latency at the calibrated one.
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 
 from ...text import fmt_ns
 from ..stalls import waits as _waits
-from .model import Cause, Changes, Claim, Context, Description, one_way_pairs, one_way_per_rank
+from .model import Cause, Changes, Claim, Context, Description, one_way_pairs, one_way_per_rank, saw_signal
 from .words import launches_text, saving_text
 
 KIND = "slow_link"
@@ -35,17 +35,13 @@ def detect(ctx: Context) -> list[Cause]:
     w = _waits(trace)
     if w.size == 0 or not np.isfinite(one_way_per_rank(trace)[0]).any():
         return []
-    late = np.nan_to_num(w["producer_late_ns"]) > 0
     rank = w["rank"].astype(np.int64)
     peer = w["peer"].astype(np.int64)
-    # a signal's trip is seen by a wait that was spinning when it arrived: one whose producer was
-    # late, or one that spun at least the pair's calibrated one-way latency (a read of a flag
-    # already set takes less than a trip between GPUs); its trip is from the notify's start to
-    # the wait's end. (A wait that found its flag set says nothing about the trip.)
+    # a signal's trip is seen by a wait that was spinning when it arrived (``saw_signal``): from
+    # the notify's start to the wait's end. (A wait that found its flag set says nothing of it.)
     paired = w["notify_row"] >= 0
     sig = np.where(paired, (w["end_ns"] - w["notify_start_ns"]).astype(np.float64), np.nan)
-    cal_w = one_way_pairs(trace, peer, rank)
-    ok = paired & np.isfinite(sig) & (late | (np.isfinite(cal_w) & (w["wait_ns"] >= np.nan_to_num(cal_w, nan=np.inf))))
+    ok = saw_signal(trace) & np.isfinite(sig)
     # the (producer, consumer) pairs that occur with at least 3 usable waits, in pair order (not
     # every pair of a world size: a file may claim millions of ranks)
     R = int(max(rank.max(initial=0), peer.max(initial=0))) + 1

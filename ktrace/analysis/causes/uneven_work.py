@@ -13,7 +13,7 @@ import numpy as np
 
 from ...keys import distinct, group_median
 from ...text import fmt_ns
-from ..load import _HANDOFF_ROLES
+from ..load import _HANDOFF_ROLES, ROLE_SITES, notify_regions
 from ..names import OUTSIDE, region_label
 from ..trace import Sparse
 from .model import Cause, Changes, Claim, Context, Description, _object_codes, _role_codes
@@ -113,9 +113,11 @@ def describe(c: Cause, ctx: Context) -> Description:
     ri = int(np.searchsorted(role_codes, d.role))
     role_launches = distinct(wg["launch"][role_inv == ri]).tolist()
     part = next((i for i, n in sorted(enumerate(_HANDOFF_ROLES), key=lambda x: -len(x[1])) if d.role.endswith(" " + n)), -1)
+    # (a role of programs notifying at call sites of their own: those call sites)
+    sites = notify_regions(trace, int(ids[0])) if ids.size and f" {ROLE_SITES} " in d.role else None
     launches = [int(x) for x in c.launches.tolist()]
     claims = [Claim("worked_longer", named, {"launches": launches, "n_agents": n_agents, "role_launches": role_launches,
-                                             "role_part": part,
+                                             "role_part": part, "role_notify": sites,
                                              "role": d.role,
                                              "work_ns": d.work_ns,
                                              "median_work_ns": d.median_work_ns, "items": d.items,
@@ -133,7 +135,8 @@ def describe(c: Cause, ctx: Context) -> Description:
         where = f"; {most} in {name} (+{fmt_ns(d.region_excess_ns)})"
         claims.append(Claim("extra_in_region", named, {"launches": launches, "n_agents": n_agents,
                                                        "role_launches": role_launches,
-                                                       "role_part": part, "role": d.role, "region": d.region,
+                                                       "role_part": part, "role_notify": sites, "role": d.role,
+                                                       "region": d.region,
                                                        "excess_ns": d.region_excess_ns, "extra_ns": d.magnitude_ns,
                                                        "most": d.region_excess_ns >= 0.5 * extra}))
     who = progs if nwg <= 8 else f"{nwg:,} workgroups ({progs})"
