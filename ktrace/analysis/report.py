@@ -277,8 +277,15 @@ def _path_findings(trace: Trace, path: np.ndarray, w) -> list[Finding]:
                                           "handoffs": [[wk, nk] for wk, nk in zip(_event_key(trace, wrow[first]),
                                                                                    _event_key(trace, nrow[first]))]}})
     if not parts:
+        # (the walk follows only waits whose notify came after they began: the program that ended
+        # each launch last had none; it may have waited, on notifies already sent)
+        ends = path[path["kind"] == "run"]
+        ends = ends[np.unique(ends["launch"], return_index=True)[1]] if ends.size else ends
         parts.append(f"no hand-off on it in {'any of the' if L != 1 else 'the'} {L:,} launch{'es' if L != 1 else ''}: "
-                     f"each launch's last program ran on its own")
+                     f"the program that ended {'each' if L != 1 else 'it'} last waited on no notify sent after its wait began")
+        claims.append({"kind": "no_late_handoff", "agents": [[int(r), int(l), int(p), int(ln)] for r, l, p, ln in zip(
+            ends["rank"].tolist(), ends["launch"].tolist(), ends["program"].tolist(), ends["lane"].tolist())][:MAX_CLAIM_SEGMENTS],
+            "values": {"launches": L}})
     # (a signal step whose notify starts after its wait ended, within the clocks' bound, is no time)
     dur = np.maximum(path["dur_ns"], 0).astype(float)
     tot = float(dur.sum())

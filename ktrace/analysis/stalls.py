@@ -471,6 +471,8 @@ def _hold_baseline(agent: np.ndarray, launch: np.ndarray, site: np.ndarray, held
 SLOW_ROUND_SHARE = 0.25
 #: ... and at least this much more (``CauseConfig.min_late_ns``'s default).
 MIN_SLOW_ROUND_NS = 1_000.0
+#: Rounds an agent must have at a call site for any of them to be judged slow.
+MIN_ROUNDS = 3
 
 
 def notify_work(trace: Trace) -> dict:
@@ -488,7 +490,9 @@ def notify_work(trace: Trace) -> dict:
     of every duration are on the agent's own clock.
 
     Returns:
-        ``{"row", "work_ns", "baseline_ns", "work_excess_ns", "slow"}``, one entry per notify.
+        ``{"row", "work_ns", "baseline_ns", "work_excess_ns", "n_rounds", "slow"}``, one entry per
+        notify (``n_rounds``: the judged rounds of its agent there; none is slow below
+        :data:`MIN_ROUNDS`).
     """
     return trace.cached(("notify_work",), lambda: _compute_work(trace))
 
@@ -498,7 +502,7 @@ def _compute_work(trace: Trace) -> dict:
     rows = h["row"]
     n = rows.size
     out = {"row": rows, "work_ns": np.full(n, np.nan), "baseline_ns": np.full(n, np.nan), "work_excess_ns": np.full(n, np.nan),
-           "slow": np.zeros(n, bool)}
+           "n_rounds": np.zeros(n, np.int64), "slow": np.zeros(n, bool)}
     if n == 0:
         return out
     from .trace import lane_view
@@ -522,9 +526,12 @@ def _compute_work(trace: Trace) -> dict:
         own = group_median(inv, work[ok], keys.shape[0])[inv]
         out["baseline_ns"][ok] = own
         out["work_excess_ns"][ok] = work[ok] - own
+        out["n_rounds"][ok] = np.bincount(inv, minlength=keys.shape[0])[inv]
     out["work_ns"] = work
     ex = out["work_excess_ns"]
-    out["slow"] = np.isfinite(ex) & (ex >= np.maximum(MIN_SLOW_ROUND_NS, SLOW_ROUND_SHARE * np.nan_to_num(out["baseline_ns"])))
+    # (against fewer than MIN_ROUNDS rounds a median is no usual pace: of two, neither is slow)
+    out["slow"] = (np.isfinite(ex) & (out["n_rounds"] >= MIN_ROUNDS)
+                   & (ex >= np.maximum(MIN_SLOW_ROUND_NS, SLOW_ROUND_SHARE * np.nan_to_num(out["baseline_ns"]))))
     return out
 
 

@@ -13,8 +13,8 @@ Which launches (:func:`warmup_launches`):
   (``ktrace.capture(warmup=N)``); when it marks none, a kernel's first launch when no wait of it
   gave up (a hang is reported, never put aside) and it was slow: it lasted at least
   :data:`SLOWER` times the median of the kernel's later launches in which no wait gave up, or its
-  spans took that many times as long, on average, as in the later launches (the median of their
-  means; what a launch after it that hung still shows).
+  leaf spans (its work) took that many times as long, on average, as in the later launches (the
+  median of their means; what a launch after it that hung still shows).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class Warmup:
         skip: N of ``--skip-warmup N`` (how == "skip").
         detail: per launch left out: ``(launch, kernel, measure, its value, the median of the
             kernel's later launches', those later launches)``; the measure is ``"duration"`` (ns)
-            or ``"span_mean"`` (its spans' mean duration, ns).
+            or ``"span_mean"`` (its leaf spans' mean duration, ns).
     """
 
     launches: tuple = ()
@@ -98,12 +98,16 @@ def warmup_launches(trace: Trace, skip: int | None = None) -> Warmup:
 
 
 def _span_means(trace: Trace) -> dict[int, float]:
-    """Per launch, the mean duration of its spans (every rank's)."""
-    S = EventKind.SPAN
-    d = (trace.at(S, "end_ns") - trace.at(S, "start_ns")).astype(np.float64)
+    """Per launch, the mean duration of its leaf spans (every rank's: work, no span that holds a
+    wait)."""
+    from .timeline import leaf_spans
+
+    rows = leaf_spans(trace)
+    rows = rows[trace.column("kind")[rows] == int(EventKind.SPAN)]
+    d = (trace.column("end_ns")[rows] - trace.column("start_ns")[rows]).astype(np.float64)
     if d.size == 0:
         return {}
-    lids, inv = np.unique(trace.at(S, "launch"), return_inverse=True)
+    lids, inv = np.unique(trace.column("launch")[rows], return_inverse=True)
     tot = np.bincount(inv.reshape(-1), weights=d, minlength=lids.size)
     cnt = np.bincount(inv.reshape(-1), minlength=lids.size)
     return {int(l): float(t / c) for l, t, c in zip(lids.tolist(), tot.tolist(), cnt.tolist()) if c}
@@ -131,7 +135,7 @@ def warmup_finding(w: Warmup) -> list[Finding]:
             n = f"{len(later)} later launch{'es' if len(later) != 1 else ''}"
             if measure == "duration":
                 return f"launch {ln} of {k} lasted {fmt_ns(v)}, {v / med:.2f}x the median of its {n}"
-            return (f"the spans of launch {ln} of {k} took {fmt_ns(v)} on average, {v / med:.2f}x the median of its {n}'"
+            return (f"the work spans of launch {ln} of {k} took {fmt_ns(v)} on average, {v / med:.2f}x the median of its {n}'"
                     f" means")
 
         parts = [part(*d) for d in w.detail]

@@ -613,9 +613,11 @@ def _draw_cause(rng: np.random.Generator, s: Shape, kind: str, launch_ns: float)
             return Injected(kind, r, programs, lane, (rnd,), launches, float(s.timeout_ns), region)
         # (a straggler's first round is after a hand-off of its own: the work before an agent's
         # first hand-off holds its setup too, and the report does not judge it)
-        lo = 1 if kind == "straggler" and not (s.pattern == "gluon" or (s.pattern == "pairs" and s.stages == 0)) else 0
+        lo = judged = 1 if kind == "straggler" and s.pattern != "gluon" else 0
+        if kind == "straggler" and s.world == 1 and len(programs) == len(same) > 1:
+            lo += 1  # (every program's first judged round slow at once is the launch warming up)
         # (fewer than half the rounds judged: a round is slow against the agent's median round)
-        n = int(rng.integers(1, max(2, (s.rounds - lo - 1) // 2 + 1)))
+        n = int(rng.integers(1, max(2, (s.rounds - judged - 1) // 2 + 1)))
         first = int(rng.integers(lo, s.rounds - n + 1))
         tiles = (range(first, first + n) if rng.random() < 0.7
                  else sorted((lo + rng.choice(s.rounds - lo, n, replace=False)).tolist()))

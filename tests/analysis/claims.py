@@ -42,9 +42,12 @@ class Raw:
         self.whole = {}
         if len(leave_out):
             # (each launch's extent and mean span, as the warm-up claims compare them, before any is left out)
+            lane = e["lane"].astype(np.int64) if "lane" in (e.dtype.names or ()) else np.zeros(e.size, np.int64)
+            leaf = _leaf_mask((e["rank"], e["launch"], e["program"], lane), e["kind"].astype(np.int64),
+                              e["start_ns"].astype(np.int64), e["end_ns"].astype(np.int64))
             for l in np.unique(e["launch"]).tolist():
                 m = e["launch"] == l
-                sp = m & (e["kind"] == S)
+                sp = m & leaf
                 self.whole[l] = (int(e["end_ns"][m].max() - e["start_ns"][m].min()),
                                  float((e["end_ns"][sp] - e["start_ns"][sp]).mean()) if sp.any() else 0.0)
             e = e[~np.isin(e["launch"], list(leave_out))]
@@ -93,27 +96,33 @@ class Raw:
         """Per event, whether it is a span no other event of its program's lane starts inside (the
         lanes of a program run at once)."""
         if self._leaf is None:
-            out = np.zeros(self.e.size, bool)
-            grp = defaultdict(list)
-            for i, a in enumerate(zip(self.rank.tolist(), self.launch.tolist(), self.program.tolist(), self.lane.tolist())):
-                grp[a].append(i)
-            for rows in grp.values():
-                rows = np.array(rows)
-                s, t = self.s[rows], self.t[rows]
-                mine = np.isin(self.kind[rows], (S, W, N))
-                for j in rows[self.kind[rows] == S]:
-                    # (a shorter event starting at the same tick is inside it too, the timer steps 32 ns;
-                    # so is one over the same interval recorded before it: a span is recorded when it ends)
-                    d, dj = t - s, self.t[j] - self.s[j]
-                    same = (s == self.s[j]) & ((d < dj) | ((d == dj) & (rows < j)))
-                    inside = mine & (s < self.t[j]) & ((s > self.s[j]) | same)
-                    out[j] = not inside.any()
-            self._leaf = out
+            self._leaf = _leaf_mask((self.rank, self.launch, self.program, self.lane), self.kind, self.s, self.t)
         return self._leaf
 
     def region_time(self, a, rid: int, waits: bool = False) -> float:
         m = self.sel(a[0], a[1], a[2]) & (self.region == rid) & ((self.kind == W) if waits else self.leaf())
         return float((self.t[m] - self.s[m]).sum())
+
+
+def _leaf_mask(keys, kind, s0, t0) -> np.ndarray:
+    """Per event, whether it is a span no other event of its (rank, launch, program, lane) ``keys``
+    starts inside."""
+    out = np.zeros(kind.size, bool)
+    grp = defaultdict(list)
+    for i, a in enumerate(zip(*(k.tolist() for k in keys))):
+        grp[a].append(i)
+    for rows in grp.values():
+        rows = np.array(rows)
+        s, t = s0[rows], t0[rows]
+        mine = np.isin(kind[rows], (S, W, N))
+        for j in rows[kind[rows] == S]:
+            # (a shorter event starting at the same tick is inside it too, the timer steps 32 ns;
+            # so is one over the same interval recorded before it: a span is recorded when it ends)
+            d, dj = t - s, t0[j] - s0[j]
+            same = (s == s0[j]) & ((d < dj) | ((d == dj) & (rows < j)))
+            inside = mine & (s < t0[j]) & ((s > s0[j]) | same)
+            out[j] = not inside.any()
+    return out
 
 
 def _agents(claim) -> list[tuple]:
@@ -175,7 +184,8 @@ def raw_work(raw: Raw) -> dict:
                     rec[i] = (a, int(raw.region[i]), max(prev_end - begin, 0), longest[1], rnd)
             if k in (N, W):
                 begin, longest = int(raw.t[i]), (-1, None)
-            elif k == S and raw.t[i] - raw.s[i] > longest[0]:
+            elif k == S and begin is not None and raw.s[i] >= begin and raw.t[i] - raw.s[i] > longest[0]:
+                # (a span of the round's own: one that began before it, around the last hand-off, is not)
                 longest = (int(raw.t[i] - raw.s[i]), int(raw.region[i]))
             prev_end = int(raw.t[i])
         groups = defaultdict(list)
@@ -184,10 +194,21 @@ def raw_work(raw: Raw) -> dict:
         out = {}
         for g, ix in groups.items():
             med = float(np.median([rec[i][2] for i in ix]))
-            for i in ix:
+            for i in ix:  # (an agent of fewer than 3 rounds there has no usual pace: none is slow)
                 x = rec[i][2] - med
                 out[i] = {"agent": g[0], "region": g[1], "round": rec[i][4], "work": rec[i][2], "usual": med, "excess": x,
-                          "slow": x >= max(1000.0, 0.25 * med), "longest": rec[i][3]}
+                          "slow": len(ix) >= 3 and x >= max(1000.0, 0.25 * med), "longest": rec[i][3],
+                          "first": i == min(ix), "warming": False}
+        # the first rounds of 75 % of a call site's agents (of one lane, in a launch; two at least) slow
+        # at once: the launch warming up, no straggler's
+        firsts = defaultdict(list)
+        for i, x in out.items():
+            if x["first"]:
+                firsts[(x["agent"][1], x["region"], x["agent"][3])].append(i)
+        for ix in firsts.values():
+            if len(ix) >= 2 and sum(out[i]["slow"] for i in ix) >= 0.75 * len(ix):
+                for i in ix:
+                    out[i]["warming"] = out[i]["slow"]
         raw._work = out
     return raw._work
 
@@ -196,8 +217,8 @@ def _slow_rounds(raw: Raw, c) -> list[str]:
     v = c["values"]
     named = _agents(c)
     r, lanes = named[0][0], {a[3] for a in named}
-    mine = [x for x in raw_work(raw).values() if x["slow"] and x["agent"][0] == r and x["agent"][3] in lanes
-            and x["region"] == v["region_id"]]
+    mine = [x for x in raw_work(raw).values() if x["slow"] and not x["warming"] and x["agent"][0] == r
+            and x["agent"][3] in lanes and x["region"] == v["region_id"]]
     bad = []
     if len(mine) != v["n_late"]:
         bad.append(f"{len(mine)} slow rounds in the events, the claim says {v['n_late']}")
@@ -387,7 +408,7 @@ def _extra_in_region(raw: Raw, c) -> list[str]:
 
 def _ranks_worked_longer(raw: Raw, c) -> list[str]:
     v = c["values"]
-    role = [x for x in raw.agents if x[1] in set(v["role_launches"])]
+    role = _role(raw, v)
     med = {r: float(np.median([_work(raw, a) for a in role if a[0] == r])) for r in {a[0] for a in role}}
     heavy = [a[0] for a in _agents(c)]
     light = v["light_rank"]
@@ -400,7 +421,7 @@ def _ranks_worked_longer(raw: Raw, c) -> list[str]:
 
 def _difference_in_region(raw: Raw, c) -> list[str]:
     v = c["values"]
-    role = [x for x in raw.agents if x[1] in set(v["role_launches"])]
+    role = _role(raw, v)
     heavy = {a[0] for a in _agents(c)}
     rids = np.unique(raw.region[(raw.kind == S) | (raw.kind == W)])
 
@@ -520,7 +541,7 @@ def _not_shorter_balanced(raw: Raw, c) -> list[str]:
     """Spreading the work evenly would make the light rank work longer: the mean workgroup's work
     is above the light rank's median."""
     v = c["values"]
-    role = [x for x in raw.agents if x[1] in set(v["role_launches"])]
+    role = _role(raw, v)
     mean = np.mean([_work(raw, a) for a in role])
     light = np.median([_work(raw, a) for a in role if a[0] == v["light_rank"]])
     return [] if mean > light else [f"the mean workgroup works {mean:.0f} ns, not more than rank {v['light_rank']}'s {light:.0f}"]
@@ -592,6 +613,33 @@ def _lane_handoffs(raw: Raw, c) -> list[str]:
         return why, True
 
     return _each_handoff(raw, c, judge)
+
+
+def _no_late_handoff(raw: Raw, c) -> list[str]:
+    """The agents (the program that ended each launch last) waited on no notify that came late:
+    for each of their completed waits, the first notify (by start) that brought its flag to what it
+    waited for (to its rank, in its launch; an mbarrier's: of its program, that phase) started
+    before the wait began."""
+    local = schema.is_local(raw.e["flags"])
+    flag_n, peer_n, val_n = raw.arg(N, "flag"), raw.arg(N, "peer"), raw.arg(N, "value")
+    cmp_names = {int(k): v for k, v in schema.CMP_SYMBOLS.items()}
+    bad = []
+    for a in _agents(c):
+        for i in np.flatnonzero(raw.sel(a[0], a[1], a[2], W, lane=a[3]) & ~raw.timeout):
+            m = (raw.kind == N) & (flag_n == raw.arg(W, "flag")[i]) & (raw.launch == raw.launch[i]) & (local == local[i])
+            m &= ((raw.program == raw.program[i]) & (raw.rank == raw.rank[i])) if local[i] else (peer_n == raw.rank[i])
+            idx = np.flatnonzero(m)
+            idx = idx[np.argsort(raw.s[idx], kind="stable")]
+            cmp = "==" if local[i] else cmp_names.get(int(raw.arg(W, "cmp")[i]), ">=")
+            vals = val_n[idx]
+            counter = vals.size > 1 and bool((vals == vals[0]).all()) and not local[i]
+            ok = _CMP[cmp](np.cumsum(vals) if counter else vals, int(raw.arg(W, "expected")[i]))
+            if ok.any() and raw.s[idx[np.argmax(ok)]] > raw.s[i]:
+                bad.append(f"rank {a[0]} launch {a[1]} program {a[2]}: the notify that released its wait came after it began")
+                break
+    if len({a[1] for a in _agents(c)}) != c["values"]["launches"]:
+        bad.append(f"the agents are of {len({a[1] for a in _agents(c)})} launches, the claim says {c['values']['launches']}")
+    return bad
 
 
 def _holds_path(raw: Raw, c) -> list[str]:
@@ -806,6 +854,7 @@ CHECKS = {
     "slow_signals": _slow_signals, "notify_on_flag": _notify_on_flag, "release_untraced": _release_untraced,
     "exposed_communication": _exposed_communication, "silent_programs": _silent_programs,
     "lane_holdup": _lane_holdup, "warmup_slower": _warmup_slower, "slow_rounds": _slow_rounds,
+    "no_late_handoff": _no_late_handoff,
 }
 #: Numbers a claim states as amounts: none of them may be zero (a claim with nothing behind it is not written).
 AMOUNTS = ("magnitude_ns", "excess_ns", "saving_ns", "waiting_ns", "waited_ns", "worst_ns")

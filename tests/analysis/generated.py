@@ -7,6 +7,7 @@ and what is wrong with them (what to run on the seed a failing test prints).
 
 from __future__ import annotations
 
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -22,6 +23,9 @@ FINDING_OF = {"straggler": "straggler", "held": "late_notifies", "heavy": "uneve
               "slow_link": "slow_link", "hang": "hang"}
 #: A stated magnitude agrees with the injected one within this share.
 REL = 0.10
+#: The first finding's saving (its replay without the cause) agrees with the time the cause put
+#: into the simulated launches within this share.
+SAVING_REL = 0.25
 
 
 def _close(got, want, rel: float = REL) -> bool:
@@ -33,7 +37,7 @@ def judge(case: Case, doc: dict) -> list[str]:
     inj, s = case.injected, case.shape
     findings = doc["findings"]
     causes = [f for f in findings if f["kind"] in FINDING_OF.values() or f["kind"] in ("late_start", "uneven_ranks")]
-    bad = []
+    bad = [f"a list left empty in: {f['text'][:160]}" for f in findings if re.search(r"\(ranks \)|ranks \)|programs \)", f["text"])]
     if s.cold > 1:  # a cold first launch is warm-up, never a cause
         bad += [f"a cause in the warm-up launch only: {f['text'][:160]}" for f in causes
                 if set(_launches(f)) <= {0} and s.launches > 1]
@@ -71,6 +75,8 @@ def judge(case: Case, doc: dict) -> list[str]:
             bad.append(f"slow_link: consumer {d.get('consumer')}, injected {inj.consumer}")
     if not _close(d.get("magnitude_ns"), inj.magnitude_ns):
         bad.append(f"{want}: magnitude {d.get('magnitude_ns')}, injected {inj.magnitude_ns:.0f}")
+    if case.injected_ns > 0 and not _close(d.get("saving_ns"), case.injected_ns, SAVING_REL):
+        bad.append(f"{want}: saving {d.get('saving_ns')}, the cause put in {case.injected_ns:.0f}")
     return bad
 
 

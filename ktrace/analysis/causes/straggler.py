@@ -7,6 +7,8 @@ previous hand-off to the moment it was ready to notify; a round is slow when tha
 more. A slower agent on every round is uneven work (``uneven_work``), a notify held back after the
 work was done a late notify (``late_notifies``): neither is counted here. One cause per rank, call
 site and lane, naming the programs and rounds; priced by a replay with the extra time removed.
+The first round of most agents at a call site slow at once is the launch warming up (first
+touches of its memory), not a straggler (:func:`_warming_up`).
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ import numpy as np
 from ...schema import EventKind
 from ...text import fmt_ns, ranges_text
 from ..names import region_label
-from ..stalls import SLOW_ROUND_SHARE, _holds, notify_work
-from ..trace import Sparse, has_lanes
+from ..stalls import MIN_ROUNDS, SLOW_ROUND_SHARE, _holds, notify_work
+from ...keys import group_index
+from ..trace import Sparse, agent_of, has_lanes
 from .late_notifies import notify_rounds
 from .model import Cause, Changes, Context, Description
 from .words import agents, lane_text, launches_text, progs_text, rounds_claim, saving_text, worst_in_first_launch
@@ -50,7 +53,8 @@ def detect(ctx: Context) -> list[Cause]:
     trace, cfg = ctx.trace, ctx.config
     nw = notify_work(trace)
     ex, base = nw["work_excess_ns"], nw["baseline_ns"]
-    late = np.isfinite(ex) & (ex >= np.maximum(cfg.min_late_ns, SLOW_ROUND_SHARE * np.nan_to_num(base)))
+    late = (np.isfinite(ex) & (nw["n_rounds"] >= MIN_ROUNDS)
+            & (ex >= np.maximum(cfg.min_late_ns, SLOW_ROUND_SHARE * np.nan_to_num(base))))
     if not late.any():
         return []
     N = EventKind.NOTIFY
@@ -61,6 +65,9 @@ def detect(ctx: Context) -> list[Cause]:
     rows = nw["row"]
     lanes = has_lanes(trace)
     lane = trace.column("lane")[rows].astype(np.int64) if lanes else np.zeros(rows.size, np.int64)
+    late &= ~_warming_up(agent_of(trace, rows), launch, reg * 64 + lane, np.isfinite(ex), late)
+    if not late.any():
+        return []
     li = np.flatnonzero(late)
     rounds = notify_rounds(trace, li)
     gk = (rank[li] * (1 << 24) + reg[li]) * 64 + lane[li]
@@ -83,9 +90,36 @@ def detect(ctx: Context) -> list[Cause]:
     return out
 
 
+#: The first judged round of (at least) this share of a call site's agents slow, two agents at
+#: least: the launch warming up (first touches), not a straggler.
+WARMING_SHARE = 0.75
+
+
+def _warming_up(agent: np.ndarray, launch: np.ndarray, site: np.ndarray, judged: np.ndarray, late: np.ndarray) -> np.ndarray:
+    """Per notify, whether it ends the first judged round of its agent at its call site (``site``:
+    of one lane), and that round was slow for :data:`WARMING_SHARE` of the agents notifying there
+    in the launch (two or more): the launch's first rounds warming caches up, everywhere at once."""
+    out = np.zeros(agent.size, bool)
+    j = np.flatnonzero(judged)
+    if j.size == 0:
+        return out
+    g, keys = group_index(agent[j], site[j])  # (agent, call site): its judged rounds, in row order
+    first = np.full(keys.shape[0], agent.size, np.int64)
+    np.minimum.at(first, g, j)
+    # the (launch, call site) of each agent's first round, and how many of them were slow
+    f = first
+    r_inv, r_keys = group_index(launch[f], site[f])
+    n = np.bincount(r_inv, minlength=r_keys.shape[0])
+    slow = np.bincount(r_inv, weights=late[f], minlength=r_keys.shape[0])
+    common = (n >= 2) & (slow >= WARMING_SHARE * n)
+    out[f[common[r_inv]]] = True
+    return out
+
+
 def _work_region(trace, rows: np.ndarray) -> str:
-    """The region of the longest event between each slow round's previous hand-off and its notify
-    (the events its program recorded in between), most common over the slow rounds."""
+    """The region of the longest span of each slow round (between its previous hand-off and its
+    notify, begun in it: not one around that hand-off), most common over the slow rounds (the
+    first such region at a tie)."""
     W, N = int(EventKind.WAIT), int(EventKind.NOTIFY)
     kind, reg = trace.column("kind"), trace.column("region")
     s, e = trace.column("start_ns"), trace.column("end_ns")
@@ -94,15 +128,20 @@ def _work_region(trace, rows: np.ndarray) -> str:
     found: dict = {}
     for row in rows[:: max(1, rows.size // _REGION_SAMPLE)][:_REGION_SAMPLE].tolist():
         a = row - 1
-        best, best_d = None, -1
         while a >= 0 and agent[a] == agent[row] and lane[a] == lane[row] and kind[a] not in (W, N):
-            if kind[a] == int(EventKind.SPAN) and e[a] - s[a] > best_d:
-                best, best_d = int(reg[a]), int(e[a] - s[a])
             a -= 1
+        begin = e[a] if a >= 0 and agent[a] == agent[row] and lane[a] == lane[row] else s[a + 1]
+        best, best_d = None, -1
+        for b in range(a + 1, row):  # (in record order: the first longest at a tie)
+            if kind[b] == int(EventKind.SPAN) and s[b] >= begin and e[b] - s[b] > best_d:
+                best, best_d = int(reg[b]), int(e[b] - s[b])
         if best is not None:
             found[best] = found.get(best, 0) + 1
     if not found:
         return ""
+    top = max(found.values())
+    if sum(1 for v in found.values() if v == top) > 1:
+        return ""  # (no one region holds most of them)
     return trace.region_name(max(found, key=found.get))
 
 
