@@ -13,8 +13,8 @@ Which launches (:func:`warmup_launches`):
   (``ktrace.capture(warmup=N)``); when it marks none, a kernel's first launch when no wait of it
   gave up (a hang is reported, never put aside) and it was slow: it lasted at least
   :data:`SLOWER` times the median of the kernel's later launches in which no wait gave up, or its
-  leaf spans (its work) took that many times as long, on average, as in the later launches (the
-  median of their means; what a launch after it that hung still shows).
+  median program (or lane) was busy that many times as long as the later launches' (the time it
+  did not wait: what a launch after it that hung still shows).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class Warmup:
         skip: N of ``--skip-warmup N`` (how == "skip").
         detail: per launch left out: ``(launch, kernel, measure, its value, the median of the
             kernel's later launches', those later launches)``; the measure is ``"duration"`` (ns)
-            or ``"span_mean"`` (its leaf spans' mean duration, ns).
+            or ``"busy"`` (its median program's time not waiting, ns).
     """
 
     launches: tuple = ()
@@ -80,7 +80,7 @@ def warmup_launches(trace: Trace, skip: int | None = None) -> Warmup:
         return Warmup(tuple(drop), "marked", 0, tuple((ln, _kernel_of(kernels, ln), "duration", span.get(ln, 0),
                                                         float("nan"), ()) for ln in drop))
     hung = set(np.unique(trace.at(EventKind.WAIT, "launch")[is_timeout(trace.at(EventKind.WAIT, "flags"))]).tolist())
-    mean_span = _span_means(trace)
+    busy = _busy_medians(trace)
     detail = []
     for k, ls in kernels.items():
         if len(ls) < 2 or ls[0] in hung or ls[0] not in span:
@@ -90,27 +90,31 @@ def warmup_launches(trace: Trace, skip: int | None = None) -> Warmup:
         if med > 0 and span[ls[0]] >= SLOWER * med:
             detail.append((ls[0], k, "duration", float(span[ls[0]]), med, tuple(later)))
             continue
-        later = [ln for ln in ls[1:] if ln in mean_span]
-        med = float(np.median([mean_span[ln] for ln in later])) if later else 0.0
-        if med > 0 and mean_span.get(ls[0], 0.0) >= SLOWER * med:
-            detail.append((ls[0], k, "span_mean", float(mean_span[ls[0]]), med, tuple(later)))
+        later = [ln for ln in ls[1:] if ln in busy]
+        med = float(np.median([busy[ln] for ln in later])) if later else 0.0
+        if med > 0 and busy.get(ls[0], 0.0) >= SLOWER * med:
+            detail.append((ls[0], k, "busy", float(busy[ls[0]]), med, tuple(later)))
     return Warmup(tuple(sorted(d[0] for d in detail)), "auto", 0, tuple(detail))
 
 
-def _span_means(trace: Trace) -> dict[int, float]:
-    """Per launch, the mean duration of its leaf spans (every rank's: work, no span that holds a
-    wait)."""
-    from .timeline import leaf_spans
+def _busy_medians(trace: Trace) -> dict[int, float]:
+    """Per launch, the median over its agents (programs, or lanes of them) of their time not
+    waiting: their first event to their last, less their waits (what a hang elsewhere leaves alone)."""
+    from ..keys import group_median
+    from .stalls import workgroup_extent
+    from .trace import lane_view
 
-    rows = leaf_spans(trace)
-    rows = rows[trace.column("kind")[rows] == int(EventKind.SPAN)]
-    d = (trace.column("end_ns")[rows] - trace.column("start_ns")[rows]).astype(np.float64)
-    if d.size == 0:
+    v = lane_view(trace)
+    if v.n_workgroups == 0:
         return {}
-    lids, inv = np.unique(trace.column("launch")[rows], return_inverse=True)
-    tot = np.bincount(inv.reshape(-1), weights=d, minlength=lids.size)
-    cnt = np.bincount(inv.reshape(-1), minlength=lids.size)
-    return {int(l): float(t / c) for l, t, c in zip(lids.tolist(), tot.tolist(), cnt.tolist()) if c}
+    ws, we = workgroup_extent(v)
+    W = EventKind.WAIT
+    waited = np.bincount(v.wg[trace.rows_of(W)], weights=(trace.at(W, "end_ns") - trace.at(W, "start_ns")).astype(np.float64),
+                         minlength=v.n_workgroups)
+    busy = np.maximum((we - ws) - waited, 0.0)
+    lids, inv = np.unique(v.wg_keys[:, 1], return_inverse=True)
+    med = group_median(inv.reshape(-1), busy, lids.size)
+    return {int(l): float(m) for l, m in zip(lids.tolist(), med.tolist())}
 
 
 def _kernel_of(kernels: dict, ln: int) -> str:
@@ -132,11 +136,12 @@ def warmup_finding(w: Warmup) -> list[Finding]:
         claims = []
     else:
         def part(ln, k, measure, v, med, later):
-            n = f"{len(later)} later launch{'es' if len(later) != 1 else ''}"
+            one = len(later) == 1
             if measure == "duration":
-                return f"launch {ln} of {k} lasted {fmt_ns(v)}, {v / med:.2f}x the median of its {n}"
-            return (f"the work spans of launch {ln} of {k} took {fmt_ns(v)} on average, {v / med:.2f}x the median of its {n}'"
-                    f" means")
+                ref = "its later launch" if one else f"the median of its {len(later)} later launches"
+                return f"launch {ln} of {k} lasted {fmt_ns(v)}, {v / med:.2f}x {ref} ({fmt_ns(med)})"
+            ref = "that of its later launch" if one else f"the median of its {len(later)} later launches'"
+            return f"the median program of launch {ln} of {k} was busy (not waiting) {fmt_ns(v)}, {v / med:.2f}x {ref} ({fmt_ns(med)})"
 
         parts = [part(*d) for d in w.detail]
         text = (f"warm-up: {'; '.join(parts)} (the first launch of a kernel runs with cold caches and first-touched "

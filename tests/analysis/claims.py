@@ -41,15 +41,10 @@ class Raw:
         self.origin = int(e["start_ns"].min()) if e.size else 0
         self.whole = {}
         if len(leave_out):
-            # (each launch's extent and mean span, as the warm-up claims compare them, before any is left out)
-            lane = e["lane"].astype(np.int64) if "lane" in (e.dtype.names or ()) else np.zeros(e.size, np.int64)
-            leaf = _leaf_mask((e["rank"], e["launch"], e["program"], lane), e["kind"].astype(np.int64),
-                              e["start_ns"].astype(np.int64), e["end_ns"].astype(np.int64))
+            # (each launch's extent and median busy agent, as the warm-up claims compare them, before any is left out)
             for l in np.unique(e["launch"]).tolist():
                 m = e["launch"] == l
-                sp = m & leaf
-                self.whole[l] = (int(e["end_ns"][m].max() - e["start_ns"][m].min()),
-                                 float((e["end_ns"][sp] - e["start_ns"][sp]).mean()) if sp.any() else 0.0)
+                self.whole[l] = (int(e["end_ns"][m].max() - e["start_ns"][m].min()), _busy_of(e[m]))
             e = e[~np.isin(e["launch"], list(leave_out))]
         self.e = e
         self.s = (e["start_ns"] - self.origin).astype(np.int64)
@@ -815,19 +810,30 @@ def _lane_holdup(raw: Raw, c) -> list[str]:
     return bad
 
 
-def _span_mean(raw: Raw, l: int) -> float:
+def _busy_median(raw: Raw, l: int) -> float:
     if l in raw.whole:
         return raw.whole[l][1]
-    m = (raw.launch == l) & (raw.kind == S)
-    return float((raw.t[m] - raw.s[m]).mean()) if m.any() else 0.0
+    return _busy_of(raw.e[raw.launch == l])
+
+
+def _busy_of(e: np.ndarray) -> float:
+    """The median over a launch's agents (rank, program, lane) of their first event to their last
+    less their waits."""
+    lane = e["lane"] if "lane" in (e.dtype.names or ()) else np.zeros(e.size, np.int64)
+    busy = []
+    for a in set(zip(e["rank"].tolist(), e["program"].tolist(), lane.tolist())):
+        m = (e["rank"] == a[0]) & (e["program"] == a[1]) & (lane == a[2])
+        w = m & (e["kind"] == W)
+        busy.append(max(float(e["end_ns"][m].max() - e["start_ns"][m].min() - (e["end_ns"][w] - e["start_ns"][w]).sum()), 0.0))
+    return float(np.median(busy)) if busy else 0.0
 
 
 def _warmup_slower(raw: Raw, c) -> list[str]:
-    """A launch left out as warm-up: it lasted (first event to last, every rank) or its spans took
-    on average the stated time, its kernel's later launches the stated median, and the first at
-    least ``factor`` times that."""
+    """A launch left out as warm-up: it lasted (first event to last, every rank), or its median
+    program was busy (not waiting), the stated time, its kernel's later launches the stated median,
+    and the first at least ``factor`` times that."""
     v = c["values"]
-    of = _launch_span if v["measure"] == "duration" else _span_mean
+    of = _launch_span if v["measure"] == "duration" else _busy_median
     got = of(raw, v["launch"])
     med = float(np.median([of(raw, l) for l in v["later"]]))
     bad = []
