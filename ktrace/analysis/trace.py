@@ -686,10 +686,12 @@ def drop_launches(trace: Trace, launches) -> Trace:
         km = keep[trace.rows_of(k)]
         for a in _COPIED_AT[0]:
             at[(int(k), a)] = trace.at(k, a)[km]
-    parent = trace
+    # (the full table from where the trace has it, not from the trace: it and its columns are
+    # freed once the caller lets it go)
+    table, reload = trace._events, trace._load_events
 
     def load_events():
-        return parent.events[keep]
+        return (table if table is not None else reload())[keep]
 
     t = Trace(columns=_Columns(n=int(keep.sum()), cols=cols, at=at), load_events=load_events, regions=trace.regions,
               world_size=trace.world_size, kernels={k: v for k, v in trace.kernels.items() if k[1] not in drop},

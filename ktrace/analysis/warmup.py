@@ -14,7 +14,8 @@ Which launches (:func:`warmup_launches`):
   gave up (a hang is reported, never put aside) and it was slow: it lasted at least
   :data:`SLOWER` times the median of the kernel's later launches in which no wait gave up, or its
   median program (or lane) was busy that many times as long as the later launches' (the time it
-  did not wait: what a launch after it that hung still shows).
+  did not wait: what a launch after it that hung still shows; not those still running at a live
+  dump, cut short).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..schema import EventKind, is_timeout
+from ..schema import EventFlag, EventKind, is_timeout
 from ..text import fmt_ns, ranges_text
 from .causes.model import launch_makespans
 from .document import Finding
@@ -79,7 +80,11 @@ def warmup_launches(trace: Trace, skip: int | None = None) -> Warmup:
         drop = sorted(trace.warmup_marked & set(span))
         return Warmup(tuple(drop), "marked", 0, tuple((ln, _kernel_of(kernels, ln), "duration", span.get(ln, 0),
                                                         float("nan"), ()) for ln in drop))
-    hung = set(np.unique(trace.at(EventKind.WAIT, "launch")[is_timeout(trace.at(EventKind.WAIT, "flags"))]).tolist())
+    wl, wf = trace.at(EventKind.WAIT, "launch"), trace.at(EventKind.WAIT, "flags")
+    hung = set(np.unique(wl[is_timeout(wf)]).tolist())
+    # (a launch still running at a live dump, its work cut short where the dump found it, is no
+    # measure of a launch's work)
+    open_ = set(np.unique(wl[(np.asarray(wf) & int(EventFlag.OPEN)) != 0]).tolist())
     busy = _busy_medians(trace)
     detail = []
     for k, ls in kernels.items():
@@ -90,7 +95,7 @@ def warmup_launches(trace: Trace, skip: int | None = None) -> Warmup:
         if med > 0 and span[ls[0]] >= SLOWER * med:
             detail.append((ls[0], k, "duration", float(span[ls[0]]), med, tuple(later)))
             continue
-        later = [ln for ln in ls[1:] if ln in busy]
+        later = [ln for ln in ls[1:] if ln in busy and ln not in open_]
         med = float(np.median([busy[ln] for ln in later])) if later else 0.0
         if med > 0 and busy.get(ls[0], 0.0) >= SLOWER * med:
             detail.append((ls[0], k, "busy", float(busy[ls[0]]), med, tuple(later)))

@@ -706,15 +706,28 @@ def draw(seed: int, kind: str | None = None) -> Case:
         total = sum(d for _, _, d in runs[judged])
         if kind in ("healthy", "hang") or cost >= 0.1 * total:
             break
-    if kind == "hang":
+    return _case(shape, inj, seed, runs, base)
+
+
+def build(shape: Shape, injected: Injected, seed: int = 0) -> Case:
+    """The case of a shape and a cause given (not drawn: what a test sets up by hand), simulated
+    with the noise of ``seed``, with its capture. ``injected.magnitude_ns`` is taken as given
+    (``factor`` for heavy work), the hang's consumer found by the simulation."""
+    return _case(shape, injected, seed, _simulate(shape, injected, seed), _simulate(shape, Injected(), seed))
+
+
+def _case(shape: Shape, inj: Injected, seed: int, runs: list, base: list) -> Case:
+    judged = slice(1 if shape.cold > 1 else 0, None)  # (the launches after a cold first one: what a report judges)
+    cost = sum(d for _, _, d in runs[judged]) - sum(d for _, _, d in base[judged])
+    total = sum(d for _, _, d in runs[judged])
+    if inj.kind == "hang":
         inj = _hang_consumer(shape, inj, runs)
-    if kind == "heavy":
+    if inj.kind == "heavy":
         later = [ln for ln in inj.launches if not (ln == 0 and shape.cold > 1)] or list(inj.launches)
         inj = replace(inj, magnitude_ns=_heavy_magnitude(inj, runs, base, later))
     meta = {"seed": seed, "shape": vars(shape) | {"cold_late": list(shape.cold_late)},
             "injected": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(inj).items()}}
-    case = Case(seed, shape, inj, _capture(shape, runs, seed, meta), float(cost), float(total))
-    return case
+    return Case(seed, shape, inj, _capture(shape, runs, seed, meta), float(cost), float(total))
 
 
 def _hang_consumer(shape: Shape, inj: Injected, runs: list) -> Injected:
@@ -744,4 +757,4 @@ def simulate(shape: Shape, inj: Injected, seed: int, *, with_cause: bool = True)
     return _simulate(shape, inj, seed, with_cause=with_cause)
 
 
-__all__ = ["GLUON_LANES", "KINDS", "PATTERNS", "Case", "Injected", "Shape", "draw", "simulate"]
+__all__ = ["GLUON_LANES", "KINDS", "PATTERNS", "Case", "Injected", "Shape", "build", "draw", "simulate"]
