@@ -44,15 +44,19 @@ def rank(exports: Path, top: int = 10) -> list[tuple]:
     glob = str(exports / "*" / "findings.parquet")
     con = duckdb.connect()
     n = con.execute(f"select count(distinct capture) from read_parquet('{glob}')").fetchone()[0]
+    # (information has no saving: a capture whose first finding is no root cause has nothing to fix)
     rows = con.execute(f"""
         select capture, kind, saving_ns / 1e3 as saving_us, text
         from read_parquet('{glob}')
-        where finding = 1
+        where finding = 1 and saving_ns is not null
         order by saving_ns desc, capture
         limit {int(top)}""").fetchall()
-    print(f"{n} captures; their first findings, biggest saving first:")
+    n_causes = con.execute(f"select count(distinct capture) from read_parquet('{glob}') where finding = 1 "
+                           "and saving_ns is not null").fetchone()[0]
+    print(f"{n} captures, {n_causes} with a root cause to fix; their first findings, biggest saving first:")
     for cap, kind, us, text in rows:
         print(f"  {us:10.1f} µs  {cap:<34} {kind:<14} {text[:70]}")
+    print(f"{n - n_causes} captures with no root cause (their first finding is information)")
     waits = con.execute(f"""
         select capture, count(*) as waits, sum(wait_ns) / 1e3 as wait_us, sum(producer_late_ns) / 1e3 as late_us
         from read_parquet('{exports / "*" / "waits.parquet"}')

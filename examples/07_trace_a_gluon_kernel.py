@@ -19,7 +19,8 @@ On a GPU (H100/H200) the script runs the GEMM traced, optionally with its loader
 (``--loader-delay-us``), checks it against torch, writes the capture and its Perfetto trace (one
 thread per program and partition, an arrow from each release to the wait it ended) and prints
 the report's first finding: which partition held the others up. ``--from-capture`` does the same
-from a saved capture (default: the slowed-loader capture recorded on an H100). It ends by
+from a saved capture (default: the slowed-loader capture recorded on an H100, shipped in
+``ktrace/data/gluon``). It ends by
 printing the commands that open the trace and the report.
 """
 
@@ -32,8 +33,8 @@ from pathlib import Path
 import ktrace
 from ktrace.export import write_perfetto
 
-ROOT = Path(__file__).resolve().parents[1]
-RECORDED = ROOT / "tests" / "fixtures" / "gluon" / "gluon_gemm_slow_loader.ktrace"
+#: The slowed-loader capture recorded on an H100, shipped with ktrace (an install has it).
+RECORDED = Path(ktrace.__file__).parent / "data" / "gluon" / "gluon_gemm_slow_loader_1xh100.ktrace"
 
 
 def record(out: Path, delay_us: float) -> Path:
@@ -56,7 +57,7 @@ def record(out: Path, delay_us: float) -> Path:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default="ktrace-example-06", help="output folder")
+    ap.add_argument("--out", default="ktrace-example-07", help="output folder")
     ap.add_argument("--loader-delay-us", type=float, default=2.0, help="slow the loader: µs before each stage's copies")
     ap.add_argument("--from-capture", nargs="?", const=str(RECORDED), default=None, metavar="FILE",
                     help="analyse a saved capture instead of running (default: the recorded slowed-loader one)")

@@ -184,11 +184,12 @@ def _cmd_merge(args) -> int:
     part = f"; PARTIAL: ranks {ranges_text(cap.missing_ranks)} missing" if cap.partial else ""
     clock = (cap.clock or {}).get("method", "none")
     what = f"ranks {ranges_text(cap.ranks)} of {cap.world_size}, {_launches_text(cap)}, clock {printable(clock)}{part}"
-    if str(out).endswith(".index.json"):
+    if str(out).endswith(".index.json") and Path(out) != Path(args.output):  # (parts were written, and their index)
         from .export.split import read_index
 
         _, parts = read_index(out)
-        print(f"{printable(out)}: {fmt} trace in {len(parts)} parts (open the index with ktrace open), {what}")
+        print(f"{printable(out)}: {fmt} trace in {len(parts)} part{'s' if len(parts) != 1 else ''} (open the index with "
+              f"ktrace open), {what}")
         return 0
     print(f"{printable(out)}: {fmt}, {what}")
     return 0
@@ -492,7 +493,7 @@ def _cmd_report(args) -> int:
     try:
         _check_work_region(path, args.work_region)
         cfg = ReportConfig(load=LoadConfig(work_region=args.work_region), trace_url=args.trace_url,
-                           min_late_ns=args.min_late_us * 1e3)
+                           min_late_ns=args.min_late_us * 1e3, skip_warmup=args.skip_warmup)
         rep = build_report(path, cfg, progress=_Bar(not args.quiet))
         live = _live(path)
     except (CaptureError, AnalysisError, ValueError) as e:
@@ -550,6 +551,9 @@ def _register_analysis(subparsers: argparse._SubParsersAction) -> None:
                    help="name a producer a straggler only when it is at least this late (default 1 µs)")
     s.add_argument("--max-findings", type=_int_in(0, 1 << 20), default=10,
                    help="findings printed (default 10; --json and --html hold them all)")
+    s.add_argument("--skip-warmup", type=_int_in(0, 1 << 31), default=None, metavar="N",
+                   help="leave the first N launches of each kernel out as warm-up (0: keep every launch; default: the "
+                        "launches the capture marks as warm-up, else a kernel's first launch when it ran slow)")
     s.add_argument("--fail-on-hang", action="store_true", help="exit 1 when the capture shows a hang")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=_cmd_report)

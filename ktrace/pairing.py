@@ -136,9 +136,10 @@ def pair(notifies: Mapping[str, np.ndarray], waits: Mapping[str, np.ndarray], *,
     nw_of = _exact(notifies, waits, timed_out)
     exact = nw_of >= 0
     if fallback:
-        left = np.flatnonzero(~exact & done & np.isin(_i64(waits["cmp"]), _COUNTER_CMPS))
+        counting = ~exact & np.isin(_i64(waits["cmp"]), _COUNTER_CMPS)
+        left = np.flatnonzero(counting & done)
         if left.size:
-            nw_of[left] = _reaching(notifies, waits, left)
+            nw_of[left] = _reaching(notifies, waits, left, np.flatnonzero(counting & timed_out))
     w = np.flatnonzero(nw_of >= 0)
     n = nw_of[w]
     released = np.zeros(n_n, bool)
@@ -230,15 +231,18 @@ def _group_order(gw: np.ndarray, prog: np.ndarray, waits: Mapping) -> np.ndarray
     return lexorder(gw, prog)
 
 
-def _reaching(notifies: Mapping, waits: Mapping, left: np.ndarray) -> np.ndarray:
-    """Rule 2 for the waits ``left`` (indices): per wait its notify's index, -1 where none."""
+def _reaching(notifies: Mapping, waits: Mapping, left: np.ndarray, gave_up: np.ndarray | None = None) -> np.ndarray:
+    """Rule 2 for the waits ``left`` (indices): per wait its notify's index, -1 where none
+    (``gave_up``: waits of the same kind that timed out: what they saw tells the counter's value
+    too)."""
     n_n = int(np.asarray(notifies["rank"]).size)
     # groups: the flag's location (consumer rank, heap offset) and the launch; not the producer
     # the wait names (a counter collects several producers' adds: gemm_rs records itself)
     kn = [_i64(notifies[c]) for c in ("peer", "flag", "launch")]
-    kw = [_i64(x)[left] for x in (_where(waits), waits["flag"], waits["launch"])]
+    extra = gave_up if gave_up is not None and "value" in waits else np.zeros(0, np.int64)
+    kw = [_i64(x)[np.concatenate([left, extra])] for x in (_where(waits), waits["flag"], waits["launch"])]
     inv, allk = group_index(*(np.concatenate([a, b]) for a, b in zip(kn, kw)))
-    gn, gw = inv[:n_n], inv[n_n:]
+    gn, gw, g_up = inv[:n_n], inv[n_n:n_n + left.size], inv[n_n + left.size:]
     n_groups = allk.shape[0]
     # the order in which the writes reached the flag: by start within the group (one producer:
     # its own clock; several ranks adding to one counter: the callers' aligned ns)
@@ -263,8 +267,11 @@ def _reaching(notifies: Mapping, waits: Mapping, left: np.ndarray) -> np.ndarray
     # a counter: notifies that all write one value (more than one of them), or a flag whose
     # waits saw (or wanted) more than any single write of the launch could give
     counter = nz & (((vmin == vmax) & (counts > 1)) | (vmax < tmax))
+    if extra.size:  # (a wait that gave up saw the flag too: after a missing add, the last that came)
+        np.maximum.at(tmax, g_up, _i64(waits["value"])[extra])
     # the counter's value before the launch's first add: the wait that saw the most saw them all
-    base = np.where(counter, tmax - total, 0)
+    # (when the last adds came after every wait, at least none of them: a counter is not below 0)
+    base = np.where(counter, np.maximum(tmax - total, 0), 0)
     is_c = counter[gw]
     p_c = _first_reaching(gn_o, cs_in, gw, target - base[gw], hi, counts)
     p_s = _first_reaching(gn_o, val, gw, target, hi, counts)

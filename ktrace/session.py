@@ -178,6 +178,9 @@ class Session:
         events_per_program: if set, overrides every kernel's own slots per program.
         rank, world_size: default to torch.distributed's when it is initialised, else 0 and 1.
         max_launches: stop recording (and warn once) after this many launches; None = no limit.
+        warmup: the first this many launches of each kernel are marked as warm-up in the capture
+            (traced as the others, so that they warm what later launches run): ``ktrace report``
+            leaves them out of its findings (``--skip-warmup 0`` keeps them).
         heap: a ``ktrace.shmem.SymmetricHeap``. When given, the session calibrates the ranks'
             clocks over it (flag ping-pong, ``ktrace.clock.calibrate``) when it opens and again
             when it closes, and stores the samples in the capture so the collector can put all
@@ -219,6 +222,7 @@ class Session:
     rank: int | None = None
     world_size: int | None = None
     max_launches: int | None = None
+    warmup: int = 0
     launches: list[PendingLaunch] = field(default_factory=list)
     kernels: dict[str, Any] = field(default_factory=dict)
     arena_bytes: int = ARENA_BYTES
@@ -246,6 +250,8 @@ class Session:
     def __post_init__(self):
         if self.events_per_program is not None and self.events_per_program <= 0:
             raise ValueError(f"events_per_program must be positive, got {self.events_per_program}")
+        if not (isinstance(self.warmup, int) and self.warmup >= 0):
+            raise ValueError(f"warmup must be a count of launches >= 0, got {self.warmup!r}")
         if not self.peer_timeout_s > 0:
             raise ValueError(f"peer_timeout_s must be positive, got {self.peer_timeout_s}")
         if isinstance(self.graph_ring, bool) or not isinstance(self.graph_ring, int) or self.graph_ring < 1:
@@ -673,6 +679,7 @@ class Session:
     def to_capture(self) -> Capture:
         """This rank's capture (``ktrace.captures.Capture``)."""
         self.close()
+        warm = self._warmup_launches()
         devices = sorted({pl.device for pl in self.launches})
         if not devices and self.heap is not None and self.heap.device.type == "cuda":
             devices = [self.heap.device.index]
@@ -694,9 +701,10 @@ class Session:
                     stream=pl.stream,
                     meta={"device": pl.device, **({"lanes": list(pl.lanes)} if pl.lanes else {}),
                           **({"ring_slots": pl.gate - schema.RING_GATE} if pl.gate else {}),
-                          **({"graph": dict(pl.graph)} if pl.graph else {}), **pl.meta},
+                          **({"graph": dict(pl.graph)} if pl.graph else {}), **({"warmup": True} if i in warm else {}),
+                          **pl.meta},
                 )
-                for pl in self.launches
+                for i, pl in enumerate(self.launches)
             ],
         )
         if self.run_id is None:
@@ -711,6 +719,16 @@ class Session:
         from .auto.addresses import check_table, table
 
         return check_table(table(), max(int(self.world_size), 1 + max((m["owner"] for m in table()), default=0)))
+
+    def _warmup_launches(self) -> set:
+        """Positions in :attr:`launches` of each kernel's first :attr:`warmup` launches."""
+        seen: dict = {}
+        out = set()
+        for i, pl in enumerate(self.launches):
+            k = seen[pl.kernel] = seen.get(pl.kernel, 0) + 1
+            if k <= self.warmup:
+                out.add(i)
+        return out
 
     def _meta(self) -> dict:
         """What reports need beyond the events: where in the kernels' sources each region is

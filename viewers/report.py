@@ -47,6 +47,7 @@ margin-right:6px;color:#fff} .error{background:#c0392b} .warning{background:#b97
 """
 
 _RUN, _WAIT, _LATE = "#2f6fb3", "#d0453b", "#e8a33d"
+_RANGE = "#1d2330"  # a finding's range, drawn over the counts
 _SPLIT = [("late_not_started_ns", "producer not started", "#8e44ad"),
           ("late_waiting_ns", "producer itself waiting", "#d0453b"),
           ("late_in_region_ns", "producer working (in a region)", "#2f6fb3"),
@@ -200,11 +201,13 @@ def _launch_plots(doc: dict) -> tuple[str, str]:
         ax.set_ylim(0, max(float(alive.max()), 1) * 1.1)
         ax.set_ylabel(f"rank {r}\nworkgroups", rotation=0, ha="right", va="center", labelpad=6)
         if f0 is not None and f0.get("end_ns") is not None:
+            # (its range as two lines over the counts, not a shade: a translucent band over the two
+            # fills would show them in four colours, two of them in no legend)
             a, b = _us(f0["start_ns"] - t0), _us(f0["end_ns"] - t0)
             if b > 0 and a < _us(span):
-                ax.axvspan(max(a, 0), min(b, _us(span)), color="#f1c40f", alpha=0.25, lw=0)
-    axes[0, 0].set_title(f"Launch {ln} ({v.get('role', '')}): workgroups running and waiting, per rank"
-                         + (" (shaded: the first finding's range)" if f0 is not None else ""))
+                for k, xk in enumerate((max(a, 0), min(b, _us(span)))):
+                    ax.axvline(xk, color=_RANGE, lw=1.2, ls="--", label="the first finding's range" if k == 0 else None)
+    axes[0, 0].set_title(f"Launch {ln} ({v.get('role', '')}): workgroups running and waiting, per rank")
     handles, labels = axes[0, 0].get_legend_handles_labels()
     axes[-1, 0].set_xlabel(f"time since the launch's first event (µs); the launch starts at +{fmt_ns(t0)}")
     # below the axes: a legend inside would cover the counts
@@ -277,7 +280,13 @@ def _wait_hist(doc: dict) -> str:
         ax.stairs(np.asarray(h["counts"]), edges, label=f"rank {r}: {h['positive']:,} of its {h['waits']:,} waits last > 0 ns",
                   linewidth=1.4)
     ax.set_xscale("log")
-    ax.set_xlabel("wait time (ns, log scale)")
+    # plain-text ticks ("1 µs"): with mathtext off, the log axis' own labels would print as TeX
+    # source ($\mathdefault{10^{3}}$)
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: fmt_ns(x) if x > 0 else ""))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("wait time (log scale)")
     ax.set_ylabel("waits per bin")
     ax.set_title("Distribution of wait times per rank (waits of 0 ns, their flag already set, not shown)")
     ax.legend(fontsize=8, frameon=False)

@@ -22,9 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..auto.addresses import owner_of
-
-from ..schema import EventKind
-from ..schema import CMP_SYMBOLS, Cmp
+from ..schema import CMP_SYMBOLS, Cmp, EventKind, is_local
 from .stalls import waits as _waits
 from ..keys import group_index
 from .trace import Trace
@@ -38,11 +36,13 @@ TIMEOUT_DTYPE = np.dtype(
         ("sm", "<i8"),
         ("name", "O"),
         ("region", "O"),
-        ("peer", "<i8"),
+        ("peer", "<i8"),  # the producer's rank (its own, for an mbarrier wait)
         ("flag", "<i8"),
         ("expected", "<i8"),
         ("cmp", "O"),
         ("value", "<i8"),  # last value read
+        ("lane", "<i4"),
+        ("local", "?"),  # an mbarrier wait (LOCAL): its release is another lane's of its program
         ("since_ns", "<i8"),
         ("gave_up_ns", "<i8"),
         ("waited_ns", "<i8"),
@@ -116,6 +116,10 @@ def timeouts(trace: Trace) -> np.ndarray:
         return out
     for c in ("row", "rank", "launch", "program", "sm", "name", "region", "peer", "flag", "expected", "value", "spins"):
         out[c] = t[c]
+    local = is_local(trace.column("flags")[t["row"]])
+    out["local"] = local
+    out["lane"] = trace.column("lane")[t["row"]]
+    out["peer"] = np.where(local, t["rank"], t["peer"])  # (an mbarrier's release is its own rank's)
     _producer_of_unknown(w, out)
     out["cmp"] = np.array([cmp_text(c) for c in t["cmp"].tolist()], dtype=object)
     out["since_ns"] = t["start_ns"]
@@ -134,14 +138,19 @@ def timeouts(trace: Trace) -> np.ndarray:
     def N(name):
         return trace.at(EventKind.NOTIFY, name)
 
-    kn = np.stack([N("rank"), N("arg0"), N("arg2"), N("launch")], axis=1).astype(np.int64)
-    kw = np.stack([t["peer"], owner_of(t["flag"], t["rank"]), t["flag"], t["launch"]], axis=1).astype(np.int64)
+    # (producer, consumer, flag, launch, program): a remote flag's notifies are matched by the
+    # ranks (program -1), an mbarrier's in the program (consumer -1: LOCAL events name no peer)
+    nl = is_local(N("flags"))
+    kn = np.stack([N("rank"), np.where(nl, -1, N("arg0")), N("arg2"), N("launch"), np.where(nl, N("program"), -1)],
+                  axis=1).astype(np.int64)
+    kw = np.stack([out["peer"], np.where(local, -1, owner_of(t["flag"], t["rank"])), t["flag"], t["launch"],
+                   np.where(local, t["program"], -1)], axis=1).astype(np.int64)
     status = np.empty(t.size, dtype=object)
     sent = np.zeros(t.size, np.int64)
     last_val = np.full(t.size, -1, np.int64)
     sat = np.full(t.size, -1, np.int64)
     if nots.size:
-        inv, keys = group_index(*(np.concatenate([kn[:, i], kw[:, i]]) for i in range(4)))
+        inv, keys = group_index(*(np.concatenate([kn[:, i], kw[:, i]]) for i in range(5)))
         gn, gw = inv[: nots.size], inv[nots.size :]
         o = np.lexsort((N("start_ns"), gn))
         gno, nso = gn[o], N("start_ns")[o]
@@ -155,7 +164,7 @@ def timeouts(trace: Trace) -> np.ndarray:
                 ok = _reaches(v, int(t["expected"][i]), int(t["cmp"][i]))
                 if ok.any():
                     sat[i] = int(nso[a:b][np.argmax(ok)])
-    for i in range(t.size):
+    for i in range(t.size):  # (the order is the waits': out's rows are still t's)
         if sat[i] < 0:
             status[i] = "never signalled"
         elif sat[i] >= t["end_ns"][i]:
@@ -180,6 +189,7 @@ MISSING_DTYPE = np.dtype(
         ("last_value_sent", "<i8"),
         ("producer_stuck", "?"),  # the producer rank itself had waits that gave up
         ("producer_last_event_ns", "<i8"),  # the producer rank's last event end in the launch
+        ("local", "?"),  # an mbarrier of one program (``programs`` holds it): its lanes' hand-off
     ]
 )
 
@@ -191,10 +201,12 @@ def missing_notifies(trace: Trace, to: np.ndarray | None = None) -> np.ndarray:
     out = np.zeros(0, MISSING_DTYPE)
     if m.size == 0:
         return out
-    inv, keys = group_index(m["peer"], m["rank"], m["launch"], m["flag"], m["expected"])
+    # (an mbarrier is one program's: its waits are grouped per program)
+    inv, keys = group_index(m["peer"], m["rank"], m["launch"], m["flag"], m["expected"], np.where(m["local"], m["program"], -1))
     G = keys.shape[0]
     out = np.zeros(G, MISSING_DTYPE)
     out["producer"], out["consumer"], out["launch"], out["flag"], out["expected"] = (keys[:, i] for i in range(5))
+    out["local"] = keys[:, 5] >= 0
     stuck_ranks = set(to["rank"].tolist())
     r, l, e = trace.column("rank"), trace.column("launch"), trace.column("end_ns")
     for g in range(G):  # one row per missing signal: few

@@ -5,7 +5,9 @@ start to its last event's end; ``wait_ns`` is the time its waits spun and ``busy
 (a program traced per lane is busy as long as its busiest lane: its lanes wait and work at once);
 ``held_ns`` is the part of that in which it held notifies back after being ready, beyond what
 the other ranks take (``stalls.notify_holds``: the straggler analysis reports that time as late
-notifies, so it is not counted again as slow work) and ``work_ns`` = ``busy_ns`` - ``held_ns``.
+notifies, so it is not counted again as slow work), ``slow_ns`` the part its slow rounds took
+beyond its usual (``stalls.notify_work``: reported as a straggler) and ``work_ns`` = ``busy_ns`` -
+``held_ns`` - ``slow_ns``.
 Its work items are its leaf spans (spans with no other event inside: one per tile, row or
 token), or the spans of one chosen work region.
 
@@ -26,7 +28,7 @@ import numpy as np
 
 from ..schema import EventKind
 from .spans import workgroup_starts
-from .stalls import _holds, workgroup_extent
+from .stalls import _holds, notify_work, workgroup_extent
 from ..keys import dense_codes, distinct, group_count, group_index, group_median, group_sum
 from .trace import ColumnTable, Sparse, Trace, lane_view
 
@@ -77,7 +79,8 @@ WORKGROUP_DTYPE = np.dtype(
         ("busy_ns", "<i8"),  # lifetime - wait_ns
         ("wait_ns", "<i8"),
         ("held_ns", "<i8"),  # time it held notifies back beyond the other ranks' (stalls.notify_holds)
-        ("work_ns", "<i8"),  # busy_ns - held_ns: what outliers are judged on
+        ("slow_ns", "<i8"),  # time its slow rounds took beyond its usual (stalls.notify_work: a straggler's)
+        ("work_ns", "<i8"),  # busy_ns - held_ns - slow_ns: what outliers are judged on
         ("work_items", "<i8"),
         ("n_events", "<i8"),
         ("role", "O"),
@@ -198,7 +201,8 @@ def _handoff_roles(trace: Trace, kcode: np.ndarray, knames: np.ndarray) -> tuple
     W = kcode.size
     if W == 0:
         return kcode, knames
-    part = 2 * (np.bincount(trace.wg[trace.rows_of(EventKind.NOTIFY)], minlength=W) > 0) + \
+    nrows = trace.rows_of(EventKind.NOTIFY)
+    part = 2 * (np.bincount(trace.wg[nrows], minlength=W) > 0) + \
         (np.bincount(trace.wg[trace.rows_of(EventKind.WAIT)], minlength=W) > 0)
     K = knames.size
     seen = np.zeros((K, 4), bool)
@@ -206,14 +210,63 @@ def _handoff_roles(trace: Trace, kcode: np.ndarray, knames: np.ndarray) -> tuple
     # split only kernels whose programs are specialised: some only notify, others only wait
     # (a kernel whose programs do both, or vary in how much, keeps one role)
     mixed = seen[:, 1] & seen[:, 2] & ~seen[:, 3]
-    key = kcode * 4 + np.where(mixed[kcode], part, 0)
+    # ... or programs that all notify and wait, each kind at call sites of its own (a producer
+    # that waits for credits and a consumer that returns them): compared each with its kind
+    sites, site_names = _notify_sites(trace, nrows, W)
+    both = (part == 3) & ~mixed[kcode]
+    n_kinds = np.zeros(K, np.int64)
+    if both.any():
+        kk = np.unique(np.stack([kcode[both], sites[both]], axis=1), axis=0)
+        n_kinds = np.bincount(kk[:, 0], minlength=K)
+    split = both & (n_kinds[kcode] > 1)
+    S = max(len(site_names), 1)
+    key = (kcode * 4 + np.where(mixed[kcode], part, 0)) * S + np.where(split, sites, 0)
     inv, u = dense_codes(key)  # (a table of the few keys present: no sort of every workgroup)
-    names = np.array([f"{knames[k // 4]} {_HANDOFF_ROLES[k % 4]}" if mixed[k // 4] else knames[k // 4] for k in u.tolist()],
-                     dtype=object)
+
+    def name(k):
+        kern, rest = divmod(k, 4 * S)
+        p, site = divmod(rest, S)
+        if mixed[kern]:
+            return f"{knames[kern]} {_HANDOFF_ROLES[p]}"
+        if n_kinds[kern] > 1 and site > 0:
+            return f"{knames[kern]} {ROLE_SITES} {site_names[site]}"
+        return knames[kern]
+
+    names = np.array([name(k) for k in u.tolist()], dtype=object)
     o = np.argsort(names, kind="stable")  # (sorted names, as the codes of a column are)
     rank_of = np.empty(o.size, np.int64)
     rank_of[o] = np.arange(o.size)
     return rank_of[inv.reshape(-1)], names[o]
+
+
+#: How a role of programs that notify at call sites of their own is named: "<kernel> notifying at 'ready'".
+ROLE_SITES = "notifying at"
+
+
+def _notify_sites(trace: Trace, nrows: np.ndarray, W: int) -> tuple[np.ndarray, list[str]]:
+    """Per workgroup, a code of the set of regions it notifies at (0: none), and each code's
+    regions as text (``'ready', 'free'``)."""
+    if nrows.size == 0:
+        return np.zeros(W, np.int64), [""]
+    g, pairs = group_index(trace.wg[nrows], trace.column("region")[nrows].astype(np.int64))  # (workgroup, region)
+    # each workgroup's regions, as one row of a sorted table: (workgroup, its k-th region)
+    first = np.flatnonzero(np.r_[True, pairs[1:, 0] != pairs[:-1, 0]])
+    n_per = np.diff(np.r_[first, pairs.shape[0]])
+    width = int(n_per.max())
+    table = np.full((first.size, width), -1, np.int64)
+    table[np.repeat(np.arange(first.size), n_per), np.arange(pairs.shape[0]) - np.repeat(first, n_per)] = pairs[:, 1]
+    sets, code = np.unique(table, axis=0, return_inverse=True)
+    out = np.zeros(W, np.int64)
+    out[pairs[first, 0]] = code.reshape(-1) + 1
+    names = [""] + [", ".join(repr(trace.region_name(r)) for r in row if r >= 0) for row in sets.tolist()]
+    return out, names
+
+
+def notify_regions(trace: Trace, wg_id: int) -> list[str]:
+    """The names of the regions workgroup ``wg_id`` notifies at, sorted."""
+    n = trace.rows_of(EventKind.NOTIFY)
+    mine = n[trace.wg[n] == int(wg_id)]
+    return sorted({trace.region_name(r) for r in np.unique(trace.column("region")[mine]).tolist()})
 
 
 def kernel_names(trace: Trace) -> np.ndarray:
@@ -256,7 +309,12 @@ def workgroups(trace: Trace, config: LoadConfig = LoadConfig()) -> ColumnTable:
     hold = _holds(trace)
     hx = np.nan_to_num(np.maximum(hold["held_excess_ns"], 0.0))
     held = cols["held_ns"] = np.minimum(np.bincount(trace.wg[hold["row"]], weights=hx, minlength=W).astype(np.int64), busy)
-    cols["work_ns"] = busy - held
+    # nor is the time a straggler's slow rounds took beyond its usual (reported as a straggler):
+    # a workgroup slow on a few rounds is not one with more work
+    nw = notify_work(trace)
+    sx = np.where(nw["slow"], nw["work_excess_ns"], 0.0)
+    slow = cols["slow_ns"] = np.minimum(np.bincount(trace.wg[nw["row"]], weights=sx, minlength=W).astype(np.int64), busy - held)
+    cols["work_ns"] = busy - held - slow
     del busy
     spans = trace.rows_of(EventKind.SPAN)
     if config.work_region is not None:

@@ -93,6 +93,12 @@ def flag_name(trace: Trace, offset: int) -> str:
     return str(flag_names(trace, [offset])[0])
 
 
+def barrier_name(trace: Trace, key: int) -> str:
+    """An mbarrier by the ``flag`` of its LOCAL hand-offs (``schema.barrier_key``): ``'ready'[1]``."""
+    key = int(key)
+    return f"'{trace.region_name(key >> 32)}'[{key & 0xFFFFFFFF}]"
+
+
 def region_source(trace: Trace, rid: int) -> str:
     """``"path:line"`` of the probe call(s) recording region ``rid`` (``""`` if unknown)."""
     table = trace.cached(("region_sources",), lambda: sources_of(trace.meta if isinstance(trace.meta, dict) else {}))

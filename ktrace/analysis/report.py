@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import causes, hangs, lanes, load, stalls
+from . import causes, hangs, lanes, load, stalls, warmup
 from . import compare as _diff
 from . import timeline as overlap
 from . import timeline as _path
@@ -32,7 +32,7 @@ from .causes.words import share_text
 from .names import OUTSIDE
 from .document import MIN_LINK_NS, PERFETTO_UI, Finding, link_range, perfetto_link
 from .document import jsonable as _jsonable
-from .trace import Progress, Trace, has_lanes, prepare, table_to_records
+from .trace import Progress, Trace, drop_launches, has_lanes, prepare, table_to_records
 
 _SEVERITY = {"error": 0, "warning": 1, "info": 2}
 
@@ -51,6 +51,9 @@ class ReportConfig:
         trace_url: where the trace of this capture is served, for Perfetto links (optional).
         workers: threads that compute independent analyses at once (1: one after another;
             the results are the same).
+        skip_warmup: launches left out as warm-up (``ktrace.analysis.warmup``): None, the
+            launches the capture marks as warm-up, else a kernel's first launch when it ran
+            slow; N: the first N launches of each kernel (0: none).
     """
 
     load: load.LoadConfig = field(default_factory=load.LoadConfig)
@@ -60,8 +63,11 @@ class ReportConfig:
     max_rows: int = 200
     trace_url: str | None = None
     workers: int = 2
+    skip_warmup: int | None = None
 
     def __post_init__(self):
+        if self.skip_warmup is not None and not (isinstance(self.skip_warmup, int) and self.skip_warmup >= 0):
+            raise ValueError(f"ReportConfig.skip_warmup must be None or a count >= 0, got {self.skip_warmup!r}")
         if self.workers not in (1, 2):
             raise ValueError(f"ReportConfig.workers must be 1 or 2, got {self.workers}")
         if not self.min_late_ns >= 0:
@@ -290,8 +296,15 @@ def _path_findings(trace: Trace, path: np.ndarray, w) -> list[Finding]:
                                           "handoffs": [[wk, nk] for wk, nk in zip(_event_key(trace, wrow[first]),
                                                                                    _event_key(trace, nrow[first]))]}})
     if not parts:
+        # (the walk follows only waits whose notify came after they began: the program that ended
+        # each launch last had none; it may have waited, on notifies already sent)
+        ends = path[path["kind"] == "run"]
+        ends = ends[np.unique(ends["launch"], return_index=True)[1]] if ends.size else ends
         parts.append(f"no hand-off on it in {'any of the' if L != 1 else 'the'} {L:,} launch{'es' if L != 1 else ''}: "
-                     f"each launch's last program ran on its own")
+                     f"the program that ended {'each' if L != 1 else 'it'} last waited on no notify sent after its wait began")
+        claims.append({"kind": "no_late_handoff", "agents": [[int(r), int(l), int(p), int(ln)] for r, l, p, ln in zip(
+            ends["rank"].tolist(), ends["launch"].tolist(), ends["program"].tolist(), ends["lane"].tolist())][:MAX_CLAIM_SEGMENTS],
+            "values": {"launches": L}})
     # (a signal step whose notify starts after its wait ended, within the clocks' bound, is no time)
     dur = np.maximum(path["dur_ns"], 0).astype(float)
     tot = float(dur.sum())
@@ -457,6 +470,10 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
 
     step("align")
     trace = prepare(source)
+    # the warm-up launches are left out of everything below: they would skew what later launches
+    # are judged against (the role medians, the baselines of holds), and say nothing of the kernel
+    warm = warmup.warmup_launches(trace, config.skip_warmup)
+    trace = drop_launches(trace, warm.launches)
     step("waits")
     w = stalls.waits(trace)
     ccfg = dataclasses.replace(config.causes, min_late_ns=config.min_late_ns)
@@ -512,7 +529,7 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
     held = lanes.holdups(trace)
     findings = (_deadlock_findings(cycles) + _cause_findings(ctx, found, config) + _lane_findings(trace, held, config)
                 + _path_findings(trace, path, w) + _overlap_findings(trace, ov_sample, sample.size, n_launches)
-                + _capture_findings(trace, silent, hang_launches))
+                + _capture_findings(trace, silent, hang_launches) + warmup.warmup_finding(warm))
     findings.sort(key=lambda f: (_SEVERITY[f.severity], f.kind not in causes.KINDS, -f.cost_ns,
                                  -float(f.data.get("excess_ns", 0.0) or 0.0) if f.kind in causes.KINDS else 0.0))
     paired = w["notify_row"] >= 0
@@ -544,6 +561,8 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
         # the traces' time 0 is origin_ns; they end here (what links are clamped to)
         "trace_end_ns": int(trace.column("end_ns").max()) - trace.origin_ns if trace.n_events else 0,
         "sampled_launches": [int(sample.size), n_launches],
+        # left out as warm-up (not counted in ``launches``)
+        "warmup_launches": [int(x) for x in warm.launches],
         "healthy": not worst,
         "verdict": _verdict(worst, top_info, ctx.kernel_time_ns, config),
     }
@@ -739,7 +758,10 @@ def render_text(rep, *, max_findings: int = 10) -> str:
     lines += [
         "",
         f"Capture: {s['world_size']} ranks ({', '.join(map(str, s['ranks']))}), {count_text('launches', s['launches'])} of "
-        f"{', '.join(s['kernels']) or '?'}, {count_text('events', s['events'])}, {s['workgroups']:,} workgroups; "
+        f"{', '.join(s['kernels']) or '?'}"
+        + (f" (and {len(s['warmup_launches'])} warm-up launch{'es' if len(s['warmup_launches']) != 1 else ''} left out)"
+           if s.get("warmup_launches") else "")
+        + f", {count_text('events', s['events'])}, {s['workgroups']:,} workgroups; "
         f"{kernel_time_text(s.get('kernel_time_ns'), s['launches'])}"
         + (" (PARTIAL)" if s["partial"] else ""),
         f"Clock: {s['clock']}" + (f", ranks aligned within ~{fmt_ns(s['clock_bound_ns'])}" if s.get("clock_bound_ns") else "")

@@ -434,7 +434,8 @@ def _compute_holds(trace: Trace) -> dict:
     base_of = np.full(rows.size, np.nan)
     if rows.size:
         prev = np.maximum(rows - 1, 0)
-        has = (rows > 0) & (trace.wg[prev] == trace.wg[rows])
+        # (the previous event of the same agent: a program's lanes are recorded one after another)
+        has = (rows > 0) & (agent_of(trace, prev) == agent_of(trace, rows))
         pe = trace.column("end_ns")[prev]
         # differences in int64 first: absolute ns since the epoch do not fit a float64 exactly
         held = np.maximum(start - pe, 0).astype(np.float64)
@@ -463,6 +464,75 @@ def _hold_baseline(agent: np.ndarray, launch: np.ndarray, site: np.ndarray, held
     r_inv, r_keys = group_index(launch[a_first], keys[:, 1])
     role = group_median(r_inv, own, r_keys.shape[0])
     return np.minimum(own, role[r_inv])[inv]
+
+
+#: A round is slow when its work took this share more than the agent's usual there (and at least
+#: :data:`MIN_SLOW_ROUND_NS` more): a straggler's round (``causes.straggler``).
+SLOW_ROUND_SHARE = 0.25
+#: ... and at least this much more (``CauseConfig.min_late_ns``'s default).
+MIN_SLOW_ROUND_NS = 1_000.0
+#: Rounds an agent must have at a call site for any of them to be judged slow.
+MIN_ROUNDS = 3
+
+
+def notify_work(trace: Trace) -> dict:
+    """Per notify (event order, as :func:`notify_holds`): the work its agent did for it, and how
+    much longer that took than the agent's usual there (cached).
+
+    The work of a round is the time from the agent's previous hand-off (the end of its last wait
+    or notify) to the moment it was ready to notify (its previous event's end: what is after that
+    is the hold, :func:`notify_holds`). A notify right after another hand-off (one of several a
+    tile sends) did none of its own, and the work before an agent's first hand-off holds its
+    setup too: theirs is NaN (no round of the agent's is judged by them). ``baseline_ns``
+    is the agent's median work at that call site over its rounds, ``work_excess_ns`` the round's
+    work beyond it: a straggler's slow rounds stand out against its other rounds. ``slow`` marks
+    the rounds at least :data:`SLOW_ROUND_SHARE` and :data:`MIN_SLOW_ROUND_NS` beyond it. Both ends
+    of every duration are on the agent's own clock.
+
+    Returns:
+        ``{"row", "work_ns", "baseline_ns", "work_excess_ns", "n_rounds", "slow"}``, one entry per
+        notify (``n_rounds``: the judged rounds of its agent there; none is slow below
+        :data:`MIN_ROUNDS`).
+    """
+    return trace.cached(("notify_work",), lambda: _compute_work(trace))
+
+
+def _compute_work(trace: Trace) -> dict:
+    h = _holds(trace)
+    rows = h["row"]
+    n = rows.size
+    out = {"row": rows, "work_ns": np.full(n, np.nan), "baseline_ns": np.full(n, np.nan), "work_excess_ns": np.full(n, np.nan),
+           "n_rounds": np.zeros(n, np.int64), "slow": np.zeros(n, bool)}
+    if n == 0:
+        return out
+    from .trace import lane_view
+
+    hand = np.sort(np.concatenate([trace.rows_of(EventKind.WAIT), rows]))
+    k = np.searchsorted(hand, rows)
+    prev = hand[np.maximum(k - 1, 0)]
+    me = agent_of(trace, rows)
+    has_prev = (k > 0) & (agent_of(trace, prev) == me)
+    begin = np.where(has_prev, trace.column("end_ns")[prev], 0).astype(np.float64)
+    ready = h["ready_ns"]  # (NaN: the notify is its agent's first event)
+    # (differences of absolute ns: exact in float64 well below the 2**53 ns of 104 days)
+    work = np.maximum(ready - begin, 0.0)
+    # a notify right after another hand-off (the next peer's of one tile) did no work of its own:
+    # its round's work is the first notify's (NaN here, so that it is no round of the agent's);
+    # nor is the work before an agent's first hand-off judged: it holds the program's setup too
+    work[(has_prev & (prev == rows - 1)) | ~has_prev] = np.nan
+    ok = np.flatnonzero(np.isfinite(work))
+    if ok.size:
+        inv, keys = group_index(me[ok], trace.at(EventKind.NOTIFY, "region")[ok].astype(np.int64))
+        own = group_median(inv, work[ok], keys.shape[0])[inv]
+        out["baseline_ns"][ok] = own
+        out["work_excess_ns"][ok] = work[ok] - own
+        out["n_rounds"][ok] = np.bincount(inv, minlength=keys.shape[0])[inv]
+    out["work_ns"] = work
+    ex = out["work_excess_ns"]
+    # (against fewer than MIN_ROUNDS rounds a median is no usual pace: of two, neither is slow)
+    out["slow"] = (np.isfinite(ex) & (out["n_rounds"] >= MIN_ROUNDS)
+                   & (ex >= np.maximum(MIN_SLOW_ROUND_NS, SLOW_ROUND_SHARE * np.nan_to_num(out["baseline_ns"]))))
+    return out
 
 
 #: One row per producer rank (``stragglers(...)[0]``) or producer workgroup (``[1]``).

@@ -98,21 +98,23 @@ def _leaf_block(trace: Trace, a: int, b: int) -> np.ndarray:
     if n == 0:
         return rows
     wg = wg - int(wg[0])
-    # by workgroup, start, and longer first at a tie: a container comes before what it holds.
-    # An event has a child when the next one in that order is of its workgroup and starts
-    # before it ends. (The old second test, an event at the same start ending no later inside
-    # one of nonzero length, implies the first and adds nothing.)
+    # by workgroup, start, and longer first at a tie: a container comes before what it holds;
+    # of two events over the same interval, the one recorded later holds the other (a span is
+    # recorded when it ends, after what it holds). An event has a child when the next one in that
+    # order is of its workgroup and starts before it ends. (The old second test, an event at the
+    # same start ending no later inside one of nonzero length, implies the first and adds nothing.)
     lo = int(s.min())
     size = int(e.max()) - lo + 1
     has_child = np.zeros(n, bool)
+    later_first = -rows
     if max(size, 1) * (int(wg.max()) + 1) < keys.KEY_LIMIT:
         ks = wg * size + (s - lo)
-        o = lexorder(ks, s - e)
+        o = lexorder(ks, s - e, later_first)
         ke_o = wg[o] * size + (e[o] - lo)
         # (a later workgroup's packed start is beyond any end of this one)
         np.less(ks[o[1:]], ke_o[:-1], out=has_child[:-1])
     else:
-        o = lexorder(wg, s, s - e)
+        o = lexorder(wg, s, s - e, later_first)
         so, eo, go = s[o], e[o], wg[o]
         has_child[:-1] = (go[1:] == go[:-1]) & (so[1:] < eo[:-1])
     leaf = np.zeros(n, bool)
@@ -323,8 +325,9 @@ def critical_path(trace: Trace, launch: int | None = None, *, min_late_ns: int =
     Every launch walks at once: one vectorised step per cross-rank edge of the longest path, no
     loop over launches.
 
-    A run segment's ``region`` is the leaf span region with the most time in the segment, or
-    ``(outside any region)`` when more of the segment was in no span, wait or notify.
+    A run segment's ``region`` is where most of its time went, in the words of the totals
+    (:func:`path_region_time`): a leaf span's region, ``waiting in 'NAME'``, ``(outside any
+    region)`` or :data:`IN_CONTAINERS`.
 
     Returns:
         A table of ``PATH_DTYPE``, segments in time order within each launch.
@@ -427,26 +430,37 @@ def _clipped(trace: Trace, rows: np.ndarray, g: np.ndarray, s0: np.ndarray, e0: 
 
 
 def _dominant_regions(trace: Trace, g: np.ndarray, s0: np.ndarray, e0: np.ndarray) -> np.ndarray:
-    """Per run segment (workgroup ``g`` over [s0, e0]): the leaf span region with the most time in
-    it (the smallest region id at a tie; "" if none), or ``(outside any region)`` when the time in
-    no span, wait or notify of the workgroup is larger."""
+    """Per run segment (workgroup ``g`` over [s0, e0]): where most of its time went, in the words
+    of :func:`path_region_time` (the totals the report states): a leaf span's region, ``waiting in
+    'NAME'``, ``(outside any region)`` (in no span, wait or notify) or :data:`IN_CONTAINERS` (in a
+    notify, or a span outside its parts); "" for a segment of no time."""
     from .names import OUTSIDE
 
-    out = np.full(g.size, "", dtype=object)
-    best = np.zeros(g.size)
-    seg, rows, d = _clipped(trace, leaf_spans(trace), g, s0, e0)
-    if rows.size:
-        rc, rids = dense_codes(trace.column("region")[rows])
+    n = g.size
+    out = np.full(n, "", dtype=object)
+    best = np.zeros(n)
+    accounted = np.zeros(n)
+    for rows, wait in ((leaf_spans(trace), False), (trace.rows_of(EventKind.WAIT), True)):
+        seg, r, d = _clipped(trace, rows, g, s0, e0)
+        if not r.size:
+            continue
+        rc, rids = dense_codes(trace.column("region")[r])
         R = rids.size
-        tot = np.bincount(seg * R + rc, weights=d, minlength=g.size * R).reshape(g.size, R)
+        tot = np.bincount(seg * R + rc, weights=d, minlength=n * R).reshape(n, R)
+        accounted += tot.sum(axis=1)
         j = np.argmax(tot, axis=1)
-        best = tot[np.arange(g.size), j]
-        has = best > 0
-        out[has] = trace.names_of(rids[j[has]])
+        top = tot[np.arange(n), j]
+        win = top > best
+        names = trace.names_of(rids[j[win]])
+        out[win] = [f"waiting in '{x}'" for x in names] if wait else names
+        best[win] = top[win]
     origin = trace.origin_ns
     blocks = _spans.coverage(trace, g)
-    outside = (e0 - s0) - (_spans.covered(blocks, g, e0 - origin) - _spans.covered(blocks, g, s0 - origin))
-    out[(outside > best) & (outside > 0)] = OUTSIDE
+    covered = _spans.covered(blocks, g, e0 - origin) - _spans.covered(blocks, g, s0 - origin)
+    outside = (e0 - s0) - covered
+    inside = covered - accounted  # (in notifies and enclosing spans)
+    out[(inside > best) & (inside > outside) & (inside > 0)] = IN_CONTAINERS
+    out[(outside > best) & (outside >= inside) & (outside > 0)] = OUTSIDE
     return out
 
 

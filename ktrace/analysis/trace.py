@@ -109,6 +109,8 @@ class Trace:
         self._cache: dict = {}
         self._locks: dict = {}
         self._load_events = load_events
+        #: launches the capture marks as warm-up (``ktrace.capture(warmup=N)``)
+        self.warmup_marked: frozenset = frozenset()
         if events is None:
             if columns is None:
                 raise AnalysisError("a Trace needs an aligned event table (or prepare() a capture)")
@@ -653,8 +655,52 @@ def _from_capture(cap, regions: dict[int, str] | None, name: str, reload: Callab
     meta = dict(regions=regs, world_size=cap.world_size, kernels=kernels, n_programs=n_programs, partial=partial,
                 clock=model, source=printable(name), meta=dict(cap.meta or {}), lanes=lanes)
     if columns is None:  # rows out of order: the whole table, sorted by Trace
-        return Trace(events=_align(cap, model)[0], **meta)
-    return Trace(columns=columns, load_events=functools.partial(_events_of, reload, model), **meta)
+        t = Trace(events=_align(cap, model)[0], **meta)
+    else:
+        t = Trace(columns=columns, load_events=functools.partial(_events_of, reload, model), **meta)
+    t.warmup_marked = frozenset(int(ln.index) for rc in cap.ranks.values() for ln in rc.launches
+                                if (ln.meta or {}).get("warmup"))
+    return t
+
+
+def drop_launches(trace: Trace, launches) -> Trace:
+    """The trace without the launches given (on every rank): what a report analyses when it
+    leaves warm-up launches out. Its time 0 stays the whole capture's (the traces' time 0, so
+    that a finding's range still opens at its place in the trace); its columns are the kept rows
+    of the trace's (no decode again).
+
+    Raises:
+        AnalysisError: nothing would be left.
+    """
+    drop = {int(x) for x in launches}
+    if not drop or trace.n_events == 0:
+        return trace
+    keep = ~np.isin(trace.column("launch"), np.fromiter(drop, np.int64, len(drop)))
+    if keep.all():
+        return trace
+    if not keep.any():
+        raise AnalysisError(f"{trace.source}: every launch would be left out (launches {ranges_text(sorted(drop))})")
+    cols = {c: trace.column(c)[keep] for c in _COPIED}
+    at = {}
+    for k in _COPIED_AT[1]:
+        km = keep[trace.rows_of(k)]
+        for a in _COPIED_AT[0]:
+            at[(int(k), a)] = trace.at(k, a)[km]
+    # (the full table from where the trace has it, not from the trace: it and its columns are
+    # freed once the caller lets it go)
+    table, reload = trace._events, trace._load_events
+
+    def load_events():
+        return (table if table is not None else reload())[keep]
+
+    t = Trace(columns=_Columns(n=int(keep.sum()), cols=cols, at=at), load_events=load_events, regions=trace.regions,
+              world_size=trace.world_size, kernels={k: v for k, v in trace.kernels.items() if k[1] not in drop},
+              n_programs={k: v for k, v in trace.n_programs.items() if k[1] not in drop}, partial=trace.partial,
+              clock=trace.clock, source=trace.source, meta=trace.meta,
+              lanes={k: v for k, v in trace.lanes.items() if k[1] not in drop})
+    t.warmup_marked = trace.warmup_marked - drop
+    t._cache["origin"] = trace.origin_ns
+    return t
 
 
 @dataclass

@@ -6,6 +6,8 @@
 - :mod:`ktrace.captures.gather` — every rank's capture to one rank over ``torch.distributed``.
 - :mod:`ktrace.captures.synth` — CONSTRUCTED captures (encoded event buffers with known
   contents) for tests and benchmarks.
+- :mod:`ktrace.captures.generate` — GENERATED captures: hand-off programs drawn at random and
+  simulated, each with one known cause (or none), for testing the report against the truth.
 
 Needs numpy and orjson; never torch or triton (``gather`` imports torch when called).
 """

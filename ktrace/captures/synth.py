@@ -23,18 +23,21 @@ def encode_buffer(
     timer: schema.TimerKind = schema.TimerKind.NV_GLOBALTIMER,
     tick_hz: int = 1_000_000_000,
     dropped: np.ndarray | None = None,
+    lanes: int = 1,
 ) -> np.ndarray:
     """Lay events out in an event buffer exactly as the device probes would.
 
     Args:
         events: rows with at least ``program``, ``kind``, ``region``, ``start``, ``end`` (and
-            optionally ``flags``, ``hw``, ``arg0``..``arg5``), e.g. ``schema.EVENT_DTYPE``.
-            Each program's events take its slots in the order given; waits and notifies take
-            two (their DETAIL record carries ``arg2``..``arg5``).
+            optionally ``lane``, ``flags``, ``hw``, ``arg0``..``arg5``), e.g. ``schema.EVENT_DTYPE``.
+            Each program's (lane's) events take its slots in the order given; waits and notifies
+            take two (their DETAIL record carries ``arg2``..``arg5``).
         grid: the launch grid.
-        capacity: slots per program.
+        capacity: slots per program (per lane, with lanes).
         timer, tick_hz: what the header says about the timer.
-        dropped: optional per-program dropped-event counts.
+        dropped: optional per-program (per-lane) dropped-event counts.
+        lanes: lanes per program (``ktrace.gluon``): lane l of program g is stored as virtual
+            program ``g * lanes + l`` and the header holds the virtual grid (``schema``'s Lanes).
 
     Returns:
         The buffer as a uint8 array.
@@ -42,6 +45,7 @@ def encode_buffer(
     Raises:
         ValueError: a program's events do not fit its slots, or a program is outside the grid.
     """
+    grid = schema.virtual_grid(grid, lanes) if lanes > 1 else tuple(grid)
     n_prog = int(grid[0] * grid[1] * grid[2])
     names = events.dtype.names
     n = events.shape[0]
@@ -49,7 +53,7 @@ def encode_buffer(
     def col(name, dtype=np.int64):
         return events[name].astype(dtype) if name in names else np.zeros(n, dtype)
 
-    prog = col("program")
+    prog = col("program") * lanes + col("lane") if lanes > 1 else col("program")
     if n and (prog.min() < 0 or prog.max() >= n_prog):
         raise ValueError(f"event programs must be in [0, {n_prog})")
     kind = col("kind")
@@ -69,7 +73,7 @@ def encode_buffer(
     slot[order] = slot_sorted
     idx = prog * capacity + slot
 
-    header = schema.Header(timer=timer, tick_hz=tick_hz, capacity=capacity, n_programs=n_prog, grid=tuple(grid))
+    header = schema.Header(timer=timer, tick_hz=tick_hz, capacity=capacity, n_programs=n_prog, grid=tuple(grid), lanes=lanes)
     buf = np.zeros(header.nbytes, np.uint8)
     buf[: schema.HEADER_BYTES] = np.frombuffer(header.to_bytes(), np.uint8)
     rec = buf[schema.HEADER_BYTES : schema.dropped_offset(n_prog, capacity)].view(schema.RECORD_DTYPE)
@@ -181,10 +185,10 @@ def constructed_capture(
         device = {"index": r, "name": "CONSTRUCTED GPU", "vendor": "nvidia", "arch": "sm_90", "timer": "NV_GLOBALTIMER", "tick_hz": 1_000_000_000}
         samples = None
         if calibration:
-            samples = {"host_anchor": _host_anchor(rng, lambda t, r=r: dev(r, t), t_start - 2_000_000, host_offset_ns)}
+            samples = {"host_anchor": host_anchor_samples(rng, lambda t, r=r: dev(r, t), t_start - 2_000_000, host_offset_ns)}
             if r != 0:
                 samples["pingpong"] = [
-                    _pingpong(rng, lambda t: dev(0, t), lambda t, r=r: dev(r, t), t0, round_trips, r, phase)
+                    pingpong_samples(rng, lambda t: dev(0, t), lambda t, r=r: dev(r, t), t0, round_trips, r, phase)
                     for phase, t0 in (("before", t_start - 3_000_000), ("after", t_start + phase_gap_ns))
                 ]
         ranks[r] = RankCapture(rank=r, device=device, clock_samples=samples,
@@ -194,7 +198,10 @@ def constructed_capture(
     return cap, truth
 
 
-def _pingpong(rng, dev_ref, dev_peer, t0: int, n: int, peer: int, phase: str) -> dict:
+def pingpong_samples(rng, dev_ref, dev_peer, t0: int, n: int, peer: int, phase: str) -> dict:
+    """``n`` flag round trips between the reference rank and ``peer`` from true time ``t0`` on, as
+    the heap calibration stores them (``t1``..``t4`` on the two device clocks ``dev_ref`` /
+    ``dev_peer``: true ns -> ticks): one-way trips of 600 ns plus exponential noise (400 ns mean)."""
     tau = t0 + np.arange(n, dtype=np.int64) * 5000
     fwd = 600 + rng.exponential(400, n).astype(np.int64)
     back = 600 + rng.exponential(400, n).astype(np.int64)
@@ -206,7 +213,9 @@ def _pingpong(rng, dev_ref, dev_peer, t0: int, n: int, peer: int, phase: str) ->
     }
 
 
-def _host_anchor(rng, dev, t0: int, host_offset_ns: int, n: int = 50) -> dict:
+def host_anchor_samples(rng, dev, t0: int, host_offset_ns: int, n: int = 50) -> dict:
+    """``n`` host-device anchor samples from true time ``t0`` on, as a capture stores them (host
+    clock = true time + ``host_offset_ns``; the device read between two host reads)."""
     tau = t0 + np.arange(n, dtype=np.int64) * 20_000
     before = 1500 + rng.exponential(2000, n).astype(np.int64)
     after = 1500 + rng.exponential(2000, n).astype(np.int64)

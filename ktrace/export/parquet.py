@@ -188,6 +188,13 @@ def table_to_arrow(pa, t, name: str, extra: dict | None = None):
     return pa.table(cols)
 
 
+def _saving(finding: dict) -> float | None:
+    """What fixing a finding would save: a root cause's replay saving (its data's ``saving_ns``);
+    None for information (exposed communication, the critical path, a partition's hold-up)."""
+    v = (finding.get("data") or {}).get("saving_ns")
+    return float(v) if v is not None else None
+
+
 def findings_table(pa, doc: dict, name: str, run_id: str | None = None):
     """The report JSON's findings as an Arrow table, one row per finding in report order."""
     f = doc.get("findings") or []
@@ -197,7 +204,8 @@ def findings_table(pa, doc: dict, name: str, run_id: str | None = None):
         "finding": pa.array(np.arange(1, len(f) + 1, dtype=np.int32)),
         "kind": pa.array([x["kind"] for x in f], pa.string()),
         "severity": pa.array([x["severity"] for x in f], pa.string()),
-        "saving_ns": pa.array([float(x["cost_ns"]) for x in f], pa.float64()),
+        # (a root cause's replay saving; information has none: null, never ranked with the causes)
+        "saving_ns": pa.array([_saving(x) for x in f], pa.float64()),
         "text": pa.array([x["text"] for x in f], pa.string()),
         "ranks": pa.array([[int(r) for r in x.get("ranks") or []] for x in f], pa.list_(pa.int64())),
         "start_ns": pa.array([x.get("start_ns") for x in f], pa.int64()),

@@ -28,13 +28,25 @@ def close(a: float, b: float, rel: float = REL, abs_ns: float = ABS_NS) -> bool:
 
 
 class Raw:
-    """A capture's events, decoded on their own, and the sums the checks need."""
+    """A capture's events, decoded on their own, and the sums the checks need.
 
-    def __init__(self, path):
+    ``leave_out``: launches a report left out as warm-up (its summary's ``warmup_launches``): the
+    claims are about the other launches' events (times stay relative to the whole capture's first
+    event, and the launches left out are kept whole for the claims about them).
+    """
+
+    def __init__(self, path, leave_out=()):
         self.capture = read_capture(path)
         e = aligned_events(self.capture)
-        self.e = e
         self.origin = int(e["start_ns"].min()) if e.size else 0
+        self.whole = {}
+        if len(leave_out):
+            # (each launch's extent and median busy agent, as the warm-up claims compare them, before any is left out)
+            for l in np.unique(e["launch"]).tolist():
+                m = e["launch"] == l
+                self.whole[l] = (int(e["end_ns"][m].max() - e["start_ns"][m].min()), _busy_of(e[m]))
+            e = e[~np.isin(e["launch"], list(leave_out))]
+        self.e = e
         self.s = (e["start_ns"] - self.origin).astype(np.int64)
         self.t = (e["end_ns"] - self.origin).astype(np.int64)
         self.kind = e["kind"].astype(np.int64)
@@ -57,6 +69,7 @@ class Raw:
         self._leaf = None
         self._holds = None
         self._parts = None
+        self._work = None
 
     def arg(self, kind: int, name: str) -> np.ndarray:
         return self.e[arg_column(EventKind(kind), name)].astype(np.int64)
@@ -78,22 +91,33 @@ class Raw:
         """Per event, whether it is a span no other event of its program's lane starts inside (the
         lanes of a program run at once)."""
         if self._leaf is None:
-            out = np.zeros(self.e.size, bool)
-            grp = defaultdict(list)
-            for i, a in enumerate(zip(self.rank.tolist(), self.launch.tolist(), self.program.tolist(), self.lane.tolist())):
-                grp[a].append(i)
-            for rows in grp.values():
-                rows = np.array(rows)
-                s = self.s[rows]
-                for j in rows[self.kind[rows] == S]:
-                    inside = (s > self.s[j]) & (s < self.t[j])
-                    out[j] = not inside.any()
-            self._leaf = out
+            self._leaf = _leaf_mask((self.rank, self.launch, self.program, self.lane), self.kind, self.s, self.t)
         return self._leaf
 
     def region_time(self, a, rid: int, waits: bool = False) -> float:
         m = self.sel(a[0], a[1], a[2]) & (self.region == rid) & ((self.kind == W) if waits else self.leaf())
         return float((self.t[m] - self.s[m]).sum())
+
+
+def _leaf_mask(keys, kind, s0, t0) -> np.ndarray:
+    """Per event, whether it is a span no other event of its (rank, launch, program, lane) ``keys``
+    starts inside."""
+    out = np.zeros(kind.size, bool)
+    grp = defaultdict(list)
+    for i, a in enumerate(zip(*(k.tolist() for k in keys))):
+        grp[a].append(i)
+    for rows in grp.values():
+        rows = np.array(rows)
+        s, t = s0[rows], t0[rows]
+        mine = np.isin(kind[rows], (S, W, N))
+        for j in rows[kind[rows] == S]:
+            # (a shorter event starting at the same tick is inside it too, the timer steps 32 ns;
+            # so is one over the same interval recorded before it: a span is recorded when it ends)
+            d, dj = t - s, t0[j] - s0[j]
+            same = (s == s0[j]) & ((d < dj) | ((d == dj) & (rows < j)))
+            inside = mine & (s < t0[j]) & ((s > s0[j]) | same)
+            out[j] = not inside.any()
+    return out
 
 
 def _agents(claim) -> list[tuple]:
@@ -124,7 +148,8 @@ def raw_holds(raw: Raw, rid: int | None = None) -> tuple[np.ndarray, np.ndarray,
         (raw.program[prev] == raw.program[idx]) & (raw.lane[prev] == raw.lane[idx])
     idx, prev, rnd_all = idx[ok], prev[ok], rnd_all[ok]
     held = np.maximum(raw.s[idx] - raw.t[prev], 0).astype(float)
-    agent = list(zip(raw.rank[idx].tolist(), raw.launch[idx].tolist(), raw.program[idx].tolist(), raw.region[idx].tolist()))
+    agent = list(zip(raw.rank[idx].tolist(), raw.launch[idx].tolist(), raw.program[idx].tolist(), raw.region[idx].tolist(),
+                     raw.lane[idx].tolist()))
     by_agent = defaultdict(list)
     for i, a in enumerate(agent):
         by_agent[a].append(i)
@@ -138,13 +163,99 @@ def raw_holds(raw: Raw, rid: int | None = None) -> tuple[np.ndarray, np.ndarray,
     return idx, rnd, excess
 
 
+def raw_work(raw: Raw) -> dict:
+    """Per notify with events of its agent before it since its agent's previous wait or notify
+    (row -> values): the work of its round, from the end of that wait or notify to the end of the
+    event before it; its round (its place among its agent's
+    notifies at its call site, those right after another hand-off counted); its excess over the
+    agent's median there; and the region of the longest span in between."""
+    if raw._work is None:
+        rec = {}
+        last = None
+        count = defaultdict(int)
+        for i in range(raw.e.size):
+            a = (int(raw.rank[i]), int(raw.launch[i]), int(raw.program[i]), int(raw.lane[i]))
+            if a != last:  # (the work before an agent's first wait or notify is not judged: its setup)
+                begin, prev_end, longest, last = None, None, (-1, None), a
+            k = int(raw.kind[i])
+            if k == N:
+                rnd = count[(a, int(raw.region[i]))]
+                count[(a, int(raw.region[i]))] += 1
+                if begin is not None and prev_end is not None and int(raw.kind[i - 1]) not in (N, W):  # (work of its own)
+                    rec[i] = (a, int(raw.region[i]), max(prev_end - begin, 0), longest[1], rnd)
+            if k in (N, W):
+                begin, longest = int(raw.t[i]), (-1, None)
+            elif k == S and begin is not None and raw.s[i] >= begin and raw.t[i] - raw.s[i] > longest[0]:
+                # (a span of the round's own: one that began before it, around the last hand-off, is not)
+                longest = (int(raw.t[i] - raw.s[i]), int(raw.region[i]))
+            prev_end = int(raw.t[i])
+        groups = defaultdict(list)
+        for i, (a, rid, *_) in rec.items():
+            groups[(a, rid)].append(i)
+        out = {}
+        for g, ix in groups.items():
+            med = float(np.median([rec[i][2] for i in ix]))
+            for i in ix:  # (an agent of fewer than 3 rounds there has no usual pace: none is slow)
+                x = rec[i][2] - med
+                out[i] = {"agent": g[0], "region": g[1], "round": rec[i][4], "work": rec[i][2], "usual": med, "excess": x,
+                          "slow": len(ix) >= 3 and x >= max(1000.0, 0.25 * med), "longest": rec[i][3],
+                          "first": i == min(ix), "warming": False}
+        # the first rounds of 75 % of a call site's agents (of one lane, in a launch; two at least) slow
+        # at once: the launch warming up, no straggler's
+        firsts = defaultdict(list)
+        for i, x in out.items():
+            if x["first"]:
+                firsts[(x["agent"][1], x["region"], x["agent"][3])].append(i)
+        for ix in firsts.values():
+            if len(ix) >= 2 and sum(out[i]["slow"] for i in ix) >= 0.75 * len(ix):
+                for i in ix:
+                    out[i]["warming"] = out[i]["slow"]
+        raw._work = out
+    return raw._work
+
+
+def _slow_rounds(raw: Raw, c) -> list[str]:
+    v = c["values"]
+    named = _agents(c)
+    r, lanes = named[0][0], {a[3] for a in named}
+    mine = [x for x in raw_work(raw).values() if x["slow"] and not x["warming"] and x["agent"][0] == r
+            and x["agent"][3] in lanes and x["region"] == v["region_id"]]
+    bad = []
+    if len(mine) != v["n_late"]:
+        bad.append(f"{len(mine)} slow rounds in the events, the claim says {v['n_late']}")
+    progs = sorted({x["agent"][2] for x in mine})
+    if progs != sorted(a[2] for a in named):
+        bad.append(f"programs slow {progs}, the claim names {[a[2] for a in named]}")
+    rounds = sorted({x["round"] for x in mine})
+    if rounds != sorted(v["rounds"]):
+        bad.append(f"slow rounds {rounds}, the claim says {v['rounds']}")
+    if mine:
+        ex = np.array([x["excess"] for x in mine])
+        if not close(np.median(ex), v["magnitude_ns"]):
+            bad.append(f"slower by {np.median(ex):.0f} ns (median), the claim says {v['magnitude_ns']:.0f}")
+        if not close(ex.max(), v["max_ns"]):
+            bad.append(f"slower by up to {ex.max():.0f} ns, the claim says {v['max_ns']:.0f}")
+        if not close(np.median([x["usual"] for x in mine]), v["baseline_ns"]):
+            bad.append(f"usual work {np.median([x['usual'] for x in mine]):.0f} ns, the claim says {v['baseline_ns']:.0f}")
+        if v["work_region"]:
+            regs = [x["longest"] for x in mine]
+            top = max(set(regs), key=regs.count)
+            if top != schema.region_id(v["work_region"]):
+                bad.append(f"the longest span of most slow rounds is region {top}, not '{v['work_region']}'")
+    n = int(((raw.kind == N) & (raw.rank == r) & (raw.region == v["region_id"]) & np.isin(raw.lane, list(lanes))).sum())
+    if n != v["n_notifies"]:
+        bad.append(f"rank {r} has {n} notifies there, the claim says {v['n_notifies']}")
+    return bad
+
+
 def _held_back(raw: Raw, c) -> list[str]:
     v = c["values"]
     rid = int(v["region_id"])
     nm = (raw.kind == N) & (raw.region == rid)
     idx, rnd, excess = raw_holds(raw, rid)
     r = _agents(c)[0][0]
-    late = (excess >= 1000) & (raw.rank[idx] == r)
+    # (of the lane of its programs the claim names)
+    late = (excess >= 1000) & (raw.rank[idx] == r) & np.isin(raw.lane[idx], list({a[3] for a in _agents(c)}))
     bad = []
     if int(late.sum()) != int(v["n_late"]):
         bad.append(f"{int(late.sum())} notifies held back in the events, the claim says {v['n_late']}")
@@ -225,16 +336,24 @@ def _program_started_late(raw: Raw, c) -> list[str]:
 
 
 def _work(raw: Raw, a) -> float:
-    """A workgroup's work: its life less its waits and the time it held notifies back."""
+    """A workgroup's work: its life less its waits, the time it held notifies back and the time
+    its slow rounds took beyond its usual (a straggler's)."""
     if raw._holds is None:
         idx, _, excess = raw_holds(raw)
         raw._holds = defaultdict(float)
         for i, x in zip(idx.tolist(), excess.tolist()):
             raw._holds[(int(raw.rank[i]), int(raw.launch[i]), int(raw.program[i]))] += max(x, 0.0)
+        for x in raw_work(raw).values():
+            if x["slow"]:
+                raw._holds[x["agent"][:3]] += x["excess"]
     m = raw.sel(a[0], a[1], a[2])
-    w = m & (raw.kind == W)
-    life = float(raw.t[m].max() - raw.s[m].min())
-    busy = life - min(float((raw.t[w] - raw.s[w]).sum()), life)
+    # (a program of several lanes is busy as long as its busiest lane: its lanes wait and work at once)
+    busy = 0.0
+    for lane in np.unique(raw.lane[m]).tolist():
+        ml = m & (raw.lane == lane)
+        w = ml & (raw.kind == W)
+        life = float(raw.t[ml].max() - raw.s[ml].min())
+        busy = max(busy, life - min(float((raw.t[w] - raw.s[w]).sum()), life))
     return busy - min(raw._holds[tuple(a[:3])], busy)
 
 
@@ -242,6 +361,9 @@ def _role(raw: Raw, v) -> list[tuple]:
     """The agents a workgroup is compared with: those of the same kernel's launches, and of the same
     part in hand-offs (2 x notifies + waits) when the claim says the kernel's programs differ in it."""
     agents = [x for x in raw.agents if x[1] in set(v["role_launches"])]
+    if v.get("role_notify") is not None:  # (programs notifying at call sites of their own: those)
+        want = {schema.region_id(x) for x in v["role_notify"]}
+        agents = [a for a in agents if set(raw.region[raw.sel(a[0], a[1], a[2], N)].tolist()) == want]
     if v.get("role_part", -1) < 0:
         return agents
     if raw._parts is None:
@@ -287,7 +409,7 @@ def _extra_in_region(raw: Raw, c) -> list[str]:
 
 def _ranks_worked_longer(raw: Raw, c) -> list[str]:
     v = c["values"]
-    role = [x for x in raw.agents if x[1] in set(v["role_launches"])]
+    role = _role(raw, v)
     med = {r: float(np.median([_work(raw, a) for a in role if a[0] == r])) for r in {a[0] for a in role}}
     heavy = [a[0] for a in _agents(c)]
     light = v["light_rank"]
@@ -300,7 +422,7 @@ def _ranks_worked_longer(raw: Raw, c) -> list[str]:
 
 def _difference_in_region(raw: Raw, c) -> list[str]:
     v = c["values"]
-    role = [x for x in raw.agents if x[1] in set(v["role_launches"])]
+    role = _role(raw, v)
     heavy = {a[0] for a in _agents(c)}
     rids = np.unique(raw.region[(raw.kind == S) | (raw.kind == W)])
 
@@ -319,7 +441,10 @@ def _difference_in_region(raw: Raw, c) -> list[str]:
 def _never_sent(raw: Raw, c) -> list[str]:
     v = c["values"]
     a = _agents(c)[0]
-    m = raw.sel(a[0], a[1], -1, N) & (raw.arg(N, "peer") == v["consumer"]) & (raw.arg(N, "flag") == v["flag"])
+    if v.get("local"):  # an mbarrier of one program: its lanes' arrives on it (LOCAL notifies)
+        m = raw.sel(a[0], a[1], v["program"], N) & schema.is_local(raw.e["flags"]) & (raw.arg(N, "flag") == v["flag"])
+    else:
+        m = raw.sel(a[0], a[1], -1, N) & (raw.arg(N, "peer") == v["consumer"]) & (raw.arg(N, "flag") == v["flag"])
     vals = raw.arg(N, "value")[m][np.argsort(raw.s[m], kind="stable")]
     if _reaches(vals, int(v["expected"]), v["cmp"]):
         return [f"rank {a[0]} sent notifies on flag {v['flag']} reaching {v['cmp']} {v['expected']}: {vals.tolist()}"]
@@ -373,7 +498,7 @@ def _feeds(raw: Raw, a, rid: int, producer: int) -> bool:
 
 
 def _waiting_during(raw: Raw, a, since: int, until: int) -> bool:
-    m = raw.sel(a[0], a[1], a[2], W)
+    m = raw.sel(a[0], a[1], a[2], W, lane=a[3])
     ov = np.minimum(raw.t[m], until) - np.maximum(raw.s[m], since)
     return bool((ov >= 0.5 * max(until - since, 1)).any())
 
@@ -388,13 +513,16 @@ def _not_waiting(raw: Raw, c) -> list[str]:
     v = c["values"]
     bad = [f"rank {a[0]} program {a[2]} was waiting while the consumer waited" for a in _agents(c)
            if _waiting_during(raw, a, v["since_ns"], v["gave_up_ns"])]
-    last = max(raw.extent(a)[1] for a in _agents(c) if raw.sel(a[0], a[1], a[2]).any())
+    last = max(int(raw.t[raw.sel(a[0], a[1], a[2], lane=a[3])].max()) for a in _agents(c)
+               if raw.sel(a[0], a[1], a[2], lane=a[3]).any())
     if abs(last - v["last_event_ns"]) > 64:
         bad.append(f"their last event ended at {last}, the claim says {v['last_event_ns']}")
     return bad
 
 
 def _launch_span(raw: Raw, l: int) -> int:
+    if l in raw.whole:
+        return raw.whole[l][0]
     m = raw.launch == l
     return int(raw.t[m].max() - raw.s[m].min())
 
@@ -428,7 +556,7 @@ def _not_shorter_balanced(raw: Raw, c) -> list[str]:
     """Spreading the work evenly would make the light rank work longer: the mean workgroup's work
     is above the light rank's median."""
     v = c["values"]
-    role = [x for x in raw.agents if x[1] in set(v["role_launches"])]
+    role = _role(raw, v)
     mean = np.mean([_work(raw, a) for a in role])
     light = np.median([_work(raw, a) for a in role if a[0] == v["light_rank"]])
     return [] if mean > light else [f"the mean workgroup works {mean:.0f} ns, not more than rank {v['light_rank']}'s {light:.0f}"]
@@ -500,6 +628,33 @@ def _lane_handoffs(raw: Raw, c) -> list[str]:
         return why, True
 
     return _each_handoff(raw, c, judge)
+
+
+def _no_late_handoff(raw: Raw, c) -> list[str]:
+    """The agents (the program that ended each launch last) waited on no notify that came late:
+    for each of their completed waits, the first notify (by start) that brought its flag to what it
+    waited for (to its rank, in its launch; an mbarrier's: of its program, that phase) started
+    before the wait began."""
+    local = schema.is_local(raw.e["flags"])
+    flag_n, peer_n, val_n = raw.arg(N, "flag"), raw.arg(N, "peer"), raw.arg(N, "value")
+    cmp_names = {int(k): v for k, v in schema.CMP_SYMBOLS.items()}
+    bad = []
+    for a in _agents(c):
+        for i in np.flatnonzero(raw.sel(a[0], a[1], a[2], W, lane=a[3]) & ~raw.timeout):
+            m = (raw.kind == N) & (flag_n == raw.arg(W, "flag")[i]) & (raw.launch == raw.launch[i]) & (local == local[i])
+            m &= ((raw.program == raw.program[i]) & (raw.rank == raw.rank[i])) if local[i] else (peer_n == raw.rank[i])
+            idx = np.flatnonzero(m)
+            idx = idx[np.argsort(raw.s[idx], kind="stable")]
+            cmp = "==" if local[i] else cmp_names.get(int(raw.arg(W, "cmp")[i]), ">=")
+            vals = val_n[idx]
+            counter = vals.size > 1 and bool((vals == vals[0]).all()) and not local[i]
+            ok = _CMP[cmp](np.cumsum(vals) if counter else vals, int(raw.arg(W, "expected")[i]))
+            if ok.any() and raw.s[idx[np.argmax(ok)]] > raw.s[i]:
+                bad.append(f"rank {a[0]} launch {a[1]} program {a[2]}: the notify that released its wait came after it began")
+                break
+    if len({a[1] for a in _agents(c)}) != c["values"]["launches"]:
+        bad.append(f"the agents are of {len({a[1] for a in _agents(c)})} launches, the claim says {c['values']['launches']}")
+    return bad
 
 
 def _holds_path(raw: Raw, c) -> list[str]:
@@ -691,6 +846,44 @@ def _lane_holdup(raw: Raw, c) -> list[str]:
     return bad
 
 
+def _busy_median(raw: Raw, l: int) -> float:
+    if l in raw.whole:
+        return raw.whole[l][1]
+    return _busy_of(raw.e[raw.launch == l])
+
+
+def _busy_of(e: np.ndarray) -> float:
+    """The median over a launch's agents (rank, program, lane) of their first event to their last
+    less their waits."""
+    lane = e["lane"] if "lane" in (e.dtype.names or ()) else np.zeros(e.size, np.int64)
+    busy = []
+    for a in set(zip(e["rank"].tolist(), e["program"].tolist(), lane.tolist())):
+        m = (e["rank"] == a[0]) & (e["program"] == a[1]) & (lane == a[2])
+        w = m & (e["kind"] == W)
+        busy.append(max(float(e["end_ns"][m].max() - e["start_ns"][m].min() - (e["end_ns"][w] - e["start_ns"][w]).sum()), 0.0))
+    return float(np.median(busy)) if busy else 0.0
+
+
+def _warmup_slower(raw: Raw, c) -> list[str]:
+    """A launch left out as warm-up: it lasted (first event to last, every rank), or its median
+    program was busy (not waiting), the stated time, its kernel's later launches the stated median,
+    and the first at least ``factor`` times that."""
+    v = c["values"]
+    of = _launch_span if v["measure"] == "duration" else _busy_median
+    got = of(raw, v["launch"])
+    med = float(np.median([of(raw, l) for l in v["later"]]))
+    bad = []
+    if not close(got, v["value_ns"], rel=0.01, abs_ns=64):
+        bad.append(f"launch {v['launch']}: {v['measure']} {got:.0f} ns, the claim says {v['value_ns']:.0f}")
+    if not close(med, v["median_ns"], rel=0.01, abs_ns=64):
+        bad.append(f"its later launches: {v['measure']} {med:.0f} ns (median), the claim says {v['median_ns']:.0f}")
+    if not got >= v["factor"] * med - 64:
+        bad.append(f"launch {v['launch']} ({got:.0f} ns) is not {v['factor']}x its later launches' median ({med:.0f} ns)")
+    if any(l <= v["launch"] for l in v["later"]):
+        bad.append(f"launches {v['later']} are not all later than {v['launch']}")
+    return bad
+
+
 CHECKS = {
     "held_back": _held_back, "started_late": _started_late, "waited_for": _waited_for,
     "program_started_late": _program_started_late, "worked_longer": _worked_longer, "extra_in_region": _extra_in_region,
@@ -703,7 +896,8 @@ CHECKS = {
     "slow_signals": _slow_signals, "notify_on_flag": _notify_on_flag, "release_untraced": _release_untraced,
     "notify_untraced": _notify_untraced,
     "exposed_communication": _exposed_communication, "silent_programs": _silent_programs,
-    "lane_holdup": _lane_holdup,
+    "lane_holdup": _lane_holdup, "warmup_slower": _warmup_slower, "slow_rounds": _slow_rounds,
+    "no_late_handoff": _no_late_handoff,
 }
 #: Numbers a claim states as amounts: none of them may be zero (a claim with nothing behind it is not written).
 AMOUNTS = ("magnitude_ns", "excess_ns", "saving_ns", "waiting_ns", "waited_ns", "worst_ns")

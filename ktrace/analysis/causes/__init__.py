@@ -2,8 +2,8 @@
 
 ``model``: the replay of the notify -> wait graph over agents, the split of every wait's time,
 the :class:`Cause` / :class:`Claim` / :class:`Description` types. One module per kind of root
-cause (``hang``, ``late_launch``, ``late_start``, ``late_notifies``, ``uneven_work``,
-``uneven_ranks``, ``slow_link``), listed once in ``registry``; ``find`` runs them and prices each.
+cause (``hang``, ``late_launch``, ``late_start``, ``late_notifies``, ``straggler``,
+``uneven_work``, ``uneven_ranks``, ``slow_link``), listed once in ``registry``; ``find`` runs them and prices each.
 """
 
 from .model import (

@@ -23,6 +23,8 @@ from .words import launches_text, saving_text
 
 KIND = "late_launch"
 TITLE = "late launch"
+#: A launch started at most this long after the one before it on its GPU was queued behind it.
+QUEUED_NS = 5_000.0
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,12 @@ def detect(ctx: Context) -> list[Cause]:
     idle = np.where(same, kt["start_ns"] - np.r_[0, kt["end_ns"][:-1]], np.inf).astype(np.float64)
     min_idle = np.full(L, np.inf)
     np.minimum.at(min_idle, lcode, idle)
-    late = np.clip(np.minimum(skew, idle - np.where(np.isfinite(min_idle[lcode]), min_idle[lcode], 0.0)), 0, None)
+    # the part of the skew its GPU sat idle for, less the gap any launch has behind the one before
+    # it (the least idle time of the launch's ranks, up to QUEUED_NS): a launch queued behind a
+    # long one is late because of that one. (Not less the whole of the others' idle time: at a
+    # gap the host leaves between launches every rank is idle as long, the late one included.)
+    gap = np.where(np.isfinite(min_idle[lcode]), np.minimum(min_idle[lcode], QUEUED_NS), 0.0)
+    late = np.clip(np.minimum(skew, idle - gap), 0, None)
     late[np.isin(kt["launch"], _barrier_released(trace))] = 0.0
     queued = skew - late
     w = _waits(trace)

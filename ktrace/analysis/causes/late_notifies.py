@@ -21,7 +21,7 @@ from ..names import region_label
 from ..stalls import _holds
 from ..trace import Sparse, Trace, agent_of, has_lanes
 from .model import Cause, Changes, Claim, Context, Description
-from .words import agents, launches_text, progs_text, saving_text
+from .words import agents, lane_text, launches_text, progs_text, rounds_claim, saving_text, worst_in_first_launch
 
 KIND = "late_notifies"
 TITLE = "late notifies"
@@ -38,6 +38,7 @@ class Detail:
     programs: tuple
     rounds: tuple
     rows: np.ndarray  # the late notifies' rows
+    lanes: tuple = ()  # the lane of its programs that held them (programs traced per lane; else empty)
 
 
 def notify_rounds(trace: Trace, pos: np.ndarray | None = None) -> np.ndarray:
@@ -69,7 +70,8 @@ def notify_rounds(trace: Trace, pos: np.ndarray | None = None) -> np.ndarray:
     occ = idx - np.maximum.accumulate(np.where(first, idx, 0)) if ks.size else idx
     out = np.empty(ks.size, np.int64)
     out[o] = occ
-    return out
+    # (with lanes every notify is counted: the rounds asked for are picked out of them)
+    return out if pos is None else out[pos]
 
 
 def detect(ctx: Context) -> list[Cause]:
@@ -85,10 +87,13 @@ def detect(ctx: Context) -> list[Cause]:
     li = np.flatnonzero(late)
     rounds = np.zeros(late.size, np.int64)
     rounds[li] = notify_rounds(trace, li)
-    gk = rank[li] * (1 << 24) + reg[li]
-    for key in np.unique(gk).tolist():  # (rank, call site): a handful
+    lanes = has_lanes(trace)
+    lane = trace.column("lane")[h["row"]].astype(np.int64) if lanes else np.zeros(rank.size, np.int64)
+    # one cause per (rank, call site, lane): the partitions of a program are agents of their own
+    gk = (rank[li] * (1 << 24) + reg[li]) * 64 + lane[li]
+    for key in np.unique(gk).tolist():  # (rank, call site, lane): a handful
         sel = li[gk == key]
-        r, rid = key >> 24, key & ((1 << 24) - 1)
+        r, rid, ln = (key >> 6) >> 24, (key >> 6) & ((1 << 24) - 1), key & 63
         mine = (rank == r) & (reg == rid)
         codes = np.unique(h["launch"][sel]).astype(np.int64)
 
@@ -101,7 +106,7 @@ def detect(ctx: Context) -> list[Cause]:
             baseline_ns=float(np.nanmedian(base)) if np.isfinite(base).any() else math.nan,
             n_late=int(sel.size), n_notifies=int(mine.sum()),
             programs=tuple(sorted(set(h["program"][sel].tolist()))), rounds=tuple(sorted(set(rounds[sel].tolist()))),
-            rows=h["row"][sel])))
+            rows=h["row"][sel], lanes=(int(ln),) if lanes else ())))
     return out
 
 
@@ -109,31 +114,23 @@ def describe(c: Cause, ctx: Context) -> Description:
     d: Detail = c.detail
     trace = ctx.trace
     n, L = int(c.launches.size), ctx.n_launches
-    who = f"rank {c.rank} {progs_text(d.programs)}"
-    named = agents(c.rank, d.programs)
+    who = f"rank {c.rank} {progs_text(d.programs)}" + lane_text(trace, c, d.lanes)
+    named = agents(c.rank, d.programs, lane=d.lanes[0] if d.lanes else 0)
     base = (f", beyond the {fmt_ns(d.baseline_ns)} its other rounds and its peers there take" if math.isfinite(d.baseline_ns)
             else "")
     rounds = ranges_text(d.rounds, 3)
     site = region_label(trace, d.region_id)
-    claims = [Claim("held_back", named, {"launches": [int(x) for x in c.launches.tolist()], "region": trace.region_name(d.region_id),
-                                         "region_id": d.region_id, "rounds": list(d.rounds), "n_late": d.n_late,
-                                         "n_notifies": d.n_notifies, "magnitude_ns": d.magnitude_ns, "max_ns": d.max_ns,
-                                         "baseline_ns": d.baseline_ns})]
+    claims = [rounds_claim("held_back", named, c, trace)]
     text = (f"{who} notified late: {d.n_late:,} of rank {c.rank}'s {d.n_notifies:,} notifies {site} "
             f"w{'as' if d.n_late == 1 else 'ere'} held back "
-            f"{fmt_ns(d.magnitude_ns)} each (median; up to {fmt_ns(d.max_ns)}) after the program was ready (time outside "
-            f"any region{base}): round{'s' if len(d.rounds) != 1 else ''} {rounds} of each program's notifies there, "
+            f"{fmt_ns(d.magnitude_ns)} each (median; up to {fmt_ns(d.max_ns)}) after the program was ready (after its "
+            f"previous event had ended{base}): round{'s' if len(d.rounds) != 1 else ''} {rounds} of each program's notifies there, "
             f"{launches_text(n, L)}. ")
     saving, more = saving_text(c, "Notified on time", ctx, named)
     start = end = None
-    rows = np.asarray(d.rows, np.int64)
-    if rows.size:
-        hx = _holds(trace)
-        pos = np.searchsorted(hx["row"], rows)
-        first_l = int(c.launches.min())
-        in_first = hx["launch"][pos] == first_l
-        pos = pos[in_first] if in_first.any() else pos
-        worst = pos[np.argmax(hx["held_excess_ns"][pos])]
+    hx = _holds(trace)
+    worst = worst_in_first_launch(ctx, c, hx["row"], d.rows, hx["held_excess_ns"])
+    if worst is not None:
         s_n = int(hx["start_ns"][worst])
         start, end = ctx.rel(s_n - int(hx["held_ns"][worst])), ctx.rel(s_n)
     return Description(text + saving, f"{who} notified late", start, end, claims + more)

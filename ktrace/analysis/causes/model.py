@@ -58,15 +58,16 @@ from ...schema import EventKind, arg_column, is_local, is_timeout
 from ...text import ranges_text
 from ..intervals import last_at_or_before, segmented_cummax, segmented_cumsum
 from ..names import OUTSIDE
-from ..spans import coverage, covered
+from ..spans import coverage, covered, workgroup_starts
 from ..stalls import kernel_time, latest_flag_notify, workgroup_extent
 from ..stalls import waits as _waits
-from ..trace import Sparse, Trace, fill_table
+from ..trace import Sparse, Trace, fill_table, lane_view
 
 log = logging.getLogger("ktrace")
 
-#: Wait kinds in the replay model.
-_PAIRED, _EXTERNAL, _MISSING, _CUT = 0, 1, 2, 3
+#: Wait kinds in the replay model (_FREE: an mbarrier's free pass, released by nothing: its time
+#: is its own).
+_PAIRED, _EXTERNAL, _MISSING, _CUT, _FREE = 0, 1, 2, 3, 4
 #: A release time that never binds (far below any time relative to the capture's start).
 _NEVER = -(1 << 60)
 
@@ -175,7 +176,8 @@ class _Model:
     wg_launch: np.ndarray  # dense launch code
     wg_rank: np.ndarray
     wg_last_wait: np.ndarray  # index of its last wait, -1 if none
-    wg_id: np.ndarray  # the workgroup's id in the trace
+    wg_id: np.ndarray  # the id in the trace of its program's workgroup (what a cause changes: every lane of it)
+    wg_agent: np.ndarray  # its own id: the program's workgroup id, or with lanes its lane's in ``lane_view``
     # per wait
     w_wg: np.ndarray  # index into the workgroup arrays
     w_gap: np.ndarray  # from the previous wait's end (or the workgroup's start) to this start
@@ -233,6 +235,7 @@ class _Model:
         return _Model(
             wg_base=self.wg_base[kw], wg_tail=self.wg_tail[kw], wg_launch=lc_new[self.wg_launch[kw]],
             wg_rank=self.wg_rank[kw], wg_last_wait=remap(self.wg_last_wait[kw], ww, w_new)[0], wg_id=self.wg_id[kw],
+            wg_agent=self.wg_agent[kw],
             w_wg=wg_new[self.w_wg[ww]], w_gap=self.w_gap[ww], w_dur=self.w_dur[ww], w_d0=self.w_d0[ww], w_kind=kind,
             w_pair=pair, w_late_pair=late, w_lat=self.w_lat[ww], w_lat_typ=self.w_lat_typ[ww],
             w_start=self.w_start[ww], w_end=self.w_end[ww], w_peer=self.w_peer[ww], w_row=self.w_row[ww],
@@ -299,10 +302,33 @@ def launch_makespans(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return trace.cached(("launch_makespans",), build)
 
 
+def saw_signal(trace: Trace) -> np.ndarray:
+    """Per wait (the waits table's order), whether it was spinning when its signal arrived, so
+    that its end is its notify's start plus the signal's trip: its producer was late, or it spun
+    at least the pair's calibrated round trip (twice the one-way latency: a read of a flag already
+    set takes less; such a wait says nothing of the trip, however slow its read). Cached."""
+    def build():
+        w = _waits(trace)
+        if w.size == 0:
+            return np.zeros(0, bool)
+        late = np.nan_to_num(w["producer_late_ns"]) > 0
+        paired = w["notify_row"] >= 0
+        cal = one_way_pairs(trace, w["peer"].astype(np.int64), w["rank"].astype(np.int64))
+        return paired & (late | (w["wait_ns"] >= 2 * np.nan_to_num(cal, nan=np.inf)))
+
+    return trace.cached(("saw_signal",), build)
+
+
+#: A pair's typical latency is its waits' median when at least this many saw their signal arrive.
+_MIN_SEEN = 3
+
+
 def _typical_latency(trace: Trace, rank: np.ndarray, peer: np.ndarray, lat: np.ndarray, late: np.ndarray) -> np.ndarray:
-    """Per wait, its (producer, consumer) pair's median observed signal latency over waits whose
-    producer was late (the latency is only seen then); the calibrated one-way latency, or the
-    median over all pairs, where a pair has none. Per pair that occurs (no table of every pair)."""
+    """Per wait, its (producer, consumer) pair's median observed signal latency over the waits that
+    saw it arrive (``late``; the latency is only seen then), when at least :data:`_MIN_SEEN` did;
+    else the calibrated one-way latency, or the median over all pairs. Per pair that occurs (no
+    table of every pair)."""
+    peer = np.where(peer < 0, rank, peer)  # (an mbarrier wait names no peer: its release is its own rank's)
     R = int(max(rank.max(initial=0), peer.max(initial=0))) + 1
     pairs, inv = np.unique(np.clip(peer, 0, R - 1).astype(np.int64) * R + np.clip(rank, 0, R - 1), return_inverse=True)
     inv = inv.reshape(-1)
@@ -310,6 +336,7 @@ def _typical_latency(trace: Trace, rank: np.ndarray, peer: np.ndarray, lat: np.n
     med = np.full(pairs.size, np.nan)
     if sel.any():
         med = group_median(inv[sel], lat[sel], pairs.size)
+        med[np.bincount(inv[sel], minlength=pairs.size) < _MIN_SEEN] = np.nan
     glob = float(np.median(lat[sel])) if sel.any() else math.nan
     cal = one_way_pairs(trace, pairs // R, pairs % R)
     fill = np.where(np.isfinite(med), med, np.where(np.isfinite(cal), cal, glob))
@@ -323,26 +350,29 @@ def _build_model(trace: Trace, launches: np.ndarray | None = None) -> _Model:
     w = _waits(trace)
     wr_all = w["row"]
     nr_all = trace.rows_of(N_)
-    ws, we = workgroup_extent(trace)
+    # the replay's workgroups are agents: a program, or each lane of one (its lanes run at once,
+    # each through its own waits)
+    v = lane_view(trace)
+    ws, we = workgroup_extent(v)
     if launches is None:
-        wg_ids = np.arange(trace.n_workgroups, dtype=np.int64)
-        wg_of = trace.wg
+        wg_ids = np.arange(v.n_workgroups, dtype=np.int64)
+        wg_of = v.wg
         wpos = np.arange(wr_all.size)
         npos = np.arange(nr_all.size)
     else:  # only these launches' workgroups, waits and notifies, renumbered
-        keep = np.isin(trace.wg_keys[:, 1], launches)
+        keep = np.isin(v.wg_keys[:, 1], launches)
         wg_ids = np.flatnonzero(keep)
         new_id = np.cumsum(keep) - 1
-        wpos = np.flatnonzero(keep[trace.wg[wr_all]])
-        npos = np.flatnonzero(keep[trace.wg[nr_all]])
+        wpos = np.flatnonzero(keep[v.wg[wr_all]])
+        npos = np.flatnonzero(keep[v.wg[nr_all]])
         wg_of = None
     wr, nr = wr_all[wpos], nr_all[npos]
     ws = ws[wg_ids] - origin
     we = we[wg_ids] - origin
     W = wg_ids.size
     nw = wr.size
-    w_wg = trace.wg[wr] if wg_of is not None else new_id[trace.wg[wr]]
-    n_wg = trace.wg[nr] if wg_of is not None else new_id[trace.wg[nr]]
+    w_wg = v.wg[wr] if wg_of is not None else new_id[v.wg[wr]]
+    n_wg = v.wg[nr] if wg_of is not None else new_id[v.wg[nr]]
     # the waits of a workgroup in time order (their record order in a real capture; a table may
     # order a zero-length wait before one that ends with it)
     w_s = trace.at(W_, "start_ns")[wpos] - origin
@@ -402,6 +432,11 @@ def _build_model(trace: Trace, launches: np.ndarray | None = None) -> _Model:
         external |= backwards
     kind = np.full(nw, _EXTERNAL, np.int8)
     kind[pair >= 0] = _PAIRED
+    # an mbarrier's free pass is released by the barrier's initialisation: not pinned where it was
+    # seen (that would hold its lane in place), its time its own
+    free = pairing.free_pass(is_local(trace.column("flags")[wr_all[wo]]), w["expected"][wo]) & (n_row < 0) & ~to_
+    kind[free] = _FREE
+    external &= ~free
     late_pair = np.full(nw, -1, np.int64)
     if to.any():
         lp = _late_pairs(trace)[wo]  # rows of the notify that came after
@@ -422,7 +457,9 @@ def _build_model(trace: Trace, launches: np.ndarray | None = None) -> _Model:
     lat_obs[n_row < 0] = np.nan
     rank_w = w["rank"].astype(np.int64)[wo]
     peer_w = w["peer"].astype(np.int64)[wo] if nw else np.zeros(0, np.int64)
-    is_late = (n_row >= 0) & (late_ns > 0)
+    # released by its notify's arrival: a wait whose producer was late, or one that saw the signal
+    # arrive while it spun (:func:`saw_signal`)
+    is_late = (n_row >= 0) & ((late_ns > 0) | saw_signal(trace)[wo])
     lat_typ = _typical_latency(trace, rank_w, peer_w, lat_obs, is_late)
     # the release latency keeps the capture as it was: late waits their own, others at most the
     # time from their notify to their end
@@ -440,15 +477,15 @@ def _build_model(trace: Trace, launches: np.ndarray | None = None) -> _Model:
     w_d0 = np.where(is_late | (kind == _MISSING) | (kind == _CUT), d0, dur)
     w_d0[external] = dur[external]
     # launches
-    lcode, lids = dense_codes(trace.wg_keys[wg_ids, 1]) if W else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    lcode, lids = dense_codes(v.wg_keys[wg_ids, 1]) if W else (np.zeros(0, np.int64), np.zeros(0, np.int64))
     L = lids.size
     lo = np.full(L, np.iinfo(np.int64).max)
     hi = np.full(L, np.iinfo(np.int64).min)
     np.minimum.at(lo, lcode, ws)
     np.maximum.at(hi, lcode, we)
     return _Model(
-        wg_base=ws.astype(np.int64), wg_tail=tail.astype(np.int64), wg_launch=lcode, wg_rank=trace.wg_keys[wg_ids, 0],
-        wg_last_wait=last_wait, wg_id=wg_ids,
+        wg_base=ws.astype(np.int64), wg_tail=tail.astype(np.int64), wg_launch=lcode, wg_rank=v.wg_keys[wg_ids, 0],
+        wg_last_wait=last_wait, wg_id=trace.wg[workgroup_starts(v)][wg_ids] if v is not trace else wg_ids, wg_agent=wg_ids,
         w_wg=w_wg, w_gap=gap.astype(np.int64), w_dur=dur.astype(np.int64), w_d0=w_d0.astype(np.int64), w_kind=kind,
         w_pair=pair.astype(np.int64), w_late_pair=late_pair, w_lat=np.round(lat).astype(np.int64),
         w_lat_typ=np.round(lat_typ).astype(np.int64), w_start=w_s.astype(np.int64), w_end=w_e.astype(np.int64),
@@ -631,8 +668,9 @@ def _compute_wait_split(trace: Trace, m: _Model) -> dict:
         ns = np.clip(np.minimum(gb, bb) - aa, 0, None)
         a2 = np.maximum(aa, gb)
         wt = np.clip(_wait_time_until(m, g, bb) - _wait_time_until(m, g, a2), 0, None)
-        gid = m.wg_id[g]
-        blocks = coverage(trace, gid)
+        gid = m.wg_agent[g]  # (the producer's own lane: what it was doing)
+        v = lane_view(trace)
+        blocks = coverage(v, gid)
         cov = np.clip(covered(blocks, gid, bb) - covered(blocks, gid, a2), 0, None)
         not_started[lw] = ns
         waiting[lw] = np.minimum(wt, bb - aa - ns)
@@ -931,4 +969,4 @@ def kernel_time_total(trace: Trace) -> float:
 
 __all__ = ["CAUSE_DTYPE", "Cause", "CauseConfig", "Changes", "Claim", "Context", "Description", "ReplayResult",
            "WAIT_CAUSE_DTYPE", "kernel_time_total", "launch_makespans", "launch_total", "one_way_latency_ns", "one_way_pairs", "replay", "replay_model",
-           "sample_launches", "wait_cause_totals", "wait_causes"]
+           "sample_launches", "saw_signal", "wait_cause_totals", "wait_causes"]

@@ -8,10 +8,10 @@ its text makes). Adding a kind is one module and one line in :data:`MODULES`.
 
 from __future__ import annotations
 
-from . import hang, late_launch, late_notifies, late_start, slow_link, uneven_ranks, uneven_work
+from . import hang, late_launch, late_notifies, late_start, slow_link, straggler, uneven_ranks, uneven_work
 
 #: Every kind of root cause, in the order they are looked for.
-MODULES = (hang, late_launch, late_start, late_notifies, uneven_work, uneven_ranks, slow_link)
+MODULES = (hang, late_launch, late_start, late_notifies, straggler, uneven_work, uneven_ranks, slow_link)
 #: kind name -> module.
 BY_KIND = {m.KIND: m for m in MODULES}
 #: The kinds' names.

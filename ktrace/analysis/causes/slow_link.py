@@ -1,7 +1,8 @@
 """Slow link: signals from one rank to another slower than the capture's calibration measured.
 
 Only producer -> consumer pairs of different ranks the calibration covers are judged (a rank
-signalling itself has no calibrated latency). Priced by a replay with those waits' release
+signalling itself has no calibrated latency), on the waits that were spinning when the signal
+arrived (``model.saw_signal``). Priced by a replay with those waits' release
 latency at the calibrated one.
 """
 
@@ -14,7 +15,7 @@ import numpy as np
 
 from ...text import fmt_ns
 from ..stalls import waits as _waits
-from .model import Cause, Changes, Claim, Context, Description, one_way_pairs, one_way_per_rank
+from .model import Cause, Changes, Claim, Context, Description, one_way_pairs, one_way_per_rank, saw_signal
 from .words import launches_text, saving_text
 
 KIND = "slow_link"
@@ -24,7 +25,7 @@ TITLE = "slow link"
 @dataclass(frozen=True)
 class Detail:
     consumer: int
-    magnitude_ns: float  # median signal latency (notify start -> wait end) of waits whose producer was late
+    magnitude_ns: float  # median signal latency (notify start -> wait end) of the waits that saw the signal arrive
     calibrated_ns: float
     n_waits: int
 
@@ -34,11 +35,13 @@ def detect(ctx: Context) -> list[Cause]:
     w = _waits(trace)
     if w.size == 0 or not np.isfinite(one_way_per_rank(trace)[0]).any():
         return []
-    late = np.nan_to_num(w["producer_late_ns"]) > 0
-    sig = w["signal_latency_ns"]
-    ok = late & np.isfinite(sig)
     rank = w["rank"].astype(np.int64)
     peer = w["peer"].astype(np.int64)
+    # a signal's trip is seen by a wait that was spinning when it arrived (``saw_signal``): from
+    # the notify's start to the wait's end. (A wait that found its flag set says nothing of it.)
+    paired = w["notify_row"] >= 0
+    sig = np.where(paired, (w["end_ns"] - w["notify_start_ns"]).astype(np.float64), np.nan)
+    ok = saw_signal(trace) & np.isfinite(sig)
     # the (producer, consumer) pairs that occur with at least 3 usable waits, in pair order (not
     # every pair of a world size: a file may claim millions of ranks)
     R = int(max(rank.max(initial=0), peer.max(initial=0))) + 1

@@ -16,6 +16,7 @@ from ...text import ranks_text
 from ...text import fmt_ns
 from ..names import region_label
 from .model import Cause, Changes, Claim, Context, Description, _role_codes
+from .uneven_work import role_values
 from .words import launches_text, saving_text
 
 KIND = "uneven_ranks"
@@ -59,7 +60,9 @@ def detect(ctx: Context) -> list[Cause]:
         if not (med[hi_r] >= (1 + ctx.min_excess) * max(med[lo_r], 1.0) and med[hi_r] - med[lo_r] >= cfg.min_late_ns):
             continue
         balanced = float(work.mean())
-        heavy = [int(r) for r in ranks_here if med[r] >= 1.25 * balanced]
+        # the ranks well above the mean; the heaviest at least (one rank of many may be uneven
+        # against the lightest without being a quarter above the mean)
+        heavy = [int(r) for r in ranks_here if med[r] >= 1.25 * balanced] or [int(hi_r)]
         factor = np.ones(wg.size)
         per_rank = np.where(med > 0, balanced / np.maximum(med, 1.0), 1.0)
         factor[sel] = per_rank[rank[sel]]
@@ -99,22 +102,19 @@ def describe(c: Cause, ctx: Context) -> Description:
     parts = ", ".join(f"rank {r} {fmt_ns(rw[r])} ({ri[r]:.0f} item{'s' if ri[r] != 1 else ''})" for r in sorted(rw))
     named = tuple((int(r), -1, -1, 0) for r in d.heavy)
     launches = [int(x) for x in c.launches.tolist()]
-    role_inv, role_codes = _role_codes(ctx.workgroups)
-    ri = int(np.searchsorted(role_codes, d.role))
-    role_launches = np.unique(ctx.workgroups["launch"][role_inv == ri]).tolist()
-    claims = [Claim("ranks_worked_longer", named, {"launches": launches, "role_launches": role_launches,
-                                                   "role": d.role, "rank_work_ns": {str(k): v for k, v in rw.items()},
+    role = role_values(ctx, d.role)
+    claims = [Claim("ranks_worked_longer", named, {"launches": launches, **role,
+                                                   "rank_work_ns": {str(k): v for k, v in rw.items()},
                                                    "ratio": d.ratio, "light_rank": d.light_rank})]
     where = ""
     if d.region:
         rid = next((int(k) for k, v in trace.regions.items() if v == d.region), None)
         where = f"; most of the difference in {region_label(trace, rid) if rid is not None else repr(d.region)}"
-        claims.append(Claim("difference_in_region", named, {"launches": launches, "role_launches": role_launches,
-                                                            "role": d.role, "region": d.region,
+        claims.append(Claim("difference_in_region", named, {"launches": launches, **role, "region": d.region,
                                                             "diff_ns": d.region_diff_ns}))
     text = (f"uneven work across ranks ({d.role}): the median workgroup of {ranks_text(d.heavy)} worked "
             f"{d.ratio:.1f}x as long as rank {d.light_rank}'s: {parts}{where}; {launches_text(n, L)}. ")
     saving, more = saving_text(c, "Spread evenly over the ranks", ctx, named,
                                ("the other ranks would work longer by as much", "not_shorter_balanced",
-                                {"role_launches": role_launches, "light_rank": d.light_rank}))
+                                {**role, "light_rank": d.light_rank}))
     return Description(text + saving, f"uneven work across ranks ({ranks_text(d.heavy)})", None, None, claims + more)

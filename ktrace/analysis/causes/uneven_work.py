@@ -13,7 +13,7 @@ import numpy as np
 
 from ...keys import distinct, group_median
 from ...text import fmt_ns
-from ..load import _HANDOFF_ROLES
+from ..load import _HANDOFF_ROLES, ROLE_SITES, notify_regions
 from ..names import OUTSIDE, region_label
 from ..trace import Sparse
 from .model import Cause, Changes, Claim, Context, Description, _object_codes, _role_codes
@@ -100,6 +100,21 @@ def _region_id_of(trace, name: str):
     return None
 
 
+def role_values(ctx: Context, role: str) -> dict:
+    """What a claim says of the workgroups a role compares (the claims checker rebuilds the role
+    from it): its name, its launches, the part its programs take in hand-offs when the kernel's
+    programs differ in it (``role_part``, an index of ``load._HANDOFF_ROLES``, -1 when they do
+    not) and the call sites its programs notify at when they are what sets it apart
+    (``role_notify``, else None)."""
+    wg = ctx.workgroups
+    role_inv, role_codes = _role_codes(wg)
+    ri = int(np.searchsorted(role_codes, role))
+    members = np.flatnonzero(role_inv == ri)
+    part = next((i for i, n in sorted(enumerate(_HANDOFF_ROLES), key=lambda x: -len(x[1])) if role.endswith(" " + n)), -1)
+    sites = notify_regions(ctx.trace, int(members[0])) if members.size and f" {ROLE_SITES} " in role else None
+    return {"role": role, "role_launches": distinct(wg["launch"][members]).tolist(), "role_part": part, "role_notify": sites}
+
+
 def describe(c: Cause, ctx: Context) -> Description:
     d: Detail = c.detail
     trace = ctx.trace
@@ -109,14 +124,9 @@ def describe(c: Cause, ctx: Context) -> Description:
     wg = ctx.workgroups
     ids = np.asarray(d.workgroups, np.int64)
     named, n_agents = workgroup_agents(wg, ids)
-    role_inv, role_codes = _role_codes(wg)
-    ri = int(np.searchsorted(role_codes, d.role))
-    role_launches = distinct(wg["launch"][role_inv == ri]).tolist()
-    part = next((i for i, n in sorted(enumerate(_HANDOFF_ROLES), key=lambda x: -len(x[1])) if d.role.endswith(" " + n)), -1)
+    role = role_values(ctx, d.role)
     launches = [int(x) for x in c.launches.tolist()]
-    claims = [Claim("worked_longer", named, {"launches": launches, "n_agents": n_agents, "role_launches": role_launches,
-                                             "role_part": part,
-                                             "role": d.role,
+    claims = [Claim("worked_longer", named, {"launches": launches, "n_agents": n_agents, **role,
                                              "work_ns": d.work_ns,
                                              "median_work_ns": d.median_work_ns, "items": d.items,
                                              "median_items": d.median_items, "n_workgroups": d.n_workgroups})]
@@ -131,9 +141,8 @@ def describe(c: Cause, ctx: Context) -> Description:
         extra = max(d.magnitude_ns, 1.0)
         most = "most of the extra" if d.region_excess_ns >= 0.5 * extra else "the largest part of the extra"
         where = f"; {most} in {name} (+{fmt_ns(d.region_excess_ns)})"
-        claims.append(Claim("extra_in_region", named, {"launches": launches, "n_agents": n_agents,
-                                                       "role_launches": role_launches,
-                                                       "role_part": part, "role": d.role, "region": d.region,
+        claims.append(Claim("extra_in_region", named, {"launches": launches, "n_agents": n_agents, **role,
+                                                       "region": d.region,
                                                        "excess_ns": d.region_excess_ns, "extra_ns": d.magnitude_ns,
                                                        "most": d.region_excess_ns >= 0.5 * extra}))
     who = progs if nwg <= 8 else f"{nwg:,} workgroups ({progs})"

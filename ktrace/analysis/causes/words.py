@@ -39,10 +39,45 @@ def agent_text(rank: int, programs, world_size: int) -> str:
     return f"rank {rank} {progs_text(programs)}"
 
 
-def agents(rank: int, programs, launch: int = -1) -> tuple:
-    """Claim agents ``(rank, launch, program, lane)`` of one rank's programs (lane 0: programs
-    have one lane until a capture records several)."""
-    return tuple((int(rank), int(launch), int(p), 0) for p in sorted({int(p) for p in programs}))
+def agents(rank: int, programs, launch: int = -1, lane: int = 0) -> tuple:
+    """Claim agents ``(rank, launch, program, lane)`` of one rank's programs (lane 0: the program
+    itself, in a capture of one lane per program)."""
+    return tuple((int(rank), int(launch), int(p), int(lane)) for p in sorted({int(p) for p in programs}))
+
+
+def lane_text(trace, c: Cause, lanes) -> str:
+    """" lane 1 (load)": the lane of a cause's programs that is the agent, by its partition's name
+    (empty when the programs have one lane)."""
+    if not lanes:
+        return ""
+    from ..lanes import lane_name
+
+    ln = int(lanes[0])
+    name = lane_name(trace, c.rank, int(c.launches.min()), ln)
+    return f" lane {ln}" + (f" ({name})" if name != f"lane {ln}" else "")
+
+
+def rounds_claim(kind: str, named: tuple, c: Cause, trace, **more) -> Claim:
+    """The claim of a cause about some rounds of one call site (``late_notifies``, ``straggler``:
+    their details share these fields)."""
+    d = c.detail
+    return Claim(kind, named, {"launches": [int(x) for x in c.launches.tolist()], "region": trace.region_name(d.region_id),
+                               "region_id": d.region_id, "rounds": list(d.rounds), "n_late": d.n_late,
+                               "n_notifies": d.n_notifies, "magnitude_ns": d.magnitude_ns, "max_ns": d.max_ns,
+                               "baseline_ns": d.baseline_ns, **more})
+
+
+def worst_in_first_launch(ctx: Context, c: Cause, all_rows: np.ndarray, rows, value: np.ndarray) -> int | None:
+    """The position in ``all_rows`` (sorted event rows, e.g. every notify's) of the cause's row
+    (``rows``) with the largest ``value`` in the cause's first launch (what a finding's range
+    shows); None when it has none."""
+    rows = np.asarray(rows, np.int64)
+    if rows.size == 0:
+        return None
+    pos = np.searchsorted(all_rows, rows)
+    in_first = ctx.trace.column("launch")[rows] == int(c.launches.min())
+    pos = pos[in_first] if in_first.any() else pos
+    return int(pos[np.argmax(value[pos])])
 
 
 #: Agents a claim lists one by one at most (beyond: the first ones, and ``n_agents`` says how many).
@@ -92,4 +127,4 @@ def saving_text(c: Cause, what: str, ctx: Context, named: tuple = (),
     return text, claims
 
 
-__all__ = ["MAX_AGENTS", "agent_text", "agents", "workgroup_agents", "launches_text", "progs_text", "saving_text", "share_text"]
+__all__ = ["MAX_AGENTS", "agent_text", "agents", "lane_text", "rounds_claim", "worst_in_first_launch", "workgroup_agents", "launches_text", "progs_text", "saving_text", "share_text"]
