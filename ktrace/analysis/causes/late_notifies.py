@@ -3,8 +3,9 @@
 Judged per agent and call site (``stalls.notify_holds``): a notify held beyond what that program
 takes at its other rounds, or beyond what the agents of the same role take there, by at least
 ``CauseConfig.min_late_ns``. One cause per producer rank and call site, naming the programs and
-rounds (the k-th notify of each program there: a tile index in a tile loop). Priced by a replay
-with those holds removed.
+rounds (the k-th notify of each program there: a tile index in a tile loop) held back by at least
+:data:`SHARE_OF_WORST` of the longest hold there (a program held 1-2 µs by jitter is not named
+beside one held 30 µs). Priced by a replay with those holds removed.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from .words import agents, lane_text, launches_text, progs_text, rounds_claim, s
 
 KIND = "late_notifies"
 TITLE = "late notifies"
+#: The notifies a cause names at one call site: those held back by at least this share of the
+#: longest hold there (and by ``CauseConfig.min_late_ns``).
+SHARE_OF_WORST = 0.1
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,7 @@ class Detail:
     rounds: tuple
     rows: np.ndarray  # the late notifies' rows
     lanes: tuple = ()  # the lane of its programs that held them (programs traced per lane; else empty)
+    floor_ns: float = 0.0  # the least hold named (``CauseConfig.min_late_ns``, or a share of the longest)
 
 
 def notify_rounds(trace: Trace, pos: np.ndarray | None = None) -> np.ndarray:
@@ -93,6 +98,8 @@ def detect(ctx: Context) -> list[Cause]:
     gk = (rank[li] * (1 << 24) + reg[li]) * 64 + lane[li]
     for key in np.unique(gk).tolist():  # (rank, call site, lane): a handful
         sel = li[gk == key]
+        floor = max(float(cfg.min_late_ns), SHARE_OF_WORST * float(hx[sel].max()))
+        sel = sel[hx[sel] >= floor]
         r, rid, ln = (key >> 6) >> 24, (key >> 6) & ((1 << 24) - 1), key & 63
         mine = (rank == r) & (reg == rid)
         codes = np.unique(h["launch"][sel]).astype(np.int64)
@@ -106,7 +113,7 @@ def detect(ctx: Context) -> list[Cause]:
             baseline_ns=float(np.nanmedian(base)) if np.isfinite(base).any() else math.nan,
             n_late=int(sel.size), n_notifies=int(mine.sum()),
             programs=tuple(sorted(set(h["program"][sel].tolist()))), rounds=tuple(sorted(set(rounds[sel].tolist()))),
-            rows=h["row"][sel], lanes=(int(ln),) if lanes else ())))
+            rows=h["row"][sel], lanes=(int(ln),) if lanes else (), floor_ns=floor)))
     return out
 
 
@@ -120,7 +127,7 @@ def describe(c: Cause, ctx: Context) -> Description:
             else "")
     rounds = ranges_text(d.rounds, 3)
     site = region_label(trace, d.region_id)
-    claims = [rounds_claim("held_back", named, c, trace)]
+    claims = [rounds_claim("held_back", named, c, trace, floor_ns=d.floor_ns)]
     text = (f"{who} notified late: {d.n_late:,} of rank {c.rank}'s {d.n_notifies:,} notifies {site} "
             f"w{'as' if d.n_late == 1 else 'ere'} held back "
             f"{fmt_ns(d.magnitude_ns)} each (median; up to {fmt_ns(d.max_ns)}) after the program was ready (after its "
