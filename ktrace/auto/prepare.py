@@ -330,7 +330,7 @@ def _where(fn) -> tuple[str, int]:
 
 
 _lock = threading.RLock()
-_cache: dict = {}  # (id(original), kernel) -> Prepared | T.Refused
+_cache: dict = {}  # (what, id(function)) -> (the function, Prepared | None | T.Refused)
 _CX = ast.Constant(value="tl.constexpr")  # (a string annotation: Triton reads "constexpr" in it)
 
 
@@ -340,20 +340,24 @@ def prepare(jit_fn, *, kernel: bool = True) -> Prepared:
     Raises:
         ktrace.auto.transform.Refused: it cannot be prepared (the reason in one line).
     """
-    key = (id(jit_fn), kernel)
+    return _cached(("kernel" if kernel else "helper", id(jit_fn)), jit_fn, lambda: _prepare(jit_fn, kernel, set()))
+
+
+def _cached(key, obj, make):
+    """``make()``'s result for ``obj``, made once (a refusal is remembered and raised again)."""
     with _lock:
         hit = _cache.get(key)
-        if hit is not None and hit[0] is jit_fn:
+        if hit is not None and hit[0] is obj:
             if isinstance(hit[1], Exception):
                 raise hit[1]
             return hit[1]
         try:
-            p = _prepare(jit_fn, kernel, set())
+            out = make()
         except T.Refused as e:
-            _cache[key] = (jit_fn, e)
+            _cache[key] = (obj, e)
             raise
-        _cache[key] = (jit_fn, p)
-        return p
+        _cache[key] = (obj, out)
+        return out
 
 
 def _prepare(jit_fn, kernel: bool, stack: set) -> Prepared:
@@ -403,21 +407,11 @@ def _prepare(jit_fn, kernel: bool, stack: set) -> Prepared:
 
 def _cached_twin(obj, stack) -> Prepared | None:
     """A helper's traced twin, or None when it records nothing (it is then called as written)."""
-    key = (id(obj), False)
-    with _lock:
-        hit = _cache.get(key)
-        if hit is not None and hit[0] is obj:
-            if isinstance(hit[1], Exception):
-                raise hit[1]
-            return hit[1]
-        try:
-            p = _prepare(obj, False, stack)
-        except T.Refused as e:
-            _cache[key] = (obj, e)
-            raise
-        out = p if p.result.traced else None
-        _cache[key] = (obj, out)
-        return out
+    def make():
+        p = _prepare(obj, False, stack)
+        return p if p.result.traced else None
+
+    return _cached(("twin", id(obj)), obj, make)
 
 
 def _build(jit_fn, fdef: ast.FunctionDef, g: dict):

@@ -185,21 +185,22 @@ def _assign(target: str | ast.expr, value: ast.expr) -> ast.Assign:
     return ast.Assign(targets=[t], value=value, lineno=0)
 
 
-def _stored(node: ast.expr) -> ast.expr:
-    """A copy of an expression usable as an assignment target."""
+def _with_ctx(node: ast.expr, ctx) -> ast.expr:
     node = copy.deepcopy(node)
     for n in ast.walk(node):
         if hasattr(n, "ctx"):
-            n.ctx = ast.Store()
+            n.ctx = ctx()
     return node
+
+
+def _stored(node: ast.expr) -> ast.expr:
+    """A copy of an expression usable as an assignment target."""
+    return _with_ctx(node, ast.Store)
 
 
 def _loaded(node: ast.expr) -> ast.expr:
-    node = copy.deepcopy(node)
-    for n in ast.walk(node):
-        if hasattr(n, "ctx"):
-            n.ctx = ast.Load()
-    return node
+    """A copy of an expression to read again."""
+    return _with_ctx(node, ast.Load)
 
 
 def _locate(nodes, where: ast.AST):
