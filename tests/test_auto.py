@@ -411,3 +411,20 @@ def test_a_traced_launch_binds_its_arguments_only_for_a_grid_function(monkeypatc
     assert bound == [] and launched[-1][1]["KTRACE"] == 64 and launched[-1][1]["KTRACE_WAIT_NS"] == 5_000_000_000
     traced._launch(lambda meta: (meta["n_tiles"] * 2,), x, x, x, x, **knobs)
     assert bound == [1]
+
+
+def test_a_declared_wait_is_polled_by_ktrace_first_with_the_deadline():
+    """The asm ring's ``wait_signal`` spins inside its own assembly: traced, ktrace polls the flag
+    itself first (the deadline bounds it), calls the helper only once the flag compares as
+    declared, and records the wait with its reads and last value."""
+    D.load_file(ROOT / "tests" / "byok" / "ring_asm.json")
+    from tests.byok import ring_asm as R
+
+    src = P.prepare(R.ring_asm).jit.src
+    body = src.splitlines()
+    call = next(i for i, ln in enumerate(body) if ln.strip().startswith("wait_signal(") and "if not" in body[i - 1])
+    assert "_kt_probes.unmet(" in body[call - 1] and "keep_spinning" in body[call - 2]
+    assert "_kt_probes.polled(" in body[call + 1]
+    sig = {**RING_SIG}
+    traced = _traced(R.ring_asm, sig, {"n_tiles": 4, "TILE": 256})
+    assert traced.count("ld.volatile.global") >= 2  # (the poll's reads, besides the helper's own ld.acquire)

@@ -135,6 +135,55 @@ def stamp(addr):
 
 
 @triton.jit
+def peek(addr):
+    """The flag(s) at ``addr`` as they are now (a volatile load: read again at every call)."""
+    return tl.load(addr, volatile=True)
+
+
+@triton.jit
+def unmet(v, expected, CMP: tl.constexpr):
+    """Whether the value read (any element of a block) does not yet compare ``CMP`` to ``expected``
+    (a scalar int1: what a poll goes on while)."""
+    if CMP == 1:
+        ok = v == expected
+    elif CMP == 2:
+        ok = v != expected
+    elif CMP == 3:
+        ok = v >= expected
+    elif CMP == 4:
+        ok = v > expected
+    elif CMP == 5:
+        ok = v <= expected
+    else:
+        ok = v < expected
+    if len(ok.shape) == 0:
+        return ok == 0
+    else:
+        return tl.min(tl.reshape(ok.to(tl.int32), ok.numel), axis=0) == 0
+
+
+@triton.jit
+def polled(kt, name: tl.constexpr, t0, addr, producer, value, expected, CMP: tl.constexpr, spins, still):
+    """Record a declared wait that ktrace polled itself (WAIT: from ``t0`` until now, ``spins``
+    reads, last seeing ``value``; ``still``: it gave up at the deadline). One per address of a
+    block (up to :data:`MAX_ELEMENTS`), each with its own last value."""
+    if kt.ON:
+        t1 = kl.now()
+        if len(addr.shape) == 0:
+            kt = kl.record_wait(kt, name, t0, t1, producer, spins, flag_word(addr, None), _i32(value), _i32(expected), CMP,
+                                still, FLUSHED=True)
+        else:
+            a = tl.reshape(addr.to(tl.int64), addr.numel)
+            vs = tl.cast(tl.reshape(value, value.numel), tl.int32)
+            ex = tl.cast(expected, tl.int32)
+            pr = tl.cast(producer, tl.int32)
+            for i in tl.static_range(min(addr.numel, MAX_ELEMENTS)):
+                kt = kl.record_wait(kt, name, t0, t1, _element(pr, i), spins, _element(a, i), _element(vs, i),
+                                    _element(ex, i), CMP, still)
+    return kt
+
+
+@triton.jit
 def notified(kt, name: tl.constexpr, t0, addr, owner, value):
     """Record an atomic on a scalar address as a NOTIFY (issued between ``t0`` and now). An
     atomic on a block of addresses is data (a reduction, a histogram), not a signal: nothing."""

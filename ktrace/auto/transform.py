@@ -519,14 +519,33 @@ class _Instrument:
 
     # waits, notifies, helper calls -----------------------------------------------------------
     def waited(self, st: ast.stmt, call: ast.Call, w: Wait) -> list[ast.stmt]:
+        """A declared wait. Called as a statement, on its own rank's flag, with what it waits for
+        known, it is *polled first*: ktrace reads the flag itself (with the launch's deadline)
+        until it compares as declared, then calls the helper, which returns at once; a flag that
+        never comes ends the poll at the deadline and the helper is not called (it would spin
+        inside its own code with no bound). Otherwise the call is timed as it is."""
         name = self.region("wait", st.lineno, f"{w.what} {ast.unparse(w.addr)}"[:120])
         t0 = self.tmp("t")
         addr = self._hoistable(st, w.addr)
         pre, addr_e = addr
         expected = w.expected if w.expected is not None and _pure(w.expected) else None
+        producer = _loaded(w.producer) if w.producer is not None else _const(-1)
+        if isinstance(st, ast.Expr) and st.value is call and expected is not None and w.owner is None:
+            v, n, go = self.tmp("v"), self.tmp("n"), self.tmp("go")
+            unmet = lambda: _call(KP, "unmet", _name(v), _loaded(expected), _const(w.cmp))  # noqa: E731
+            head = pre + [_flush(), _assign(t0, _call(KL, "now")), _assign(v, _call(KP, "peek", _loaded(addr_e))),
+                          _assign(n, _const(1)), _assign(go, unmet())]
+            poll = ast.While(test=_name(go), orelse=[], body=[
+                _assign(v, _call(KP, "peek", _loaded(addr_e))),
+                ast.AugAssign(target=_name(n, True), op=ast.Add(), value=_const(1)),
+                _assign(go, _call(KP, "keep_spinning", unmet(), _name(t0), _name(BOUND_PARAM)))])
+            call_it = ast.If(test=ast.UnaryOp(op=ast.Not(), operand=unmet()), body=[st], orelse=[])
+            record = _assign(TRACER, _call(KP, "polled", _name(TRACER), _const(name), _name(t0), _loaded(addr_e), producer,
+                                           _name(v), _loaded(expected), _const(w.cmp), _name(n), unmet()))
+            traced = _locate(head, st) + [_locate(poll, st), _locate(call_it, st)] + _locate([record], st)
+            return [_dual(traced, [copy.deepcopy(st)], st)]
         traced = _locate(pre + [_flush(), _assign(t0, _call(KL, "now"))], st) + [st] + _locate([_assign(TRACER, _call(
-            KP, "waited", _name(TRACER), _const(name), _name(t0), addr_e, self._owner(w.owner),
-            _loaded(w.producer) if w.producer is not None else _const(-1),
+            KP, "waited", _name(TRACER), _const(name), _name(t0), addr_e, self._owner(w.owner), producer,
             _loaded(expected) if expected is not None else _const(0), _const(w.cmp if expected is not None else 0)))], st)
         return [_dual(traced, [copy.deepcopy(st)], st)]
 

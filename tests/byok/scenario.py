@@ -239,11 +239,6 @@ def record(args, rank: int, world: int) -> None:
             ring.launch("none")  # (and its traced copy, so that no rank compiles inside a capture)
         say(f"{style}: set up and warmed up")
         for fault in args.fault:
-            if style == "asm" and fault == "skip":
-                # the declared wait spins inside its inline assembly: nothing can bound it, and a
-                # skipped signal hangs the kernel, traced or not (a live dump is what shows it)
-                say("asm skip: not run (an unbounded spin in inline assembly)")
-                continue
             launches = []
             with ktrace.capture(auto=cfg, run_id=f"byok-{style}-{fault}-w{world}") as cap:
                 say(f"{style} {fault}: capture open")
