@@ -19,11 +19,11 @@ __version__ = "0.1.0"
 from ._lazy import lazy_attributes
 
 _LAZY = {
-    "trace": ("ktrace.session", "trace"),
+    "trace": ("ktrace.decorator", "trace"),
     "capture": ("ktrace.session", "capture"),
     "Session": ("ktrace.session", "Session"),
     "FlightConfig": ("ktrace.flight.recorder", "FlightConfig"),
-    "TracedKernel": ("ktrace.session", "TracedKernel"),
+    "TracedKernel": ("ktrace.decorator", "TracedKernel"),
     "read_capture": ("ktrace.captures.file", "read_capture"),
     "write_capture": ("ktrace.captures.file", "write_capture"),
     "merge_captures": ("ktrace.captures.file", "merge_captures"),

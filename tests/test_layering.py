@@ -31,7 +31,8 @@ FLOORS: list[tuple[str, ...]] = [
     ("ktrace.events",),  # the one decode: a capture's events as aligned columns
     ("ktrace.shmem", "ktrace.shmem.align"),  # the symmetric heap and its traced device API; the launch barrier
     ("ktrace.clock.calibrate",),  # the ping-pong that measures the clocks (over the heap)
-    ("ktrace.session", "ktrace.flight", "ktrace.graphs", "ktrace.auto", "ktrace.auto.boot", "ktrace.auto._site"),  # the decorator, capture sessions; the flight recorder; CUDA graph replays; ktrace record's side in the program
+    ("ktrace.traced", "ktrace.session", "ktrace.decorator", "ktrace.flight", "ktrace.graphs", "ktrace.auto", "ktrace.auto.launch",
+     "ktrace.auto.boot", "ktrace.auto._site"),  # the traced launch, capture sessions, the decorator; the flight recorder; CUDA graph replays; kernels traced without edits, launched; ktrace record's side in the program
     ("ktrace.export", "ktrace.analysis"),  # traces for Perfetto; the analyses and the report
     ("viewers",),  # the HTML report, serving traces to the Perfetto UI
     # the command line; the test harnesses of the real consumers (Perfetto's trace processor and UI)
