@@ -2,7 +2,7 @@
 Python leaves the device code as it was.
 
     python scripts/asm_snapshot.py OUT_DIR              # compile, write one file per kernel variant
-    python scripts/asm_snapshot.py --diff OLD NEW       # compare two snapshots, instruction by instruction
+    python scripts/asm_snapshot.py --diff OLD NEW [--sass]   # compare two snapshots, instruction by instruction
 
 The snapshot runs the compile tests (``TESTS`` below) with ``triton.compile`` watched: every
 kernel they compile, with its signature, constants, target and options, is written as its PTX
@@ -11,7 +11,8 @@ kernel they compile, with its signature, constants, target and options, is writt
 traced and untraced, for each target it compiles for. ``--diff`` compares two snapshots without
 the debug information (``.loc``/``.file`` lines, debug sections: they hold source line numbers),
 and prints the kernels that differ, appeared or disappeared (those whose instructions are the
-same, in another order or with other register numbers, said so); its exit status is 1 when any did.
+same, in another order or with other register numbers, said so; with ``--sass``, whether ``ptxas``
+makes the same SASS of those); its exit status is 1 when any did.
 """
 
 from __future__ import annotations
@@ -146,11 +147,44 @@ def instructions(text: str) -> list[str]:
 def _shape(lines: list[str]) -> list[str]:
     """The instructions with registers and labels numbered away, sorted: equal for two listings of
     the same instructions in another order (or with other register numbers)."""
-    reg = re.compile(r"(%[a-z]+|\$L__BB\d+_|\.LBB\d+_|[vs])\d+")
-    return sorted(reg.sub(r"\1#", ln) for ln in lines)
+    reg = re.compile(r"(%[a-z]+|\$L__BB\d+_|\.LBB\d+_|\.L_x_|\b[vs]|\b(?:U?R|U?P|B))\d+")
+    jump = re.compile(r"\b(BRA|BSSY|CALL\.REL|JMP)(\S*)\s+(`?\(?\.?\w*\)?|0x[0-9a-f]+)")  # (targets: addresses)
+    return sorted(jump.sub(r"\1\2 #", reg.sub(r"\1#", ln.replace(".reuse", ""))) for ln in lines if ln.strip() not in ("NOP",))
 
 
-def diff(old: Path, new: Path) -> int:
+def _sass(ptx: Path) -> list[str] | None:
+    """The SASS ``ptxas`` makes of a saved PTX (Triton's own ``ptxas``, for the target the PTX
+    names), its addresses and encodings left out; None where this Triton ships no ``ptxas``."""
+    import subprocess
+    import tempfile
+
+    import triton
+
+    tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    if not (tools / "ptxas").exists() or not (tools / "cuobjdump").exists():
+        return None
+    arch = re.search(r"^\.target\s+(sm_\w+)", ptx.read_text(), re.M).group(1)
+    with tempfile.TemporaryDirectory() as d:
+        cubin = Path(d) / "k.cubin"
+        subprocess.run([str(tools / "ptxas"), f"-arch={arch}", "-o", str(cubin), str(ptx)], check=True, capture_output=True)
+        text = subprocess.run([str(tools / "cuobjdump"), "-sass", str(cubin)], check=True, capture_output=True, text=True).stdout
+    return [re.sub(r"/\*[0-9a-f]{4}\*/|/\* 0x[0-9a-f]+ \*/", "", ln).strip().rstrip(";").strip() for ln in text.splitlines()
+            if re.match(r"^\s+/\*[0-9a-f]{4}\*/", ln)]
+
+
+def _count_change(a: list[str], b: list[str]) -> str:
+    """The instructions one listing has more of than the other (registers numbered away)."""
+    from collections import Counter
+
+    ca, cb = Counter(_shape(a)), Counter(_shape(b))
+    more, fewer = cb - ca, ca - cb
+    def said(c, sign):
+        return "; ".join(f"{sign}{n} x {ln}" if n > 1 else f"{sign}{ln}" for ln, n in c.items())[:200]
+
+    return f"{sum(more.values())} instruction(s) more ({said(more, '+')}), {sum(fewer.values())} fewer ({said(fewer, '-')})"
+
+
+def diff(old: Path, new: Path, sass: bool = False) -> int:
     import difflib
 
     a = {p.name: p for p in old.iterdir() if p.suffix in (".ptx", ".amdgcn")}
@@ -174,7 +208,13 @@ def diff(old: Path, new: Path) -> int:
         changed += 1
         if _shape(ia) == _shape(ib):
             reordered += 1
-            print(f"reordered: {k} (the same {len(ia)} instructions, in another order or with other register numbers)")
+            said = ""
+            if sass and a_by[k].endswith(".ptx"):
+                sa, sb = _sass(a[a_by[k]]), _sass(b[b_by[k]])
+                said = ("; SASS identical" if sa == sb else f"; SASS {len(sa)} -> {len(sb)} lines, "
+                        + ("the same instructions reordered" if _shape(sa) == _shape(sb) else _count_change(sa, sb))) \
+                    if sa is not None else "; no ptxas here"
+            print(f"reordered: {k} (the same {len(ia)} instructions, in another order or with other register numbers{said})")
             continue
         print(f"differs: {k} ({len(ia)} -> {len(ib)} lines)")
         for ln in list(difflib.unified_diff(ia, ib, lineterm="", n=2))[:60]:
@@ -184,8 +224,8 @@ def diff(old: Path, new: Path) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--diff":
-        sys.exit(diff(Path(sys.argv[2]), Path(sys.argv[3])))
+    if len(sys.argv) in (4, 5) and sys.argv[1] == "--diff" and sys.argv[4:] in ([], ["--sass"]):
+        sys.exit(diff(Path(sys.argv[2]), Path(sys.argv[3]), sass=sys.argv[4:] == ["--sass"]))
     if len(sys.argv) == 2 and not sys.argv[1].startswith("-"):
         sys.exit(snapshot(Path(sys.argv[1])))
     print(__doc__, file=sys.stderr)
