@@ -683,12 +683,20 @@ def _aligned_columns(cap, model) -> _Columns | None:
     """
     from ..captures.file import CaptureError, read_buffers
     from ..decode import DecodeError, screen_batch
-    from ..events import launch_refs, make_batches, read_batch
+    from ..events import NotDecoded, capture_columns, launch_refs, make_batches, read_batch
 
     refs = launch_refs(cap)
     for (r0, a), (r1, b) in zip(refs, refs[1:]):
         if r0 == r1 and a.index >= b.index:
             return None
+    try:
+        got = capture_columns(cap, model, _COPIED, _COPIED_AT[1], _COPIED_AT[0])
+    except NotDecoded:  # (a buffer that does not decode: the batches below say which and why)
+        got = None
+    if got is not None:
+        if got.impossible:
+            raise _Impossible(got.impossible)
+        return _Columns(n=got.n, cols=got.cols, at=_narrowed(got.at))
     at_kinds = [int(k) for k in _COPIED_AT[1]]
     per_launch = np.zeros((len(refs), 16), np.int64)
     batches = make_batches(refs)
@@ -743,10 +751,15 @@ def _aligned_columns(cap, model) -> _Columns | None:
         done += b.size
     if done != n:
         raise AnalysisError(f"decoded {done} events where the buffers' tags count {n}")
-    for key, c in at.items():  # 64-bit arguments (flag offsets, values) that all fit 32 bits: held so
+    return _Columns(n=n, cols=cols, at=_narrowed(at))
+
+
+def _narrowed(at: dict) -> dict:
+    """64-bit arguments (flag offsets, values) that all fit 32 bits, held so."""
+    for key, c in at.items():
         if c.dtype == np.int64 and c.size and -(2**31) <= int(c.min()) and int(c.max()) < 2**31:
             at[key] = c.astype(np.int32)
-    return _Columns(n=n, cols=cols, at=at)
+    return at
 
 
 def table_to_records(table: np.ndarray, limit: int | None = None) -> list[dict]:
