@@ -480,7 +480,7 @@ def _cmd_report(args) -> int:
         cfg = ReportConfig(load=LoadConfig(work_region=args.work_region), trace_url=args.trace_url,
                            min_late_ns=args.min_late_us * 1e3)
         rep = build_report(path, cfg, progress=_Bar(not args.quiet))
-        live = _live(path)
+        live = _live(path) if rep.trace is None or rep.trace.live else None  # (a live dump's: read again)
     except (CaptureError, AnalysisError, ValueError) as e:
         return _fail("ktrace report", e, path)
     from viewers.report import write_html

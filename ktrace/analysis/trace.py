@@ -87,6 +87,7 @@ class Trace:
         wg_keys: per workgroup, ``(rank, launch, program)`` (int64, shape (W, 3)).
         meta: the capture's metadata (``Capture.meta``: its heap's allocations, the source lines
             of its probe calls, ...; empty for a given table).
+        live: some launch of the capture is a live dump's (``ktrace.analysis.live``).
     """
 
     def __init__(self, events: np.ndarray | None = None, regions: dict[int, str] | None = None, world_size: int = 0,
@@ -94,8 +95,9 @@ class Trace:
                  partial: bool = False, clock: object | None = None, source: str = "", wg: np.ndarray | None = None,
                  wg_keys: np.ndarray | None = None, *, columns: "_Columns | None" = None,
                  load_events: Callable[[], np.ndarray] | None = None, meta: dict | None = None,
-                 lanes: dict[tuple[int, int], tuple[str, ...]] | None = None):
+                 lanes: dict[tuple[int, int], tuple[str, ...]] | None = None, live: bool = False):
         self.lanes = lanes if lanes is not None else {}
+        self.live = live
         self.regions = regions if regions is not None else {}
         self.world_size = world_size
         self.kernels = kernels if kernels is not None else {}
@@ -634,10 +636,12 @@ def _from_capture(cap, regions: dict[int, str] | None, name: str, reload: Callab
     kernels: dict[tuple[int, int], str] = {}
     n_programs: dict[tuple[int, int], int] = {}
     lanes: dict[tuple[int, int], tuple[str, ...]] = {}
+    live = False
     for r, rc in cap.ranks.items():
         for ln in rc.launches:
             kernels[(r, ln.index)] = printable(ln.kernel)
             g = tuple(ln.grid)
+            live = live or "live" in (ln.meta or {})
             names = tuple(str(x) for x in ((ln.meta or {}).get("lanes") or ()))
             if names:
                 lanes[(r, ln.index)] = names
@@ -651,7 +655,7 @@ def _from_capture(cap, regions: dict[int, str] | None, name: str, reload: Callab
     if partial:
         log.warning("capture is partial (missing ranks %s): stall pairing misses the absent ranks' notifies", ranges_text(cap.missing_ranks))
     meta = dict(regions=regs, world_size=cap.world_size, kernels=kernels, n_programs=n_programs, partial=partial,
-                clock=model, source=printable(name), meta=dict(cap.meta or {}), lanes=lanes)
+                clock=model, source=printable(name), meta=dict(cap.meta or {}), lanes=lanes, live=live)
     if columns is None:  # rows out of order: the whole table, sorted by Trace
         return Trace(events=_align(cap, model)[0], **meta)
     return Trace(columns=columns, load_events=functools.partial(_events_of, reload, model), **meta)

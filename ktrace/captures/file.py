@@ -34,6 +34,8 @@ told otherwise, and a merge with ranks missing warns and marks the result partia
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import io
 import logging
 import lzma
@@ -598,7 +600,8 @@ def read_capture(path: str | os.PathLike) -> Capture:
     try:
         with open(path, "rb") as f:
             head = f.read(4)
-        zf = zipfile.ZipFile(path)
+        with _no_collection():
+            zf = zipfile.ZipFile(path)
     except (IsADirectoryError, PermissionError, FileNotFoundError) as e:
         raise CaptureError(f"{path}: cannot read: {e.strerror or e}") from None
     except _ZIP_DAMAGE as e:
@@ -642,6 +645,25 @@ def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo | str, path: str, wh
 def _read_zip(zf: zipfile.ZipFile, path: str, source: Path | None = None) -> Capture:
     """Read a capture from an open zip. With ``source`` (the zip's file), buffers stored
     uncompressed are read from it on first use (see :class:`_LazyBuffer`); others here."""
+    with _no_collection():
+        return _read_entries(zf, path, source)
+
+
+@contextlib.contextmanager
+def _no_collection():
+    """The cyclic garbage collector held off: a capture's directory and metadata make the objects
+    of 100,000 launches at once, which would set off collections that each go over all of them
+    (none of them garbage)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _read_entries(zf: zipfile.ZipFile, path: str, source: Path | None) -> Capture:
     src = _FileSource(source) if source is not None else None  # (closed once no buffer needs it)
     with zf:
         try:
