@@ -617,25 +617,29 @@ def stragglers(trace: Trace, w: np.ndarray | None = None) -> tuple[np.ndarray, n
     return straggler_table(trace, "rank", w), straggler_table(trace, "workgroup", w)
 
 
-def straggler_table(trace: Trace, by: str, w: np.ndarray | None = None) -> np.ndarray:
-    """One of the two tables of :func:`stragglers`: ``by`` is "rank" or "workgroup"."""
+def straggler_table(trace: Trace, by: str, w: np.ndarray | None = None, head: int | None = None) -> np.ndarray:
+    """One of the two tables of :func:`stragglers`: ``by`` is "rank" or "workgroup" (its first
+    ``head`` rows only, when given)."""
     w = waits(trace) if w is None else w
     nl, paired = _notify_lateness(trace, w)
     cols = paired["cols"]
     if by == "rank":
-        return _straggler_table(trace, cols, paired, cols["rank"].astype(np.int64), ("rank",))
+        return _straggler_table(trace, cols, paired, cols["rank"].astype(np.int64), ("rank",), head)
     if by == "workgroup":
-        return _straggler_table(trace, cols, paired, trace.wg[cols["row"]], ("rank", "launch", "program"))
+        return _straggler_table(trace, cols, paired, trace.wg[cols["row"]], ("rank", "launch", "program"), head)
     raise ValueError(f"stragglers by {by!r}: give 'rank' or 'workgroup'")
 
 
-def _straggler_table(trace: Trace, nl: dict, paired: dict, producer: np.ndarray, by: tuple[str, ...]) -> np.ndarray:
+def _straggler_table(trace: Trace, nl: dict, paired: dict, producer: np.ndarray, by: tuple[str, ...],
+                     head: int | None = None) -> np.ndarray:
+    """The table of :func:`straggler_table` (its first ``head`` rows only, when given: the rows
+    made from the producers' columns, which are made for every producer)."""
     dt = [(c, "<i4") for c in by] + STRAGGLER_FIELDS
     if nl["row"].size == 0:
         return np.zeros(0, dt)
     inv, ukeys = dense_codes(producer)
     g = ukeys.size
-    out = np.zeros(g, dt)
+    out: dict = {}  # column -> per producer (a row table only of the rows returned)
     first = np.zeros(g, np.int64)
     first[inv[::-1]] = np.arange(inv.size)[::-1]
     for c in by:
@@ -681,7 +685,7 @@ def _straggler_table(trace: Trace, nl: dict, paired: dict, producer: np.ndarray,
         k = g_of_wait[a : a + _SUM_BLOCK] * nr
         k += prank[a : a + _SUM_BLOCK]
         seen[k] = True
-    out["waiter_ranks"] = _rank_tuples(seen.reshape(g, nr))
+    out["waiter_ranks"] = seen.reshape(g, nr)  # (as tuples at the rows returned)
     W = max(trace.n_workgroups, 1)
     if g * W <= 1 << 26:
         pw = np.zeros(g * W, bool)
@@ -724,7 +728,13 @@ def _straggler_table(trace: Trace, nl: dict, paired: dict, producer: np.ndarray,
     out["before_region"] = names
     out["before_ns"] = np.where(valid_reg, before_ns, np.nan)
     out["before_others_ns"] = np.where(valid_reg, others, np.nan)
-    return out[_order_desc(out["cost_ns"])]
+    pick = _order_desc(out["cost_ns"])
+    if head is not None:
+        pick = pick[:head]
+    table = np.zeros(pick.size, dt)
+    for c, v in out.items():
+        table[c] = _rank_tuples(v[pick]) if c == "waiter_ranks" else (v[pick] if np.ndim(v) else v)
+    return table
 
 
 def _rank_tuples(seen: np.ndarray) -> np.ndarray:
