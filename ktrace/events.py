@@ -107,7 +107,7 @@ def _damaged(rank: int, ln: Launch, msg) -> CaptureError:
 
 
 def read_batch(refs: list, batch: list[int], model: ClockModel, columns=COLUMNS, *, verify: bool = True,
-               records: bool = False) -> Batch:
+               records: bool = False, mixed: bool = False) -> Batch:
     """Decode launches ``batch`` (indices into ``refs``; one rank, one buffer layout) into one
     :class:`Batch` with the ``columns`` asked for (``kind``, ``flags``, ``start`` and ``end`` always
     come; ``start_ns``/``end_ns`` are the times on ``model``'s clock; ``index``: each row's record
@@ -115,7 +115,9 @@ def read_batch(refs: list, batch: list[int], model: ClockModel, columns=COLUMNS,
 
     ``verify=False`` skips the CRC-32 of buffers read from their file (for a reader that does
     not trust the contents yet: a buffer that does not decode is still checked, so that damage
-    is reported as such).
+    is reported as such). With ``mixed``, the launches may differ in layout (consecutive
+    launches of one rank, :func:`iter_chunks`); each buffer's header must then agree with its
+    launch record.
 
     Raises:
         CaptureError: a buffer is damaged or disagrees with its launch record (the message
@@ -126,7 +128,7 @@ def read_batch(refs: list, batch: list[int], model: ClockModel, columns=COLUMNS,
     want = [c for c in columns if c not in _TIMES]
     try:
         bufs = read_buffers([ln for _, ln in mine], verify=verify)
-        headers, counts, cols, recs = decode_columns(bufs, want, records=True)
+        headers, counts, cols, recs = decode_columns(bufs, want, records=True, mixed=mixed)
     except BufferDecodeError as e:
         ln = mine[e.index][1]
         if not verify:
@@ -142,6 +144,11 @@ def read_batch(refs: list, batch: list[int], model: ClockModel, columns=COLUMNS,
                 raise _damaged(rank, ln, f"its buffer's header says grid {h.grid} and {h.capacity} slots, its launch record "
                                          f"grid {tuple(ln.grid)} and {ln.capacity} slots") from None
         raise
+    if mixed:
+        for h, (_, ln) in zip(headers, mine):
+            if (h.grid, h.capacity) != (tuple(ln.grid), ln.capacity):
+                raise _damaged(rank, ln, f"its buffer's header says grid {h.grid} and {h.capacity} slots, its launch record "
+                                         f"grid {tuple(ln.grid)} and {ln.capacity} slots")
     offsets = np.r_[0, np.cumsum(counts)]
     if any(c in columns for c in _TIMES):
         clk = model.rank(rank)
@@ -173,6 +180,16 @@ def iter_batches(capture, model: ClockModel | None = None, columns=COLUMNS, *, v
             batches.append((key, [li]))
     for _, b in batches:
         yield refs, read_batch(refs, b, model, columns, verify=verify)
+
+
+def iter_chunks(capture, model: ClockModel | None = None, columns=COLUMNS, *, limit: int | None = None):
+    """``(refs, batch)`` for runs of consecutive launches of one rank of about ``limit`` raw bytes
+    (default :data:`BATCH_BYTES`), whatever their layouts (a dispatch and a combine launch after
+    another decode together): ranks in order, each rank's launches in order."""
+    model = model or clock_model_of(capture)
+    refs = launch_refs(capture)
+    for b in _chunks(refs, BATCH_BYTES if limit is None else limit):
+        yield refs, read_batch(refs, b, model, columns, mixed=True)
 
 
 def impossible_launches(capture) -> dict[tuple[int, int], str]:

@@ -762,8 +762,13 @@ def report_json(rep: Report) -> dict:
     return {"format": "ktrace-report", "version": 2, "source": rep.source, "origin_ns": rep.origin_ns,
             "trace_url": rep.config.trace_url, "summary": _jsonable(rep.summary),
             "views": {k: rep.views[k] for k in rep.views},
-            "findings": [f.to_dict(rep.config.trace_url, rep.summary.get("trace_end_ns"), rep.summary.get("ranks")) for f in rep.findings],
+            "findings": findings_json(rep),
             "tables": tables}
+
+
+def findings_json(rep: Report) -> list[dict]:
+    """The report's findings as its JSON document holds them (:func:`report_json`'s ``findings``)."""
+    return [f.to_dict(rep.config.trace_url, rep.summary.get("trace_end_ns"), rep.summary.get("ranks")) for f in rep.findings]
 
 
 def _table_heads(rep: Report) -> dict:

@@ -462,6 +462,17 @@ class ColumnTable:
             raise ValueError(f"no field of name {name}")
         return np.asarray((self._derived.get(name) or self._lazy[name])(np.asarray(idx, np.int64)), self.dtype[name])
 
+    def at_rows(self, name: str, idx: np.ndarray) -> np.ndarray:
+        """Column ``name`` at the rows ``idx``: what ``t[name][idx]`` gives (in the column's own
+        type), a lazy column made at those rows only (and not kept)."""
+        c = self._cols.get(name)
+        if c is not None:
+            return c[idx]
+        make = self._derived.get(name) or self._lazy.get(name)
+        if make is None:
+            raise ValueError(f"no field of name {name}")
+        return np.asarray(make(np.asarray(idx, np.int64)))
+
     def __array__(self, dtype=None, copy=None):
         """Every row as a structured array (``np.asarray(t)``, ``np.sort(t, order=...)``): the
         whole table built at once."""
