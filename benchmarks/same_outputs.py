@@ -62,6 +62,10 @@ def captures(extra: list[str]) -> list[str]:
     return [os.path.relpath(p, ROOT) for p in found] + [os.path.abspath(e) for e in extra]
 
 
+def _abs(cap: str) -> str:
+    return str(ROOT / cap) if not os.path.isabs(cap) else cap
+
+
 def _sha(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()
 
@@ -117,11 +121,12 @@ def run_one(tree: str, cap: str, cmd: str, keep: str | None) -> tuple[str, str, 
     args, outs = COMMANDS[cmd]
     with tempfile.TemporaryDirectory(prefix="kt-same-") as tmp:
         o = Path(tmp)
-        argv = [a.format(cap=cap, o=o) for a in args]
+        argv = [a.format(cap=_abs(cap), o=o) for a in args]
         env = dict(os.environ, PYTHONPATH=tree)
-        p = subprocess.run([sys.executable, "-c", _RUN, *argv], cwd=ROOT, env=env, capture_output=True)
-        got = {"status": str(p.returncode), "stdout": _sha(p.stdout.replace(tmp.encode(), b"{o}")),
-               "stderr": _sha(p.stderr.replace(tmp.encode(), b"{o}"))}
+        # (run from the temporary folder: ``python -c`` puts its working folder first on the
+        # path, which would shadow ``tree`` with this one)
+        p = subprocess.run([sys.executable, "-c", _RUN, *argv], cwd=tmp, env=env, capture_output=True)
+        got = {"status": str(p.returncode), "stdout": _sha(_relative(p.stdout, tmp)), "stderr": _sha(_relative(p.stderr, tmp))}
         got.update(_outputs(o, outs))
         if keep:
             dest = Path(keep) / cap.replace("/", "_") / cmd
@@ -130,6 +135,11 @@ def run_one(tree: str, cap: str, cmd: str, keep: str | None) -> tuple[str, str, 
             (dest / "stdout").write_bytes(p.stdout)
             (dest / "stderr").write_bytes(p.stderr)
     return cap, cmd, got
+
+
+def _relative(text: bytes, tmp: str) -> bytes:
+    """Output with the temporary folder and this tree's path taken out (outputs name their files)."""
+    return text.replace(tmp.encode(), b"{o}").replace((str(ROOT) + os.sep).encode(), b"")
 
 
 def collect(tree: str, extra: list[str], jobs: int, keep: str | None, only: list[str] | None) -> dict:
