@@ -213,8 +213,15 @@ def _varint_bytes(v: int) -> bytes:
 
 
 def _varint_len(v: np.ndarray) -> np.ndarray:
-    """Bytes of each value's varint (uint64 values)."""
-    return np.searchsorted(_VARINT_STEPS, v, side="right") + 1
+    """Bytes of each value's varint (uint64 values): a 7-bit group per started 7 bits (the bit
+    length read from the value as a float's exponent, exact below 2^53; larger values, few,
+    counted exactly)."""
+    n = (np.frexp(v.astype(np.float64))[1] + 6) // 7
+    np.maximum(n, 1, out=n)
+    big = np.flatnonzero(v >= np.uint64(1 << 53))
+    if big.size:
+        n[big] = np.searchsorted(_VARINT_STEPS, v[big], side="right") + 1
+    return n.astype(np.int64, copy=False)
 
 
 #: The least value whose varint takes 2, 3, ... 10 bytes.
