@@ -112,6 +112,27 @@ def test_events_in_row_groups_of_one_size(tmp_path, monkeypatch):
         assert np.array_equal(tab.column(col).to_numpy(), ev[field]), col
 
 
+def test_docs_queries_run_in_duckdb(exported):
+    """The DuckDB queries of docs/parquet.md ("Beyond one machine") on an export: the first finding
+    is the report's; the waits per rank add up to the report's waits and wait time."""
+    duckdb = pytest.importorskip("duckdb")
+    con = duckdb.connect()
+    folder = exported.parent
+    top = con.execute(f"""select capture, kind, saving_ns / 1e6 as saving_ms, text from read_parquet('{folder}/*/findings.parquet')
+                          where finding = 1 order by saving_ns desc limit 20""").fetchall()
+    rep = build_report(str(CAPTURE))
+    assert [(c, k, t) for c, k, _, t in top] == [(CAPTURE.name, rep.findings[0].kind, rep.findings[0].text)]
+    per_rank = con.execute(f"""select capture, rank, count(*) as waits, sum(wait_ns) / 1e6 as wait_ms,
+           sum(late_not_started_ns + late_waiting_ns + late_in_region_ns + late_outside_ns) / 1e6 as producer_late_ms,
+           sum(unexplained_ns) / 1e6 as unexplained_ms
+           from read_parquet('{folder}/*/waits.parquet') group by capture, rank order by wait_ms desc""").fetchall()
+    assert sum(r[2] for r in per_rank) == rep.summary["waits"]
+    assert sum(r[3] for r in per_rank) == pytest.approx(rep.summary["wait_ns"] / 1e6)
+    spans = con.execute(f"""select capture, rank, launch, program, dur_ns from read_parquet('{folder}/*/events.parquet')
+                            where kind = 'span' and region = 'send' order by dur_ns desc limit 10""").fetchall()
+    assert len(spans) == 10 and [r[4] for r in spans] == sorted((r[4] for r in spans), reverse=True)
+
+
 def test_export_refusals(tmp_path, capsys):
     f = tmp_path / "file"
     f.write_text("x")
