@@ -1,6 +1,7 @@
 """The faster paths of the report and its exports give what the plain ones give, on the bundled and
-scenario captures: the wait causes of a capture made a window of launches at a time, and the
-report's columns decoded in one pass (``ktrace.events.capture_columns``) against the batches."""
+scenario captures: the wait causes of a capture made a window of launches at a time, the
+report's columns decoded in one pass (``ktrace.events.capture_columns``) against the batches,
+and the pairs of the waits of two halves of the ranks against those of all at once."""
 
 from __future__ import annotations
 
@@ -46,6 +47,20 @@ def test_capture_columns_equal_the_batches(path, monkeypatch):
         assert np.array_equal(got.cols[c], v) and got.cols[c].dtype == v.dtype, c
     for key, v in want.at.items():
         assert np.array_equal(T._narrowed({key: got.at[key]})[key], v), key
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.stem)
+def test_pairs_by_halves_of_the_ranks(path, monkeypatch):
+    from ktrace import pairing
+    from ktrace.analysis import stalls
+
+    monkeypatch.setattr(stalls, "_HALVES_MIN", 1)
+    halves = stalls._release_pairs(prepare(path))
+    monkeypatch.setattr(stalls, "_pair_by_halves", pairing.pair)
+    whole = stalls._release_pairs(prepare(path))
+    for k in ("notify", "wait", "exact"):
+        assert np.array_equal(getattr(halves, k), getattr(whole, k)), k
+    assert (halves.unmatched_notifies, halves.unmatched_waits) == (whole.unmatched_notifies, whole.unmatched_waits)
 
 
 def _refuse(*a, **k):  # (the checked path: the batches)
