@@ -688,13 +688,14 @@ _DECODED = ("program", "lane", "kind", "flags", "region", "hw", *schema.ARG_COLU
 
 def _aligned_columns(cap, model) -> _Columns | None:
     """The capture's events as the analyses' columns: decoded and aligned by ``ktrace.events``
-    (the same batches the trace writers decode: launches of one rank and buffer layout read and
-    decoded together, ``events.make_batches``), each batch's rows copied to their launch's place
-    in arrays allocated once at their final size (counted from the buffers' tags first; the
-    argument columns only at waits and notifies), so that neither the full aligned table nor all
-    launches' decoded columns are ever in memory at once. None when the rows would not be sorted
-    by (rank, launch, program, slot) (a rank's launches out of order: the caller sorts the whole
-    table).
+    in one pass, runs of consecutive launches at a time, straight into their rows
+    (``events.capture_columns``; the argument columns only at waits and notifies), so that
+    neither the full aligned table nor all launches' decoded columns are ever in memory at once.
+    Where that pass leaves a capture to the checked path (a damaged buffer, one that disagrees
+    with its launch record), the batches the trace writers decode (launches of one rank and
+    buffer layout, ``events.make_batches``) are screened, counted and copied to their rows, and
+    say what is wrong. None when the rows would not be sorted by (rank, launch, program, slot)
+    (a rank's launches out of order: the caller sorts the whole table).
     """
     from ..captures.file import CaptureError, read_buffers
     from ..decode import DecodeError, screen_batch
