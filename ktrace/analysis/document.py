@@ -117,6 +117,14 @@ def perfetto_link(start_ns: int | None, end_ns: int | None, trace_url: str | Non
 
 def jsonable(x):
     """``x`` with numpy values as Python ones, tuples as lists and non-finite floats as None."""
+    t = type(x)
+    if t is list or t is tuple:
+        # (a finding's claims hold lists of 100,000s of plain numbers: those are copied, not walked)
+        if all(type(v) in _PLAIN for v in x):
+            return list(x)
+        return [jsonable(v) for v in x]
+    if t in _PLAIN:
+        return x
     if isinstance(x, dict):
         return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
@@ -128,6 +136,10 @@ def jsonable(x):
     if isinstance(x, float) and not math.isfinite(x):
         return None
     return x
+
+
+#: Types :func:`jsonable` returns as they are (floats are not: a non-finite one becomes None).
+_PLAIN = frozenset((int, str, bool, type(None)))
 
 
 def load(doc) -> dict:

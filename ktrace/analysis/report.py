@@ -79,11 +79,15 @@ class ReportConfig:
 class Tables(Mapping):
     """A report's tables by name: those the findings needed are computed, the others on first
     use (``report_json``, the HTML report and the tests ask for them all; the terminal report
-    does not wait for tables it does not show)."""
+    does not wait for tables it does not show).
 
-    def __init__(self, computed: dict, makers: dict):
+    ``heads`` (name -> ``fn(n)``: the table's size and its first ``n`` rows) make the first rows
+    of a large table without the rest (:meth:`head`: what the JSON document holds)."""
+
+    def __init__(self, computed: dict, makers: dict, heads: dict | None = None):
         self._done = dict(computed)
         self._makers = {k: v for k, v in makers.items() if k not in self._done}
+        self._heads = dict(heads or {})
         self._order = list(computed) + [k for k in makers if k not in computed]
 
     def __getitem__(self, name: str) -> np.ndarray:
@@ -102,6 +106,14 @@ class Tables(Mapping):
     def computed(self) -> list[str]:
         """Names of the tables computed so far."""
         return [k for k in self._order if k in self._done]
+
+    def head(self, name: str, n: int) -> tuple[int, object]:
+        """``(rows, first n rows)`` of a table: the same as ``t.size, t[:n]`` of the whole table,
+        made without the rest where the table has a head maker and is not made yet."""
+        if name not in self._done and name in self._heads:
+            return self._heads[name](n)
+        t = self[name]
+        return int(t.size), t[:n]
 
 
 @dataclass
@@ -623,7 +635,11 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
          "imbalance": lambda: load.imbalance(trace, wg), "per_sm": lambda: load.per_sm(trace, wg),
          "overlap": (lambda: ov_sample) if sample.size == n_launches else (lambda: overlap.overlap(trace, config.classes)),
          "critical_path_summary": lambda: overlap.critical_path_summary(path),
-         "outlier_workgroups": lambda: _outliers(wg)})
+         "outlier_workgroups": lambda: _outliers(wg)},
+        # (the whole overlap table sweeps every launch: the document shows its first rows)
+        {"overlap": lambda n: (int(lt.size), overlap.overlap(trace, config.classes, rows=n)),
+         "stragglers": lambda n: _head_of(stalls.straggler_table(trace, "rank", w), n),
+         "straggler_workgroups": lambda n: (_producers(trace, w), stalls.straggler_table(trace, "workgroup", w, head=n))})
     views = Tables({}, {"launch": lambda: _launch_view(trace, wg, w, findings), "heat": lambda: _heat_view(wg),
                         "wait_hist": lambda: _hist_view(w)})
     if progress:
@@ -802,15 +818,56 @@ def render_text(rep, *, max_findings: int = 10) -> str:
 def report_json(rep: Report) -> dict:
     """The report as JSON-ready data: summary, findings (with Perfetto links) and the tables
     (the first ``config.max_rows`` rows of each, biggest first; ``rows_total`` gives the count)."""
+    heads = _table_heads(rep)
     tables = {}
-    for name, t in rep.tables.items():
-        tables[name] = {"rows_total": int(t.size), "columns": list(t.dtype.names or ()),
-                        "rows": _jsonable(table_to_records(t, rep.config.max_rows))}
+    for name in rep.tables:
+        size, t = heads[name]
+        tables[name] = {"rows_total": size, "columns": list(t.dtype.names or ()), "rows": _jsonable(table_to_records(t))}
     return {"format": "ktrace-report", "version": 2, "source": rep.source, "origin_ns": rep.origin_ns,
             "trace_url": rep.config.trace_url, "summary": _jsonable(rep.summary),
             "views": {k: rep.views[k] for k in rep.views},
-            "findings": [f.to_dict(rep.config.trace_url, rep.summary.get("trace_end_ns"), rep.summary.get("ranks")) for f in rep.findings],
+            "findings": findings_json(rep),
             "tables": tables}
+
+
+def findings_json(rep: Report) -> list[dict]:
+    """The report's findings as its JSON document holds them (:func:`report_json`'s ``findings``)."""
+    return [f.to_dict(rep.config.trace_url, rep.summary.get("trace_end_ns"), rep.summary.get("ranks")) for f in rep.findings]
+
+
+def _table_heads(rep: Report) -> dict:
+    """Per table of a report, ``(rows, the first config.max_rows rows)``; the tables not made yet
+    made by two threads at once (numpy works without the interpreter lock; they share what the
+    trace has cached)."""
+    n = rep.config.max_rows
+    tables = rep.tables
+    if not isinstance(tables, Tables) or rep.config.workers < 2:
+        return {name: _head(tables, name, n) for name in tables}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        got = {name: pool.submit(_head, tables, name, n) for name in tables}
+        return {name: f.result() for name, f in got.items()}
+
+
+def _head_of(t, n: int) -> tuple[int, object]:
+    return int(t.size), t[:n]
+
+
+def _producers(trace: Trace, w) -> int:
+    """Rows of the straggler table by workgroup: the workgroups whose notifies released a wait."""
+    nr = w["notify_row"]
+    nr = nr[nr >= 0]
+    if nr.size == 0:
+        return 0
+    return int(np.count_nonzero(np.bincount(trace.wg[nr], minlength=trace.n_workgroups)))
+
+
+def _head(tables, name: str, n: int) -> tuple[int, object]:
+    if isinstance(tables, Tables):
+        return tables.head(name, n)
+    t = tables[name]
+    return int(t.size), t[:n]
 
 
 # ---------------------------------------------------------------------------------------------
