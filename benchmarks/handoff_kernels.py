@@ -402,7 +402,7 @@ def _lane_record(ktrace_buf):
     """This program's first slot in a buffer of two slots per program, and its placement word and
     storing thread, computed as ``kl.init`` computes them (for the hand-made records)."""
     rec, _, hw = kl._program_slots(ktrace_buf, 2)
-    return rec, hw, kl._leader()
+    return rec, hw, kl.leader()
 
 
 @triton.jit
@@ -436,13 +436,13 @@ def burst(x, y, n, scratch, BLOCK: tl.constexpr, SPANS: tl.constexpr = 0, TIMERS
     if MANUAL == 3:
         cx, cy, cz, nx, ny = _lane_raw()
         hw = tl.cast(kl.hw_id(), tl.int64) << 32
-        lead = kl._leader()
+        lead = kl.leader()
     if SPANS > 0:
         s = kl.begin(kt, "copy", pid)
     if TIMERS or MANUAL > 0:
         t0 = kl.now()
     if MANUAL == 4:
-        kl._st_vec2_nv(rec.to(tl.int64, bitcast=True), t0, t0, hw | kl._tag(kl._SPAN, kl.region("copy"), 0), kl._pack(pid, 0), lead)
+        kl._st_vec2_nv(rec.to(tl.int64, bitcast=True), t0, t0, hw | kl._tag(kl._SPAN, kl.region("copy"), 0), kl.pack(pid, 0), lead)
     tl.store(y + o, tl.load(x + o, mask=m), mask=m)
     if TIMERS or MANUAL > 0:
         t1 = kl.now()
@@ -457,6 +457,6 @@ def burst(x, y, n, scratch, BLOCK: tl.constexpr, SPANS: tl.constexpr = 0, TIMERS
             if MANUAL == 5:
                 lead = lead * (t1 < t0).to(tl.int32)  # false at run time: the store is never made
             kl._st_vec2_nv(rec.to(tl.int64, bitcast=True), t0, t1, hw | kl._tag(kl._SPAN, kl.region("copy"), 0),
-                           kl._pack(pid, 0), lead)
+                           kl.pack(pid, 0), lead)
     if SPANS > 0:
         kt = kl.end(kt, s)

@@ -8,6 +8,8 @@ names below that need them import them on first use):
   (``flight_recorder=True`` or a :class:`FlightConfig`: ring mode, live dumps; docs/flight.md).
 - :func:`read_capture`, :func:`write_capture`, :func:`merge_captures` — capture files (``ktrace.captures``).
 - :func:`write_trace` — a Perfetto or Chrome JSON trace of a capture (``ktrace.export``).
+- :func:`decode_buffer`, :func:`pair_table` — one launch's buffer as events; which notify released
+  which wait in a table of events (``ktrace.pairing``, the one rule).
 - ``capture(auto=True)``, :func:`declare`, :func:`map_heap` — kernels traced without edits, their
   own signalling paired across ranks (``ktrace.auto``, docs/byok.md); ``ktrace record`` from outside.
 
@@ -19,11 +21,11 @@ __version__ = "0.1.0"
 from ._lazy import lazy_attributes
 
 _LAZY = {
-    "trace": ("ktrace.session", "trace"),
+    "trace": ("ktrace.decorator", "trace"),
     "capture": ("ktrace.session", "capture"),
     "Session": ("ktrace.session", "Session"),
     "FlightConfig": ("ktrace.flight.recorder", "FlightConfig"),
-    "TracedKernel": ("ktrace.session", "TracedKernel"),
+    "TracedKernel": ("ktrace.decorator", "TracedKernel"),
     "read_capture": ("ktrace.captures.file", "read_capture"),
     "write_capture": ("ktrace.captures.file", "write_capture"),
     "merge_captures": ("ktrace.captures.file", "merge_captures"),
@@ -32,6 +34,7 @@ _LAZY = {
     "DecodeError": ("ktrace.decode", "DecodeError"),
     "write_trace": ("ktrace.export", "write_trace"),
     "decode_buffer": ("ktrace.decode", "decode_buffer"),
+    "pair_table": ("ktrace.pairing", "pair_table"),
     "map_heap": ("ktrace.auto.hooks", "map_heap"),
     "declare": ("ktrace.auto.declarations", "declare"),
 }

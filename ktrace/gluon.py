@@ -39,6 +39,14 @@ mbarrier hand-offs
     Pass the phase *number* (``i // STAGES``): the probes take its parity for the hardware.
     ``spins`` is -1: an mbarrier wait suspends in hardware (``try_wait``), it is not polled.
 
+One probe core
+    ``begin``, ``end``, ``mark``, ``counter``, ``timestamp``, ``now``, ``record_wait``,
+    ``record_notify`` (``ktrace.language.SHARED``) are ``ktrace.language``'s own jit functions,
+    with the same signatures: called from a ``@gluon.jit`` kernel they compile with Gluon's
+    semantics on the lane's tracer (whose writing thread is a tensor over the lane's threads).
+    What is Gluon's alone is here: :func:`init` (lanes), the mbarrier probes and the flags
+    across ranks, which record through ``record_wait`` / ``record_notify``.
+
 Cost (per probe, per lane; NVIDIA sm_90+)
     ``init``: the SM id, the program id and one index per thread (to pick the writing thread).
     ``begin``: one timer read. ``end`` / ``mark`` / ``counter``: one timer read and one 32-byte
@@ -48,110 +56,34 @@ Cost (per probe, per lane; NVIDIA sm_90+)
     never waits for the record).
 """
 
-import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
-from triton.language import core
 
-from . import language as _kl
+from . import language as kl
 from . import schema as _schema
 
-_SPAN: gl.constexpr = gl.constexpr(int(_schema.EventKind.SPAN))
-_INSTANT: gl.constexpr = gl.constexpr(int(_schema.EventKind.INSTANT))
-_COUNTER: gl.constexpr = gl.constexpr(int(_schema.EventKind.COUNTER))
-_WAIT: gl.constexpr = gl.constexpr(int(_schema.EventKind.WAIT))
-_NOTIFY: gl.constexpr = gl.constexpr(int(_schema.EventKind.NOTIFY))
-_DETAIL: gl.constexpr = gl.constexpr(int(_schema.EventKind.DETAIL))
-_LOCAL_DETAIL: gl.constexpr = gl.constexpr(int(_schema.EventFlag.DETAIL | _schema.EventFlag.LOCAL))
+# The probes both DSLs share, taken as they are from the core (kl.SHARED): a probe added there is
+# here too. (Explicit names for readers: begin, end, mark, counter, timestamp, now, hw_id, region,
+# slots, pack, record_wait, record_notify, and the Tracer / NoTracer / Span / NoSpan aggregates.)
+globals().update({_name: getattr(kl, _name) for _name in kl.SHARED})
+
 _EQ: gl.constexpr = gl.constexpr(int(_schema.Cmp.EQ))
+_GE: gl.constexpr = gl.constexpr(int(_schema.Cmp.GE))
 _WORDS: gl.constexpr = gl.constexpr(_schema.RECORD_BYTES // 8)
 _HEADER_WORDS: gl.constexpr = gl.constexpr(_schema.HEADER_BYTES // 8)
-
-# The record stores are ktrace.language's (one asm block, predicated on the writing thread).
-_ST_RECORD_PTX: gl.constexpr = gl.constexpr(_kl._ST_RECORD_PTX)
-_ST_RECORD2_PTX: gl.constexpr = gl.constexpr(_kl._ST_RECORD2_PTX)
-
-region = _kl.region
-_tag = _kl._tag
+_RING_GATE = _schema.RING_GATE  # (a plain int: read by _lane_slots)
 
 
-
-
-@gluon.jit
-def now():
-    """Read ``%globaltimer`` (int64 ns) in every thread; ordered with the surrounding memory
-    operations at compile time (side effects + memory clobber), as ``ktrace.language.now``."""
-    return gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,~{memory}", [], dtype=gl.int64, is_pure=False, pack=1)
-
-
-@gluon.jit
-def _smid():
-    return gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=gl.int32, is_pure=True, pack=1)
-
-
-@core._aggregate
-class Tracer:
-    """A lane's view of the event buffer (on). Created by :func:`init`."""
-
-    recs: gl.tensor  # *int64: this lane's first slot
-    dropped_ptr: gl.tensor  # *int32: this lane's dropped counter
-    cur: gl.tensor  # int32: next free slot
-    nd: gl.tensor  # int32: events dropped so far
-    hw: gl.tensor  # int64: SM id, pre-shifted into the tag word's high half
-    lead: gl.tensor  # int32 [threads of the lane], one element per thread: 1 in the lane's thread 0
-    CAP: gl.constexpr
-    ON: gl.constexpr
-
-    @gluon.constexpr_function
-    def __init__(self, recs, dropped_ptr, cur, nd, hw, lead, CAP):
-        self.recs = recs
-        self.dropped_ptr = dropped_ptr
-        self.cur = cur
-        self.nd = nd
-        self.hw = hw
-        self.lead = lead
-        self.CAP = gl.constexpr(CAP)
-        self.ON = gl.constexpr(True)
-
-
-@core._aggregate
-class NoTracer:
-    """The tracer of an untraced launch: every probe on it compiles to nothing."""
-
-    CAP: gl.constexpr
-    ON: gl.constexpr
-
-    @gluon.constexpr_function
-    def __init__(self):
-        self.CAP = gl.constexpr(0)
-        self.ON = gl.constexpr(False)
-
-
-@core._aggregate
-class Span:
-    """An open span (returned by :func:`begin`)."""
-
-    t0: gl.tensor
-    args: gl.tensor
-    REGION: gl.constexpr
-    ON: gl.constexpr
-
-    @gluon.constexpr_function
-    def __init__(self, t0, args, REGION):
-        self.t0 = t0
-        self.args = args
-        self.REGION = gl.constexpr(REGION)
-        self.ON = gl.constexpr(True)
-
-
-@core._aggregate
-class NoSpan:
-    ON: gl.constexpr
-
-    @gluon.constexpr_function
-    def __init__(self):
-        self.ON = gl.constexpr(False)
+@gluon.constexpr_function
+def _lane_slots(gate):
+    """Slots per lane of a ``KTRACE`` gate (0: off). Ring mode (the flight recorder) is refused:
+    it keeps no lanes (each lane's ring would be sized as a program's, and not stamped)."""
+    n = kl.slots(gate)
+    if gate >= _RING_GATE:
+        raise ValueError("ring mode (the flight recorder, KTRACE = RING_GATE | N) records @triton.jit kernels only, "
+                         "not @gluon.jit kernels traced per lane")
+    return n
 
 
 @gluon.constexpr_function
@@ -161,11 +93,6 @@ def _check_lanes(lanes, lane):
     if isinstance(lane, bool) or not isinstance(lane, int) or not 0 <= lane < lanes:
         raise ValueError(f"a lane number must be a compile-time int in 0..{lanes - 1} (KTRACE_LANES={lanes}), got {lane!r}")
     return lanes
-
-
-@gluon.jit
-def _pack(a, b):
-    return (a.to(gl.int64) & 0xFFFFFFFF) | (b.to(gl.int64) << 32)
 
 
 @gluon.jit
@@ -180,11 +107,12 @@ def init(ktrace_buf, KTRACE: gl.constexpr, KTRACE_LANES: gl.constexpr, lane: gl.
             partition in the decorator's ``lanes``).
 
     Returns:
-        A tracer for the other probes (a no-op tracer when ``KTRACE == 0``).
+        A tracer for the other probes (``ktrace.language.Tracer``, its writing thread the lane's
+        thread 0; a no-op tracer when ``KTRACE == 0``).
 
     Cost: when on, reads the SM id, the program id and one per-thread index; writes nothing.
     """
-    if _kl._check_gate(KTRACE) > 0:
+    if _lane_slots(KTRACE) > 0:
         L: gl.constexpr = _check_lanes(KTRACE_LANES, lane)
         n0 = gl.num_programs(0)
         n1 = gl.num_programs(1)
@@ -194,86 +122,15 @@ def init(ktrace_buf, KTRACE: gl.constexpr, KTRACE_LANES: gl.constexpr, lane: gl.
         n_virtual = n0.to(gl.int64) * n1 * n2 * L
         recs = ktrace_buf + _HEADER_WORDS + vp * (KTRACE * _WORDS)
         dropped = (ktrace_buf + _HEADER_WORDS + n_virtual * (KTRACE * _WORDS)).to(gl.pointer_type(gl.int32), bitcast=True) + vp
-        hw = _smid().to(gl.int64) << 32
+        hw = kl.hw_id().to(gl.int64) << 32
         # one element per thread of this lane, numbered in the lane's own threads (a partition's
         # threads are numbered from 0 in its layouts): the element 0 thread writes the records
         NW: gl.constexpr = gl.num_warps()
         layout: gl.constexpr = gl.BlockedLayout([1], [32], [NW], [0])
         lead = (gl.arange(0, 32 * NW, layout) == 0).to(gl.int32)
-        return Tracer(recs, dropped, gl.to_tensor(0), gl.to_tensor(0), hw, lead, KTRACE)
+        return kl.Tracer(recs, dropped, gl.to_tensor(0), gl.to_tensor(0), hw, lead, KTRACE)
     else:
-        return NoTracer()
-
-
-@gluon.jit
-def _write(kt, t0, t1, tag, args):
-    """Store one 32-byte record at the cursor (or count it dropped) and advance."""
-    fits = (kt.cur < kt.CAP).to(gl.int32)
-    nd = kt.nd + (1 - fits)
-    p = (kt.recs + kt.cur * _WORDS).to(gl.int64, bitcast=True)
-    gl.inline_asm_elementwise(
-        _ST_RECORD_PTX, "=r,l,l,l,l,l,r,l,r,r,~{memory}",
-        [p, t0.to(gl.int64), t1.to(gl.int64), kt.hw | tag, args.to(gl.int64), kt.lead & fits,
-         kt.dropped_ptr.to(gl.int64, bitcast=True), nd, kt.lead & (1 - fits)],
-        dtype=gl.int32, is_pure=False, pack=1)
-    return Tracer(kt.recs, kt.dropped_ptr, kt.cur + 1, nd, kt.hw, kt.lead, kt.CAP)
-
-
-@gluon.jit
-def _write_ext(kt, t0, t1, tag, args, x0, x1, x23):
-    """Store an event and its DETAIL record (two slots, one thread) or count it dropped."""
-    fits = (kt.cur + 1 < kt.CAP).to(gl.int32)
-    nd = kt.nd + (1 - fits)
-    p = (kt.recs + kt.cur * _WORDS).to(gl.int64, bitcast=True)
-    dtag = kt.hw | _tag(_DETAIL, 0, 0)
-    gl.inline_asm_elementwise(
-        _ST_RECORD2_PTX, "=r,l,l,l,l,l,l,l,l,l,r,l,r,r,~{memory}",
-        [p, t0.to(gl.int64), t1.to(gl.int64), kt.hw | tag, args.to(gl.int64), x0.to(gl.int64), x1.to(gl.int64), dtag,
-         x23.to(gl.int64), kt.lead & fits, kt.dropped_ptr.to(gl.int64, bitcast=True), nd, kt.lead & (1 - fits)],
-        dtype=gl.int32, is_pure=False, pack=1)
-    return Tracer(kt.recs, kt.dropped_ptr, kt.cur + 2, nd, kt.hw, kt.lead, kt.CAP)
-
-
-@gluon.jit
-def begin(kt, name: gl.constexpr, arg0=0, arg1=0):
-    """Open a span named ``name`` (a compile-time string). Cost: one timer read."""
-    if kt.ON:
-        return Span(now(), _pack(gl.to_tensor(arg0), gl.to_tensor(arg1)), region(name))
-    else:
-        return NoSpan()
-
-
-@gluon.jit
-def end(kt, span):
-    """Close ``span`` and record it (kind SPAN). Returns the advanced tracer.
-
-    Cost: one timer read and one 32-byte record store by the lane's thread 0.
-    """
-    if kt.ON:
-        t1 = now()
-        return _write(kt, span.t0, t1, _tag(_SPAN, span.REGION, 0), span.args)
-    else:
-        return kt
-
-
-@gluon.jit
-def mark(kt, name: gl.constexpr, arg0=0, arg1=0):
-    """Record an instant named ``name`` with two int32 arguments. Cost: one timer read, one record."""
-    if kt.ON:
-        t = now()
-        return _write(kt, t, t, _tag(_INSTANT, region(name), 0), _pack(gl.to_tensor(arg0), gl.to_tensor(arg1)))
-    else:
-        return kt
-
-
-@gluon.jit
-def counter(kt, name: gl.constexpr, value):
-    """Record the int64 ``value`` of counter ``name`` now. Cost: one timer read, one record."""
-    if kt.ON:
-        t = now()
-        return _write(kt, t, t, _tag(_COUNTER, region(name), 0), gl.to_tensor(value).to(gl.int64))
-    else:
-        return kt
+        return kl.NoTracer()
 
 
 @gluon.jit
@@ -300,13 +157,11 @@ def wait(kt, bar, phase, name: gl.constexpr, index=0, record: gl.constexpr = Tru
     Cost: two timer reads and 64 bytes stored by the lane's thread 0 after the wait.
     """
     if kt.ON and record:
-        t0 = now()
+        t0 = kl.now()
         mbarrier.wait(bar, phase & 1)
-        t1 = now()
+        t1 = kl.now()
         ph = gl.to_tensor(phase)
-        tag = _tag(_WAIT, region(name), _LOCAL_DETAIL)
-        return _write_ext(kt, t0, t1, tag, _pack(gl.to_tensor(-1), gl.to_tensor(-1)), _barrier_key(region(name), index), ph,
-                          _pack(ph, gl.to_tensor(_EQ)))
+        return kl.record_wait(kt, name, t0, t1, -1, -1, _barrier_key(kl.region(name), index), ph, ph, _EQ, False, LOCAL=True)
     else:
         mbarrier.wait(bar, phase & 1)
         return kt
@@ -314,9 +169,8 @@ def wait(kt, bar, phase, name: gl.constexpr, index=0, record: gl.constexpr = Tru
 
 @gluon.jit
 def _released(kt, name: gl.constexpr, index, phase):
-    t = now()
-    return _write_ext(kt, t, t, _tag(_NOTIFY, region(name), _LOCAL_DETAIL), _pack(gl.to_tensor(-1), gl.to_tensor(phase)),
-                      _barrier_key(region(name), index), gl.to_tensor(0), gl.to_tensor(0))
+    t = kl.now()
+    return kl.record_notify(kt, name, t, t, -1, phase, _barrier_key(kl.region(name), index), 0, LOCAL=True)
 
 
 @gluon.jit
@@ -348,9 +202,6 @@ def expect(kt, bar, nbytes: gl.constexpr, phase, name: gl.constexpr, index=0, re
 # flags across ranks (the symmetric heap: ``ktrace.shmem.gluon`` translates the pointers)
 # ---------------------------------------------------------------------------------------------
 
-_GE: gl.constexpr = gl.constexpr(int(_schema.Cmp.GE))
-_FLAG_TIMEOUT_SHIFT: gl.constexpr = gl.constexpr(_schema.KIND_BITS + int(_schema.EventFlag.TIMEOUT).bit_length() - 1)
-
 
 @gluon.jit
 def _load_acquire(ptr):
@@ -371,11 +222,10 @@ def notify_flag(kt, remote, value, peer, offset, name: gl.constexpr = "notify"):
     """
     gl.thread_barrier()
     if kt.ON:
-        t0 = now()
+        t0 = kl.now()
         gl.atomic_xchg(remote, value, sem="release", scope="sys")
-        t1 = now()
-        return _write_ext(kt, t0, t1, _tag(_NOTIFY, region(name), _kl._FLAG_DETAIL), _pack(gl.to_tensor(peer), gl.to_tensor(value)),
-                          gl.to_tensor(offset), kt.cur, gl.to_tensor(0))
+        t1 = kl.now()
+        return kl.record_notify(kt, name, t0, t1, peer, value, offset, kt.cur)
     else:
         gl.atomic_xchg(remote, value, sem="release", scope="sys")
         return kt
@@ -392,7 +242,7 @@ def wait_flag(kt, flag, expected, peer, offset, timeout_ns: gl.constexpr = 5_000
     up is in the trace only (not in the heap's error block, which ``ktrace.shmem``'s Triton
     waits fill).
     """
-    t0 = now()
+    t0 = kl.now()
     v = _load_acquire(flag)
     spins = gl.to_tensor(1)
     ok = v >= expected
@@ -402,25 +252,11 @@ def wait_flag(kt, flag, expected, peer, offset, timeout_ns: gl.constexpr = 5_000
         v = _load_acquire(flag)
         spins += 1
         ok = v >= expected
-        t1 = now()
+        t1 = kl.now()
         stop = ok | ((t1 - t0) > timeout_ns)
     if kt.ON:
-        failed = (ok == 0).to(gl.int64)
-        tag = _tag(_WAIT, region(name), _kl._FLAG_DETAIL) | (failed << _FLAG_TIMEOUT_SHIFT)
-        kt = _write_ext(kt, t0, t1, tag, _pack(gl.to_tensor(peer), spins), gl.to_tensor(offset), v,
-                        _pack(gl.to_tensor(expected), gl.to_tensor(_GE)))
+        kt = kl.record_wait(kt, name, t0, t1, peer, spins, offset, v, expected, _GE, ok == 0)
     return kt, ok
 
 
-@gluon.jit
-def timestamp(kt):
-    """The timer (int64 ns) if ``kt`` is on, else the constant 0 (no instruction)."""
-    if kt.ON:
-        return now()
-    else:
-        return 0
-
-
-__all__ = ["Tracer", "NoTracer", "Span", "NoSpan", "init", "begin", "end", "mark", "counter", "wait", "arrive", "expect",
-           "notify_flag", "wait_flag",
-           "now", "timestamp", "region"]
+__all__ = [*kl.SHARED, "init", "wait", "arrive", "expect", "notify_flag", "wait_flag"]

@@ -67,7 +67,7 @@ from . import regions as _regions
 from . import schema as _schema
 
 #: ``@ktrace.trace`` may prepare kernels that call this module's ``init`` (it has ``init_deferred``
-#: and ``finish``): see ``ktrace.session._deferring_kernel``.
+#: and ``finish``): see ``ktrace.decorator._deferring_kernel``.
 __ktrace_deferrable__ = True
 
 # Integer constants the jit code below uses (module-level ints are compile-time constants).
@@ -77,8 +77,9 @@ _COUNTER: tl.constexpr = tl.constexpr(int(_schema.EventKind.COUNTER))
 _WAIT: tl.constexpr = tl.constexpr(int(_schema.EventKind.WAIT))
 _NOTIFY: tl.constexpr = tl.constexpr(int(_schema.EventKind.NOTIFY))
 _DETAIL: tl.constexpr = tl.constexpr(int(_schema.EventKind.DETAIL))
-_FLAG_DETAIL: tl.constexpr = tl.constexpr(int(_schema.EventFlag.DETAIL))
-_FLAG_TIMEOUT: tl.constexpr = tl.constexpr(int(_schema.EventFlag.TIMEOUT))
+# a wait's or notify's flags: it has a DETAIL record; LOCAL too inside one program (plain ints: read by _handoff_flags)
+_HANDOFF_FLAGS = int(_schema.EventFlag.DETAIL)
+_LOCAL_HANDOFF_FLAGS = int(_schema.EventFlag.DETAIL | _schema.EventFlag.LOCAL)
 _TIMEOUT_SHIFT: tl.constexpr = tl.constexpr(_schema.KIND_BITS + int(_schema.EventFlag.TIMEOUT).bit_length() - 1)
 _WORDS: tl.constexpr = tl.constexpr(_schema.RECORD_BYTES // 8)  # int64 words per record
 _HEADER_WORDS: tl.constexpr = tl.constexpr(_schema.HEADER_BYTES // 8)
@@ -118,19 +119,23 @@ def _tag(kind, rid, flags):
 
 
 @triton.constexpr_function
-def _check_gate(n):
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise TypeError(f"KTRACE must be a non-negative int (0 = off, N = event slots per program), got {n!r}")
-    slots = n - _RING_GATE if n >= _RING_GATE else n
-    if n >= _RING_GATE and (slots < 2 or slots & (slots - 1)):
-        raise ValueError(f"ring mode needs a power of two >= 2 of slots per lane, got {slots}")
-    return n
+def _handoff_flags(local):
+    """The flags of a wait's or a notify's record: DETAIL, and LOCAL for a hand-off inside one
+    program (an mbarrier's, ``ktrace.gluon``)."""
+    return _LOCAL_HANDOFF_FLAGS if local else _HANDOFF_FLAGS
 
 
 @triton.constexpr_function
-def _slots(n):
-    """Slots per program of a gate value (ring mode's bit removed)."""
-    return n - _RING_GATE if n >= _RING_GATE else n
+def slots(gate):
+    """The event slots per program (per lane) a ``KTRACE`` gate gives, at compile time: 0 (off),
+    N, or ring mode's N (``schema.RING_GATE | N``, bit removed). A value that is no gate is
+    refused in one line (a non-negative int; ring mode's N a power of two >= 2)."""
+    if isinstance(gate, bool) or not isinstance(gate, int) or gate < 0:
+        raise TypeError(f"KTRACE must be a non-negative int (0 = off, N = event slots per program), got {gate!r}")
+    n = gate - _RING_GATE if gate >= _RING_GATE else gate
+    if gate >= _RING_GATE and (n < 2 or n & (n - 1)):
+        raise ValueError(f"ring mode needs a power of two >= 2 of slots per lane, got {n}")
+    return n
 
 
 @triton.constexpr_function
@@ -370,8 +375,11 @@ class NoSpan:
 
 
 @triton.jit
-def _pack(a, b):
-    """Two int32 arguments in one int64 word: ``a`` in the low half, ``b`` in the high half."""
+def pack(a, b):
+    """Two int32 arguments in one int64 word: ``a`` in the low half, ``b`` in the high half (how a
+    record's ``arg0``/``arg1`` and a DETAIL record's two 32-bit fields are laid out).
+
+    Cost: a few integer ops; no memory access."""
     return (tl.cast(a, tl.int64) & 0xFFFFFFFF) | (tl.cast(b, tl.int64) << 32)
 
 
@@ -408,10 +416,10 @@ def init(ktrace_buf, KTRACE: tl.constexpr):
     ``KTRACE = schema.RING_GATE | N``: one timer read and one 8-byte store, the lane's start
     stamp in its NOW slot; see ``ktrace.flight``).
     """
-    if _check_gate(KTRACE) > 0:
-        CAP: tl.constexpr = _slots(KTRACE)
+    if slots(KTRACE) > 0:
+        CAP: tl.constexpr = slots(KTRACE)
         recs, dropped, hw = _program_slots(ktrace_buf, CAP)
-        kt = Tracer(recs, dropped, tl.zeros((), tl.int32), tl.zeros((), tl.int32), hw, _leader(), CAP, _is_ring(KTRACE))
+        kt = Tracer(recs, dropped, tl.zeros((), tl.int32), tl.zeros((), tl.int32), hw, leader(), CAP, _is_ring(KTRACE))
         if kt.RING:
             tl.store(now_slot(kt) + 4, now())  # the lane's start: a lane never stamped never started
         return kt
@@ -426,12 +434,12 @@ def init_deferred(ktrace_buf, KTRACE: tl.constexpr):
     ``@ktrace.trace`` calls this instead of :func:`init` and adds the :func:`finish` call itself;
     calling it in a kernel that does not end with :func:`finish` loses the last records.
     """
-    if _check_gate(KTRACE) > 0:
-        CAP: tl.constexpr = _slots(KTRACE)
+    if slots(KTRACE) > 0:
+        CAP: tl.constexpr = slots(KTRACE)
         recs, dropped, hw = _program_slots(ktrace_buf, CAP)
         z = tl.zeros((), tl.int64)
         n = tl.zeros((), tl.int32)
-        kt = DeferredTracer(recs, dropped, n, n, hw, _leader(), (n, n, z, z, z, n, n, n, z, n, n, n), (n, n, z, z, z, n, n, z, n),
+        kt = DeferredTracer(recs, dropped, n, n, hw, leader(), (n, n, z, z, z, n, n, n, z, n, n, n), (n, n, z, z, z, n, n, z, n),
                             z, z, z, z, z, n, CAP, _is_ring(KTRACE))
         if kt.RING:
             tl.store(now_slot(kt) + 4, now())  # the lane's start, as in init
@@ -446,7 +454,7 @@ def _nvidia(_semantic=None):
     return core.constexpr(_backend(_semantic) == "cuda")
 
 
-# The lead thread (%tid.x == 0, see _leader) stores a record as 16-byte vector stores when its
+# The lead thread (%tid.x == 0, see leader) stores a record as 16-byte vector stores when its
 # slot is free, or the program's dropped count when it is not. One asm block, with its two
 # predicates made from operands computed once per program: the stores are the whole cost (no
 # per-word predicate, no branch around each store, no thread-id read per record).
@@ -484,11 +492,13 @@ _ST_DROPPED_PTX = "{\n\t.reg .pred %p0;\n\tsetp.ne.u32 %p0, $3, 0;\n\t@%p0 st.gl
 
 
 @core.extern
-def _leader(_semantic=None):
+def leader(_semantic=None):
     """1 in the thread that stores records (%tid.x == 0 on NVIDIA), 0 in every other thread.
 
-    Read once per program by :func:`init`; per thread, not uniform: used only as an asm operand.
-    On AMD, 1 (Triton's scalar stores already pick one lane).
+    Read once per program by :func:`init`; per thread, not uniform: used only as an asm operand
+    or a store's mask. On AMD, 1 (Triton's scalar stores already pick one lane).
+
+    Cost: one special-register read and a compare (NVIDIA); nothing on AMD.
     """
     if _backend(_semantic) != "cuda":
         return core.full((), 1, core.int32, _semantic=_semantic)
@@ -715,7 +725,7 @@ def _deferred(kt, cur, nd, w, sp, s0, s1, s2, s3, sgo, n=None):
 @triton.jit
 def _flush_notify(kt):
     """Store the pending NOTIFY (event + DETAIL, packed here) in its slots, or count it dropped."""
-    f = _store_pair(kt, kt.nslot, kt.nt0, kt.nt1, kt.hw | kt.ntag, _pack(kt.npeer, kt.nval), kt.noff, tl.cast(kt.nseq, tl.int64),
+    f = _store_pair(kt, kt.nslot, kt.nt0, kt.nt1, kt.hw | kt.ntag, pack(kt.npeer, kt.nval), kt.noff, tl.cast(kt.nseq, tl.int64),
                     kt.hw | _tag(_DETAIL, 0, 0), tl.zeros((), tl.int64), kt.lead & kt.nv)
     nd = kt.nd + (kt.nv & (1 - f))
     n = (kt.nslot, tl.zeros((), tl.int32), kt.nt0, kt.nt1, kt.ntag, kt.npeer, kt.nval, kt.noff, kt.nseq)
@@ -726,8 +736,8 @@ def _flush_notify(kt):
 def _flush_wait(kt):
     """Store the pending WAIT (event + DETAIL, packed here) in its slots, or count it dropped."""
     tag = kt.hw | kt.wtag | (tl.cast(kt.wfail, tl.int64) << _TIMEOUT_SHIFT)
-    f = _store_pair(kt, kt.wslot, kt.wt0, kt.wt1, tag, _pack(kt.wpeer, kt.wspins), kt.woff, tl.cast(kt.wval, tl.int64),
-                    kt.hw | _tag(_DETAIL, 0, 0), _pack(kt.wexp, kt.wcmp), kt.lead & kt.wv)
+    f = _store_pair(kt, kt.wslot, kt.wt0, kt.wt1, tag, pack(kt.wpeer, kt.wspins), kt.woff, tl.cast(kt.wval, tl.int64),
+                    kt.hw | _tag(_DETAIL, 0, 0), pack(kt.wexp, kt.wcmp), kt.lead & kt.wv)
     nd = kt.nd + (kt.wv & (1 - f))
     w = (kt.wslot, tl.zeros((), tl.int32), kt.wt0, kt.wt1, kt.wtag, kt.wfail, kt.wpeer, kt.wspins, kt.woff, kt.wval, kt.wexp, kt.wcmp)
     return _deferred(kt, kt.cur, nd, w, kt.sp, kt.s0, kt.s1, kt.s2, kt.s3, kt.sgo)
@@ -871,7 +881,7 @@ def begin(kt, name: tl.constexpr, arg0=0, arg1=0):
     Cost: one timer read. Nothing is written until :func:`end`.
     """
     if kt.ON:
-        return Span(now(), _pack(arg0, arg1), region(name))
+        return Span(now(), pack(arg0, arg1), region(name))
     else:
         return NoSpan()
 
@@ -911,9 +921,9 @@ def mark(kt, name: tl.constexpr, arg0=0, arg1=0):
     if kt.ON:
         t = now()
         if kt.DEFER:
-            return _pend(kt, t, t, _tag(_INSTANT, region(name), 0), _pack(arg0, arg1))
+            return _pend(kt, t, t, _tag(_INSTANT, region(name), 0), pack(arg0, arg1))
         else:
-            return _write(kt, t, t, _tag(_INSTANT, region(name), 0), _pack(arg0, arg1))
+            return _write(kt, t, t, _tag(_INSTANT, region(name), 0), pack(arg0, arg1))
     else:
         return kt
 
@@ -947,7 +957,8 @@ def timestamp(kt):
 
 
 @triton.jit
-def record_wait(kt, name: tl.constexpr, t0, t1, peer, spins, flag, value, expected, cmp, timed_out, FLUSHED: tl.constexpr = False):
+def record_wait(kt, name: tl.constexpr, t0, t1, peer, spins, flag, value, expected, cmp, timed_out, FLUSHED: tl.constexpr = False,
+                LOCAL: tl.constexpr = False):
     """Record a finished spin-wait (kind WAIT, two slots). Used by ``ktrace.shmem.wait``.
 
     Args:
@@ -959,6 +970,8 @@ def record_wait(kt, name: tl.constexpr, t0, t1, peer, spins, flag, value, expect
         timed_out: true if the wait gave up at its bound (sets the TIMEOUT flag).
         FLUSHED: the caller flushed the tracer since its last wait record (``ktrace.shmem.wait``
             does, before its spin): no pending WAIT to store first.
+        LOCAL: a hand-off inside one program (``ktrace.gluon``'s mbarrier waits: the LOCAL flag;
+            ``flag`` is then the barrier, ``schema.barrier_key``, and ``value``/``expected`` the phase).
 
     Deferred tracer: the pair is kept in registers and stored by the next release, the next
     wait's start or :func:`finish` (nothing is stored between the spin and what follows it).
@@ -970,53 +983,40 @@ def record_wait(kt, name: tl.constexpr, t0, t1, peer, spins, flag, value, expect
     if kt.ON:
         # the TIMEOUT flag by arithmetic, not a branch: lanes may disagree on timed_out
         if kt.DEFER:
-            kt = _pend_wait(kt, _tag(_WAIT, region(name), _FLAG_DETAIL), t0, t1, peer, spins, flag, value, expected, cmp,
+            kt = _pend_wait(kt, _tag(_WAIT, region(name), _handoff_flags(LOCAL)), t0, t1, peer, spins, flag, value, expected, cmp,
                             timed_out, FLUSHED)
         else:
-            tag = _tag(_WAIT, region(name), _FLAG_DETAIL) | (tl.cast(timed_out, tl.int64) << _TIMEOUT_SHIFT)
-            kt = _write_ext(kt, t0, t1, tag, _pack(peer, spins), flag, value, _pack(expected, cmp))
+            tag = _tag(_WAIT, region(name), _handoff_flags(LOCAL)) | (tl.cast(timed_out, tl.int64) << _TIMEOUT_SHIFT)
+            kt = _write_ext(kt, t0, t1, tag, pack(peer, spins), flag, value, pack(expected, cmp))
     return kt
 
 
 @triton.jit
-def record_notify(kt, name: tl.constexpr, t0, t1, peer, value, flag, seq):
+def record_notify(kt, name: tl.constexpr, t0, t1, peer, value, flag, seq, LOCAL: tl.constexpr = False):
     """Record a signal sent to ``peer`` (kind NOTIFY, two slots). Used by ``ktrace.shmem.notify``.
 
     Args:
         t0, t1: just before and just after the flag write was issued.
         peer: the rank whose flag was written; value: the value written.
         flag: the flag's byte offset in the symmetric heap; seq: a sequence number for pairing.
+        LOCAL: what completes a phase of an mbarrier inside one program (``ktrace.gluon``'s
+            arrive and expect: the LOCAL flag; ``flag`` is the barrier, ``value`` the phase).
 
     Cost and ordering: as :func:`record_wait`. ``ktrace.shmem.notify`` calls it after the release,
     so the release never waits for these stores.
     """
     if kt.ON:
         if kt.DEFER:
-            kt = _pend_notify(kt, _tag(_NOTIFY, region(name), _FLAG_DETAIL), t0, t1, peer, value, flag, seq)
+            kt = _pend_notify(kt, _tag(_NOTIFY, region(name), _handoff_flags(LOCAL)), t0, t1, peer, value, flag, seq)
         else:
-            kt = _write_ext(kt, t0, t1, _tag(_NOTIFY, region(name), _FLAG_DETAIL), _pack(peer, value), flag, seq, 0)
+            kt = _write_ext(kt, t0, t1, _tag(_NOTIFY, region(name), _handoff_flags(LOCAL)), pack(peer, value), flag, seq, 0)
     return kt
 
 
-__all__ = [
-    "Tracer",
-    "DeferredTracer",
-    "NoTracer",
-    "Span",
-    "NoSpan",
-    "init",
-    "init_deferred",
-    "flush",
-    "flush_single",
-    "finish",
-    "begin",
-    "end",
-    "mark",
-    "counter",
-    "now",
-    "timestamp",
-    "hw_id",
-    "region",
-    "record_wait",
-    "record_notify",
-]
+#: The probes both DSLs share: ``ktrace.gluon`` is these same jit functions (they compile in a
+#: ``@gluon.jit`` kernel with Gluon's semantics, on its tracer of one lane), so a record is made in
+#: one place. A probe added here for both goes in this list (docs/architecture.md, "A new probe kind").
+SHARED = ("Tracer", "NoTracer", "Span", "NoSpan", "begin", "end", "mark", "counter", "timestamp", "now", "hw_id", "region",
+          "slots", "pack", "record_wait", "record_notify")
+
+__all__ = [*SHARED, "DeferredTracer", "init", "init_deferred", "flush", "flush_single", "finish", "leader", "now_slot"]

@@ -1,16 +1,9 @@
-"""Host side: event buffers, the ``@ktrace.trace`` decorator and capture sessions.
+"""Capture sessions: the event buffers of traced launches, the clocks' calibration, the capture.
 
 Usage::
 
-    @ktrace.trace(events_per_program=4)
-    @triton.jit
-    def copy(x, y, n, BLOCK: tl.constexpr, ktrace_buf=None, KTRACE: tl.constexpr = 0):
-        ...
-
-    copy[grid](x, y, n, BLOCK=1024)          # untraced: exactly the plain Triton launch
-
     with ktrace.capture() as cap:             # traced: buffers allocated, launches recorded
-        copy[grid](x, y, n, BLOCK=1024)
+        copy[grid](x, y, n, BLOCK=1024)       # (a kernel decorated with ``@ktrace.trace``)
     cap.events()                              # numpy table (schema.EVENT_DTYPE)
     cap.save("run.ktrace")
 
@@ -20,15 +13,17 @@ the process and writes ``$KTRACE_OUT`` (default ``ktrace-rank<r>.ktrace``) at ex
 Each traced launch gets its own zeroed device buffer, carved from arenas of ``ARENA_BYTES``
 that are zeroed once when allocated: a launch adds no memset and no host-to-device copy.
 Buffers stay on the device until the session ends; then each arena is copied to the host once.
+
+Kernels reach a session through the one traced launch (``ktrace.traced``): those decorated with
+``@ktrace.trace`` (``ktrace.decorator``) and, in a capture with ``auto=``, those not written for
+ktrace (``ktrace.auto.launch``, through the launch hook :func:`route_auto_launches` sets).
 """
 
 from __future__ import annotations
 
-import ast
 import atexit
 import dataclasses
 import functools
-import inspect
 import logging
 import math
 import os
@@ -45,16 +40,17 @@ from .device import device_info
 from .captures.file import Capture, Launch, RankCapture, write_capture
 from .captures.gather import PEER_TIMEOUT_S, register_process
 from .captures.identity import run_id as _run_id
+from .traced import device_of, require_torch
 
 log = logging.getLogger("ktrace")
 
-#: Default event slots per program when a kernel's decorator does not say.
-DEFAULT_EVENTS_PER_PROGRAM = 16
 #: Launch buffers are carved from zeroed arenas of this size (one memset per arena, not per launch).
 ARENA_BYTES = 64 << 20
-#: A traced launch's profiler range is named ``ktrace <kernel> #<launch index>`` (``capture(profiler=)``).
-PROFILE_RANGE_PREFIX = "ktrace "
 _ALIGN_WORDS = 32  # 256-byte alignment of each launch buffer inside an arena
+#: Bytes of the heap an ``auto`` capture over several ranks makes to calibrate the clocks over
+#: (each calibration takes 256 of them: thousands of captures per process).
+CALIBRATION_HEAP_BYTES = 1 << 20
+_calibration_heaps: dict = {}  # (process group, device) -> the heap
 
 #: Which calibration a phase is, in the capture's notes.
 _PHASE_WORDS = {"before": "opening", "after": "closing"}
@@ -109,6 +105,24 @@ def _count_open(step: int) -> None:
     _TRACING = _open_sessions > 0 or _env_on()
 
 
+def tracing() -> bool:
+    """Whether a capture is open anywhere in this process, or ``KTRACE`` is set (what a traced
+    kernel called from code ``torch.compile`` traces decides by: the global read here is guarded,
+    so opening or closing a capture recompiles the caller)."""
+    return _TRACING
+
+
+def route_auto_launches(on: bool) -> None:
+    """Route the launches of kernels not written for ktrace through the launch hook to their traced
+    copies in the innermost open capture with ``auto`` (``ktrace.auto.launch``), or (off) let every
+    launch go as written."""
+    from .auto import hooks, launch
+
+    if on:
+        hooks.install()
+    hooks.set_dispatch(functools.partial(launch.dispatch, active_session) if on else None)
+
+
 def _save_env_session() -> None:
     s = _env_session
     if s is None or not s.launches:
@@ -154,11 +168,13 @@ class PendingLaunch:
 @dataclass
 class _GraphPending:
     """What a launch captured into a CUDA graph gets: the stage, the gate, and the commit to
-    capture after the kernel (``ktrace.graphs.recorder.GraphLaunch``)."""
+    capture after the kernel (``ktrace.graphs.recorder.GraphLaunch``); ``number``: which of the
+    session's graph captures it is."""
 
     buffer: Any
     gate: int
     after: Callable[[], None]
+    number: int = 0
 
 
 @dataclass
@@ -309,9 +325,7 @@ class Session:
             st.pop()
             _count_open(-1)
         if self._auto is not None and not any(getattr(x, "_auto", None) is not None for x in st):
-            from .auto import hooks
-
-            hooks.set_dispatch(_auto_dispatch if _env_session is not None and _env_session._auto is not None else None)
+            route_auto_launches(_env_session is not None and _env_session._auto is not None)
         if exc_type is None and _graph_capture_underway():
             # nothing that waits for the device may run inside the user's graph capture: the
             # capture is closed (and calibrated) by the first of to_capture/save/gather after it
@@ -335,10 +349,21 @@ class Session:
     def _start_auto(self) -> None:
         """Route launches of kernels not written for ktrace to their traced copies while this
         capture is open (``ktrace.auto``)."""
-        from .auto import hooks
+        route_auto_launches(True)
 
-        hooks.install()
-        hooks.set_dispatch(_auto_dispatch)
+    @property
+    def auto_config(self):
+        """The ``ktrace.auto.config.AutoConfig`` of a capture with ``auto``, else None."""
+        return self._auto
+
+    def before_auto_launch(self, args, kwargs) -> None:
+        """Before a kernel not written for ktrace is launched traced: a capture over several ranks
+        given no heap makes a small one of its own at its first such launch and calibrates the
+        clocks over it (collective: every rank launches the same kernels in the same order)."""
+        if self.heap is None and not self._own_heap and self._calib == {}:
+            self._calibration_heap(device_of(args, kwargs))
+            if self.heap is not None:
+                self._calibrate("before")
 
     def _calibration_heap(self, device=None) -> None:
         """A small heap of ktrace's own to calibrate the ranks' clocks over, for an ``auto``
@@ -444,9 +469,14 @@ class Session:
         return "no calibration kept: this rank stays on its own clock (not aligned)"
 
     # recording -------------------------------------------------------------------------------
-    def _new_launch(self, kernel: "TracedKernel", grid: tuple[int, int, int], capacity: int, device: int, lanes: tuple = (),
-                    meta: dict | None = None):
-        torch = _torch()
+    def new_launch(self, kernel, grid: tuple[int, int, int], capacity: int, device: int, lanes: tuple = (),
+                   meta: dict | None = None):
+        """A buffer for one traced launch of ``kernel`` (a ``ktrace.traced.Traced``): a zeroed
+        slice of a device arena, a slice of the flight recorder's ring arena (its ``gate`` says
+        ring mode), or, for a launch captured into a CUDA graph, a stage and the commit to launch
+        after the kernel (``after``). None when the launch is to run untraced (the capture is
+        full, or the graph capture cannot take a traced launch)."""
+        torch = require_torch()
 
         if self.closed:
             raise RuntimeError("this ktrace capture is closed; open a new one")
@@ -498,7 +528,7 @@ class Session:
         self.kernels.setdefault(kernel.name, kernel)
         return pl
 
-    def _ring_launch(self, kernel: "TracedKernel", grid: tuple[int, int, int], n_prog: int, device: int, meta: dict | None = None):
+    def _ring_launch(self, kernel, grid: tuple[int, int, int], n_prog: int, device: int, meta: dict | None = None):
         """A launch in ring mode: its buffer is a slice of the flight recorder's pinned arena."""
         import torch
 
@@ -517,7 +547,7 @@ class Session:
         self.kernels.setdefault(kernel.name, kernel)
         return pl
 
-    def _graph_launch(self, kernel: "TracedKernel", grid: tuple[int, int, int], capacity: int, device: int, lanes: tuple,
+    def _graph_launch(self, kernel, grid: tuple[int, int, int], capacity: int, device: int, lanes: tuple,
                       meta: dict | None = None):
         """A launch captured into a CUDA graph: a stage and a replay ring (``ktrace.graphs``), or
         None (the launch then runs untraced in the graph) when it cannot be traced there without
@@ -543,7 +573,7 @@ class Session:
         gl.launch_meta = dict(meta or {})  # (what each of its replays' launch records keeps besides)
         self._graphs.append(gl)
         self.kernels.setdefault(kernel.name, kernel)
-        return _GraphPending(buffer=gl.stage, gate=gl.gate, after=gl.commit)
+        return _GraphPending(buffer=gl.stage, gate=gl.gate, after=gl.commit, number=len(self._graphs) - 1)
 
     def drain_replays(self) -> int:
         """Make the replays recorded so far of this capture's launches captured into CUDA graphs
@@ -851,497 +881,3 @@ def _dist_rank_world() -> tuple[int, int]:
 
     re = rank_env()
     return (re.rank, re.world_size) if re is not None else (0, 1)
-
-
-# ---------------------------------------------------------------------------------------------
-# the decorator
-# ---------------------------------------------------------------------------------------------
-
-
-def _grid3(g) -> tuple[int, int, int]:
-    if isinstance(g, int):
-        g = (g,)
-    g = tuple(int(x) for x in g)
-    if not 1 <= len(g) <= 3 or any(x < 0 for x in g):
-        raise ValueError(f"bad launch grid {g}")
-    return (g + (1, 1))[:3]  # type: ignore[return-value]
-
-
-def _global_name(mod) -> str:
-    """The name under which a prepared kernel's module sees a probe module (set in its globals)."""
-    return "_" + mod.__name__.replace(".", "_") + "_"
-
-
-class KernelShapeError(TypeError):
-    """A kernel ``@ktrace.trace`` cannot end with a flush of its tracer (an early ``return``)."""
-
-
-def _init_module(node, g: dict):
-    """The probe module whose ``init`` ``node`` calls, as the kernel's names resolve it, if that
-    module supports deferred records (``__ktrace_deferrable__``: it has ``init_deferred`` and
-    ``finish``; ``ktrace.language`` does, and a module of probes for another DSL may); else None."""
-    import sys
-
-    if not isinstance(node, ast.Call):
-        return None
-    f = node.func
-    if isinstance(f, ast.Attribute) and f.attr == "init" and isinstance(f.value, ast.Name):
-        mod = g.get(f.value.id)
-    elif isinstance(f, ast.Name):
-        mod = sys.modules.get(getattr(g.get(f.id), "__module__", None) or "")
-        if mod is None or getattr(mod, "init", None) is not g.get(f.id):
-            return None
-    else:
-        return None
-    return mod if getattr(mod, "__ktrace_deferrable__", False) else None
-
-
-#: ``ktrace.language`` probes that read a tracer without writing a record (no result to keep).
-_READERS = ("begin", "timestamp")
-
-
-def _always_off(call) -> bool:
-    """``kl.init(buf, 0)``: a tracer that is off whatever the launch (nothing to defer)."""
-    gate = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "KTRACE"), None)
-    return isinstance(gate, ast.Constant) and gate.value == 0
-
-
-def _callee(node, scope: dict):
-    """The Python object a call's function expression names in ``scope`` (None if unknown)."""
-    f = node.func
-    if isinstance(f, ast.Name):
-        return scope.get(f.id)
-    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
-        return getattr(scope.get(f.value.id), f.attr, None)
-    return None
-
-
-def _assigned_to(parents: dict, call, name: str) -> bool:
-    """Whether the call's result is assigned back to ``name`` (``kt = f(kt)``, ``kt, x = f(kt)``)
-    or returned (``return f(kt)`` in a helper: its caller, checked in turn, assigns it back; a
-    kernel itself may not return)."""
-    st = parents.get(id(call))
-    if isinstance(st, ast.Return):
-        return True
-    if not isinstance(st, ast.Assign):
-        return False
-    for t in st.targets:
-        for n in ast.walk(t):
-            if isinstance(n, ast.Name) and n.id == name:
-                return True
-    return False
-
-
-def _tracer_threaded(fn, name: str, depth: int = 0, seen=None) -> str | None:
-    """Why the tracer ``name`` of jit function ``fn`` is not threaded through every call, else None.
-
-    Deferred records live in the tracer value: a call that takes it and whose result is not
-    assigned back to it (``helper(kt, ...)``) would drop the records still pending when the
-    callee returns. Calls into ktrace's own device modules are trusted; a user jit function the
-    tracer is passed to is checked the same way, recursively.
-    """
-    seen = set() if seen is None else seen
-    if (id(fn), name) in seen or depth > 16:
-        return None
-    seen.add((id(fn), name))
-    fdef = ast.parse(fn.src).body[0]
-    scope = {**fn.__globals__, **inspect.getclosurevars(fn.fn).nonlocals}
-    parents = {}
-    for st in ast.walk(fdef):
-        if isinstance(st, (ast.Assign, ast.Return)) and isinstance(st.value, ast.Call):
-            parents[id(st.value)] = st
-    for call in ast.walk(fdef):
-        if not isinstance(call, ast.Call):
-            continue
-        pos = [i for i, a in enumerate(call.args) if isinstance(a, ast.Name) and a.id == name]
-        kws = [k.arg for k in call.keywords if isinstance(k.value, ast.Name) and k.value.id == name]
-        if not pos and not kws:
-            continue
-        target = _callee(call, scope)
-        mod = getattr(target, "__module__", "") or ""
-        if mod.startswith("ktrace.") and getattr(target, "__name__", "") in _READERS:
-            continue
-        if not _assigned_to(parents, call, name):
-            where = f"{fn.__name__} line {fn.starting_line_number + call.lineno - 1}"
-            return f"{where} passes the tracer to {ast.unparse(call.func)} without keeping its result"
-        if mod.startswith("ktrace.") or not hasattr(target, "src"):
-            continue
-        params = list(inspect.signature(target.fn).parameters)
-        for p in [params[i] for i in pos if i < len(params)] + [k for k in kws if k in params]:
-            why = _tracer_threaded(target, p, depth + 1, seen)
-            if why:
-                return why
-    return None
-
-
-def _deferring_kernel(jit_fn):
-    """The kernel with its tracers' records kept off the critical path, and flushed at its end.
-
-    Each top-level ``name = kl.init(...)`` of the kernel's body becomes
-    ``kl.init_deferred(...)`` and ``kl.finish(name)`` is appended to the body, by editing the
-    source text (line numbers, hence error messages and the recorded source lines, unchanged).
-    The result is a new JIT function of the same type and options (the original, and its
-    compiled kernels, are left as they were). A kernel without such a call is returned as is, and
-    so is one that passes a tracer to a function whose result it does not assign back to it (the
-    records pending at that function's end would be lost): its records are stored by their
-    probes, as written (:func:`_tracer_threaded` says why, in the log).
-
-    Raises:
-        KernelShapeError: the kernel has a ``return`` statement: the flush could not be placed
-            on every path out of it (one line, at decoration).
-    """
-    src = jit_fn.src
-    fdef = ast.parse(src).body[0]
-    g = jit_fn.__globals__
-    scope = {**g, **inspect.getclosurevars(jit_fn.fn).nonlocals}
-    tracers = [(st.targets[0].id, st.value, _init_module(st.value, scope)) for st in fdef.body
-               if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
-               and _init_module(st.value, scope) is not None and not _always_off(st.value)]
-    if not tracers:
-        return jit_fn
-    for name, _, _ in tracers:
-        why = _tracer_threaded(jit_fn, name)
-        if why:  # (correct as written: each record stored by its probe, on the critical path)
-            log.info("ktrace: kernel %s keeps its records immediate: %s", fdef.name, why)
-            return jit_fn
-    for node in ast.walk(fdef):
-        if isinstance(node, ast.Return):
-            raise KernelShapeError(
-                f"@ktrace.trace: kernel {fdef.name} returns at line {jit_fn.starting_line_number + node.lineno - 1}: "
-                "its trace could not be flushed on that path; end the kernel without `return` (put the rest under `if`)")
-    lines = [ln.encode() for ln in src.splitlines(keepends=True)]
-    for _, call, mod in sorted(tracers, key=lambda t: (t[1].func.lineno, t[1].func.col_offset), reverse=True):
-        f, i = call.func, call.func.lineno - 1
-        if f.end_lineno != f.lineno:
-            return jit_fn  # (a call name split over lines: left as written, records stored at once)
-        lines[i] = lines[i][: f.col_offset] + f"{_global_name(mod)}.init_deferred".encode() + lines[i][f.end_col_offset :]
-    end = fdef.end_lineno
-    if not lines[end - 1].endswith(b"\n"):
-        lines[end - 1] += b"\n"
-    indent = " " * fdef.body[0].col_offset
-    tail = [f"{indent}{_global_name(mod)}.finish({name})\n".encode() for name, _, mod in tracers]
-    new_src = b"".join(lines[:end] + tail + lines[end:]).decode()
-    for _, _, mod in tracers:
-        if g.setdefault(_global_name(mod), mod) is not mod:
-            raise KernelShapeError(f"@ktrace.trace: the name {_global_name(mod)} is taken in module {jit_fn.__module__}")
-    new = type(jit_fn)(
-        jit_fn.fn, version=jit_fn.version, do_not_specialize=jit_fn.do_not_specialize,
-        do_not_specialize_on_alignment=jit_fn.do_not_specialize_on_alignment, debug=jit_fn.debug,
-        noinline=jit_fn.noinline, repr=jit_fn._repr, launch_metadata=jit_fn.launch_metadata,
-    )
-    new.pre_run_hooks = list(jit_fn.pre_run_hooks)
-    new._unsafe_update_src(new_src)
-    new.ktrace_original = jit_fn
-    return new
-
-
-class TracedKernel:
-    """A ``@triton.jit`` kernel that records events when a capture is active.
-
-    Launch it exactly like the kernel (``k[grid](...)``). When no capture is active and
-    ``KTRACE`` is not set in the environment, the launch is the plain Triton launch, with
-    ``KTRACE=0`` (the kernel's default): no buffer, no probe code.
-
-    The kernel launched is a prepared copy (:func:`_deferring_kernel`): its tracers keep each
-    WAIT record and the last span, instant or counter in registers until a release, the next
-    wait or the kernel's end, where ``kl.finish`` (added by the decorator) stores them. A kernel
-    that returns early is refused (:class:`KernelShapeError`).
-    """
-
-    def __init__(self, jit_fn, events_per_program: int | Callable[[dict], int] = DEFAULT_EVENTS_PER_PROGRAM, name: str | None = None,
-                 lanes=None):
-        if not hasattr(jit_fn, "arg_names") or not hasattr(jit_fn, "run"):
-            raise TypeError("@ktrace.trace wraps a @triton.jit or @gluon.jit function: put it above @triton.jit (or @gluon.jit)")
-        want = ("ktrace_buf", "KTRACE") + (("KTRACE_LANES",) if lanes else ())
-        missing = [p for p in want if p not in jit_fn.arg_names]
-        if missing:
-            raise TypeError(
-                f"kernel {jit_fn.__name__} lacks the parameter(s) {missing}: "
-                "declare `ktrace_buf=None, KTRACE: tl.constexpr = 0` as its last parameters"
-                + (" and `KTRACE_LANES: gl.constexpr = 1` (a kernel traced per lane)" if lanes else "")
-            )
-        self.lanes = _lane_names(lanes)
-        if isinstance(events_per_program, int) and events_per_program <= 0:
-            raise ValueError(f"events_per_program must be positive, got {events_per_program}")
-        jit_fn = getattr(jit_fn, "ktrace_original", jit_fn)
-        self.jit_fn = _deferring_kernel(jit_fn)
-        self.events_per_program = events_per_program
-        self.name = name or jit_fn.__name__
-        #: (device, KTRACE) of the traced launches made outside any CUDA graph capture in this
-        #: process: their binary is loaded, so a capture may launch it (``Session._graph_launch``)
-        self.warm: set = set()
-        self._sig = inspect.signature(jit_fn.fn)
-        functools.update_wrapper(self, jit_fn.fn)
-        regions.scan_kernel(jit_fn)
-
-    def __getattr__(self, name):  # .fn, .cache, .warmup, ... of the jit function
-        return getattr(self.__dict__["jit_fn"], name)
-
-    def __getitem__(self, grid):
-        return functools.partial(self._launch, grid)
-
-    def run(self, *args, grid, **kwargs):
-        return self._launch(grid, *args, **kwargs)
-
-    def _arguments(self, args, kwargs) -> dict:
-        """The launch's arguments by name (parameters' defaults filled in; launch options such as
-        ``num_warps`` kept too), as a grid function or ``events_per_program`` gets them."""
-        params = self._sig.parameters
-        try:
-            bound = self._sig.bind_partial(*args, **{k: v for k, v in kwargs.items() if k in params})
-        except TypeError as e:
-            raise TypeError(f"{self.name}: {e}") from None
-        bound.apply_defaults()
-        meta = dict(bound.arguments)
-        meta.update({k: v for k, v in kwargs.items() if k not in params})
-        return meta
-
-    #: what each launch's record keeps besides (``AutoTraced``: the addresses are raw)
-    _launch_meta: dict = {}
-
-    def _extra_kwargs(self, session) -> dict:
-        """Launch arguments a traced launch passes besides the buffer and the gate."""
-        return {}
-
-    def _untraced(self, grid, args, kwargs):
-        return self.jit_fn[grid](*args, **kwargs)
-
-    def _launch(self, grid, *args, **kwargs):
-        if _compiling():
-            # torch.compile (Dynamo) traces this call: with no capture open anywhere the kernel as
-            # written (not the copy prepared for deferred records: the same binary when off) is
-            # compiled into the caller's graph, as without the decorator; with one open it is left
-            # out (a graph break) and runs here at every call, traced (the global read is guarded:
-            # opening or closing a capture recompiles the caller)
-            if not _TRACING:
-                return getattr(self.jit_fn, "ktrace_original", self.jit_fn)[grid](*args, **kwargs)
-            return _outside_compiled_graph()(self, grid, args, kwargs)
-        return self._launch_now(grid, args, kwargs)
-
-    def _launch_now(self, grid, args, kwargs):
-        session = active_session()
-        if session is None or "KTRACE" in kwargs:
-            return self._untraced(grid, args, kwargs)
-        # the launch's arguments by name, for a grid or a slot count given as a function of them
-        # (bound only then: binding costs about as much as the rest of a traced launch's host work)
-        meta = self._arguments(args, kwargs) if callable(grid) or callable(self.events_per_program) else None
-        g = _grid3(grid(meta) if callable(grid) else grid)
-        cap = session.events_per_program or (
-            self.events_per_program(meta) if callable(self.events_per_program) else self.events_per_program
-        )
-        cap = int(cap)
-        if cap <= 0:
-            raise ValueError(f"{self.name}: events per program must be positive, got {cap}")
-        device = _device_of(args, kwargs)
-        extra = {"lanes": self.lanes} if self.lanes else {}
-        if self._launch_meta:
-            extra["meta"] = self._launch_meta
-        pl = session._new_launch(self, g, cap, device, **extra) if g[0] * g[1] * g[2] > 0 else None
-        if pl is None:
-            return self._untraced(grid, args, kwargs)
-        gate = getattr(pl, "gate", 0) or cap
-        kwargs = dict(kwargs, ktrace_buf=pl.buffer, KTRACE=gate, **self._extra_kwargs(session))
-        if self.lanes:
-            kwargs["KTRACE_LANES"] = len(self.lanes)
-        after = getattr(pl, "after", None)  # a launch captured into a CUDA graph: its commit follows it
-        if getattr(session, "profiler", None) is not None:  # a named range around the launch: its CUPTI record by correlation
-            import torch
-
-            label = f"graph capture {len(session._graphs) - 1}" if after is not None else f"#{pl.index}"
-            with torch.profiler.record_function(f"{PROFILE_RANGE_PREFIX}{self.name} {label}"):
-                out = self.jit_fn[grid](*args, **kwargs)
-        else:
-            out = self.jit_fn[grid](*args, **kwargs)
-        if after is not None:
-            after()
-        else:
-            self.warm.add((device, gate))
-        return out
-
-
-def _compiling() -> bool:
-    """Whether torch.compile is tracing the caller (False when torch is not imported)."""
-    torch = sys.modules.get("torch")
-    return torch is not None and torch.compiler.is_compiling()
-
-
-_OUTSIDE: list = []
-
-
-def _outside_compiled_graph():
-    """:meth:`TracedKernel._launch_now` behind ``torch.compiler.disable``: called from code
-    torch.compile traces, it runs at every call instead of being compiled (made on first use)."""
-    if not _OUTSIDE:
-        _OUTSIDE.append(sys.modules["torch"].compiler.disable(lambda tk, grid, args, kwargs: tk._launch_now(grid, args, kwargs)))
-    return _OUTSIDE[0]
-
-
-def _torch():
-    """torch, or an ImportError that says which install records captures."""
-    try:
-        import torch
-    except ImportError:
-        raise ImportError("recording a capture needs torch and triton: pip install 'ktrace[gpu]' (analysing, merging "
-                          "and viewing captures does not)") from None
-    return torch
-
-
-def _device_of(args, kwargs) -> int:
-    torch = _torch()
-
-    for a in list(args) + list(kwargs.values()):
-        if isinstance(a, torch.Tensor) and a.is_cuda:
-            return a.device.index if a.device.index is not None else torch.cuda.current_device()
-    return torch.cuda.current_device()
-
-
-def _lane_names(lanes) -> tuple[str, ...]:
-    """Lane names from the decorator's ``lanes``: strings, or the partition functions themselves
-    (named after them)."""
-    if not lanes:
-        return ()
-    names = []
-    for x in lanes:
-        fn = getattr(x, "fn", x)
-        name = x if isinstance(x, str) else getattr(fn, "__name__", None)
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"lanes: each lane is a name or a partition function, got {x!r}")
-        names.append(name)
-    if len(names) > schema.MAX_LANES:
-        raise ValueError(f"lanes: at most {schema.MAX_LANES} lanes per program, got {len(names)}")
-    return tuple(names)
-
-
-def trace(fn=None, *, events_per_program: int | Callable[[dict], int] = DEFAULT_EVENTS_PER_PROGRAM, name: str | None = None,
-          lanes=None):
-    """Decorate a ``@triton.jit`` or ``@gluon.jit`` kernel so that captures record its probes.
-
-    Use as ``@ktrace.trace`` or ``@ktrace.trace(events_per_program=N)`` above the jit decorator.
-
-    Args:
-        events_per_program: event slots each program (each lane, with ``lanes``) owns (an int,
-            or a function of the launch's arguments by name). Waits and notifies take two
-            slots. Events past it are dropped and counted.
-        name: the kernel's name in traces (default: the function's name).
-        lanes: for a kernel traced per lane (``ktrace.gluon``): one entry per lane, in lane
-            order, each a name or the partition function (its name is the lane's). The kernel
-            then declares ``KTRACE_LANES: gl.constexpr = 1`` too, and gets ``len(lanes)``.
-    """
-    if fn is None:
-        return lambda f: TracedKernel(f, events_per_program=events_per_program, name=name, lanes=lanes)
-    return TracedKernel(fn, events_per_program=events_per_program, name=name, lanes=lanes)
-
-
-# ---------------------------------------------------------------------------------------------
-# kernels traced without edits (ktrace.auto)
-# ---------------------------------------------------------------------------------------------
-
-#: Bytes of the heap an ``auto`` capture over several ranks makes to calibrate the clocks over
-#: (each calibration takes 256 of them: thousands of captures per process).
-CALIBRATION_HEAP_BYTES = 1 << 20
-_calibration_heaps: dict = {}  # (process group, device) -> the heap
-_auto_lock = threading.Lock()
-_auto_kernels: dict = {}  # id(original jit function) -> (original, AutoTraced | None)
-_auto_said: set = set()  # (kernel, line) limits already logged
-
-
-class AutoTraced(TracedKernel):
-    """A kernel not written for ktrace, launched as its traced copy (``ktrace.auto.prepare``).
-
-    Its launches record raw addresses (``meta["addresses"] == "raw"``): the collector maps them
-    through each rank's table of mappings (``ktrace.auto.addresses``). A copy that Triton cannot
-    compile is dropped with one line, and the kernel runs as written, untraced, from then on.
-    """
-
-    _launch_meta = {"addresses": "raw", "auto": True}
-
-    def __init__(self, prepared, config):
-        self.__dict__["jit_fn"] = prepared.jit
-        self.original = prepared.original
-        self.prepared = prepared
-        self.config = config
-        self.events_per_program = config.events_per_program
-        self.name = prepared.original.__name__
-        self.lanes = ()
-        self.warm = set()  # (as TracedKernel's: traced launches made outside a CUDA graph capture)
-        self._sig = inspect.signature(prepared.jit.fn)
-        self.region_sources = prepared.source_lines()
-        self.broken = False
-        for name in self.region_sources:
-            regions.register(name)
-
-    def _extra_kwargs(self, session) -> dict:
-        return {"KTRACE_WAIT_NS": int(self.config.wait_timeout_ns)}
-
-    def _untraced(self, grid, args, kwargs):
-        from .auto import hooks
-
-        with hooks.quiet():
-            return self.original[grid](*args, **kwargs)
-
-    def _launch(self, grid, *args, **kwargs):
-        if self.broken:
-            return self._untraced(grid, args, kwargs)
-        session = active_session()
-        n_before = len(session.launches) if session is not None else 0
-        try:
-            return super()._launch(grid, *args, **kwargs)
-        except Exception as e:
-            if type(e).__name__ != "CompilationError":
-                raise
-            self.broken = True
-            if session is not None and len(session.launches) > n_before:
-                del session.launches[n_before:]  # (its buffer stays unused in the arena)
-            log.warning("[rank %s] ktrace: the traced copy of %s does not compile (%s); it runs untraced",
-                        getattr(session, "rank", "?"), self.name, " ".join(str(e).split())[:300])
-            return self._untraced(grid, args, kwargs)
-
-
-def _auto_dispatch(jit_fn, grid, args, kwargs):
-    """The launch hook's dispatcher (``ktrace.auto.hooks``): a kernel an open ``auto`` capture
-    traces is launched as its traced copy; any other launch goes as written."""
-    from .auto import hooks
-
-    session = active_session()
-    cfg = getattr(session, "_auto", None)
-    if cfg is None:
-        return hooks.PASS
-    traced = _auto_traced(jit_fn, cfg, session)
-    if traced is None:
-        return hooks.PASS
-    if session.heap is None and not session._own_heap and session._calib == {}:
-        session._calibration_heap(_device_of(args, kwargs))
-        if session.heap is not None:
-            session._calibrate("before")
-    with hooks.quiet():
-        return traced._launch(grid, *args, **kwargs)
-
-
-def _auto_traced(jit_fn, cfg, session):
-    """The kernel's :class:`AutoTraced` (made once per kernel and config), or None when it cannot be
-    prepared (said once, in one line)."""
-    from .auto.prepare import prepare
-    from .auto.transform import Refused
-
-    key = (id(jit_fn), cfg)
-    hit = _auto_kernels.get(key)  # (the launch path: one lookup, no lock, when the kernel was seen)
-    if hit is not None and hit[0] is jit_fn:
-        return hit[1]
-    with _auto_lock:
-        if "ktrace_buf" in jit_fn.arg_names or (jit_fn.__module__ or "").startswith("ktrace.") or not cfg.matches(jit_fn):
-            _auto_kernels[key] = (jit_fn, None)  # (instrumented by hand, ktrace's own, or not asked for)
-            return None
-        rank = getattr(session, "rank", "?")
-        try:
-            p = prepare(jit_fn)
-        except Refused as e:
-            log.warning("[rank %s] ktrace: kernel %s is not traced: %s", rank, jit_fn.__name__, e)
-            _auto_kernels[key] = (jit_fn, None)
-            return None
-        for line in p.limits():
-            if (jit_fn.__name__, line) not in _auto_said:
-                _auto_said.add((jit_fn.__name__, line))
-                log.warning("[rank %s] ktrace: %s: %s", rank, jit_fn.__name__, line)
-        traced = AutoTraced(p, cfg)
-        _auto_kernels[key] = (jit_fn, traced)
-        return traced

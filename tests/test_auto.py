@@ -377,11 +377,12 @@ def test_a_traced_launch_binds_its_arguments_only_for_a_grid_function(monkeypatc
     launch's host work: it is done only when a grid or a slot count is a function of them."""
     import torch
 
-    from ktrace import session as S
+    from ktrace import traced as T
     from ktrace.auto.config import AutoConfig
+    from ktrace.auto.launch import AutoTraced
     from tests.byok import ring_plain as R
 
-    traced = S.AutoTraced(P.prepare(R.ring_plain), AutoConfig())
+    traced = AutoTraced(P.prepare(R.ring_plain), AutoConfig())
     launched = []
 
     class Jit:
@@ -394,22 +395,21 @@ def test_a_traced_launch_binds_its_arguments_only_for_a_grid_function(monkeypatc
     class Session:
         events_per_program, launches, rank, profiler = None, [], 0, None
 
-        def _new_launch(self, kernel, grid, cap, device, **kw):
+        def new_launch(self, kernel, grid, cap, device, **kw):
             assert kw["meta"] == {"addresses": "raw", "auto": True}
             return Pending()
 
-    traced.__dict__["jit_fn"] = Jit()
-    monkeypatch.setattr(S, "_device_of", lambda a, k: 0)
-    monkeypatch.setattr(S, "active_session", lambda: Session())
+    traced.jit_fn = Jit()
+    monkeypatch.setattr(T, "device_of", lambda a, k: 0)
     bound = []
-    real = traced._arguments
-    monkeypatch.setattr(traced, "_arguments", lambda a, k: bound.append(1) or real(a, k))
+    real = traced.arguments
+    monkeypatch.setattr(traced, "arguments", lambda a, k: bound.append(1) or real(a, k))
     x = torch.empty(4)
     knobs = dict(rank=0, world=2, epoch=1, n_tiles=4, TILE=256, delay_rank=-1, delay_lo=0, delay_hi=0, delay_ns=0, delay_plo=0,
                  delay_phi=0, skip_rank=-1, skip_tile=-1, skip_prog=-1, shift=0)
-    traced._launch((8,), x, x, x, x, **knobs)
+    traced.launch(Session(), (8,), (x, x, x, x), knobs)
     assert bound == [] and launched[-1][1]["KTRACE"] == 64 and launched[-1][1]["KTRACE_WAIT_NS"] == 5_000_000_000
-    traced._launch(lambda meta: (meta["n_tiles"] * 2,), x, x, x, x, **knobs)
+    traced.launch(Session(), lambda meta: (meta["n_tiles"] * 2,), (x, x, x, x), knobs)
     assert bound == [1]
 
 

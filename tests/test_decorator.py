@@ -3,6 +3,7 @@
 import pytest
 
 import ktrace
+from ktrace import decorator, traced
 from ktrace import session as kcap
 from tests import probe_kernels as pk
 
@@ -27,7 +28,7 @@ class _FakeSession:
     def __init__(self):
         self.asked = []
 
-    def _new_launch(self, kernel, grid, capacity, device):
+    def new_launch(self, kernel, grid, capacity, device):
         self.asked.append((kernel.name, grid, capacity))
 
         class PL:
@@ -70,7 +71,7 @@ def test_traced_launch_sizes_buffer_from_grid_and_fills_the_gate(monkeypatch):
     rec = _wrap(tk)
     s = _FakeSession()
     monkeypatch.setattr(kcap, "active_session", lambda: s)
-    monkeypatch.setattr(kcap, "_device_of", lambda a, k: 0)
+    monkeypatch.setattr(traced, "device_of", lambda a, k: 0)
     tk[lambda meta: (meta["n"] // meta["BLOCK"], 2)]("x", "y", 12, BLOCK=6, num_warps=2)
     assert s.asked == [("mycopy", (2, 2, 1), 3)]
     grid, args, kw = rec.calls[0]
@@ -84,7 +85,7 @@ def test_session_override_and_env_switch(monkeypatch):
     s = _FakeSession()
     s.events_per_program = 9
     monkeypatch.setattr(kcap, "active_session", lambda: s)
-    monkeypatch.setattr(kcap, "_device_of", lambda a, k: 0)
+    monkeypatch.setattr(traced, "device_of", lambda a, k: 0)
     tk[(5,)]("x", "y", 1, BLOCK=1)
     assert s.asked == [("copy_kernel", (5, 1, 1), 9)]
     monkeypatch.undo()
@@ -132,7 +133,7 @@ def test_decorator_refuses_an_early_return_in_one_line():
             return
         kt = kl.mark(kt, "m")
 
-    with pytest.raises(kcap.KernelShapeError, match=r"kernel k returns at line \d+: .* without `return`") as ei:
+    with pytest.raises(decorator.KernelShapeError, match=r"kernel k returns at line \d+: .* without `return`") as ei:
         ktrace.trace(k)
     assert "\n" not in str(ei.value)
 

@@ -39,6 +39,13 @@ def _bad_lane(ktrace_buf=None, KTRACE: gl.constexpr = 0, KTRACE_LANES: gl.conste
 def _no_lanes(ktrace_buf=None, KTRACE: gl.constexpr = 0):
     pass
 
+
+@gluon.jit
+def _end_args(ktrace_buf=None, KTRACE: gl.constexpr = 0, KTRACE_LANES: gl.constexpr = 1):
+    kt = kg.init(ktrace_buf, KTRACE, KTRACE_LANES, 0)
+    s = kg.begin(kt, "x", 5, 6)
+    kt = kg.end(kt, s, arg1=123456)
+
 FIX = Path(__file__).parent / "fixtures" / "gluon"
 GPU = json.loads((FIX / "gpu_results.json").read_text())
 HANDOFF_SIG = {"out": "*i32", "n_iters": "i32", "ktrace_buf": "*i64"}
@@ -130,6 +137,34 @@ def test_a_lane_number_must_be_below_the_lanes():
         said.append(str(e))
         e = e.__cause__
     assert any("a lane number must be a compile-time int in 0..1" in c for c in said), said
+
+
+def _causes(e) -> list[str]:
+    said = []
+    while e is not None:
+        said.append(str(e))
+        e = e.__cause__
+    return said
+
+
+def test_the_gluon_face_is_the_core_s_probes_with_their_signatures():
+    """``kg.begin`` .. ``kg.record_notify`` are ``ktrace.language``'s own functions (one place
+    makes a record); ``kg.end`` takes ``arg0``/``arg1`` as ``kl.end`` does: the replaced argument
+    is the record's, the one given to ``begin`` is not."""
+    import triton
+
+    import ktrace.language as kl
+
+    assert {"begin", "end", "mark", "counter", "record_wait", "record_notify", "Tracer"} <= set(kl.SHARED)
+    assert all(getattr(kg, n) is getattr(kl, n) for n in kl.SHARED)
+    on = compile_asm(_end_args, {"ktrace_buf": "*i64"}, {"KTRACE": 4, "KTRACE_LANES": 1}, CUDA_SM90, num_warps=4)
+    off = compile_asm(_end_args, {"ktrace_buf": "*i64"}, {"KTRACE": 0, "KTRACE_LANES": 1}, CUDA_SM90, num_warps=4)
+    assert str((123456 << 32) | 5) in on and str((6 << 32) | 5) not in on  # (arg0 5 kept, arg1 replaced)
+    assert "st.global.v2.b64" in on and "%globaltimer" not in off
+    # ring mode (the flight recorder) keeps no lanes: refused in one line, not written out of bounds
+    with pytest.raises(triton.CompilationError) as ei:
+        compile_asm(_end_args, {"ktrace_buf": "*i64"}, {"KTRACE": schema.ring_gate(8), "KTRACE_LANES": 1}, CUDA_SM90, num_warps=4)
+    assert any("records @triton.jit kernels only" in c for c in _causes(ei.value)), _causes(ei.value)
 
 
 def test_decorator_names_lanes_after_partitions_and_needs_the_lanes_parameter():

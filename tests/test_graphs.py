@@ -394,13 +394,14 @@ def captured(monkeypatch):
     calls replaced by records of them."""
     import ktrace
     from ktrace import session as kcap
+    from ktrace import traced
     from ktrace.graphs import recorder as gr
     from tests import probe_kernels as pk
 
     log = []
     tk = ktrace.trace(events_per_program=4)(pk.copy_kernel.jit_fn)
     tk.__dict__["jit_fn"] = _Recorder(tk.jit_fn, log)
-    monkeypatch.setattr(kcap, "_device_of", lambda a, k: 0)
+    monkeypatch.setattr(traced, "device_of", lambda a, k: 0)
     monkeypatch.setattr(gr, "capturing", lambda device: True)
     monkeypatch.setattr(gr, "_warned", set())
 
@@ -450,6 +451,7 @@ def test_captured_launch_gets_a_stage_and_its_commit_right_after_it(captured, mo
 def test_an_eager_traced_launch_marks_its_binary_warm(monkeypatch):
     import ktrace
     from ktrace import session as kcap
+    from ktrace import traced
     from tests import probe_kernels as pk
 
     log = []
@@ -459,14 +461,14 @@ def test_an_eager_traced_launch_marks_its_binary_warm(monkeypatch):
     class S:
         events_per_program = None
 
-        def _new_launch(self, kernel, grid, capacity, device):
+        def new_launch(self, kernel, grid, capacity, device):
             class PL:
                 buffer, index = "BUF", 0
 
             return PL()
 
     monkeypatch.setattr(kcap, "active_session", lambda: S())
-    monkeypatch.setattr(kcap, "_device_of", lambda a, k: 1)
+    monkeypatch.setattr(traced, "device_of", lambda a, k: 1)
     tk[(3,)]("x", "y", 10, BLOCK=4)
     assert tk.warm == {(1, 4)} and log[0][3]["KTRACE"] == 4
 
@@ -569,6 +571,7 @@ def test_torch_compile_compiles_the_plain_kernel_and_breaks_the_graph_only_while
 
     import ktrace
     from ktrace import session as kcap
+    from ktrace import traced
     from tests import probe_kernels as pk
 
     class Plain:
@@ -592,7 +595,7 @@ def test_torch_compile_compiles_the_plain_kernel_and_breaks_the_graph_only_while
     class S:
         events_per_program = None
 
-        def _new_launch(self, kernel, grid, capacity, device):
+        def new_launch(self, kernel, grid, capacity, device):
             asked.append(grid)
 
             class PL:
@@ -600,7 +603,7 @@ def test_torch_compile_compiles_the_plain_kernel_and_breaks_the_graph_only_while
 
             return PL()
 
-    monkeypatch.setattr(kcap, "_device_of", lambda a, k: 0)
+    monkeypatch.setattr(traced, "device_of", lambda a, k: 0)
     monkeypatch.delenv("KTRACE", raising=False)
     kcap._count_open(0)
     graphs = []

@@ -1,10 +1,11 @@
 """The floors of ktrace (``docs/architecture.md``): no import runs up a floor, and none runs in a circle.
 
-Every ``import`` and ``from ... import`` in ``ktrace/`` and ``viewers/`` is read from the source
-(module level and inside functions alike) and resolved to the ktrace or viewers module it names.
-Each module sits on the floor of the longest prefix of its name in :data:`FLOORS`; an import
-may only name a module on its own floor or a lower one, and the graph of all imports has no
-cycle.
+Every ``import`` and ``from ... import`` in ``ktrace/``, ``viewers/`` and ``instrumented_kernels/``
+is read from the source (module level and inside functions alike) and resolved to the module of
+those folders it names. Each module sits on the floor of the longest prefix of its name in
+:data:`FLOORS`; an import may only name a module on its own floor or a lower one, and the graph
+of all imports has no cycle. ``instrumented_kernels/`` uses only ktrace's public API
+(:data:`KERNELS_MAY_IMPORT`).
 """
 
 from __future__ import annotations
@@ -31,11 +32,13 @@ FLOORS: list[tuple[str, ...]] = [
     ("ktrace.events",),  # the one decode: a capture's events as aligned columns
     ("ktrace.shmem", "ktrace.shmem.align"),  # the symmetric heap and its traced device API; the launch barrier
     ("ktrace.clock.calibrate",),  # the ping-pong that measures the clocks (over the heap)
-    ("ktrace.session", "ktrace.flight", "ktrace.graphs", "ktrace.auto", "ktrace.auto.boot", "ktrace.auto._site"),  # the decorator, capture sessions; the flight recorder; CUDA graph replays; ktrace record's side in the program
+    ("ktrace.traced", "ktrace.session", "ktrace.decorator", "ktrace.flight", "ktrace.graphs", "ktrace.auto", "ktrace.auto.launch",
+     "ktrace.auto.boot", "ktrace.auto._site"),  # the traced launch, capture sessions, the decorator; the flight recorder; CUDA graph replays; kernels traced without edits, launched; ktrace record's side in the program
     ("ktrace.export", "ktrace.analysis"),  # traces for Perfetto; the analyses and the report
     ("viewers",),  # the HTML report, serving traces to the Perfetto UI
     # the command line; the test harnesses of the real consumers (Perfetto's trace processor and UI)
-    ("ktrace.cli", "ktrace.demo", "ktrace.run", "ktrace.record", "ktrace.dump", "ktrace.testing.launch", "ktrace.testing.perfetto"),
+    ("ktrace.cli", "ktrace.demo", "ktrace.run", "ktrace.record", "ktrace.dump", "ktrace.testing.launch", "ktrace.testing.perfetto",
+     "instrumented_kernels"),  # (and the instrumented kernels, which the command line discovers and runs)
 ]
 
 
@@ -50,7 +53,7 @@ def _floor_of(module: str) -> int | None:
 
 def _modules() -> dict[str, Path]:
     out = {}
-    for top in ("ktrace", "viewers"):
+    for top in ("ktrace", "viewers", "instrumented_kernels"):
         for p in sorted((ROOT / top).rglob("*.py")):
             parts = list(p.relative_to(ROOT).with_suffix("").parts)
             if parts[-1] == "__init__":
@@ -63,7 +66,7 @@ MODULES = _modules()
 
 
 def _imports(module: str, path: Path) -> list[tuple[int, str]]:
-    """``(line, module)`` of every ktrace/viewers module that ``module`` imports, anywhere in it."""
+    """``(line, module)`` of every ktrace/viewers/instrumented_kernels module that ``module`` imports, anywhere in it."""
     is_pkg = path.name == "__init__.py"
     pkg = module if is_pkg else module.rpartition(".")[0]
     found = []
@@ -103,16 +106,15 @@ def test_no_import_runs_up_a_floor(module):
     assert not up, "\n".join(up)
 
 
-def test_no_import_circle():
-    # a package's __init__ re-exporting its modules is not a circle with them
-    edges = {m: {t for _, t in GRAPH[m] if not (m.startswith(t + ".") and MODULES[t].name == "__init__.py")} for m in MODULES}
+def _find_cycle(edges: dict) -> list[str] | None:
+    """A circle of the import graph ``edges`` (module -> modules it imports), or None."""
     state: dict[str, int] = {}
     stack: list[str] = []
 
     def visit(m: str) -> list[str] | None:
         state[m] = 1
         stack.append(m)
-        for t in sorted(edges[m]):
+        for t in sorted(edges.get(m, ())):
             if state.get(t) == 1:
                 return stack[stack.index(t):] + [t]
             if t not in state:
@@ -123,10 +125,19 @@ def test_no_import_circle():
         state[m] = 2
         return None
 
-    for m in sorted(MODULES):
+    for m in sorted(edges):
         if m not in state:
             cycle = visit(m)
-            assert cycle is None, " -> ".join(cycle)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_no_import_circle():
+    # a package's __init__ re-exporting its modules is not a circle with them
+    edges = {m: {t for _, t in GRAPH[m] if not (m.startswith(t + ".") and MODULES[t].name == "__init__.py")} for m in MODULES}
+    cycle = _find_cycle(edges)
+    assert cycle is None, " -> ".join(cycle)
 
 
 def test_the_floors_test_can_fail(tmp_path):
@@ -154,3 +165,38 @@ def test_the_viewers_rule_can_fail(tmp_path):
     bad.write_text("from ktrace.analysis.causes import launch_makespans\nfrom ktrace.analysis import document\n")
     found = [m for _, m in _imports("viewers.v", bad)]
     assert "ktrace.analysis.causes" in found and "ktrace.analysis.document" in found
+
+
+#: What ``instrumented_kernels/`` may import of ktrace: its public API. The host API (``ktrace``:
+#: ``trace``, ``capture``, ``decode_buffer``, ...), the device API for both DSLs and the heap, and
+#: the buffer layout (``schema``: a harness that sizes buffers of its own follows it).
+KERNELS_MAY_IMPORT = {"ktrace", "ktrace.language", "ktrace.gluon", "ktrace.shmem", "ktrace.shmem.language", "ktrace.shmem.gluon",
+                      "ktrace.schema"}
+
+
+def _private_imports(module: str, path: Path) -> list[tuple[int, str]]:
+    return [(line, m) for line, m in _imports(module, path)
+            if (m == "ktrace" or m.startswith("ktrace.")) and m not in KERNELS_MAY_IMPORT]
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.split(".")[0] == "instrumented_kernels"))
+def test_instrumented_kernels_use_only_the_public_api(module):
+    bad = _private_imports(module, MODULES[module])
+    assert not bad, f"{module} imports {bad}: instrumented kernels use only {sorted(KERNELS_MAY_IMPORT)}"
+
+
+def test_the_public_api_rule_can_fail(tmp_path):
+    bad = tmp_path / "k.py"
+    bad.write_text("import ktrace\nimport ktrace.language as kl\n\n\ndef f():\n    from ktrace.pairing import pair_table\n"
+                   "    from ktrace.shmem import SymmetricHeap\n")
+    assert _private_imports("instrumented_kernels.x.k", bad) == [(6, "ktrace.pairing")]
+    assert "instrumented_kernels.harness" in MODULES and _floor_of("instrumented_kernels.harness") == len(FLOORS) - 1
+
+
+def test_the_circle_check_can_fail():
+    """The cycle finder of :func:`test_no_import_circle` finds a circle made of two real modules."""
+    edges = {m: {t for _, t in GRAPH[m]} for m in MODULES}
+    edges["ktrace.schema"] = edges["ktrace.schema"] | {"ktrace.session"}  # (session reaches schema)
+    assert _find_cycle(edges) is not None
+    assert _find_cycle({m: {t for _, t in GRAPH[m] if not (m.startswith(t + ".") and MODULES[t].name == "__init__.py")}
+                        for m in MODULES}) is None

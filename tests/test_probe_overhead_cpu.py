@@ -1,5 +1,5 @@
-"""benchmarks/probe_overhead.py's bookkeeping and options, and the pipeline's controls as compiled
-(CPU: no kernel runs here)."""
+"""benchmarks/probe_overhead.py's bookkeeping and options, each suite run by its module
+(``benchmarks/probe_suites``), and the pipeline's controls as compiled (CPU: no kernel runs here)."""
 
 import json
 import sys
@@ -9,6 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import probe_overhead as po  # noqa: E402
+from probe_suites import phase  # noqa: E402
 
 
 def _rows(times: dict, handoffs: int = 1000) -> list[dict]:
@@ -16,7 +17,7 @@ def _rows(times: dict, handoffs: int = 1000) -> list[dict]:
 
 
 def test_phase_variants_cover_every_kind_and_delay():
-    v = po._phase_variants([0, 50])
+    v = phase.sweep_variants([0, 50])
     assert v["untraced"] == {"DELAY": 0} and v["untraced @50"] == {"DELAY": 50}
     assert v["signals @0"] == {"WAITS": True, "NOTIFIES": True, "DELAY": 0}
     assert len(v) == 2 * 5
@@ -30,7 +31,7 @@ def test_phase_rows_average_over_delays():
     for k in ("waits", "notifies", "signals", "all"):
         times[f"{k} @0"] = 1060.0  # +60 ns per hand-off (1000 hand-offs)
         times[f"{k} @50"] = 1080.0  # -20 ns
-    out = {r["variant"]: r for r in po._phase_rows(_rows(times), delays)}
+    out = {r["variant"]: r for r in phase.mean_over_delays(_rows(times), delays)}
     assert set(out) == {"waits", "notifies", "signals", "all"}
     s = out["signals"]
     assert s["extra_ns_per_handoff"] == pytest.approx(20.0)
@@ -42,7 +43,7 @@ def test_phase_rows_average_over_delays():
 def test_phase_rows_refuse_a_missing_delay():
     times = {"untraced": 1000.0, "signals @0": 1010.0}
     with pytest.raises(KeyError):
-        po._phase_rows(_rows(times), [0, 50])
+        phase.mean_over_delays(_rows(times), [0, 50])
 
 
 @pytest.mark.parametrize("argv, says", [
@@ -55,6 +56,45 @@ def test_a_bad_selection_is_refused_before_anything_runs(argv, says, capsys):
     with pytest.raises(SystemExit) as e:
         po.main(argv)
     assert e.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_each_suite_is_run_by_its_module(monkeypatch, capsys, tmp_path):
+    """The command routes every suite to its module's ``rows`` (stand-ins here: no GPU), with the
+    arguments that suite takes, and writes what they return."""
+    import importlib
+
+    import torch
+
+    from instrumented_kernels import harness as H
+
+    calls = []
+    for name in po.SUITES:
+        mod = importlib.import_module(f"probe_suites.{name}")
+        if name == "copy":
+            monkeypatch.setattr(mod, "main", lambda a: calls.append(("copy", a.reps, a.warmup)) or 0)
+            continue
+        monkeypatch.setattr(mod, "rows", lambda *a, _n=name: calls.append((_n, tuple(x for x in a if x is not H and not hasattr(x, "world_size"))))
+                            or [{"case": _n, "variant": "untraced", "median_us": 1.0, "p10_us": 1.0, "p90_us": 1.0}])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "stand-in")
+    monkeypatch.setattr(H, "device_name", lambda: "stand-in")
+    for var in ("RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(var, raising=False)
+    assert po.main([]) == 0 and calls == [("copy", 200, 20)]
+    calls.clear()
+    out = tmp_path / "rows.json"
+    assert po.main(["--suite", "handoff,phase,anatomy,diag,notify,small,hook", "--hook", "m:f", "--reps", "7", "--quick",
+                    "--parts", "pingpong", "--json", str(out)]) == 0
+    assert [c[0] for c in calls] == ["handoff", "phase", "anatomy", "diag", "notify", "small", "hook"]
+    assert calls[0][1] == (7, 5, True, ("pingpong",), None) and calls[1][1] == (7, 5)
+    assert calls[6][1] == ("m:f", 7, 5)  # (the hook gets its module:function first)
+    assert [r["case"] for r in json.loads(out.read_text())["rows"]] == [c[0] for c in calls]
+    calls.clear()
+    assert po.main(["--suite", "local,cost", "--reps", "9"]) == 0 and calls == [("local", (9,)), ("cost", ())]
+    with pytest.raises(SystemExit, match="a2a needs 2 ranks"):
+        po.main(["--suite", "a2a"])
+    assert "stand-in" in capsys.readouterr().out
 
 
 def test_the_pipeline_span_controls_compile_to_what_they_say():

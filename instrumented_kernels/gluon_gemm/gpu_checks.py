@@ -37,7 +37,6 @@ def probes(out, res):
     import torch
 
     import ktrace
-    from ktrace.decode import decode_buffer
     from tests import gluon_probe_kernels as gpk
 
     n_iters, progs = 10, 3
@@ -49,7 +48,7 @@ def probes(out, res):
             k[(progs,)](x, n_iters, num_warps=4)
         if cap == 64:
             c.save(os.path.join(out, "gluon_handoff.ktrace"))
-        d = decode_buffer(c.launches[0].raw)
+        d = ktrace.decode_buffer(c.launches[0].raw)
         ev = d.events
         # consumer: wait (2 slots), mark, counter, arrive (2); producer: wait (2), span, arrive (2)
         want = {0: _expected_slots([2, 1, 1, 2] * n_iters, cap), 1: _expected_slots([2, 1, 2] * n_iters, cap)}
@@ -71,7 +70,6 @@ def flags(out, res):
 
     import ktrace
     from instrumented_kernels import harness as H
-    from ktrace.pairing import pair_table
     from tests import gluon_probe_kernels as gpk
 
     d = H.setup()
@@ -84,7 +82,7 @@ def flags(out, res):
     torch.cuda.synchronize()
     c.save(os.path.join(out, "gluon_flags.ktrace"))
     ev = c.events()
-    n, w, un, uw = pair_table(ev)
+    n, w, un, uw = ktrace.pair_table(ev)
     res["flags"] = {"flags": fl.tolist(), "waits": int((ev["kind"] == 4).sum()), "notifies": int((ev["kind"] == 5).sum()),
                     "pairs": int(n.size), "unmatched_waits": int(uw), "timeouts": int(((ev["flags"] & 2) != 0).sum()),
                     "ok": bool(fl.tolist() == [rounds] * progs and n.size == progs and uw == 0), "rank": d.rank}
@@ -99,7 +97,6 @@ def scatter(out, res):
     from instrumented_kernels import harness as H
     from instrumented_kernels.gluon_gemm import reference as R
     from instrumented_kernels.gluon_gemm.scatter import GluonGemmScatter
-    from ktrace.pairing import pair_table
 
     H.setup()
     r = {}
@@ -123,7 +120,7 @@ def scatter(out, res):
         if M == 512:
             c.save(os.path.join(out, "gluon_gemm_scatter.ktrace"))
             ev = c.events()
-            n, w, _, uw = pair_table(ev)
+            n, w, _, uw = ktrace.pair_table(ev)
             r["pairs"] = {"pairs": int(n.size), "unmatched_waits": int(uw), "waits": int((ev["kind"] == 4).sum()),
                           "flag_pairs": int(((ev["flags"][w] & 4) == 0).sum()), "lanes": sorted(set(ev["lane"].tolist()))}
     res["scatter"] = r
@@ -165,9 +162,7 @@ def gemm_checks(out, res, memcheck):
         C = torch.empty((M, N), dtype=torch.float16, device="cuda")
         with ktrace.capture() as c:
             g(inp["A"], inp["B"], C, traced=True)
-        from ktrace.decode import decode_buffer
-
-        d = decode_buffer(c.launches[0].raw)
+        d = ktrace.decode_buffer(c.launches[0].raw)
         ev = d.events
         slots = np.zeros(d.dropped_per_program.size, np.int64)
         np.add.at(slots, ev["program"] * 3 + ev["lane"], 1)

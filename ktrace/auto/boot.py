@@ -63,7 +63,7 @@ def _arm(_module) -> None:
         if _session is not None:
             return
         from .. import session as S
-        from . import declarations, hooks
+        from . import declarations
         from .config import AutoConfig
 
         spec = _settings()
@@ -75,8 +75,7 @@ def _arm(_module) -> None:
         _session = s
         S._env_session = s  # (the process's session: active_session() finds it with KTRACE set)
         os.environ["KTRACE"] = "1"
-        hooks.install()
-        hooks.set_dispatch(S._auto_dispatch)
+        S.route_auto_launches(True)
         _hook_destroy()
         atexit.register(finish)
 

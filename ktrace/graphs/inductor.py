@@ -13,7 +13,7 @@ are traced by the path that instruments kernels without edits (a separate packag
 one). What this package gives that path:
 
 * :func:`kernel_name`: the name a capture records for such a kernel (its Inductor name);
-* the graph-aware entry point ``ktrace.session.Session._new_launch(kernel, grid, capacity,
+* the graph-aware entry point ``ktrace.session.Session.new_launch(kernel, grid, capacity,
   device)``: it takes any kernel object with ``name`` (use :func:`kernel_name`), ``jit_fn`` (the
   Triton function, for region names) and ``warm`` (a set of ``(device, KTRACE)`` launched outside
   a capture, filled by its launcher), and returns the launch's buffer and gate. Called while

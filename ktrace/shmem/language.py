@@ -553,7 +553,7 @@ def wait_value(
     my_base = heap_base(heap_bases, rank)
     err = my_base.to(tl.pointer_type(tl.int32), bitcast=True)
     off = flag.to(tl.int64, bitcast=True) - my_base
-    lead = kl._leader()  # the thread that reports a timeout (read here, off the path after the spin)
+    lead = kl.leader()  # the thread that reports a timeout (read here, off the path after the spin)
     if NEED_T:
         t0 = kl.now()
     else:
@@ -603,8 +603,8 @@ def wait_value(
                 if spins >= NOW_AFTER_SPINS:
                     fill = spins == NOW_AFTER_SPINS
                     tl.store(now_ptr + 1, off, mask=fill)
-                    tl.store(now_ptr + 2, kl._pack(expected, _cmp_region(CMP, kl.region(name))), mask=fill)
-                    tl.store(now_ptr + 3, kl._pack(peer, v), mask=fill | (v != seen))
+                    tl.store(now_ptr + 2, kl.pack(expected, _cmp_region(CMP, kl.region(name))), mask=fill)
+                    tl.store(now_ptr + 3, kl.pack(peer, v), mask=fill | (v != seen))
                     tl.store(now_ptr, t0, mask=fill)  # since != 0 marks the slot filled
         seen = v
     if kt.ON:
