@@ -401,10 +401,11 @@ class _Bar:
         sys.stderr.flush()
 
 
-def _write_json(dest: str, data: dict) -> None:
+def _write_json(dest: str, data: dict, indent: bool = False) -> None:
     from .fileio import write_bytes
 
-    blob = orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+    # (compact unless asked: an indented report is three quarters whitespace)
+    blob = orjson.dumps(data, option=(orjson.OPT_INDENT_2 if indent else 0) | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
     if dest == "-":
         sys.stdout.write(blob.decode() + "\n")
     else:
@@ -418,7 +419,7 @@ def _emit(prog: str, args, as_json, as_text, write_html, what: str) -> int | Non
 
     try:
         if args.json:
-            _write_json(args.json, as_json())
+            _write_json(args.json, as_json(), getattr(args, "indent", False))
         if args.json != "-":
             print(as_text())
         if args.html:
@@ -495,7 +496,7 @@ def _cmd_report(args) -> int:
         cfg = ReportConfig(load=LoadConfig(work_region=args.work_region), trace_url=args.trace_url,
                            min_late_ns=args.min_late_us * 1e3, skip_warmup=args.skip_warmup)
         rep = build_report(path, cfg, progress=_Bar(not args.quiet))
-        live = _live(path)
+        live = _live(path) if rep.trace is None or rep.trace.live else None  # (a live dump's: read again)
     except (CaptureError, AnalysisError, ValueError) as e:
         return _fail("ktrace report", e, path)
     from viewers.report import write_html
@@ -545,6 +546,7 @@ def _register_analysis(subparsers: argparse._SubParsersAction) -> None:
                    help="a .ktrace capture file (merged over ranks; default: the bundled example capture)")
     s.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report (plots, ranked findings)")
     s.add_argument("--json", metavar="FILE", help="also write the report as JSON ('-': to stdout, instead of the summary)")
+    s.add_argument("--indent", action="store_true", help="with --json: indent the JSON (default: compact)")
     s.add_argument("--trace-url", metavar="URL", help="where this capture's trace is served, for the Perfetto links")
     s.add_argument("--work-region", metavar="NAME", help="region whose spans count as work items (default: the most frequent)")
     s.add_argument("--min-late-us", type=_float_in(0, 1e9), default=1.0, metavar="US",
@@ -565,6 +567,7 @@ def _register_analysis(subparsers: argparse._SubParsersAction) -> None:
     d.add_argument("b", help="the capture after (B)")
     d.add_argument("--html", metavar="FILE", help="also write a self-contained HTML diff")
     d.add_argument("--json", metavar="FILE", help="also write the diff as JSON ('-': to stdout)")
+    d.add_argument("--indent", action="store_true", help="with --json: indent the JSON (default: compact)")
     d.add_argument("--top", type=_int_in(0, 1 << 20), default=10, help="region movers listed (default 10)")
     d.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     d.set_defaults(func=_cmd_diff)

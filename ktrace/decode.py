@@ -8,6 +8,7 @@ saying what is wrong and where; nothing else escapes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -295,15 +296,7 @@ def _events(rec: np.ndarray, slots: _Slots, want) -> dict[str, np.ndarray]:
     out["start"] = t0.view(np.int64)
     out["end"] = t1.view(np.int64)
     if "arg0" in want or "arg1" in want:
-        a0 = rec["arg0"][main]
-        a1 = rec["arg1"][main]
-        is_counter = mkind == EventKind.COUNTER
-        if is_counter.any():
-            # Counters carry one 64-bit value split over arg0 (low half) and arg1 (high half).
-            a0 = a0.astype(np.int64)
-            a1 = a1.astype(np.int64)
-            a0, a1 = np.where(is_counter, (a0 & 0xFFFFFFFF) | (a1 << 32), a0), np.where(is_counter, 0, a1)
-        out["arg0"], out["arg1"] = a0, a1
+        out["arg0"], out["arg1"] = _counter_values(mkind, rec["arg0"][main], rec["arg1"][main])
     detail = [c for c in ("arg2", "arg3", "arg4", "arg5") if c in want]
     if detail:
         drec = rec.view(schema.DETAIL_DTYPE)  # field by field, as above
@@ -317,6 +310,17 @@ def _events(rec: np.ndarray, slots: _Slots, want) -> dict[str, np.ndarray]:
     if "index" in want:
         out["index"] = main
     return out
+
+
+def _counter_values(kind: np.ndarray, a0: np.ndarray, a1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Events' ``arg0`` and ``arg1``: counters carry one 64-bit value split over the two 32-bit
+    fields (low half in arg0, high half in arg1), joined into arg0 (int64) with arg1 0."""
+    is_counter = kind == EventKind.COUNTER
+    if not is_counter.any():
+        return a0, a1
+    a0 = a0.astype(np.int64)
+    a1 = a1.astype(np.int64)
+    return np.where(is_counter, (a0 & 0xFFFFFFFF) | (a1 << 32), a0), np.where(is_counter, 0, a1)
 
 
 def decode_buffer(buf, *, rank: int = 0, launch: int = 0) -> DecodedBuffer:
@@ -389,15 +393,50 @@ def _buffer_bytes(buf) -> np.ndarray:
     return np.frombuffer(memoryview(buf).cast("B"), np.uint8)
 
 
-def _stack(mvs: list):
-    """The headers (``HEADER_DTYPE``, one a buffer), packed kept-slot counts (None: dense), record
-    slots per buffer, the record slots stacked (``RECORD_DTYPE``), the dropped counts stacked,
-    and ``blame(check)`` (raises :class:`BufferDecodeError` for the first buffer ``check``
-    refuses) of several buffers of one layout, their headers checked together.
+@dataclass
+class _Stacked:
+    """Several buffers' record slots stacked into one array, their headers checked together."""
+
+    #: the headers (``HEADER_DTYPE``, one a buffer)
+    hdr: np.ndarray
+    #: per buffer: its (virtual) programs, slots per program, lanes per program, record slots held
+    P: np.ndarray
+    C: np.ndarray
+    lanes: np.ndarray
+    n_rec: np.ndarray
+    #: per program of every buffer, one buffer after another: the slots it holds (a packed
+    #: buffer's kept-slot counts; a dense buffer's capacity); None when every buffer is dense and
+    #: of one layout (``C`` slots each)
+    kept: np.ndarray | None
+    #: the record slots (``RECORD_DTYPE``), stacked
+    rec: np.ndarray
+    #: the dropped counts (uint32 per program), stacked
+    dropped: np.ndarray
+    #: ``blame(check)`` raises :class:`BufferDecodeError` for the first buffer ``check`` refuses
+    blame: Callable
+
+    @property
+    def layout(self) -> int:
+        return int(self.hdr["layout"][0])
+
+    def kept_slots(self) -> np.ndarray:
+        """Slots per program of every buffer (``kept``, made for dense buffers of one layout)."""
+        if self.kept is None:
+            return np.full(int(self.P.sum()), int(self.C[0]) if self.C.size else 0, np.int64)
+        return self.kept
+
+
+def _stack(mvs: list, *, mixed: bool = False) -> _Stacked:
+    """Several buffers' headers checked together and their record slots stacked.
+
+    Args:
+        mvs: the buffers, as uint8 arrays.
+        mixed: buffers may differ in programs, slots and layout (dense or packed); else they
+            must share one.
 
     Raises:
         BufferDecodeError: a buffer is bad (the message :func:`decode_buffer` gives for it alone).
-        ValueError: the buffers do not share one layout.
+        ValueError: the buffers do not share one layout (and ``mixed`` is False).
     """
     K = len(mvs)
     sizes = np.array([m.size for m in mvs], np.int64)
@@ -420,48 +459,147 @@ def _stack(mvs: list):
           & (hdr["grid"][:, 0].astype(np.int64) % np.maximum(hdr["lanes"], 1) == 0))
     if not ok.all():
         blame(read_header)
-    P, C, lay = int(P_[0]), int(C_[0]), int(layout[0])
-    if (P_ != P).any() or (C_ != C).any() or (layout != lay).any():
+    one = bool((P_ == P_[0]).all() and (C_ == C_[0]).all() and (layout == layout[0]).all())
+    if not one and not mixed:
         raise ValueError("buffers of different layouts cannot be decoded together")
-    packed = lay == schema.LAYOUT_PACKED
-    if packed:
-        hb = schema.HEADER_BYTES + schema.packed_counts_bytes(P)
+    packed = layout == schema.LAYOUT_PACKED
+    # (a packed buffer's slot counts are padded to 8 bytes: ``schema.packed_counts_bytes``)
+    hb = np.where(packed, schema.HEADER_BYTES + (P_ * 4 + 7) // 8 * 8, schema.HEADER_BYTES)
+    if packed.any():
         if (sizes < hb).any():
             blame(split_head)
-        kept = np.concatenate([m[schema.HEADER_BYTES : schema.HEADER_BYTES + 4 * P] for m in mvs]).view("<u4")
-        if int(kept.max()) > C:
-            blame(split_head)
-        n_rec = kept.reshape(K, P).sum(axis=1, dtype=np.int64)
+        counts = [m[schema.HEADER_BYTES : schema.HEADER_BYTES + 4 * p] if k else None
+                  for m, p, k in zip(mvs, P_.tolist(), packed.tolist())]
+        if one:
+            kept = np.concatenate(counts).view("<u4")
+            if int(kept.max()) > int(C_[0]):
+                blame(split_head)
+            n_rec = kept.reshape(K, -1).sum(axis=1, dtype=np.int64)
+        else:
+            per = [c.view("<u4") if c is not None else np.full(p, cap, np.uint32) for c, p, cap in zip(counts, P_.tolist(), C_.tolist())]
+            kept = np.concatenate(per)
+            if (kept > np.repeat(C_, P_)).any():
+                blame(split_head)
+            n_rec = np.array([c.sum(dtype=np.int64) for c in per], np.int64)
     else:
-        hb, kept = schema.HEADER_BYTES, None
-        n_rec = np.full(K, P * C, np.int64)
-    if (sizes < hb + n_rec * schema.RECORD_BYTES + P * schema.DROPPED_BYTES).any():
+        kept = None if one else np.repeat(C_, P_).astype(np.uint32)
+        n_rec = P_ * C_
+    if (sizes < hb + n_rec * schema.RECORD_BYTES + P_ * schema.DROPPED_BYTES).any():
         blame(_records)
     rb = schema.RECORD_BYTES
+    hb_, n_ = hb.tolist(), n_rec.tolist()
     if K == 1:
-        rec = np.frombuffer(mvs[0], schema.RECORD_DTYPE, count=int(n_rec[0]), offset=hb)
+        rec = np.frombuffer(mvs[0], schema.RECORD_DTYPE, count=n_[0], offset=hb_[0])
     else:
-        rec = np.concatenate([m[hb : hb + n * rb] for m, n in zip(mvs, n_rec.tolist())]).view(schema.RECORD_DTYPE)
-    dropped = np.concatenate([m[hb + n * rb : hb + n * rb + 4 * P] for m, n in zip(mvs, n_rec.tolist())]).view("<u4")
-    return hdr, kept, n_rec, rec, dropped, blame
+        rec = np.concatenate([m[h : h + n * rb] for m, h, n in zip(mvs, hb_, n_)]).view(schema.RECORD_DTYPE)
+    dropped = np.concatenate([m[h + n * rb : h + n * rb + 4 * p] for m, h, n, p in zip(mvs, hb_, n_, P_.tolist())]).view("<u4")
+    return _Stacked(hdr=hdr, P=P_, C=C_, lanes=np.maximum(hdr["lanes"].astype(np.int64), 1), n_rec=n_rec, kept=kept, rec=rec,
+                    dropped=dropped, blame=blame)
 
 
-def decode_columns(bufs, columns=COLUMNS, *, records: bool = False):
+#: A record's tag, low byte: its kind (bits 0-3) and flags (bits 4-7).
+_TAG_BYTE = 16
+assert schema.RECORD_DTYPE.fields["tag"][1] == _TAG_BYTE
+_DETAIL_BIT = int(EventFlag.DETAIL) << schema.KIND_BITS
+#: Kinds of events (not EMPTY, not DETAIL): 1 .. _LAST_KIND.
+_LAST_KIND = max(int(k) for k in EventKind if k != EventKind.DETAIL)
+assert all(_VALID_KINDS[1 : _LAST_KIND + 1]) and not _VALID_KINDS[_LAST_KIND + 1 : int(EventKind.DETAIL)].any()
+
+
+@dataclass
+class Slots:
+    """Where the events of stacked buffers are (:func:`scan`): no record read twice."""
+
+    #: per event, its slot among the stacked slots (int64, ascending)
+    main: np.ndarray
+    #: per program of every buffer, the events it holds
+    per_program: np.ndarray
+    #: per buffer, the events it holds (int64)
+    counts: np.ndarray
+    #: per stacked slot, whether it holds an event with a DETAIL record after it
+    detailed: np.ndarray
+
+
+def scan(st: _Stacked) -> Slots | None:
+    """The events among stacked record slots, every rule of a well-formed buffer checked on all
+    slots in a few passes: known kinds; every DETAIL record right after an event of the same
+    program whose flags say one follows, and every such event followed by one. None when a rule
+    is broken (:func:`_check_events` on each buffer then says where, in :func:`decode_buffer`'s words).
+
+    Times are checked where they are read (:func:`times_ok`).
+    """
+    rec = st.rec
+    R = rec.shape[0]
+    kept = st.kept_slots()
+    if R == 0:
+        z = np.zeros(0, np.int64)
+        return Slots(z, np.zeros(kept.size, np.int64), np.zeros(st.P.size, np.int64), np.zeros(0, bool))
+    tb = rec.view(np.uint8).reshape(R, schema.RECORD_BYTES)[:, _TAG_BYTE]
+    kind = tb & 0xF
+    # (unsigned arithmetic wraps: a kind of 6 .. 14 minus 6 is below 9; 0 and 15 minus 1 are 255 and 14)
+    if (np.subtract(kind, _LAST_KIND + 1, dtype=np.uint8) < int(EventKind.DETAIL) - _LAST_KIND - 1).any():
+        return None
+    is_event = np.subtract(kind, 1, dtype=np.uint8) < _LAST_KIND
+    # events whose flags say a DETAIL record follows: tag bits 0-4 are a kind 1..5 and the flag
+    detailed = np.subtract(tb & (0xF | _DETAIL_BIT), _DETAIL_BIT | 1, dtype=np.uint8) < _LAST_KIND
+    is_detail = kind == int(EventKind.DETAIL)
+    ends = np.cumsum(kept, dtype=np.int64)
+    starts = ends - kept
+    full = kept > 0
+    if is_detail[0] or detailed[-1] or not np.array_equal(is_detail[1:], detailed[:-1]):
+        return None
+    # (and not across programs: no DETAIL record opens a program, no detailed event closes one)
+    if is_detail[starts[full]].any() or detailed[ends[full] - 1].any():
+        return None
+    main = np.flatnonzero(is_event)
+    upto = np.searchsorted(main, ends)
+    per_program = np.diff(upto, prepend=0)
+    counts = np.diff(upto[np.cumsum(st.P) - 1], prepend=0) if st.P.size else np.zeros(0, np.int64)
+    return Slots(main=main, per_program=per_program, counts=counts, detailed=detailed)
+
+
+def times_ok(t0: np.ndarray, t1: np.ndarray) -> bool:
+    """Whether events' start and end ticks (int64 views of the records' unsigned fields) are times
+    at all: below 2^63 ticks, the end not before the start (else :func:`decode_buffer` refuses the buffer)."""
+    return not (t0.size and (int(t0.min()) < 0 or bool(np.less(t1, t0).any())))
+
+
+def gather_records(rec: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Whole 32-byte records at slots ``at`` (ascending), as one contiguous array of records:
+    one copy per record, which reading any field of them afterwards runs through in order (a
+    structured array's fields gathered one by one read every record once per field)."""
+    R = rec.shape[0]
+    return np.take(rec.view(np.uint64).reshape(R, 4), at, axis=0).view(schema.RECORD_DTYPE).reshape(-1)
+
+
+def program_columns(st: _Stacked, per_program: np.ndarray, *, lanes: bool, dtype=np.int64) -> tuple[np.ndarray, np.ndarray | None]:
+    """Per event (in slot order), its program within its launch and, with ``lanes``, its lane
+    (``ktrace.schema``: virtual program v of a buffer of L lanes is lane v % L of program v // L;
+    int32 zeros where every buffer has one lane). Made per program, then repeated over its events."""
+    P, L = st.P, st.lanes
+    v = np.arange(int(P.sum()), dtype=dtype) - np.repeat((np.cumsum(P) - P).astype(dtype), P)
+    if (L == 1).all():
+        return np.repeat(v, per_program), (np.zeros(int(per_program.sum()), np.int32) if lanes else None)
+    Lp = np.repeat(L.astype(dtype), P)
+    return np.repeat(v // Lp, per_program), (np.repeat(v % Lp, per_program) if lanes else None)
+
+
+def decode_columns(bufs, columns=COLUMNS, *, records: bool = False, mixed: bool = False):
     """Decode several launches' buffers into plain columns, in one pass.
 
     What the trace writers use: only the columns asked for are gathered (``kind``, ``flags``,
     ``start`` and ``end`` always are), each a plain array (no structured table), and the
     buffers are stacked and decoded as one, their headers checked together, so a batch of
-    small launches costs about what one large launch does. Rows come buffer by buffer, each in
-    program order, exactly as :func:`decode_buffer` gives them; ``arg2``..``arg5`` are 0 for
-    events without a DETAIL record, and counters' ``arg0`` holds their 64-bit value.
+    small launches costs about what one large launch does. Rows come buffer by buffer, each in program order, exactly as
+    :func:`decode_buffer` gives them; ``arg2``..``arg5`` are 0 for events without a DETAIL
+    record, and counters' ``arg0`` holds their 64-bit value.
 
     Args:
-        bufs: whole buffers (bytes-like), all with the same number of programs and slots, all
-            dense or all packed.
+        bufs: whole buffers (bytes-like).
         columns: names from :data:`COLUMNS` (and ``index``: each row's record among the stacked
             records). ``program`` is the program within its own launch.
         records: also return the stacked record slots (``RECORD_DTYPE``), what ``index`` points into.
+        mixed: the buffers may differ in grid, slots and layout (else they must share one).
 
     Returns:
         ``(headers, counts, cols)``, or ``(headers, counts, cols, records)``: each buffer's header
@@ -470,47 +608,64 @@ def decode_columns(bufs, columns=COLUMNS, *, records: bool = False):
     Raises:
         BufferDecodeError: a buffer is bad (``index`` names it; the message is the one
             :func:`decode_buffer` gives for that buffer alone).
-        ValueError: the buffers do not share one layout.
+        ValueError: the buffers do not share one layout (and ``mixed`` is False).
     """
     mvs = [np.frombuffer(memoryview(b).cast("B"), np.uint8) for b in bufs]
     K = len(mvs)
     if not K:
         cols = {c: np.zeros(0, np.int64) for c in set(columns) | {"kind", "flags", "start", "end"}}
         return ([], np.zeros(0, np.int64), cols, np.zeros(0, schema.RECORD_DTYPE)) if records else ([], np.zeros(0, np.int64), cols)
-    hdr, kept, n_rec, rec, dropped, blame = _stack(mvs)
-    P, C, lay, version = int(hdr["n_programs"][0]), int(hdr["capacity"][0]), int(hdr["layout"][0]), hdr["version"]
-    want = set(columns) | {"program"}  # the launch of each row comes from its stacked program
-    try:
-        cols = _events(rec, _Slots(C, kept), want)
-    except DecodeError:
-        blame(_check_events)
-        raise
-    stacked = cols["program"]
-    counts = np.bincount(stacked // P, minlength=K).astype(np.int64) if K > 1 else np.array([stacked.size], np.int64)
-    if K > 1 and ("program" in columns or "slot" in columns or "lane" in columns):
-        cols["program"] = stacked % P
-    lanes = np.maximum(hdr["lanes"].astype(np.int64), 1)
-    if (lanes == 1).all():  # (one lane a program: the program is as stored, every lane 0)
-        if "lane" in columns:
-            cols["lane"] = np.zeros(cols["program"].size, np.int32)
-    elif "lane" in columns or "program" in columns:
-        # lane buffers: virtual program v is lane v % L of program v // L (``ktrace.schema``)
-        per_row = lanes[0] if (lanes == lanes[0]).all() else np.repeat(lanes, counts)
-        cols["program"], lane = np.divmod(cols["program"], per_row)
-        if "lane" in columns:
+    st = _stack(mvs, mixed=mixed)
+    sl = scan(st)
+    if sl is None:
+        st.blame(_check_events)
+        raise DecodeError("records inconsistent across the buffers decoded together: corrupt buffer")
+    main, rec = sl.main, st.rec
+    ev = gather_records(rec, main)
+    t0, t1 = np.ascontiguousarray(ev["t0"]).view(np.int64), np.ascontiguousarray(ev["t1"]).view(np.int64)
+    if not times_ok(t0, t1):
+        st.blame(_check_events)
+        raise DecodeError("an event's times are impossible: corrupt buffer")
+    n = main.size
+    tag = ev["tag"]
+    kind = (tag & 0xF).astype(np.uint8)
+    cols: dict[str, np.ndarray] = {"kind": kind, "flags": ((tag >> schema.KIND_BITS) & 0xF).astype(np.uint8), "start": t0, "end": t1}
+    want = set(columns)
+    if want & {"program", "lane", "slot"}:
+        prog, lane = program_columns(st, sl.per_program, lanes="lane" in want)
+        if "program" in want:
+            cols["program"] = prog
+        if lane is not None:
             cols["lane"] = lane
-    del cols["_detail_rows"]
-    if "program" not in columns:
-        del cols["program"]
-    if "slot" not in columns:
-        cols.pop("slot", None)
-    drops = dropped.reshape(K, P).sum(axis=1, dtype=np.int64).tolist()
+        if "slot" in want:
+            starts = np.cumsum(st.kept_slots(), dtype=np.int64)
+            starts -= st.kept_slots()
+            cols["slot"] = main - np.repeat(starts, sl.per_program)
+    if "region" in want:
+        cols["region"] = tag >> schema.REGION_SHIFT
+    if "hw" in want:
+        cols["hw"] = np.ascontiguousarray(ev["hw"])
+    if "arg0" in want or "arg1" in want:
+        cols["arg0"], cols["arg1"] = _counter_values(kind, np.ascontiguousarray(ev["arg0"]), np.ascontiguousarray(ev["arg1"]))
+    detail = [c for c in ("arg2", "arg3", "arg4", "arg5") if c in want]
+    if detail:
+        wi = np.flatnonzero(sl.detailed[main])  # the events with a DETAIL record: the slot after each
+        d = gather_records(rec, main[wi] + 1).view(schema.DETAIL_DTYPE)
+        for c, f in (("arg2", "x0"), ("arg3", "x1"), ("arg4", "x2"), ("arg5", "x3")):
+            if c in detail:
+                col = cols[c] = np.zeros(n, np.int64)
+                col[wi] = d[f]
+    if "index" in want:
+        cols["index"] = main
+    hdr, counts, P = st.hdr, sl.counts, st.P
+    drops = np.add.reduceat(st.dropped.astype(np.int64), np.cumsum(P) - P).tolist() if st.dropped.size else [0] * K
     timer = [schema.TimerKind(int(t)) for t in hdr["timer"].tolist()]
     out_headers = [
-        schema.Header(timer=t, tick_hz=hz, capacity=C, n_programs=P, grid=tuple(g), written=k, dropped=d, version=v, layout=lay,
+        schema.Header(timer=t, tick_hz=hz, capacity=c, n_programs=p, grid=tuple(g), written=k, dropped=d, version=v, layout=lay,
                       lanes=ln)
-        for t, hz, g, k, d, v, ln in zip(timer, hdr["tick_hz"].tolist(), hdr["grid"].tolist(), counts.tolist(), drops, version.tolist(),
-                                         lanes.tolist())
+        for t, hz, c, p, g, k, d, v, lay, ln in zip(timer, hdr["tick_hz"].tolist(), st.C.tolist(), P.tolist(), hdr["grid"].tolist(),
+                                                    counts.tolist(), drops, hdr["version"].tolist(), hdr["layout"].tolist(),
+                                                    st.lanes.tolist())
     ]
     return (out_headers, counts, cols, rec) if records else (out_headers, counts, cols)
 
@@ -537,6 +692,17 @@ def count_kinds(buf) -> np.ndarray:
     out = np.bincount(rec["tag"] & 0xF, minlength=16).astype(np.int64)
     out[EventKind.EMPTY] += header.n_programs * header.capacity - rec.shape[0]
     return out
+
+
+def count_kinds_of(bufs) -> np.ndarray:
+    """The records of each kind over several buffers of one layout (:func:`count_kinds` summed,
+    but ``[EMPTY]``: the slots held only), counted together.
+
+    Raises:
+        DecodeError: a buffer is bad; ValueError: they do not share one layout.
+    """
+    st = _stack([_buffer_bytes(b) for b in bufs])
+    return np.bincount(st.rec["tag"] & 0xF, minlength=16).astype(np.int64)
 
 
 def empty_events() -> np.ndarray:
@@ -586,8 +752,9 @@ def screen_batch(bufs, world_size: int, *, raw=None) -> list[tuple[np.ndarray, s
     if not nb:
         return []
     try:  # a batch of one layout (what ``ktrace.events.make_batches`` gives): headers read together
-        hdr, _, sizes, rec, _, _ = _stack([_buffer_bytes(b) for b in bufs])
-        slots = hdr["n_programs"].astype(np.int64) * hdr["capacity"].astype(np.int64)
+        st = _stack([_buffer_bytes(b) for b in bufs])
+        hdr, sizes, rec = st.hdr, st.n_rec, st.rec
+        slots = st.P * st.C
         tick_hz = hdr["tick_hz"].tolist()
     except (DecodeError, ValueError):  # (one at a time: the first bad buffer raises its own error)
         parts = [_records(b) for b in bufs]
@@ -632,35 +799,32 @@ def screen_batch(bufs, world_size: int, *, raw=None) -> list[tuple[np.ndarray, s
     n_bad_peer = np.bincount(np.searchsorted(at, bad_at, side="right") - 1, minlength=nb) if bad_at.size else np.zeros(nb, np.int64)
     out = []
     for i, hz in enumerate(tick_hz):
-        why = None
         f, l, n = int(first[i]), int(last[i]), int(n_main[i])
-        if not n or f < 0 or l < 0 or backwards[i]:
-            pass  # (nothing to judge, or decoding refuses it, saying where)
-        elif l == 0:
-            why = f"every one of its {n} events has time 0"
-        elif (l - f) * 1e9 / hz > MAX_LAUNCH_NS:
-            why = f"its events span {(l - f) / hz:.3g} s (times 0 or stale among real ones)"
-        elif n_bad_peer[i]:
-            j = int(bad_at[np.searchsorted(bad_at, at[i])])
-            why = f"a wait or notify names peer {int(peer[j])}, outside world size {world_size}"
+        if backwards[i]:
+            why = None  # (decoding refuses it, saying where)
+        else:
+            bad = int(peer[bad_at[np.searchsorted(bad_at, at[i])]]) if n_bad_peer[i] else None
+            why = launch_verdict(n, f, l, hz, bad, world_size)
         out.append((counts[i], why))
     return out
-    main = (kind != EventKind.EMPTY) & (kind != EventKind.DETAIL)
-    # masked reductions over the record slots (no gathers: this runs on every launch a report reads)
-    s0, s1 = rec["t0"].view(np.int64), rec["t1"].view(np.int64)
-    first = int(np.min(s0, where=main, initial=np.iinfo(np.int64).max))
-    last = int(np.max(s1, where=main, initial=np.iinfo(np.int64).min))
-    if first < 0 or last < 0 or np.any(main & (s1 < s0)):
-        return None  # (decoding refuses it, saying where)
+
+
+def launch_verdict(n: int, first: int, last: int, tick_hz: int, bad_peer: int | None, world_size: int) -> str | None:
+    """Why a launch's events cannot be real (:func:`screen_counts`), in words, or None.
+
+    Args:
+        n: its events; first, last: its first start and last end (ticks; a time of 2^63 ticks
+            or more is negative here, and decoding refuses it, saying where: not judged here).
+        tick_hz: its timer's rate.
+        bad_peer: the first peer outside the world size that a (non-local) wait or notify names.
+        world_size: the capture's.
+    """
+    if not n or first < 0 or last < 0:
+        return None  # (nothing to judge, or decoding refuses it)
     if last == 0:
         return f"every one of its {n} events has time 0"
-    span_ns = (last - first) * 1e9 / header.tick_hz
-    if span_ns > MAX_LAUNCH_NS:
-        return f"its events span {span_ns / 1e9:.3g} s (times 0 or stale among real ones)"
-    peer = rec["arg0"]
-    # (an mbarrier hand-off, LOCAL, names no peer: it stays inside its program)
-    local = is_local((rec["tag"] >> schema.KIND_BITS) & 0xF)
-    bad = ((kind == _PEER_KINDS[0]) | (kind == _PEER_KINDS[1])) & ~local & ((peer < 0) | (peer >= world_size))
-    if bad.any():
-        return f"a wait or notify names peer {int(peer[np.argmax(bad)])}, outside world size {world_size}"
+    if (last - first) * 1e9 / tick_hz > MAX_LAUNCH_NS:
+        return f"its events span {(last - first) / tick_hz:.3g} s (times 0 or stale among real ones)"
+    if bad_peer is not None:
+        return f"a wait or notify names peer {bad_peer}, outside world size {world_size}"
     return None

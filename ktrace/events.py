@@ -17,14 +17,19 @@ launches costs about what one large launch does.
 from __future__ import annotations
 
 import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import schema
-from .captures.file import CaptureError, Launch, read_buffers
+from .captures.file import CaptureError, Launch, read_adjacent, read_buffers
 from .clock.model import ClockModel, clock_model_of
-from .decode import BufferDecodeError, DecodeError, decode_columns, impossible_times
+from .decode import (BufferDecodeError, DecodeError, decode_columns, gather_records, impossible_times, launch_verdict,
+                     program_columns, scan, times_ok)
+from .decode import _stack as stack_buffers
+from .schema import EventKind, is_local
 from .text import printable
 
 #: Every column of an event: ``schema.EVENT_DTYPE``'s per-event fields and the common-clock times.
@@ -87,28 +92,31 @@ class AddressResolver:
 
     def apply(self, rank: int, cols: dict, raw_rows: np.ndarray) -> None:
         """Rewrite the WAIT and NOTIFY rows ``raw_rows`` (a mask) of one rank's columns in place."""
-        from .auto.addresses import resolve
-
-        kind = cols["kind"]
-        n = raw_rows & (kind == schema.EventKind.NOTIFY)
-        w = raw_rows & (kind == schema.EventKind.WAIT)
         flag, peer = schema.arg_column(schema.EventKind.NOTIFY, "flag"), schema.arg_column(schema.EventKind.NOTIFY, "peer")
         assert flag == schema.arg_column(schema.EventKind.WAIT, "flag") and peer == schema.arg_column(schema.EventKind.WAIT, "peer")
-        hw = n | w
-        if not hw.any():
+        for k in (schema.EventKind.NOTIFY, schema.EventKind.WAIT):
+            rows = np.flatnonzero(raw_rows & (cols["kind"] == k))
+            if rows.size:
+                f, p = cols[flag][rows], cols[peer][rows]
+                self.apply_kind(rank, k, f, p)
+                cols[flag][rows], cols[peer][rows] = f, p
+
+    def apply_kind(self, rank: int, kind, flag: np.ndarray, peer: np.ndarray) -> None:
+        """Rewrite in place one rank's raw WAITs' or NOTIFYs' ``flag`` and ``peer`` arguments (the
+        rows of one kind, all of raw launches): a flag becomes its location key; a notify's peer
+        the flag's owner, a wait's unknown peer (-1) the rank that notifies its flag."""
+        from .auto.addresses import resolve
+
+        keys, owners = resolve(flag, rank, self.tables.get(rank, []))
+        flag[:] = keys
+        if kind == schema.EventKind.NOTIFY:
+            peer[:] = owners
             return
-        keys, owners = resolve(cols[flag][hw], rank, self.tables.get(rank, []))
-        cols[flag][hw] = keys
-        sel = np.flatnonzero(hw)
-        is_n = n[sel]
-        cols[peer][sel[is_n]] = owners[is_n]
-        wait_rows, wait_keys = sel[~is_n], keys[~is_n]
-        unknown = cols[peer][wait_rows] < 0
-        if unknown.any() and self.keys.size:
-            k = wait_keys[unknown]
+        unknown = np.flatnonzero(peer < 0)
+        if unknown.size and self.keys.size:
+            k = keys[unknown]
             i = np.minimum(np.searchsorted(self.keys, k), self.keys.size - 1)
-            hit = self.keys[i] == k
-            cols[peer][wait_rows[unknown]] = np.where(hit, self.producer[i], -1)
+            peer[unknown] = np.where(self.keys[i] == k, self.producer[i], -1)
 
 
 def address_resolver(capture, refs=None) -> AddressResolver | None:
@@ -216,7 +224,7 @@ def _damaged(rank: int, ln: Launch, msg) -> CaptureError:
 
 
 def read_batch(refs: list, batch: list[int], model: ClockModel, columns=COLUMNS, *, verify: bool = True,
-               records: bool = False) -> Batch:
+               records: bool = False, mixed: bool = False) -> Batch:
     """Decode launches ``batch`` (indices into ``refs``; one rank, one buffer layout) into one
     :class:`Batch` with the ``columns`` asked for (``kind``, ``flags``, ``start`` and ``end`` always
     come; ``start_ns``/``end_ns`` are the times on ``model``'s clock; ``index``: each row's record
@@ -224,7 +232,9 @@ def read_batch(refs: list, batch: list[int], model: ClockModel, columns=COLUMNS,
 
     ``verify=False`` skips the CRC-32 of buffers read from their file (for a reader that does
     not trust the contents yet: a buffer that does not decode is still checked, so that damage
-    is reported as such).
+    is reported as such). With ``mixed``, the launches may differ in layout (consecutive
+    launches of one rank, :func:`iter_chunks`); each buffer's header must then agree with its
+    launch record.
 
     Raises:
         CaptureError: a buffer is damaged or disagrees with its launch record (the message
@@ -235,7 +245,7 @@ def read_batch(refs: list, batch: list[int], model: ClockModel, columns=COLUMNS,
     want = [c for c in columns if c not in _TIMES]
     try:
         bufs = read_buffers([ln for _, ln in mine], verify=verify)
-        headers, counts, cols, recs = decode_columns(bufs, want, records=True)
+        headers, counts, cols, recs = decode_columns(bufs, want, records=True, mixed=mixed)
     except BufferDecodeError as e:
         ln = mine[e.index][1]
         if not verify:
@@ -251,6 +261,11 @@ def read_batch(refs: list, batch: list[int], model: ClockModel, columns=COLUMNS,
                 raise _damaged(rank, ln, f"its buffer's header says grid {h.grid} and {h.capacity} slots, its launch record "
                                          f"grid {tuple(ln.grid)} and {ln.capacity} slots") from None
         raise
+    if mixed:
+        for h, (_, ln) in zip(headers, mine):
+            if (h.grid, h.capacity) != (tuple(ln.grid), ln.capacity):
+                raise _damaged(rank, ln, f"its buffer's header says grid {h.grid} and {h.capacity} slots, its launch record "
+                                         f"grid {tuple(ln.grid)} and {ln.capacity} slots")
     offsets = np.r_[0, np.cumsum(counts)]
     resolver = getattr(refs, "resolver", None)
     if resolver is not None and any(is_raw(ln) for _, ln in mine) and "arg2" in cols and "arg0" in cols:
@@ -286,6 +301,16 @@ def iter_batches(capture, model: ClockModel | None = None, columns=COLUMNS, *, v
             batches.append((key, [li]))
     for _, b in batches:
         yield refs, read_batch(refs, b, model, columns, verify=verify)
+
+
+def iter_chunks(capture, model: ClockModel | None = None, columns=COLUMNS, *, limit: int | None = None):
+    """``(refs, batch)`` for runs of consecutive launches of one rank of about ``limit`` raw bytes
+    (default :data:`BATCH_BYTES`), whatever their layouts (a dispatch and a combine launch after
+    another decode together): ranks in order, each rank's launches in order."""
+    model = model or clock_model_of(capture)
+    refs = launch_refs(capture)
+    for b in _chunks(refs, BATCH_BYTES if limit is None else limit):
+        yield refs, read_batch(refs, b, model, columns, mixed=True)
 
 
 def impossible_launches(capture) -> dict[tuple[int, int], str]:
@@ -357,3 +382,262 @@ def aligned_events(capture, model: ClockModel | None = None) -> np.ndarray:
                 t[c] = b.cols[c][a:e]
             parts.append(t)
     return np.concatenate(parts) if parts else schema.empty_aligned()
+
+
+# ---------------------------------------------------------------------------------------------
+# a whole capture into columns (what the analyses hold)
+# ---------------------------------------------------------------------------------------------
+
+#: Raw bytes of the consecutive launches :func:`capture_columns` decodes at a time: small enough
+#: that a chunk's records stay in the processor's cache through the passes over them.
+CHUNK_BYTES = 4 << 20
+
+
+class NotDecoded(Exception):
+    """:func:`capture_columns` met something it leaves to the checked path (``read_batch``): a
+    buffer that is damaged, disagrees with its launch record or does not decode."""
+
+
+@dataclass
+class CaptureColumns:
+    """A capture's events as columns (see :func:`capture_columns`)."""
+
+    #: events (rows)
+    n: int
+    #: column name -> array of ``n``
+    cols: dict
+    #: (kind, argument column) -> that argument at the rows of that kind, in row order
+    at: dict
+    #: ``(rank, launch index) -> why`` for launches whose times cannot be real (``decode.launch_verdict``)
+    impossible: dict
+
+
+def _chunks(refs: list, limit: int) -> list[list[int]]:
+    """Runs of consecutive launches of one rank of about ``limit`` raw bytes (in launch order)."""
+    out: list[list[int]] = []
+    size, rank = 0, None
+    for li, (r, ln) in enumerate(refs):
+        if not out or r != rank or size + ln.nbytes > limit:
+            out.append([])
+            size, rank = 0, r
+        out[-1].append(li)
+        size += ln.nbytes
+    return out
+
+
+def capture_columns(capture, model: ClockModel, columns, kinds=(EventKind.WAIT, EventKind.NOTIFY), args=schema.ARG_COLUMNS, *,
+                    threads: int = 2) -> CaptureColumns:
+    """Every event of a capture as plain columns, in one pass over its buffers: rows by rank,
+    launch (each rank's in order), program and slot, as :func:`aligned_events` orders them.
+
+    The launches are decoded a few MB of consecutive ones at a time (one read of the file into a
+    buffer each thread reuses; one stack of their records; :func:`ktrace.decode.scan` checks them
+    all), by ``threads`` threads (numpy works without the interpreter lock), each chunk's rows
+    written straight into the columns at their final place: a chunk learns where its rows go
+    from the chunk before it once it has counted its own events. The columns are allocated once
+    for as many rows as the buffers have record slots (an upper bound: the pages past the rows
+    are never touched).
+
+    Args:
+        capture: a ``ktrace.captures.Capture`` whose ranks list their launches in order.
+        model: the clock model (``start_ns``/``end_ns`` on its common clock).
+        columns: names among ``rank``, ``launch``, ``program``, ``lane``, ``kind``, ``flags``,
+            ``region``, ``hw``, ``start_ns``, ``end_ns`` (``schema.ALIGNED_DTYPE``'s types).
+        kinds, args: the argument columns ``args`` are kept at the rows of these kinds only, at
+            the widths they are recorded with (``schema.arg_dtype``).
+
+    Raises:
+        NotDecoded: a buffer is damaged, disagrees with its launch record or does not decode
+            (``read_batch`` says what is wrong, in its words).
+    """
+    job = _Job(capture, model, columns, kinds, args)
+    if threads > 1 and len(job.chunks) > 1:
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            list(pool.map(job.run, range(len(job.chunks))))
+    else:
+        for i in range(len(job.chunks)):
+            job.run(i)
+    if job.failed:
+        raise job.failed[0]
+    n = int(job.starts[-1][0])
+    cols = {c: v[:n] for c, v in job.cols.items()}
+    at = {key: v[: int(job.starts[-1][1 + job.kinds.index(key[0])])] for key, v in job.at.items()}
+    return CaptureColumns(n=n, cols=cols, at=at, impossible=job.impossible)
+
+
+class _Job:
+    """What the threads of one :func:`capture_columns` share: the chunks, the columns, where
+    each chunk's rows start (chunk i's, known once chunk i - 1 has counted its own)."""
+
+    def __init__(self, capture, model: ClockModel, columns, kinds, args):
+        self.refs = refs = launch_refs(capture)
+        self.chunks = _chunks(refs, CHUNK_BYTES)
+        self.model = model
+        self.world = int(capture.world_size)
+        upper = sum(record_slots(ln) for _, ln in refs)
+        dt = schema.ALIGNED_DTYPE
+        self.cols = {c: (np.zeros if c == "lane" else np.empty)(upper, dt[c]) for c in columns}  # (lanes: 0 unless written)
+        self.at = {(int(k), a): np.empty(upper, schema.arg_dtype(k, a)) for k in kinds for a in args}
+        self.kinds = [int(k) for k in kinds]
+        # per chunk, its first row and first row of each kind (one more: the end)
+        self.starts = np.zeros((len(self.chunks) + 1, 1 + len(self.kinds)), np.int64)
+        self.known = [threading.Event() for _ in range(len(self.chunks) + 1)]
+        self.known[0].set()
+        self.failed: list = []
+        self.impossible: dict = {}
+        self.local = threading.local()
+
+    def run(self, i: int) -> None:
+        try:
+            _decode_chunk(self, i)
+        except BaseException as e:  # (the next chunks must not wait for it)
+            self.failed.append(e)
+            self.known[i + 1].set()
+
+    def read(self, lns: list) -> list:
+        got = read_adjacent(lns, getattr(self.local, "buf", None))
+        if got is not None:
+            bufs, self.local.buf = got
+            return bufs
+        try:
+            return read_buffers(lns)
+        except CaptureError:
+            raise NotDecoded() from None
+
+
+def _decode_chunk(job: _Job, i: int) -> None:
+    """Decode chunk ``i`` of ``job`` into its columns."""
+    lis = job.chunks[i]
+    rank = job.refs[lis[0]][0]
+    lns = [job.refs[li][1] for li in lis]
+    bufs = job.read(lns)
+    try:
+        st = stack_buffers([np.frombuffer(memoryview(b).cast("B"), np.uint8) for b in bufs], mixed=True)
+    except (DecodeError, ValueError):
+        raise NotDecoded() from None
+    hdr = st.hdr
+    if any(tuple(g) != tuple(ln.grid) or c != ln.capacity for g, c, ln in zip(hdr["grid"].tolist(), st.C.tolist(), lns)):
+        raise NotDecoded()
+    sl = scan(st)
+    if sl is None:
+        raise NotDecoded()
+    main = sl.main
+    ev = gather_records(st.rec, main)
+    t0, t1 = ev["t0"].view(np.int64), ev["t1"].view(np.int64)
+    if not times_ok(t0, t1):
+        raise NotDecoded()
+    tag = ev["tag"]
+    kind = (tag & 0xF).astype(np.uint8)
+    kinds = job.kinds
+    of_kind = [np.flatnonzero(kind == k) for k in kinds]
+    n = main.size
+    # where this chunk's rows go: after the previous chunk's
+    job.known[i].wait()
+    if job.failed:
+        job.known[i + 1].set()
+        return
+    a = job.starts[i]
+    job.starts[i + 1] = a + [n, *(x.size for x in of_kind)]
+    job.known[i + 1].set()
+    cols, at = job.cols, job.at
+    r0, r1 = int(a[0]), int(a[0]) + n
+    counts = sl.counts
+    if "rank" in cols:
+        cols["rank"][r0:r1] = rank
+    if "launch" in cols:
+        cols["launch"][r0:r1] = np.repeat(np.array([ln.index for ln in lns], np.int32), counts)
+    if "kind" in cols:
+        cols["kind"][r0:r1] = kind
+    if "flags" in cols:
+        f = cols["flags"][r0:r1]
+        np.right_shift(tag, schema.KIND_BITS, out=f, casting="unsafe")
+        f &= 0xF
+    if "region" in cols:
+        np.right_shift(tag, schema.REGION_SHIFT, out=cols["region"][r0:r1])
+    if "hw" in cols:
+        cols["hw"][r0:r1] = ev["hw"]
+    if "program" in cols or "lane" in cols:
+        many_lanes = bool((st.lanes > 1).any())
+        prog, lane = program_columns(st, sl.per_program, lanes=many_lanes and "lane" in cols, dtype=np.int32)
+        if "program" in cols:
+            cols["program"][r0:r1] = prog
+        if lane is not None and many_lanes:
+            cols["lane"][r0:r1] = lane
+    hz = hdr["tick_hz"].tolist()
+    clk = job.model.rank(rank)
+    for name, t in (("start_ns", t0), ("end_ns", t1)):
+        if name in cols:
+            dest = cols[name][r0:r1]
+            if len(set(hz)) == 1:
+                clk.to_common(t, hz[0], out=dest)
+            else:  # launches timed at different rates: each converted on its own
+                o = np.r_[0, np.cumsum(counts)]
+                for k, h in enumerate(hz):
+                    clk.to_common(t[o[k] : o[k + 1]], h, out=dest[o[k] : o[k + 1]])
+    bad_peer = np.full(len(lns), -1, np.int64)
+    raw = np.array([is_raw(ln) for ln in lns])
+    for j, (k, rows) in enumerate(zip(kinds, of_kind)):
+        if rows.size:
+            _kind_args(job, st, sl, ev, k, rows, int(a[1 + j]), counts, bad_peer, raw, rank)
+    # launches whose times cannot be real (``decode.launch_verdict``): the caller leaves them out
+    has = np.flatnonzero(counts)
+    if has.size:
+        o = (np.cumsum(counts) - counts)[has]
+        lo, hi = np.minimum.reduceat(t0, o), np.maximum.reduceat(t1, o)
+        for q, f, l in zip(has.tolist(), lo.tolist(), hi.tolist()):
+            p = int(ev["arg0"][bad_peer[q]]) if bad_peer[q] >= 0 else None
+            why = launch_verdict(int(counts[q]), f, l, hz[q], p, job.world)
+            if why:
+                job.impossible[(rank, lns[q].index)] = why
+
+
+def _kind_args(job: _Job, st, sl, ev: np.ndarray, k: int, rows: np.ndarray, w0: int, counts: np.ndarray, bad_peer: np.ndarray,
+               raw: np.ndarray, rank: int) -> None:
+    """The argument columns of a chunk's events of kind ``k`` (``rows`` among the chunk's events),
+    written from row ``w0`` of that kind's; notes in ``bad_peer`` (per launch, the first event
+    naming a peer outside the world) where it finds one sooner. The waits and notifies of raw
+    launches (``raw``, per launch: addresses recorded, peer -1 allowed) get their flags' location
+    keys and peers (:class:`AddressResolver`)."""
+    at = job.at
+    slots = sl.main[rows]
+    sel = gather_records(st.rec, slots)
+    end = w0 + rows.size
+    if (k, "arg0") in at:
+        at[(k, "arg0")][w0:end] = sel["arg0"]
+    if (k, "arg1") in at:
+        at[(k, "arg1")][w0:end] = sel["arg1"]
+    has = sl.detailed[slots]
+    every = bool(has.all())
+    d = gather_records(st.rec, slots + 1 if every else slots[has] + 1).view(schema.DETAIL_DTYPE)
+    for c, f in (("arg2", "x0"), ("arg3", "x1"), ("arg4", "x2"), ("arg5", "x3")):
+        if (k, c) in at:
+            dest = at[(k, c)][w0:end]
+            if every:
+                dest[:] = d[f]
+            else:
+                dest[:] = 0
+                dest[has] = d[f]
+    if k in _PEER_KINDS:  # a wait or notify naming a peer outside the world (a hand-off inside a program names none)
+        peer = sel["arg0"]
+        launch_of = np.searchsorted(np.cumsum(counts), rows, side="right")
+        lowest = -raw[launch_of].astype(np.int64) if raw.any() else 0  # (a raw launch's peer may be -1: unknown)
+        bad = np.flatnonzero(~is_local(sel["tag"] >> schema.KIND_BITS) & ((peer < lowest) | (peer >= job.world)))
+        if bad.size:
+            which = np.searchsorted(np.cumsum(counts), rows[bad], side="right")
+            first = np.full(counts.size, np.iinfo(np.int64).max)
+            np.minimum.at(first, which, rows[bad])
+            for q in np.flatnonzero(first < np.iinfo(np.int64).max).tolist():
+                if bad_peer[q] < 0 or first[q] < bad_peer[q]:
+                    bad_peer[q] = first[q]
+        resolver = job.refs.resolver
+        if resolver is not None and raw.any() and (k, "arg0") in at and (k, "arg2") in at:
+            mine = np.flatnonzero(raw[launch_of])
+            if mine.size:
+                f, p = at[(k, "arg2")][w0:end], at[(k, "arg0")][w0:end]
+                fs, ps = f[mine].astype(np.int64), p[mine].astype(np.int64)
+                resolver.apply_kind(rank, k, fs, ps)
+                f[mine], p[mine] = fs, ps
+
+
+#: Kinds whose first argument names a peer rank (waits and notifies).
+_PEER_KINDS = tuple(int(k) for k, names in schema.ARG_NAMES.items() if names[0] == "peer")

@@ -150,10 +150,93 @@ def pair(notifies: Mapping[str, np.ndarray], waits: Mapping[str, np.ndarray], *,
 def _exact(notifies: Mapping, waits: Mapping, timed_out: np.ndarray) -> np.ndarray:
     """Rule 1: per wait the index of its notify, -1 where none (timed-out waits: -1)."""
     n_n, n_w = int(np.asarray(notifies["rank"]).size), int(np.asarray(waits["rank"]).size)
-    # (producer, consumer, flag, value) packed into one int64 per notify and per wait, each
-    # column offset by its smallest value over both (mixed radix)
     sides = [(notifies["rank"], waits["peer"]), (notifies["peer"], _where(waits)), (notifies["flag"], waits["flag"]),
              (notifies["value"], waits["expected"])]
+    got = _coded_keys(sides)
+    if got is not None:
+        # (few distinct keys: a key is its group, the groups counted instead of searched)
+        kn, kw, n_groups = got
+        on = lexorder(kn, notifies["launch"], notifies["start"])
+        g_count = np.bincount(kn, minlength=n_groups + 1)  # (group n_groups: the waits no notify's key matches)
+        g_start = np.cumsum(g_count) - g_count
+        del kn
+        gw = kw
+        groups_size = n_groups
+    else:
+        kn, kw = _packed_keys(sides, n_n, n_w)
+        # round of each notify: its occurrence in its group, by (launch, start) on its own rank; the
+        # notifies sorted by (group, round), so that round r of a group is at its first position + r
+        on = lexorder(kn, notifies["launch"], notifies["start"])
+        ks = kn[on]
+        del kn
+        first = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]])
+        groups, g_start = ks[first], first
+        g_count = np.diff(np.r_[first, n_n])
+        del ks
+        # each wait's group among the notifies' (len(groups): a group no notify has, never paired)
+        gw = np.searchsorted(groups, kw)
+        np.minimum(gw, groups.size - 1, out=gw)
+        gw[groups[gw] != kw] = groups.size
+        del kw
+        groups_size = groups.size
+    return _rounds(notifies, waits, timed_out, on, g_start, g_count, gw, groups_size)
+
+
+#: Most groups :func:`_coded_keys` numbers (their counts are one array of this size).
+_MAX_CODED = 1 << 22
+
+
+def _coded_keys(sides: list) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """Per notify and per wait, the number of its key (one column of each side's per part), the
+    parts' values coded among those the notifies hold (a table of the values present, over the
+    notifies' range of each part): ``(notify keys, wait keys, keys)``, a wait whose key no notify
+    has numbered ``keys``. Keys are numbered in the order of the parts' values (first part first).
+    None when a part's range or the keys are too many for tables (:func:`_packed_keys` then).
+    """
+    n_n = int(np.asarray(sides[0][0]).size)
+    kn = kw = None
+    miss = None
+    total = 1
+    for a, b in sides:
+        a, b = np.asarray(a), np.asarray(b)
+        lo, hi = int(a.min()), int(a.max())
+        span = hi - lo + 1
+        if span > max(4 * n_n + 1024, 1 << 20):
+            return None
+        oa = np.subtract(a, lo, dtype=np.int64)
+        present = np.zeros(span + 1, bool)  # (the last entry: values outside the notifies' range)
+        present[oa] = True
+        size = int(np.count_nonzero(present))
+        if total * size > _MAX_CODED:
+            return None
+        ob = np.subtract(b, lo, dtype=np.int64)
+        u = ob.view(np.uint64)  # (a value below the range wraps above it)
+        np.minimum(u, span, out=u)
+        if size == span:  # every value of the range is a notify's: its code is its offset
+            ca, cb = oa, ob
+            absent = ob == span
+        else:
+            code = np.cumsum(present, dtype=np.int32)
+            code -= 1
+            ca, cb = code[oa], code[ob]
+            absent = ~present[ob]
+        del oa, ob
+        miss = absent if miss is None else (miss | absent)
+        if kn is None:
+            kn, kw = ca.astype(np.int64), cb.astype(np.int64)
+        else:
+            kn *= size
+            kn += ca
+            kw *= size
+            kw += cb
+        total *= size
+    kw[miss] = total
+    return kn, kw, total
+
+
+def _packed_keys(sides: list, n_n: int, n_w: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per notify and per wait, its key as one int64: each part offset by its smallest value over
+    both sides (mixed radix), or dense codes of the key rows where that is too wide."""
     kn, kw = np.zeros(n_n, np.int64), np.zeros(n_w, np.int64)
     total = 1
     # (keys built in place: waits are millions on a large capture)
@@ -164,31 +247,24 @@ def _exact(notifies: Mapping, waits: Mapping, timed_out: np.ndarray) -> np.ndarr
         total *= size
         if total >= _LIMIT:  # too wide to pack: dense codes of the key rows instead
             k, _ = group_index(*(np.concatenate([_i64(x), _i64(y)]) for x, y in sides))
-            kn, kw = k[:n_n], k[n_n:]
-            break
+            return k[:n_n], k[n_n:]
         for key, col in ((kn, a), (kw, b)):
             key *= size
             np.add(key, col, out=key, dtype=np.int64)  # (in place: no temporary of millions)
             key -= lo
-    # round of each notify: its occurrence in its group, by (launch, start) on its own rank; the
-    # notifies sorted by (group, round), so that round r of a group is at its first position + r
-    on = lexorder(kn, notifies["launch"], notifies["start"])
-    ks = kn[on]
-    del kn
-    first = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]])
-    groups, g_start = ks[first], first
-    g_count = np.diff(np.r_[first, n_n])
-    del ks
-    # each wait's group among the notifies' (len(groups): a group no notify has, never paired)
-    gw = np.searchsorted(groups, kw)
-    np.minimum(gw, groups.size - 1, out=gw)
-    gw[groups[gw] != kw] = groups.size
-    del kw
+    return kn, kw
+
+
+def _rounds(notifies: Mapping, waits: Mapping, timed_out: np.ndarray, on: np.ndarray, g_start: np.ndarray, g_count: np.ndarray,
+            gw: np.ndarray, n_groups: int) -> np.ndarray:
+    """Rule 1 once the groups are known: the notifies in (group, round) order ``on``, each group's
+    first position there and notifies, each wait's group (``n_groups``: none)."""
+    n_n, n_w = on.size, int(np.asarray(waits["rank"]).size)
     # round of each wait: its occurrence among its program's waits of the group, by (launch, order)
     prog = np.asarray(waits["program"])
     p_lo = int(prog.min())
     n_prog = int(prog.max()) - p_lo + 1
-    if groups.size < 1 << 15 and n_prog <= 1 << 15:  # (held in 16 bits: less memory, and radix sorts)
+    if n_groups < 1 << 15 and n_prog <= 1 << 15:  # (held in 16 bits: less memory, and radix sorts)
         gw, prog = gw.astype(np.int16), (prog - prog.dtype.type(p_lo)).astype(np.int16)
     else:
         prog = np.subtract(prog, p_lo, dtype=np.int64)
@@ -201,8 +277,8 @@ def _exact(notifies: Mapping, waits: Mapping, timed_out: np.ndarray) -> np.ndarr
     del prog
     occ = _occurrence(sub)  # (the waits in that order)
     del sub
-    ok = g < groups.size
-    np.minimum(g, groups.size - 1, out=g)
+    ok = g < n_groups
+    np.minimum(g, max(n_groups - 1, 0), out=g)
     ok &= occ < g_count[g]
     j = g_start[g]
     j += occ

@@ -1,5 +1,5 @@
 """``ktrace export CAPTURE --format parquet DIR``: every column read back equals what it was made
-from (the one decode, the report's tables and JSON), events written batch by batch, and the
+from (the one decode, the report's tables and JSON), events written in row groups of one size, and the
 folder-of-exports example (DuckDB) ranking 100 captures."""
 
 from __future__ import annotations
@@ -93,20 +93,47 @@ def test_report_tables_round_trip_every_column(exported):
     assert m["rows"] == {t: pq.read_metadata(exported / f"{t}.parquet").num_rows for t in m["files"]}
 
 
-def test_events_stream_in_batches(tmp_path, monkeypatch):
-    """A capture larger than a batch is written one row group per decoded batch (no table of all
-    events is ever built)."""
+def test_events_in_row_groups_of_one_size(tmp_path, monkeypatch):
+    """Events are written in row groups of ``EVENT_ROW_GROUP`` rows whatever the launches' sizes and
+    order (each rank's dispatch and combine launches alternate), decoded a few launches at a time
+    (no table of all events is ever built); the rows are the aligned events, in their order."""
     import ktrace.events as events
-    from ktrace.export.parquet import write_events
+    import ktrace.export.parquet as parquet
 
     monkeypatch.setattr(events, "BATCH_BYTES", 64 << 10)
+    monkeypatch.setattr(parquet, "EVENT_ROW_GROUP", 1000)
     cap = read_capture(CAPTURE)
-    n_batches = sum(1 for _ in events.iter_batches(cap))
-    assert n_batches > 4
-    n = write_events(cap, tmp_path / "e.parquet", name="x")
+    assert sum(1 for _ in events.iter_chunks(cap)) > 4
+    n = parquet.write_events(cap, tmp_path / "e.parquet", name="x")
     md = pq.read_metadata(tmp_path / "e.parquet")
     sizes = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
-    assert md.num_rows == n == aligned_events(cap).size and md.num_row_groups == n_batches and max(sizes) < n // 2
+    ev = aligned_events(cap)
+    assert md.num_rows == n == ev.size and len(sizes) > 4 and set(sizes[:-1]) == {1000} and 0 < sizes[-1] <= 1000
+    tab = pq.read_table(tmp_path / "e.parquet")
+    for col, field in (("rank", "rank"), ("launch", "launch"), ("program", "program"), ("slot", "slot"), ("kind_id", "kind"),
+                       ("start_ns", "start_ns"), ("end_ns", "end_ns"), ("arg2", "arg2")):
+        assert np.array_equal(tab.column(col).to_numpy(), ev[field]), col
+
+
+def test_docs_queries_run_in_duckdb(exported):
+    """The DuckDB queries of docs/parquet.md ("Beyond one machine") on an export: the first finding
+    is the report's; the waits per rank add up to the report's waits and wait time."""
+    duckdb = pytest.importorskip("duckdb")
+    con = duckdb.connect()
+    folder = exported.parent
+    top = con.execute(f"""select capture, kind, saving_ns / 1e6 as saving_ms, text from read_parquet('{folder}/*/findings.parquet')
+                          where finding = 1 order by saving_ns desc limit 20""").fetchall()
+    rep = build_report(str(CAPTURE))
+    assert [(c, k, t) for c, k, _, t in top] == [(CAPTURE.name, rep.findings[0].kind, rep.findings[0].text)]
+    per_rank = con.execute(f"""select capture, rank, count(*) as waits, sum(wait_ns) / 1e6 as wait_ms,
+           sum(late_not_started_ns + late_waiting_ns + late_in_region_ns + late_outside_ns) / 1e6 as producer_late_ms,
+           sum(unexplained_ns) / 1e6 as unexplained_ms
+           from read_parquet('{folder}/*/waits.parquet') group by capture, rank order by wait_ms desc""").fetchall()
+    assert sum(r[2] for r in per_rank) == rep.summary["waits"]
+    assert sum(r[3] for r in per_rank) == pytest.approx(rep.summary["wait_ns"] / 1e6)
+    spans = con.execute(f"""select capture, rank, launch, program, dur_ns from read_parquet('{folder}/*/events.parquet')
+                            where kind = 'span' and region = 'send' order by dur_ns desc limit 10""").fetchall()
+    assert len(spans) == 10 and [r[4] for r in spans] == sorted((r[4] for r in spans), reverse=True)
 
 
 def test_export_refusals(tmp_path, capsys):

@@ -9,6 +9,7 @@ found, and writes words and links.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -100,22 +101,34 @@ def summary(trace: Trace, w, wait_totals, ctx: causes.Context, sampled: int, n_l
     return s
 
 
-def table(t: np.ndarray, max_rows: int) -> Table:
-    """A table of the document: an analysis' table, its first ``max_rows`` rows as records."""
-    return Table(int(t.size), list(t.dtype.names or ()), jsonable(table_to_records(t, max_rows)))
+def table(t: np.ndarray, max_rows: int, rows_total: int | None = None) -> Table:
+    """A table of the document: an analysis' table, its first ``max_rows`` rows as records
+    (``rows_total``: the whole table's rows, when ``t`` is its first rows only)."""
+    return Table(int(t.size) if rows_total is None else int(rows_total), list(t.dtype.names or ()),
+                 jsonable(table_to_records(t, max_rows)))
+
+
+def _head(tables: Mapping, name: str, n: int) -> Table:
+    """The document's table ``name``: its first ``n`` rows, made without the rest where the
+    analysis can (``Lazy.head``)."""
+    if isinstance(tables, Lazy):
+        size, t = tables.head(name, n)
+        return table(t, n, size)
+    return table(tables[name], n)
 
 
 def document(rep) -> ReportDocument:
     """The document of a computed report (``report.Report``): its summary as JSON has it, a
     Perfetto link per finding with a range, its tables' first ``config.max_rows`` rows (made
-    when first read) and its views."""
+    when first read, or all at once by ``config.workers`` threads when the document is dumped)
+    and its views."""
     s = Summary.from_dict(rep.summary.to_dict())
     url = rep.config.trace_url
     findings = [dataclasses.replace(f, perfetto=perfetto_link(f.start_ns, f.end_ns, url, s.trace_end_ns, s.ranks)
                                     if f.start_ns is not None else None) for f in rep.findings]
     n = rep.config.max_rows
-    return ReportDocument(source=rep.source, origin_ns=rep.origin_ns, summary=s, findings=findings,
-                          tables=Lazy({k: (lambda k=k: table(rep.tables[k], n)) for k in rep.tables}),
+    tables = Lazy({k: (lambda k=k: _head(rep.tables, k, n)) for k in rep.tables}, workers=rep.config.workers)
+    return ReportDocument(source=rep.source, origin_ns=rep.origin_ns, summary=s, findings=findings, tables=tables,
                           views=Views({k: (lambda k=k: rep.views[k]) for k in rep.views}), trace_url=url)
 
 

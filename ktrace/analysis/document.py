@@ -227,12 +227,19 @@ class Lazy(Mapping):
     Args:
         makers: name -> a function of no arguments that makes the value.
         done: values made already (they come first, in their order).
+        heads: name -> ``fn(n)``: ``(rows, the first n rows)`` of a table made without the rest
+            (:meth:`head`; a report's document holds only the first rows of each table).
+        workers: threads :meth:`make_all` makes the values not made yet with (numpy works without
+            the interpreter lock).
     """
 
-    def __init__(self, makers: Mapping[str, Callable[[], object]], done: Mapping | None = None):
+    def __init__(self, makers: Mapping[str, Callable[[], object]], done: Mapping | None = None,
+                 heads: Mapping[str, Callable[[int], tuple]] | None = None, workers: int = 1):
         self._done = dict(done or {})
         self._makers = {k: v for k, v in makers.items() if k not in self._done}
+        self._heads = dict(heads or {})
         self._order = list(self._done) + list(self._makers)
+        self.workers = workers
 
     def __getitem__(self, name: str):
         if name not in self._done:
@@ -250,6 +257,30 @@ class Lazy(Mapping):
     def computed(self) -> list[str]:
         """The names whose values are made so far."""
         return [k for k in self._order if k in self._done]
+
+    def head(self, name: str, n: int) -> tuple[int, object]:
+        """``(rows, first n rows)`` of a table: the same as ``t.size, t[:n]`` of the whole table,
+        made without the rest where the table has a head maker and is not made yet."""
+        if name not in self._done and name in self._heads:
+            return self._heads[name](n)
+        t = self[name]
+        return int(t.size), t[:n]
+
+    def make_all(self) -> Lazy:
+        """Every value made (by :attr:`workers` threads at once); returns this mapping."""
+        todo = [k for k in self._order if k not in self._done]
+        if self.workers > 1 and len(todo) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=self.workers) as pool:
+                got = {k: pool.submit(self._makers[k]) for k in todo}
+                made = {k: f.result() for k, f in got.items()}
+            for k in todo:
+                self._makers.pop(k)
+                self._done[k] = made[k]
+        for k in todo:
+            self[k]
+        return self
 
 
 #: The views a document holds, in order.
@@ -327,14 +358,27 @@ def dump(doc) -> dict:
            "trace_url": doc.trace_url, "summary": doc.summary.to_dict(),
            "views": {k: doc.views[k] for k in doc.views},
            "findings": [f.to_dict() for f in doc.findings],
-           "tables": {k: doc.tables[k].to_dict() for k in doc.tables}}
+           "tables": {k: t.to_dict() for k, t in _made(doc.tables).items()}}
     if doc.live is not None:
         out["live"] = doc.live
     return out
 
 
+def _made(m: Mapping) -> Mapping:
+    """``m`` with every value made (a :class:`Lazy` one by its threads)."""
+    return m.make_all() if isinstance(m, Lazy) else m
+
+
 def jsonable(x):
     """``x`` with numpy values as Python ones, tuples as lists and non-finite floats as None."""
+    t = type(x)
+    if t is list or t is tuple:
+        # (a finding's claims hold lists of 100,000s of plain numbers: those are copied, not walked)
+        if all(type(v) in _PLAIN for v in x):
+            return list(x)
+        return [jsonable(v) for v in x]
+    if t in _PLAIN:
+        return x
     if isinstance(x, dict):
         return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
@@ -346,6 +390,10 @@ def jsonable(x):
     if isinstance(x, float) and not math.isfinite(x):
         return None
     return x
+
+
+#: Types :func:`jsonable` returns as they are (floats are not: a non-finite one becomes None).
+_PLAIN = frozenset((int, str, bool, type(None)))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -193,7 +193,12 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
          "imbalance": lambda: load.imbalance(trace, wg), "per_sm": lambda: load.per_sm(trace, wg),
          "overlap": (lambda: ov_sample) if sample.size == n_launches else (lambda: overlap.overlap(trace, config.classes)),
          "critical_path_summary": lambda: overlap.critical_path_summary(path),
-         "outlier_workgroups": lambda: _outliers(wg)})
+         "outlier_workgroups": lambda: _outliers(wg)},
+        # (the whole overlap table sweeps every launch: the document shows its first rows)
+        heads={"overlap": lambda n: (int(lt.size), overlap.overlap(trace, config.classes, rows=n)),
+               "stragglers": lambda n: _head_of(stalls.straggler_table(trace, "rank", w), n),
+               "straggler_workgroups": lambda n: (_producers(trace, w),
+                                                  stalls.straggler_table(trace, "workgroup", w, head=n))})
     views = Lazy({"launch": lambda: _views.launch(trace, wg, w, found), "heat": lambda: _views.heat(wg),
                   "wait_hist": lambda: _views.wait_hist(w)})
     if progress:
@@ -206,6 +211,19 @@ def _outliers(wg):
     """The outlier workgroups, most work first."""
     over = wg[wg["outlier"]]
     return over[np.argsort(-over["work_ns"], kind="stable")]
+
+
+def _head_of(t, n: int) -> tuple[int, object]:
+    return int(t.size), t[:n]
+
+
+def _producers(trace: Trace, w) -> int:
+    """Rows of the straggler table by workgroup: the workgroups whose notifies released a wait."""
+    nr = w["notify_row"]
+    nr = nr[nr >= 0]
+    if nr.size == 0:
+        return 0
+    return int(np.count_nonzero(np.bincount(trace.wg[nr], minlength=trace.n_workgroups)))
 
 
 __all__ = ["Report", "ReportConfig", "build_report"]

@@ -106,7 +106,45 @@ def _release_pairs(trace: Trace) -> pairing.Pairs:
     waits = {"rank": trace.at(W, "rank"), "launch": trace.at(W, "launch"), "program": trace.at(W, "program"), "order": wi,
              "timed_out": is_timeout(trace.at(W, "flags")), "local": is_local(trace.at(W, "flags"))}
     waits.update((a, trace.at(W, arg_column(W, a))) for a in ("peer", "flag", "expected", "cmp"))
-    return pairing.pair(notifies, waits)
+    return _pair_by_halves(notifies, waits)
+
+
+#: Fewest waits :func:`_pair_by_halves` splits (below, one call costs less than two threads).
+_HALVES_MIN = 1 << 16
+
+
+def _pair_by_halves(notifies: dict, waits: dict) -> pairing.Pairs:
+    """``pairing.pair`` of the waits of the lower and of the higher consumer ranks, each with the
+    notifies addressed to them, in two threads (numpy works without the interpreter lock): a
+    wait is released only by a notify addressed to its rank (every rule groups by the consumer),
+    so the halves pair as the whole does (``ktrace.export.plan`` pairs rank by rank the same way).
+    The waits are in rank order: each half's are a slice of them."""
+    wr = np.asarray(waits["rank"])
+    n_w = wr.size
+    if n_w < _HALVES_MIN or int(wr[0]) == int(wr[-1]):
+        return pairing.pair(notifies, waits)
+    # the rank the waits split at, as evenly as whole ranks allow
+    cut = int(np.searchsorted(wr, wr[n_w // 2], side="left")) or int(np.searchsorted(wr, wr[n_w // 2], side="right"))
+    if not 0 < cut < n_w:
+        return pairing.pair(notifies, waits)
+    split = int(wr[cut])
+    # a notify is addressed to its peer (a hand-off inside a program, LOCAL: to its own rank)
+    dest = np.where(np.asarray(notifies["local"], bool), np.asarray(notifies["rank"]), np.asarray(notifies["peer"]))
+    sides = []
+    for w_sel, n_sel in ((slice(0, cut), np.flatnonzero(dest < split)), (slice(cut, n_w), np.flatnonzero(dest >= split))):
+        sides.append(({c: np.asarray(v)[n_sel] for c, v in notifies.items()}, {c: np.asarray(v)[w_sel] for c, v in waits.items()},
+                      n_sel, w_sel.start))
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        got = list(pool.map(lambda sd: pairing.pair(sd[0], sd[1]), sides))
+    notify = np.concatenate([sd[2][p.notify] for sd, p in zip(sides, got)]).astype(np.int64)
+    wait = np.concatenate([p.wait + sd[3] for sd, p in zip(sides, got)]).astype(np.int64)
+    exact = np.concatenate([p.exact for p in got])
+    n_n = int(np.asarray(notifies["rank"]).size)
+    released = np.zeros(n_n, bool)
+    released[notify] = True
+    return pairing.Pairs(notify, wait, exact, int(n_n - released.sum()), sum(p.unmatched_waits for p in got))
 
 
 def waits(trace: Trace) -> ColumnTable:
@@ -687,25 +725,29 @@ def stragglers(trace: Trace, w: np.ndarray | None = None) -> tuple[np.ndarray, n
     return straggler_table(trace, "rank", w), straggler_table(trace, "workgroup", w)
 
 
-def straggler_table(trace: Trace, by: str, w: np.ndarray | None = None) -> np.ndarray:
-    """One of the two tables of :func:`stragglers`: ``by`` is "rank" or "workgroup"."""
+def straggler_table(trace: Trace, by: str, w: np.ndarray | None = None, head: int | None = None) -> np.ndarray:
+    """One of the two tables of :func:`stragglers`: ``by`` is "rank" or "workgroup" (its first
+    ``head`` rows only, when given)."""
     w = waits(trace) if w is None else w
     nl, paired = _notify_lateness(trace, w)
     cols = paired["cols"]
     if by == "rank":
-        return _straggler_table(trace, cols, paired, cols["rank"].astype(np.int64), ("rank",))
+        return _straggler_table(trace, cols, paired, cols["rank"].astype(np.int64), ("rank",), head)
     if by == "workgroup":
-        return _straggler_table(trace, cols, paired, trace.wg[cols["row"]], ("rank", "launch", "program"))
+        return _straggler_table(trace, cols, paired, trace.wg[cols["row"]], ("rank", "launch", "program"), head)
     raise ValueError(f"stragglers by {by!r}: give 'rank' or 'workgroup'")
 
 
-def _straggler_table(trace: Trace, nl: dict, paired: dict, producer: np.ndarray, by: tuple[str, ...]) -> np.ndarray:
+def _straggler_table(trace: Trace, nl: dict, paired: dict, producer: np.ndarray, by: tuple[str, ...],
+                     head: int | None = None) -> np.ndarray:
+    """The table of :func:`straggler_table` (its first ``head`` rows only, when given: the rows
+    made from the producers' columns, which are made for every producer)."""
     dt = [(c, "<i4") for c in by] + STRAGGLER_FIELDS
     if nl["row"].size == 0:
         return np.zeros(0, dt)
     inv, ukeys = dense_codes(producer)
     g = ukeys.size
-    out = np.zeros(g, dt)
+    out: dict = {}  # column -> per producer (a row table only of the rows returned)
     first = np.zeros(g, np.int64)
     first[inv[::-1]] = np.arange(inv.size)[::-1]
     for c in by:
@@ -751,7 +793,7 @@ def _straggler_table(trace: Trace, nl: dict, paired: dict, producer: np.ndarray,
         k = g_of_wait[a : a + _SUM_BLOCK] * nr
         k += prank[a : a + _SUM_BLOCK]
         seen[k] = True
-    out["waiter_ranks"] = _rank_tuples(seen.reshape(g, nr))
+    out["waiter_ranks"] = seen.reshape(g, nr)  # (as tuples at the rows returned)
     W = max(trace.n_workgroups, 1)
     if g * W <= 1 << 26:
         pw = np.zeros(g * W, bool)
@@ -794,7 +836,13 @@ def _straggler_table(trace: Trace, nl: dict, paired: dict, producer: np.ndarray,
     out["before_region"] = names
     out["before_ns"] = np.where(valid_reg, before_ns, np.nan)
     out["before_others_ns"] = np.where(valid_reg, others, np.nan)
-    return out[_order_desc(out["cost_ns"])]
+    pick = _order_desc(out["cost_ns"])
+    if head is not None:
+        pick = pick[:head]
+    table = np.zeros(pick.size, dt)
+    for c, v in out.items():
+        table[c] = _rank_tuples(v[pick]) if c == "waiter_ranks" else (v[pick] if np.ndim(v) else v)
+    return table
 
 
 def _rank_tuples(seen: np.ndarray) -> np.ndarray:

@@ -156,9 +156,9 @@ OVERLAP_DTYPE = np.dtype(
 )
 
 
-def overlap(trace: Trace, classes: RegionClasses = RegionClasses(), *, launches=None) -> np.ndarray:
-    """Per rank and launch (of ``launches`` only, when given), communication hidden under compute
-    and exposed.
+def overlap(trace: Trace, classes: RegionClasses = RegionClasses(), *, launches=None, rows: int | None = None) -> np.ndarray:
+    """Per rank and launch (of ``launches`` only, when given; the first ``rows`` of the table only,
+    when given), communication hidden under compute and exposed.
 
     One sweep over many (rank, launch) groups at once (blocks of whole groups of about
     ``spans.BLOCK_EVENTS`` events): the start and end of each communication, compute and wait
@@ -180,6 +180,8 @@ def overlap(trace: Trace, classes: RegionClasses = RegionClasses(), *, launches=
     if launches is not None:  # only the groups of those launches, and their rows
         keep = np.isin(l, np.asarray(launches))
         first, last, r, l, extent = first[keep], last[keep], r[keep], l[keep], extent[keep]
+    if rows is not None:  # (each group is swept on its own: its row is the same computed alone)
+        first, last, r, l, extent = first[:rows], last[:rows], r[:rows], l[:rows], extent[:rows]
     G = first.size
     out = np.zeros(G, OVERLAP_DTYPE)
     out["rank"], out["launch"], out["extent_ns"] = r, l, extent

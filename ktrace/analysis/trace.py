@@ -87,6 +87,7 @@ class Trace:
         wg_keys: per workgroup, ``(rank, launch, program)`` (int64, shape (W, 3)).
         meta: the capture's metadata (``Capture.meta``: its heap's allocations, the source lines
             of its probe calls, ...; empty for a given table).
+        live: some launch of the capture is a live dump's (``ktrace.analysis.live``).
     """
 
     def __init__(self, events: np.ndarray | None = None, regions: dict[int, str] | None = None, world_size: int = 0,
@@ -94,8 +95,9 @@ class Trace:
                  partial: bool = False, clock: object | None = None, source: str = "", wg: np.ndarray | None = None,
                  wg_keys: np.ndarray | None = None, *, columns: "_Columns | None" = None,
                  load_events: Callable[[], np.ndarray] | None = None, meta: dict | None = None,
-                 lanes: dict[tuple[int, int], tuple[str, ...]] | None = None):
+                 lanes: dict[tuple[int, int], tuple[str, ...]] | None = None, live: bool = False):
         self.lanes = lanes if lanes is not None else {}
+        self.live = live
         self.regions = regions if regions is not None else {}
         self.world_size = world_size
         self.kernels = kernels if kernels is not None else {}
@@ -462,6 +464,17 @@ class ColumnTable:
             raise ValueError(f"no field of name {name}")
         return np.asarray((self._derived.get(name) or self._lazy[name])(np.asarray(idx, np.int64)), self.dtype[name])
 
+    def at_rows(self, name: str, idx: np.ndarray) -> np.ndarray:
+        """Column ``name`` at the rows ``idx``: what ``t[name][idx]`` gives (in the column's own
+        type), a lazy column made at those rows only (and not kept)."""
+        c = self._cols.get(name)
+        if c is not None:
+            return c[idx]
+        make = self._derived.get(name) or self._lazy.get(name)
+        if make is None:
+            raise ValueError(f"no field of name {name}")
+        return np.asarray(make(np.asarray(idx, np.int64)))
+
     def __array__(self, dtype=None, copy=None):
         """Every row as a structured array (``np.asarray(t)``, ``np.sort(t, order=...)``): the
         whole table built at once."""
@@ -636,10 +649,12 @@ def _from_capture(cap, regions: dict[int, str] | None, name: str, reload: Callab
     kernels: dict[tuple[int, int], str] = {}
     n_programs: dict[tuple[int, int], int] = {}
     lanes: dict[tuple[int, int], tuple[str, ...]] = {}
+    live = False
     for r, rc in cap.ranks.items():
         for ln in rc.launches:
             kernels[(r, ln.index)] = printable(ln.kernel)
             g = tuple(ln.grid)
+            live = live or "live" in (ln.meta or {})
             names = tuple(printable(x) for x in ((ln.meta or {}).get("lanes") or ()))  # (from a file: escaped)
             if names:
                 lanes[(r, ln.index)] = names
@@ -653,7 +668,7 @@ def _from_capture(cap, regions: dict[int, str] | None, name: str, reload: Callab
     if partial:
         log.warning("capture is partial (missing ranks %s): stall pairing misses the absent ranks' notifies", ranges_text(cap.missing_ranks))
     meta = dict(regions=regs, world_size=cap.world_size, kernels=kernels, n_programs=n_programs, partial=partial,
-                clock=model, source=printable(name), meta=dict(cap.meta or {}), lanes=lanes)
+                clock=model, source=printable(name), meta=dict(cap.meta or {}), lanes=lanes, live=live)
     if columns is None:  # rows out of order: the whole table, sorted by Trace
         t = Trace(events=_align(cap, model)[0], **meta)
     else:
@@ -719,22 +734,31 @@ _DECODED = ("program", "lane", "kind", "flags", "region", "hw", *schema.ARG_COLU
 
 def _aligned_columns(cap, model) -> _Columns | None:
     """The capture's events as the analyses' columns: decoded and aligned by ``ktrace.events``
-    (the same batches the trace writers decode: launches of one rank and buffer layout read and
-    decoded together, ``events.make_batches``), each batch's rows copied to their launch's place
-    in arrays allocated once at their final size (counted from the buffers' tags first; the
-    argument columns only at waits and notifies), so that neither the full aligned table nor all
-    launches' decoded columns are ever in memory at once. None when the rows would not be sorted
-    by (rank, launch, program, slot) (a rank's launches out of order: the caller sorts the whole
-    table).
+    in one pass, runs of consecutive launches at a time, straight into their rows
+    (``events.capture_columns``; the argument columns only at waits and notifies), so that
+    neither the full aligned table nor all launches' decoded columns are ever in memory at once.
+    Where that pass leaves a capture to the checked path (a damaged buffer, one that disagrees
+    with its launch record), the batches the trace writers decode (launches of one rank and
+    buffer layout, ``events.make_batches``) are screened, counted and copied to their rows, and
+    say what is wrong. None when the rows would not be sorted by (rank, launch, program, slot)
+    (a rank's launches out of order: the caller sorts the whole table).
     """
     from ..captures.file import CaptureError, read_buffers
     from ..decode import DecodeError, screen_batch
-    from ..events import is_raw, launch_refs, make_batches, read_batch
+    from ..events import NotDecoded, capture_columns, is_raw, launch_refs, make_batches, read_batch
 
     refs = launch_refs(cap)
     for (r0, a), (r1, b) in zip(refs, refs[1:]):
         if r0 == r1 and a.index >= b.index:
             return None
+    try:
+        got = capture_columns(cap, model, _COPIED, _COPIED_AT[1], _COPIED_AT[0])
+    except NotDecoded:  # (a buffer that does not decode: the batches below say which and why)
+        got = None
+    if got is not None:
+        if got.impossible:
+            raise _Impossible(got.impossible)
+        return _Columns(n=got.n, cols=got.cols, at=_narrowed(got.at))
     at_kinds = [int(k) for k in _COPIED_AT[1]]
     per_launch = np.zeros((len(refs), 16), np.int64)
     batches = make_batches(refs)
@@ -790,10 +814,15 @@ def _aligned_columns(cap, model) -> _Columns | None:
         done += b.size
     if done != n:
         raise AnalysisError(f"decoded {done} events where the buffers' tags count {n}")
-    for key, c in at.items():  # 64-bit arguments (flag offsets, values) that all fit 32 bits: held so
+    return _Columns(n=n, cols=cols, at=_narrowed(at))
+
+
+def _narrowed(at: dict) -> dict:
+    """64-bit arguments (flag offsets, values) that all fit 32 bits, held so."""
+    for key, c in at.items():
         if c.dtype == np.int64 and c.size and -(2**31) <= int(c.min()) and int(c.max()) < 2**31:
             at[key] = c.astype(np.int32)
-    return _Columns(n=n, cols=cols, at=at)
+    return at
 
 
 def table_to_records(table: np.ndarray, limit: int | None = None) -> list[dict]:

@@ -34,6 +34,8 @@ told otherwise, and a merge with ranks missing warns and marks the result partia
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import io
 import logging
 import lzma
@@ -91,6 +93,14 @@ def _checked_int(v, what: str, lo: int = 0, hi: int = (1 << 63) - 1) -> int:
     if not lo <= v <= hi:
         raise ValueError(f"{what} {v} is outside {lo}..{hi}")
     return v
+
+
+def _int(v, lo: int, hi: int, what: str, *args) -> int:
+    """:func:`_checked_int`, its message (``what % args``) made only for a value it refuses: a
+    capture of 100,000 launches checks a million numbers."""
+    if type(v) is int and lo <= v <= hi:
+        return v
+    return _checked_int(v, what % args if args else what, lo, hi)
 
 
 #: What reading a damaged zip archive can raise besides :class:`zipfile.BadZipFile`: a flipped
@@ -296,6 +306,50 @@ def _read_run(run: list, out: list, verify: bool) -> None:
         if verify and zlib.crc32(data) != lb.crc32:
             raise CaptureError(f"{lb.where}: buffer is damaged (size or CRC-32 mismatch)")
         out[i] = data
+
+
+def read_adjacent(launches: list[Launch], into: np.ndarray | None = None) -> tuple[list[np.ndarray], np.ndarray] | None:
+    """The raw buffers of launches that lie one after another in one capture file, uncompressed
+    and not read yet, with one positional read into ``into`` (a uint8 array, reused when large
+    enough: a reader that goes through a capture a few MB at a time touches no fresh memory),
+    each CRC-checked. Returns the buffers (views of the array) and the array; None where the
+    launches are not such (in memory, compressed, in another order or far apart) or a buffer
+    does not check out: :func:`read_buffers` then reads them, and says what is wrong.
+    """
+    lbs = [ln.__dict__["_raw"] for ln in launches]
+    if not lbs or not all(isinstance(x, _LazyBuffer) for x in lbs):
+        return None
+    src = lbs[0].source
+    prev_end = lbs[0].header_offset
+    for x in lbs:
+        if x.source is not src or not 0 <= x.header_offset - prev_end <= _GAP:
+            return None
+        prev_end = x.header_offset + _LOCAL_HEADER.size + x.nbytes
+    start = lbs[0].header_offset
+    n = min(lbs[-1].header_offset + _LOCAL_HEADER.size + _NAME_SLACK + lbs[-1].nbytes, src.size) - start
+    if n <= 0:
+        return None
+    if into is None or into.size < n:
+        into = np.empty(max(n, 0 if into is None else 2 * into.size), np.uint8)
+    got = 0
+    while got < n:
+        k = os.preadv(src.fd, [memoryview(into)[got:n]], start + got)
+        if k <= 0:
+            return None
+        got += k
+    out = []
+    head = _LOCAL_HEADER
+    for x in lbs:
+        at = x.header_offset - start
+        sig, n_name, n_extra = head.unpack_from(into, at)
+        at += head.size + n_name + n_extra
+        if sig != b"PK\x03\x04" or at + x.nbytes > n:
+            return None
+        data = into[at : at + x.nbytes]
+        if zlib.crc32(data) != x.crc32:
+            return None
+        out.append(data)
+    return out, into
 
 
 def read_buffers(launches: list[Launch], *, verify: bool = True) -> list[np.ndarray]:
@@ -556,7 +610,8 @@ def read_capture(path: str | os.PathLike) -> Capture:
     try:
         with open(path, "rb") as f:
             head = f.read(4)
-        zf = zipfile.ZipFile(path)
+        with _no_collection():
+            zf = zipfile.ZipFile(path)
     except (IsADirectoryError, PermissionError, FileNotFoundError) as e:
         raise CaptureError(f"{path}: cannot read: {e.strerror or e}") from None
     except _ZIP_DAMAGE as e:
@@ -600,6 +655,25 @@ def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo | str, path: str, wh
 def _read_zip(zf: zipfile.ZipFile, path: str, source: Path | None = None) -> Capture:
     """Read a capture from an open zip. With ``source`` (the zip's file), buffers stored
     uncompressed are read from it on first use (see :class:`_LazyBuffer`); others here."""
+    with _no_collection():
+        return _read_entries(zf, path, source)
+
+
+@contextlib.contextmanager
+def _no_collection():
+    """The cyclic garbage collector held off: a capture's directory and metadata make the objects
+    of 100,000 launches at once, which would set off collections that each go over all of them
+    (none of them garbage)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _read_entries(zf: zipfile.ZipFile, path: str, source: Path | None) -> Capture:
     src = _FileSource(source) if source is not None else None  # (closed once no buffer needs it)
     with zf:
         try:
@@ -706,6 +780,10 @@ def _str_list(v) -> list[str]:
     return list(v)
 
 
+_GRID = "rank %d launch %d: a grid size"
+_MAX_I64 = (1 << 63) - 1
+
+
 def _read_launch(zf: zipfile.ZipFile, path: str, src: "_FileSource | None", r: int, lm: dict,
                  file_size: int | None = None, world_size: int = MAX_WORLD_SIZE) -> Launch:
     """One launch entry of the metadata and its buffer: read and CRC-checked here when it is
@@ -714,19 +792,20 @@ def _read_launch(zf: zipfile.ZipFile, path: str, src: "_FileSource | None", r: i
     Every number is checked before anything is sized by it: the buffer's size must be what its
     layout, grid and slots make, and lie within the file (stored) or within what its stored
     bytes may inflate to (compressed)."""
-    index = _checked_int(lm["index"], "a launch index", 0, _MAX_INDEX)
+    index = _int(lm["index"], 0, _MAX_INDEX, "a launch index")
     where = f"{path}: rank {r} launch {index}"
     grid = lm["grid"]
     if not isinstance(grid, list) or len(grid) != 3:
         raise TypeError(f"rank {r} launch {index}: grid is {grid!r:.60}, not 3 numbers")
-    grid = tuple(_checked_int(g, f"rank {r} launch {index}: a grid size", 1, _MAX_INDEX) for g in grid)
+    grid = (_int(grid[0], 1, _MAX_INDEX, _GRID, r, index), _int(grid[1], 1, _MAX_INDEX, _GRID, r, index),
+            _int(grid[2], 1, _MAX_INDEX, _GRID, r, index))
     P = math.prod(grid)
-    capacity = _checked_int(lm["capacity"], f"rank {r} launch {index}: capacity", 1, _MAX_INDEX)
-    nbytes = _checked_int(lm["bytes"], f"rank {r} launch {index}: bytes", 0)
-    crc = _checked_int(lm["crc32"], f"rank {r} launch {index}: crc32", 0, (1 << 32) - 1)
+    capacity = _int(lm["capacity"], 1, _MAX_INDEX, "rank %d launch %d: capacity", r, index)
+    nbytes = _int(lm["bytes"], 0, _MAX_I64, "rank %d launch %d: bytes", r, index)
+    crc = _int(lm["crc32"], 0, (1 << 32) - 1, "rank %d launch %d: crc32", r, index)
     if P > _MAX_INDEX:
         raise ValueError(f"rank {r} launch {index}: grid {grid} has {P} programs, more than {_MAX_INDEX}")
-    layout, n_rec = lm.get("layout", "dense"), _checked_int(lm.get("records", 0), f"rank {r} launch {index}: records", 0)
+    layout, n_rec = lm.get("layout", "dense"), _int(lm.get("records", 0), 0, _MAX_I64, "rank %d launch %d: records", r, index)
     if layout == "packed":
         if n_rec > P * capacity or nbytes != schema.packed_bytes(P, n_rec):
             raise CaptureError(f"{where}: corrupt capture metadata (layout {layout!r} with {n_rec} records in {nbytes} bytes)")
@@ -763,8 +842,8 @@ def _read_launch(zf: zipfile.ZipFile, path: str, src: "_FileSource | None", r: i
         grid=grid,  # type: ignore[arg-type]
         capacity=capacity,
         raw=raw,  # type: ignore[arg-type]
-        host_ns=_checked_int(lm.get("host_ns", 0), f"rank {r} launch {index}: host_ns", -(1 << 63)),
-        stream=_checked_int(lm.get("stream", 0), f"rank {r} launch {index}: stream", -(1 << 63)),
+        host_ns=_int(lm.get("host_ns", 0), -(1 << 63), _MAX_I64, "rank %d launch %d: host_ns", r, index),
+        stream=_int(lm.get("stream", 0), -(1 << 63), _MAX_I64, "rank %d launch %d: stream", r, index),
         source=str(path),
         meta=meta,
     )

@@ -180,13 +180,22 @@ class RankClock:
             return 0.0
         return self.rtt_ns / 2.0 + self.residual_ns
 
-    def to_common(self, ticks, tick_hz: int | None = None) -> np.ndarray:
-        """Raw ticks of this rank's timer to common-clock nanoseconds (int64)."""
+    def to_common(self, ticks, tick_hz: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
+        """Raw ticks of this rank's timer to common-clock nanoseconds (int64); written into
+        ``out`` (an int64 array of their shape) when given, with no temporary but the scaled
+        times (the same arithmetic, the same values)."""
         dev = ticks_to_ns(np.asarray(ticks, dtype=np.int64), tick_hz or self.tick_hz)
-        d = dev - np.int64(self.pivot_dev_ns)
-        if self.scale == 1.0:
-            return d + np.int64(self.pivot_ns)
-        return np.rint(d * self.scale).astype(np.int64) + np.int64(self.pivot_ns)
+        if out is None:
+            d = dev - np.int64(self.pivot_dev_ns)
+            if self.scale == 1.0:
+                return d + np.int64(self.pivot_ns)
+            return np.rint(d * self.scale).astype(np.int64) + np.int64(self.pivot_ns)
+        np.subtract(dev, np.int64(self.pivot_dev_ns), out=out)
+        if self.scale != 1.0:
+            scaled = np.multiply(out, self.scale)
+            np.copyto(out, np.rint(scaled, out=scaled), casting="unsafe")
+        out += np.int64(self.pivot_ns)
+        return out
 
     def to_dict(self) -> dict:
         """The stored form; ``bound_ns`` (:attr:`error_bound_ns`) is written for readers of the

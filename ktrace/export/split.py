@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import orjson
 
 from ..captures.file import Capture, RankCapture
@@ -282,24 +283,29 @@ def estimate_bytes(capture: Capture, fmt: str) -> int:
     """About how large ``capture``'s trace in ``fmt`` would be: its events counted by kind (from
     every buffer's tags, about a twentieth of a decode), times what each kind costs in ``fmt``."""
     from ..captures.file import read_buffers
-    from ..decode import DecodeError, count_kinds
+    from ..decode import DecodeError, count_kinds, count_kinds_of
     from ..events import make_batches
 
     if fmt not in _BYTES_BY_KIND:
         return 0
     per_kind, per_launch = _BYTES_BY_KIND[fmt]
     refs = launch_refs(capture)
-    kinds = [0] * 16
+    kinds = np.zeros(16, np.int64)
     for batch in make_batches(refs):
-        for li, buf in zip(batch, read_buffers([refs[li][1] for li in batch], verify=False)):
+        bufs = read_buffers([refs[li][1] for li in batch], verify=False)
+        try:  # (the batch's record slots counted together)
+            kinds += count_kinds_of(bufs)
+            continue
+        except (DecodeError, ValueError):
+            pass
+        for li, buf in zip(batch, bufs):
             try:
                 c = count_kinds(buf)
             except DecodeError:  # (writing it says what is wrong)
-                c = [0] * 16
+                c = np.zeros(16, np.int64)
                 c[1] = record_slots(refs[li][1])
-            for k in range(1, 6):
-                kinds[k] += int(c[k])
-    return int(sum(n * b for n, b in zip(kinds[1:6], per_kind)) + per_launch * len(refs))
+            kinds += c
+    return int(sum(int(n) * b for n, b in zip(kinds[1:6], per_kind)) + per_launch * len(refs))
 
 
 #: Largest trace index read (an index of ~100,000 parts).

@@ -642,8 +642,53 @@ def _wait_time_until(m: _Model, g: np.ndarray, t: np.ndarray) -> np.ndarray:
 def _wait_split(trace: Trace, launches=None) -> dict:
     """The columns of :func:`wait_causes`, for every wait (cached) or those of some launches."""
     if launches is None:
-        return trace.cached(("wait_split",), lambda: _compute_wait_split(trace, replay_model(trace)))
+        return trace.cached(("wait_split",), lambda: _split_by_windows(trace))
     return _compute_wait_split(trace, replay_model(trace, launches))
+
+
+#: Waits whose causes are made together (:func:`_split_by_windows`): a model of a few launches
+#: at a time instead of one of the whole capture (several GB for 10 M events).
+WINDOW_WAITS = 1 << 19
+
+
+def _split_by_windows(trace: Trace) -> dict:
+    """:func:`_compute_wait_split` of every wait, made from models of windows of whole launches
+    of about :data:`WINDOW_WAITS` waits (each wait's split depends on its launch's workgroups and
+    on the notify that released it only), the rows put in event order; one model of every
+    launch where a wait was released by a notify of another launch."""
+    w = _waits(trace)
+    wl = np.asarray(w["launch"], np.int64)
+    nr = w["notify_row"]
+    paired = np.flatnonzero(nr >= 0)
+    across = paired.size and bool((trace.column("launch")[nr[paired]] != wl[paired]).any())
+    if not wl.size or across:
+        return _compute_wait_split(trace, replay_model(trace))
+    launches = np.unique(trace.wg_keys[:, 1])
+    per = np.bincount(np.searchsorted(launches, wl), minlength=launches.size)
+    cuts = [0]
+    acc = 0
+    for i, n in enumerate(per.tolist()):
+        if acc and acc + n > WINDOW_WAITS:
+            cuts.append(i)
+            acc = 0
+        acc += n
+    cuts.append(launches.size)
+    if len(cuts) == 2:
+        return _compute_wait_split(trace, replay_model(trace))
+    rows = w["row"]
+    out: dict = {}
+    filled = 0
+    windows = [launches[a:b] for a, b in zip(cuts, cuts[1:])]
+    for part in _two_at_a_time(lambda ls: _compute_wait_split(trace, replay_model(trace, ls)), windows):
+        at = np.searchsorted(rows, part["row"])  # (each window's rows put at their place: no copy of all of them)
+        filled += at.size
+        for k, v in part.items():
+            if k not in out:
+                out[k] = np.empty(rows.size, v.dtype)
+            out[k][at] = v
+    if filled != rows.size:  # (every wait is in the launches of one window)
+        return _compute_wait_split(trace, replay_model(trace))
+    return out
 
 
 def _compute_wait_split(trace: Trace, m: _Model) -> dict:
@@ -726,6 +771,31 @@ def _compute_wait_split(trace: Trace, m: _Model) -> dict:
     out.update(rank=w["rank"][pos], launch=w["launch"][pos],
                program=w["program"][pos])
     return out
+
+
+def _two_at_a_time(fn, items: list):
+    """``fn(item)`` of each item, in order, made by two threads (numpy works without the
+    interpreter lock), at most two results ahead of the caller."""
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        pending: deque = deque()
+        for x in items:
+            pending.append(pool.submit(fn, x))
+            if len(pending) > 2:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def wait_cause_columns(trace: Trace) -> dict:
+    """:func:`wait_causes` as columns (name -> array of its ``WAIT_CAUSE_DTYPE`` type, every wait in
+    event order), without the row table."""
+    c = _wait_split(trace)
+    cols = {k: np.asarray(v, WAIT_CAUSE_DTYPE[k]) for k, v in c.items() if k != "root_code"}
+    cols["root"] = _ROOT_NAMES[c["root_code"]]
+    return cols
 
 
 def wait_causes(trace: Trace) -> np.ndarray:
