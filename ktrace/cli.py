@@ -326,7 +326,7 @@ def _cmd_open(args) -> int:
         return _open(args, str(trace), note, report=report)
 
 
-def _open(args, trace: str, note: str | None = None, report: dict | None = None) -> int:
+def _open(args, trace: str, note: str | None = None, report=None) -> int:
     """Serve ``trace`` (or the part of a split trace that holds the finding asked for), with links
     from ``report`` (a checked report document, ``viewers.perfetto_open.load_report``)."""
     import errno
@@ -349,7 +349,7 @@ def _open(args, trace: str, note: str | None = None, report: dict | None = None)
             _, parts = read_index(trace)
             if not parts:
                 raise ValueError(f"{trace}: the index names no part")
-            ranks = report["findings"][args.finding - 1]["ranks"] if report is not None and args.finding is not None else []
+            ranks = list(report.findings[args.finding - 1].ranks) if report is not None and args.finding is not None else []
             part = parts[0] if window is None else part_for(parts, *window, ranks)
             others = ", ".join(Path(p.file).name for p in parts if p is not part)
             print(f"{printable(Path(trace).name)}: {len(parts)} parts; opening {printable(Path(part.file).name)} (ranks "
@@ -473,7 +473,9 @@ def _live(path):
 
 
 def _cmd_report(args) -> int:
-    from .analysis import AnalysisError, LoadConfig, ReportConfig, build_report, render_text, report_json
+    from viewers.text import render_text
+
+    from .analysis import AnalysisError, LoadConfig, ReportConfig, build_report, report_json
     from .captures import CaptureError
 
     path = args.capture
@@ -512,7 +514,9 @@ def _cmd_report(args) -> int:
 
 
 def _cmd_diff(args) -> int:
-    from .analysis import AnalysisError, build_diff, diff_json, prepare, render_diff_text
+    from viewers.text import render_diff_text
+
+    from .analysis import AnalysisError, build_diff, diff_json, prepare
     from .captures import CaptureError
 
     refused = _refuse_overwrite("ktrace diff", [args.a, args.b], [args.html, args.json]) or _check_outputs("ktrace diff", [args.html, args.json])

@@ -586,7 +586,9 @@ def _cmd_run(args) -> int:
         print(f"ktrace run: this node's ranks finished; the node of rank 0 wrote the capture and the report "
               f"({cfg.capture_path} there)")
         return 0
-    from .analysis import AnalysisError, render_text
+    from viewers.text import render_text
+
+    from .analysis import AnalysisError
     from .captures import CaptureError
     from .demo import DemoError, analyse, next_steps
 

@@ -21,6 +21,7 @@ import contextlib
 import hashlib
 import io
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -63,8 +64,11 @@ def _run(argv: list[str]) -> tuple[int, str]:
 
 
 def hash_capture(cap: Path, tmp: Path) -> dict[str, str]:
-    """The hashes of every output made from ``cap``, keyed ``command/output``."""
+    """The hashes of every output made from ``cap``, keyed ``command/output``. The capture is named
+    relative to the checkout (run from its root): a report names its source, and two checkouts
+    then write the same report."""
     got: dict[str, str] = {}
+    cap = cap.relative_to(ROOT)
     work = tmp / cap.stem
     work.mkdir()
     rep_json, rep_html = work / "r.json", work / "r.html"
@@ -89,8 +93,9 @@ def main() -> int:
     p.add_argument("-o", "--output", required=True, help="where to write the hashes (JSON)")
     p.add_argument("--compare", metavar="OLD.json", help="an earlier run's hashes: list every difference")
     args = p.parse_args()
+    os.chdir(ROOT)
     result: dict[str, dict[str, str]] = {}
-    # (one fixed folder: the report's printed text names the files it wrote)
+    # (one fixed folder: the report's printed text names the files it wrote; TMPDIR moves it)
     tmp = Path(tempfile.gettempdir()) / "ktrace-output-hashes"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Floors, lowest first: each entry is a module or package name (a package covers its modules,
 #: unless one of them is named on its own). Kept in step with docs/architecture.md.
 FLOORS: list[tuple[str, ...]] = [
-    ("ktrace", "ktrace._lazy", "ktrace._memory", "ktrace.fileio", "ktrace.schema", "ktrace.text"),  # layouts, names, words, safe files
+    ("ktrace", "ktrace._lazy", "ktrace._memory", "ktrace.fileio", "ktrace.links", "ktrace.schema", "ktrace.text"),  # layouts, names, words, safe files, Perfetto UI links
     ("ktrace.device", "ktrace.dist_env", "ktrace.keys"),  # device and rank facts; sorting and grouping machinery
     ("ktrace.regions", "ktrace.decode", "ktrace.pairing", "ktrace.flight.ring", "ktrace.flight.stream",
      "ktrace.graphs.ring", "ktrace.graphs.inductor", "ktrace.auto.transform", "ktrace.auto.declarations",

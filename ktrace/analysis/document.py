@@ -187,12 +187,29 @@ class Summary:
             out[f.name] = [c.to_dict() if isinstance(c, Claim) else c for c in v] if f.name == "claims" else v
         return jsonable(out)
 
+    # read as its JSON object reads (``summary["waits"]``, ``"release_untraced_ns" in summary``)
+    def __getitem__(self, key: str):
+        if key not in self:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        f = _SUMMARY_FIELDS.get(key) if isinstance(key, str) else None
+        return f is not None and not (getattr(self, key) is None and f.metadata.get("omit_none"))
+
+    def get(self, key: str, default=None):
+        """The value under ``key`` as the JSON object has it, else ``default``."""
+        return self[key] if key in self else default
+
     @classmethod
     def from_dict(cls, d: dict) -> Summary:
         known = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in d.items() if k in known}
         kw["claims"] = [Claim.from_dict(c) for c in kw.get("claims") or [] if isinstance(c, dict)]
         return cls(**kw)
+
+
+_SUMMARY_FIELDS = {f.name: f for f in dataclasses.fields(Summary)}
 
 
 @dataclass

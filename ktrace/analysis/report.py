@@ -25,7 +25,8 @@ import numpy as np
 from . import accounting, assemble, causes, findings, hangs, lanes, load, stalls, warmup
 from . import timeline as overlap
 from . import views as _views
-from .document import SEVERITIES, Finding, Lazy, ReportDocument, Summary
+from .document import SEVERITIES, Finding, Lazy, ReportDocument, Summary, dump
+from .document import load as load_document
 from .trace import Progress, Trace, drop_launches, prepare
 
 @dataclass(frozen=True)
@@ -84,8 +85,12 @@ class Report:
 
     def document(self) -> ReportDocument:
         """The report assembled into its document (``ktrace.analysis.assemble``): what renderers
-        read, and what ``document.dump`` writes as JSON."""
-        return assemble.document(self)
+        read, and what ``document.dump`` writes as JSON (assembled once; its tables made when
+        first read)."""
+        doc = self.__dict__.get("_document")
+        if doc is None:
+            doc = self.__dict__["_document"] = assemble.document(self)
+        return doc
 
 
 
@@ -226,4 +231,15 @@ def _producers(trace: Trace, w) -> int:
     return int(np.count_nonzero(np.bincount(trace.wg[nr], minlength=trace.n_workgroups)))
 
 
-__all__ = ["Report", "ReportConfig", "build_report"]
+def report_json(rep) -> dict:
+    """A report (a :class:`Report`, its document, or anything ``document.load`` takes) as the
+    JSON-ready data ``ktrace report --json`` writes (``document.dump``)."""
+    return dump(rep)
+
+
+def findings_json(rep) -> list[dict]:
+    """A report's findings as its JSON document holds them (:func:`report_json`'s ``findings``)."""
+    return [f.to_dict() for f in load_document(rep).findings]
+
+
+__all__ = ["Report", "ReportConfig", "build_report", "findings_json", "report_json"]
