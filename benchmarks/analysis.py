@@ -77,7 +77,7 @@ def step(name, done, total):  # wall time of each of the report's steps
 trace = prepare(sys.argv[1])
 step("build_report", 0, 0)
 rep = build_report(trace, ReportConfig(), progress=step)
-from ktrace.analysis import render_text
+from viewers.text import render_text
 render_text(rep)  # what the command prints
 t2 = time.perf_counter()
 r1 = resource.getrusage(resource.RUSAGE_SELF)

@@ -219,7 +219,7 @@ def main(argv=None) -> int:
         print(f"sizes must be multiples of {4 * BLOCK} bytes", file=sys.stderr)
         return 2
     from ktrace.shmem import apply_safe_env
-    from ktrace.testing.launch import free_port
+    from ktrace.launch import free_port
 
     apply_safe_env()
     ctx = torch.multiprocessing.get_context("spawn")

@@ -116,7 +116,7 @@ def main(argv=None) -> int:
     if args.N % args.nproc:
         print(f"--N {args.N} must be a multiple of --nproc {args.nproc}", file=sys.stderr)
         return 2
-    from ktrace.testing.launch import LaunchConfig, launch, summarize
+    from ktrace.launch import LaunchConfig, launch, summarize
 
     lc = LaunchConfig(command=(sys.executable, str(Path(__file__).resolve()), *(argv if argv is not None else sys.argv[1:])),
                       nprocs=args.nproc, timeout_s=900, log_dir=str(Path(args.out) / "logs"))

@@ -34,6 +34,7 @@ def main(argv=None) -> int:
     from ktrace import analysis as A
     from ktrace.demo import analyse, bundled_capture
     from viewers.report import write_diff_html
+    from viewers.text import render_diff_text
 
     out = Path(args.out)
     if args.from_capture is not None:
@@ -53,7 +54,7 @@ def main(argv=None) -> int:
         after = record_or_exit(RunConfig(kernel="all_to_all", nproc=W, out=str(out / "after"), shape=shape))
 
     d = A.build_diff(str(before), str(after))
-    print(A.render_diff_text(d))
+    print(render_diff_text(d))
     show(d.tables["regions"], ["region", "rank", "a_ns", "b_ns", "delta_ns", "rel_change"], "Regions, biggest movers first")
     out.mkdir(parents=True, exist_ok=True)
     html = write_diff_html(d, out / "diff.html")

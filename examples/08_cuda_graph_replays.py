@@ -1,7 +1,7 @@
 """08 - A traced all-to-all inside a CUDA graph: every replay recorded as a launch, then reported.
 
     python examples/08_cuda_graph_replays.py                                   # one GPU
-    python -m ktrace.testing.launch -n 4 -- python examples/08_cuda_graph_replays.py   # 4 GPUs
+    python -m ktrace.launch -n 4 -- python examples/08_cuda_graph_replays.py   # 4 GPUs
     python examples/08_cuda_graph_replays.py --replays 500 --drain-every 100 --out DIR
 
 Inference engines and ``torch.compile(mode="reduce-overhead")`` capture a step into a CUDA graph

@@ -229,21 +229,23 @@ def _write_selected(cap, args, fmt: str):
     parts with an index when asked (``--split``) or when one trace would be too large for the
     Perfetto UI; returns what was written from and the path written (a trace, or the index)."""
     from .export import write_trace
-    from .export.split import DEFAULT_PART_BYTES, estimate_bytes, parse_ints, parse_window, select, write_split
+    from .export.formats import get
+    from .export.split import estimate_bytes, parse_ints, parse_window, select, write_split
 
     top_rank = max(cap.ranks, default=0)
     top_launch = max((ln.index for rc in cap.ranks.values() for ln in rc.launches), default=0)
     ranks, launches = parse_ints(args.ranks, upper=top_rank), parse_ints(args.launches, upper=top_launch)
     window = parse_window(args.window)
+    form = get(fmt)
     if ranks is not None or launches is not None or window is not None:
-        if fmt == "ktrace":
+        if not form.ui:
             raise ValueError("--ranks/--launches/--window select what a trace shows: write a .pftrace or .json")
         cap = select(cap, ranks=ranks, launches=launches, window=window)
-    budget = int(args.part_mb * (1 << 20)) if args.part_mb else DEFAULT_PART_BYTES.get(fmt)
+    budget = int(args.part_mb * (1 << 20)) if args.part_mb else form.part_bytes
     if budget is not None and budget < 1:
         raise ValueError(f"--part-mb {args.part_mb}: give a positive size in MB")
-    estimate = estimate_bytes(cap, fmt) if fmt != "ktrace" and not args.split else 0
-    if fmt != "ktrace" and (args.split or estimate > budget):
+    estimate = estimate_bytes(cap, fmt) if form.split and not args.split else 0
+    if form.split and (args.split or estimate > budget):
         if not args.split:
             print(f"ktrace merge: the trace would be about {estimate / 1e6:.0f} MB, more than a part "
                   f"({budget / 1e6:.0f} MB, what the Perfetto UI opens comfortably unless --part-mb says otherwise): "
@@ -308,8 +310,15 @@ def _cmd_open(args) -> int:
                 return _fail("ktrace open", e)
             print(f"ktrace open: {printable(' '.join(str(e).split()))}: the report found beside the trace is left out "
                   "(no links to its findings)", file=sys.stderr)
-    if not args.trace.endswith(".ktrace"):
+    from .export.formats import formats
+
+    form = next((f for f in formats().values() if args.trace.lower().endswith(f.extensions)), None)
+    if form is None or form.ui:  # (a trace the UI opens, or a split trace's index)
         return _open(args, args.trace, report=report)
+    if form.name != "ktrace":
+        ui = [e for f in formats().values() if f.ui for e in f.extensions]
+        return _fail("ktrace open", f"{args.trace}: a {form.name} file, not a trace the Perfetto UI opens ({', '.join(ui)}) "
+                     "nor a capture (.ktrace)")
     # a capture: its Perfetto trace is written to a temporary folder, served, and removed at the end
     from .captures import CaptureError, read_capture
     from .export import write_perfetto
@@ -326,7 +335,7 @@ def _cmd_open(args) -> int:
         return _open(args, str(trace), note, report=report)
 
 
-def _open(args, trace: str, note: str | None = None, report: dict | None = None) -> int:
+def _open(args, trace: str, note: str | None = None, report=None) -> int:
     """Serve ``trace`` (or the part of a split trace that holds the finding asked for), with links
     from ``report`` (a checked report document, ``viewers.perfetto_open.load_report``)."""
     import errno
@@ -349,7 +358,7 @@ def _open(args, trace: str, note: str | None = None, report: dict | None = None)
             _, parts = read_index(trace)
             if not parts:
                 raise ValueError(f"{trace}: the index names no part")
-            ranks = report["findings"][args.finding - 1]["ranks"] if report is not None and args.finding is not None else []
+            ranks = list(report.findings[args.finding - 1].ranks) if report is not None and args.finding is not None else []
             part = parts[0] if window is None else part_for(parts, *window, ranks)
             others = ", ".join(Path(p.file).name for p in parts if p is not part)
             print(f"{printable(Path(trace).name)}: {len(parts)} parts; opening {printable(Path(part.file).name)} (ranks "
@@ -473,7 +482,9 @@ def _live(path):
 
 
 def _cmd_report(args) -> int:
-    from .analysis import AnalysisError, LoadConfig, ReportConfig, build_report, render_text, report_json
+    from viewers.text import render_text
+
+    from .analysis import AnalysisError, LoadConfig, ReportConfig, build_report, report_json
     from .captures import CaptureError
 
     path = args.capture
@@ -512,7 +523,9 @@ def _cmd_report(args) -> int:
 
 
 def _cmd_diff(args) -> int:
-    from .analysis import AnalysisError, build_diff, diff_json, prepare, render_diff_text
+    from viewers.text import render_diff_text
+
+    from .analysis import AnalysisError, build_diff, diff_json, prepare
     from .captures import CaptureError
 
     refused = _refuse_overwrite("ktrace diff", [args.a, args.b], [args.html, args.json]) or _check_outputs("ktrace diff", [args.html, args.json])
@@ -630,7 +643,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "result PARTIAL, and it says which. The output may not be one of the inputs.")
     s.add_argument("captures", nargs="+", help="per-rank .ktrace files")
     s.add_argument("-o", "--output", required=True, help="out.ktrace | out.pftrace | out.json | out.json.gz")
-    s.add_argument("--format", choices=["ktrace", "perfetto", "chrome"], help="override the format the suffix implies")
+    from .export.formats import Names
+
+    s.add_argument("--format", choices=Names(), metavar="FORMAT",
+                   help="override the format the suffix implies (%(choices)s: ktrace.export.formats)")
     s.add_argument("--world-size", type=_int_in(1, 1 << 16),  # (captures.file.MAX_WORLD_SIZE)
                    help="expected number of ranks (default: what the files say)")
     s.add_argument("--allow-mixed-runs", action="store_true",

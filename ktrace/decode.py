@@ -426,7 +426,7 @@ class _Stacked:
         return self.kept
 
 
-def _stack(mvs: list, *, mixed: bool = False) -> _Stacked:
+def stack_buffers(mvs: list, *, mixed: bool = False) -> _Stacked:
     """Several buffers' headers checked together and their record slots stacked.
 
     Args:
@@ -615,7 +615,7 @@ def decode_columns(bufs, columns=COLUMNS, *, records: bool = False, mixed: bool 
     if not K:
         cols = {c: np.zeros(0, np.int64) for c in set(columns) | {"kind", "flags", "start", "end"}}
         return ([], np.zeros(0, np.int64), cols, np.zeros(0, schema.RECORD_DTYPE)) if records else ([], np.zeros(0, np.int64), cols)
-    st = _stack(mvs, mixed=mixed)
+    st = stack_buffers(mvs, mixed=mixed)
     sl = scan(st)
     if sl is None:
         st.blame(_check_events)
@@ -701,7 +701,7 @@ def count_kinds_of(bufs) -> np.ndarray:
     Raises:
         DecodeError: a buffer is bad; ValueError: they do not share one layout.
     """
-    st = _stack([_buffer_bytes(b) for b in bufs])
+    st = stack_buffers([_buffer_bytes(b) for b in bufs])
     return np.bincount(st.rec["tag"] & 0xF, minlength=16).astype(np.int64)
 
 
@@ -752,7 +752,7 @@ def screen_batch(bufs, world_size: int, *, raw=None) -> list[tuple[np.ndarray, s
     if not nb:
         return []
     try:  # a batch of one layout (what ``ktrace.events.make_batches`` gives): headers read together
-        st = _stack([_buffer_bytes(b) for b in bufs])
+        st = stack_buffers([_buffer_bytes(b) for b in bufs])
         hdr, sizes, rec = st.hdr, st.n_rec, st.rec
         slots = st.P * st.C
         tick_hz = hdr["tick_hz"].tolist()

@@ -129,7 +129,7 @@ def analyse(capture: str | os.PathLike, out_dir: str | os.PathLike, *, stem: str
     # the report knows where its trace will be: served by `ktrace open` (next_steps says how), so
     # every finding's link opens the trace at the finding
     rep = build_report(cap, ReportConfig(trace_url=served_url(out / f"{stem}.pftrace")), progress=progress)
-    rep.summary["source"] = str(src)  # the file, not "<capture>", in every rendering
+    rep.summary.source = str(src)  # the file, not "<capture>", in every rendering
     rep.source = str(src)
     from viewers.report import write_html
 
@@ -161,7 +161,9 @@ def next_steps(o: Outputs) -> str:
 
 
 def _cmd_demo(args) -> int:
-    from .analysis import AnalysisError, render_text
+    from viewers.text import render_text
+
+    from .analysis import AnalysisError
     from .captures import CaptureError
     from .text import printable
 

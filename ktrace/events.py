@@ -28,7 +28,7 @@ from .captures.file import CaptureError, Launch, read_adjacent, read_buffers
 from .clock.model import ClockModel, clock_model_of
 from .decode import (BufferDecodeError, DecodeError, decode_columns, gather_records, impossible_times, launch_verdict,
                      program_columns, scan, times_ok)
-from .decode import _stack as stack_buffers
+from .decode import stack_buffers
 from .schema import EventKind, is_local
 from .text import printable
 

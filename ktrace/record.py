@@ -138,7 +138,9 @@ def _cmd_record(args) -> int:
         return 2
     if rc != 0:
         print(f"ktrace record: the command exited with status {rc}; analysing what it recorded", file=sys.stderr)
-    from .analysis import AnalysisError, render_text
+    from viewers.text import render_text
+
+    from .analysis import AnalysisError
     from .captures import CaptureError
     from .demo import DemoError, analyse, next_steps
 

@@ -115,7 +115,7 @@ def scan_kernel(jit_fn, _seen: set | None = None) -> dict[int, str]:
 _LIBRARY_MODULES = ("ktrace.language", "ktrace.shmem.language")
 
 
-def _display_path(fn) -> str:
+def display_path(fn) -> str:
     """The kernel's source file as the repository or package names it (``pkg/mod.py``), never an
     absolute path of the machine it ran on (captures travel)."""
     try:
@@ -206,7 +206,7 @@ def source_lines(jit_fn, _seen: set | None = None) -> dict[int, list[str]]:
     except (OSError, TypeError, SyntaxError):
         return out
     glb = getattr(fn, "__globals__", {})
-    path = _display_path(fn)
+    path = display_path(fn)
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue

@@ -11,7 +11,7 @@ What it does:
 
 1. checks the request before any GPU work (known kernel and parameters, sizes that split over
    the ranks, at least N GPUs visible) and refuses with exit status 2 and one line otherwise;
-2. starts N ranks on this node through torchrun (``ktrace.testing.launch``: ``--standalone``
+2. starts N ranks on this node through torchrun (``ktrace.launch``: ``--standalone``
    on one node, torchrun's own rendezvous options on several; every rank timed out, the failing
    rank named with the tail of its log in ``OUT/logs``, NVLink multicast off);
 3. in each rank: builds the kernel's driver (its plan on a symmetric heap, its inputs), runs it
@@ -455,9 +455,9 @@ def launch_run(cfg: RunConfig, timeout_s: float = 900.0, rendezvous=None) -> Lau
     Args:
         cfg: the run.
         timeout_s: each rank's time limit (the launch gets its start-up allowance on top).
-        rendezvous: a ``ktrace.testing.launch.Rendezvous`` for several nodes (default: this one).
+        rendezvous: a ``ktrace.launch.Rendezvous`` for several nodes (default: this one).
     """
-    from .testing.launch import LaunchConfig, Rendezvous, launch, summarize
+    from .launch import LaunchConfig, Rendezvous, launch, summarize
 
     rdzv = rendezvous if rendezvous is not None else Rendezvous(nnodes=cfg.nnodes)
     if rdzv.nnodes != cfg.nnodes:
@@ -553,7 +553,7 @@ def list_kernels() -> str:
 
 
 def _cmd_run(args) -> int:
-    from .testing.launch import rendezvous_from_args
+    from .launch import rendezvous_from_args
 
     if args.list:
         print(list_kernels())
@@ -586,7 +586,9 @@ def _cmd_run(args) -> int:
         print(f"ktrace run: this node's ranks finished; the node of rank 0 wrote the capture and the report "
               f"({cfg.capture_path} there)")
         return 0
-    from .analysis import AnalysisError, render_text
+    from viewers.text import render_text
+
+    from .analysis import AnalysisError
     from .captures import CaptureError
     from .demo import DemoError, analyse, next_steps
 
@@ -605,7 +607,7 @@ def _cmd_run(args) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``run`` to the ``ktrace`` command's subparsers."""
-    from .testing.launch import _add_rendezvous_args
+    from .launch import add_rendezvous_args
 
     try:
         names = f"one of: {', '.join(kernels())}"
@@ -633,7 +635,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--timeout", type=float, default=900.0, help="seconds before a rank is stopped (default 900)")
     s.add_argument("--max-findings", type=int, default=10, help="findings printed (default 10)")
     s.add_argument("--list", action="store_true", help="list the kernels and their parameters")
-    _add_rendezvous_args(s)
+    add_rendezvous_args(s)
     s.set_defaults(func=_cmd_run)
 
 

@@ -39,6 +39,11 @@ MEASURES: dict[str, tuple[str, str]] = {
     "waits": ("waits", "traced spin-lock waits, every rank"),
     "wait_ns": ("wait time", "the waits' durations summed"),
 }
+#: The per-rank measures of ``ktrace diff`` (``ktrace.analysis.compare.diff_ranks``), in words:
+#: ``extent`` is not the kernel time (:data:`MEASURES`, over every rank) but one rank's share of it;
+#: ``wait time`` sums the same waits as the report's.
+RANK_MEASURES = {"extent": "the rank's first event to its last", "wait time": "its waits' durations summed",
+                 "busy": "its workgroups' busy time summed"}
 
 
 def count_text(key: str, n: int) -> str:

@@ -12,7 +12,7 @@ import os
 
 import torch.multiprocessing as mp
 
-from ktrace.testing.launch import free_port
+from ktrace.launch import free_port
 
 
 def init(rank: int, world: int, port: int) -> None:

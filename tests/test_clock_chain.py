@@ -246,7 +246,8 @@ def test_old_captures_fit_as_before():
 
 
 def test_report_text_names_paths_and_bounds():
-    from ktrace.analysis import build_report, render_text
+    from ktrace.analysis import build_report
+    from viewers.text import render_text
 
     cap, _ = chain_capture()
     cap.clock = fit_clock(cap).to_dict()

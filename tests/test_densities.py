@@ -44,7 +44,7 @@ def reports(tmp_path_factory):
 
 
 def test_waits_without_recorded_releases_are_the_densitys_not_unexplained(reports):
-    from ktrace.analysis import render_text
+    from viewers.text import render_text
 
     _, real = reports["real"]
     _, wo = reports["waits_only"]

@@ -17,7 +17,7 @@ import traceback
 import pytest
 import torch
 
-from ktrace.testing.launch import free_port
+from ktrace.launch import free_port
 from tests.gloo_ranks import finish, init, spawn
 
 WORLD = 3

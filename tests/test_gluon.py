@@ -417,7 +417,8 @@ def test_the_lane_finding_s_numbers_come_from_the_raw_events():
 def test_waits_on_barriers_whose_releases_the_density_leaves_out_are_not_called_missing():
     """At the GEMM's default density the MMA partition records its wait for ``c_empty`` but the
     epilogue does not record the release: those waits are counted apart, not as notifies missing."""
-    from ktrace.analysis.report import build_report, render_text
+    from ktrace.analysis.report import build_report
+    from viewers.text import render_text
 
     ev = aligned_events(read_capture(FIX / "gluon_gemm_tile.ktrace"))
     local = schema.is_local(ev["flags"])

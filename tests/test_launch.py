@@ -1,4 +1,4 @@
-"""The launcher (``ktrace.testing.launch``) on the CPU: the torchrun command it builds, its rank
+"""The launcher (``ktrace.launch``) on the CPU: the torchrun command it builds, its rank
 wrapper alone, and real launches through torchrun with trivial Python ranks: ranks start and
 meet over gloo through ``ktrace.shmem.init_distributed`` (the capture API's own set-up), the
 failing rank is named with its error and the tail of its log, time limits fire, and torchrun
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ktrace.testing import launch as L
+from ktrace import launch as L
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
@@ -32,7 +32,7 @@ def test_torchrun_command_on_one_node():
     cmd = L.torchrun_command(cfg, "/logs", "abc")
     assert cmd == [
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
-        "--max-restarts", "0", "--monitor-interval", "0.5", "--module", "ktrace.testing.launch",
+        "--max-restarts", "0", "--monitor-interval", "0.5", "--module", "ktrace.launch",
         "--rank-wrapper", "--launch-id", "abc", "--timeout", "300", "--log-dir", "/logs", "--tail", "20", "--",
         sys.executable, "-m", "pytest", "-m", "multigpu", "tests/multigpu",
     ]
@@ -41,7 +41,7 @@ def test_torchrun_command_on_one_node():
 
     a = parse_args(cmd[3:])
     assert (a.nproc_per_node, a.standalone, a.max_restarts, a.module, a.training_script) == ("2", True, 0, True,
-                                                                                          "ktrace.testing.launch")
+                                                                                          "ktrace.launch")
     assert a.training_script_args[:2] == ["--rank-wrapper", "--launch-id"]
 
 
@@ -87,7 +87,7 @@ def test_launch_config_is_checked():
 
 
 def _wrapper(tmp_path, timeout, script, env=None):
-    cmd = [sys.executable, "-m", "ktrace.testing.launch", "--rank-wrapper", "--launch-id", "t1", "--timeout", str(timeout),
+    cmd = [sys.executable, "-m", "ktrace.launch", "--rank-wrapper", "--launch-id", "t1", "--timeout", str(timeout),
            "--log-dir", str(tmp_path), "--", sys.executable, "-c", textwrap.dedent(script)]
     return subprocess.run(cmd, env={**ENV, "RANK": "3", "LOCAL_RANK": "1", **(env or {})}, capture_output=True, text=True,
                           timeout=60, cwd=ROOT)
@@ -119,7 +119,7 @@ def test_rank_wrapper_stops_its_command_at_the_deadline(tmp_path):
 
 
 def _launch(args, script, timeout=180):
-    cmd = [sys.executable, "-m", "ktrace.testing.launch", *args, "--", "python", "-c", textwrap.dedent(script)]
+    cmd = [sys.executable, "-m", "ktrace.launch", *args, "--", "python", "-c", textwrap.dedent(script)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV, cwd=ROOT)
 
 
@@ -166,7 +166,7 @@ def test_each_ranks_line_gives_its_pytest_counts(tmp_path):
             if os.environ["RANK"] == "1":
                 pytest.skip("not on rank 1")
     """))
-    cmd = [sys.executable, "-m", "ktrace.testing.launch", "-n", "2", "--", "python", "-m", "pytest", "-q", "-p",
+    cmd = [sys.executable, "-m", "ktrace.launch", "-n", "2", "--", "python", "-m", "pytest", "-q", "-p",
            "no:cacheprovider", str(tmp_path / "test_ranked.py")]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=ENV, cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -220,7 +220,7 @@ def test_launcher_reports_torchrun_failing_on_its_own():
 def test_launcher_rejects_missing_command_and_lone_nodes():
     r = subprocess.run([sys.executable, "-m", "ktrace.testing.launch", "-n", "2"], capture_output=True, text=True, env=ENV)
     assert r.returncode == 2 and "no command" in r.stderr
-    r = subprocess.run([sys.executable, "-m", "ktrace.testing.launch", "-n", "2", "--nnodes", "2", "--", "python", "x.py"],
+    r = subprocess.run([sys.executable, "-m", "ktrace.launch", "-n", "2", "--nnodes", "2", "--", "python", "x.py"],
                        capture_output=True, text=True, env=ENV)
     assert r.returncode == 2 and "needs a rendezvous" in r.stderr
 

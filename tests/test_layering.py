@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Floors, lowest first: each entry is a module or package name (a package covers its modules,
 #: unless one of them is named on its own). Kept in step with docs/architecture.md.
 FLOORS: list[tuple[str, ...]] = [
-    ("ktrace", "ktrace._lazy", "ktrace._memory", "ktrace.fileio", "ktrace.schema", "ktrace.text"),  # layouts, names, words, safe files
+    ("ktrace", "ktrace._lazy", "ktrace._memory", "ktrace.fileio", "ktrace.links", "ktrace.schema", "ktrace.text"),  # layouts, names, words, safe files, Perfetto UI links
     ("ktrace.device", "ktrace.dist_env", "ktrace.keys"),  # device and rank facts; sorting and grouping machinery
     ("ktrace.regions", "ktrace.decode", "ktrace.pairing", "ktrace.flight.ring", "ktrace.flight.stream",
      "ktrace.graphs.ring", "ktrace.graphs.inductor", "ktrace.auto.transform", "ktrace.auto.declarations",
@@ -28,7 +28,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("ktrace.language", "ktrace.gluon", "ktrace.testing", "ktrace.testing.compile", "ktrace.auto.probes",
      "ktrace.auto.prepare", "ktrace.auto.hooks"),  # device probes (triton, gluon); kernels prepared without edits, the launch hook
     ("ktrace.captures",),  # capture files, synthetic captures, gathering ranks
-    ("ktrace.clock",),  # calibration samples -> per-rank maps; the causality check
+    ("ktrace.clock", "ktrace.clock.hostclock"),  # calibration samples -> per-rank maps; the causality check; host clocks (stdlib)
     ("ktrace.events",),  # the one decode: a capture's events as aligned columns
     ("ktrace.shmem", "ktrace.shmem.align"),  # the symmetric heap and its traced device API; the launch barrier
     ("ktrace.clock.calibrate",),  # the ping-pong that measures the clocks (over the heap)
@@ -37,7 +37,8 @@ FLOORS: list[tuple[str, ...]] = [
     ("ktrace.export", "ktrace.analysis"),  # traces for Perfetto; the analyses and the report
     ("viewers",),  # the HTML report, serving traces to the Perfetto UI
     # the command line; the test harnesses of the real consumers (Perfetto's trace processor and UI)
-    ("ktrace.cli", "ktrace.demo", "ktrace.run", "ktrace.record", "ktrace.dump", "ktrace.testing.launch", "ktrace.testing.perfetto",
+    ("ktrace.cli", "ktrace.demo", "ktrace.run", "ktrace.record", "ktrace.dump", "ktrace.launch", "ktrace.testing.launch",
+     "ktrace.testing.perfetto",
      "instrumented_kernels"),  # (and the instrumented kernels, which the command line discovers and runs)
 ]
 
@@ -51,9 +52,24 @@ def _floor_of(module: str) -> int | None:
     return floor
 
 
+def _shipped() -> list[str]:
+    """The top-level packages that ship: ``pyproject.toml``'s ``[tool.setuptools.packages.find]``
+    ``include`` patterns (``ktrace*`` -> ``ktrace``)."""
+    import re
+
+    text = (ROOT / "pyproject.toml").read_text()
+    block = text.split("[tool.setuptools.packages.find]", 1)[1].split("\n[", 1)[0]
+    include = re.search(r"include\s*=\s*\[([^\]]*)\]", block).group(1)
+    return sorted({re.split(r"[*.]", p)[0] for p in re.findall(r'"([^"]+)"', include)})
+
+
+#: The folders that ship, every module of which this test reads.
+SHIPPED = _shipped()
+
+
 def _modules() -> dict[str, Path]:
     out = {}
-    for top in ("ktrace", "viewers", "instrumented_kernels"):
+    for top in SHIPPED:
         for p in sorted((ROOT / top).rglob("*.py")):
             parts = list(p.relative_to(ROOT).with_suffix("").parts)
             if parts[-1] == "__init__":
@@ -96,6 +112,15 @@ GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
 
 def test_every_module_has_a_floor():
     assert [m for m in MODULES if _floor_of(m) is None] == []
+
+
+def test_every_shipped_folder_is_read():
+    """The modules read are those of every package that ships (and its Python files all): a new
+    shipped folder is read without a change here."""
+    assert {"instrumented_kernels", "ktrace", "viewers"} <= set(SHIPPED)
+    for top in SHIPPED:
+        files = sorted((ROOT / top).rglob("*.py"))
+        assert files and all(p in MODULES.values() for p in files), top
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
@@ -200,3 +225,39 @@ def test_the_circle_check_can_fail():
     assert _find_cycle(edges) is not None
     assert _find_cycle({m: {t for _, t in GRAPH[m] if not (m.startswith(t + ".") and MODULES[t].name == "__init__.py")}
                         for m in MODULES}) is None
+
+
+def _private_names(module: str, path: Path) -> list[tuple[int, str]]:
+    """``(line, module.name)`` of every private name (``_x``, not a module) that ``module`` imports
+    from another module of the shipped folders."""
+    is_pkg = path.name == "__init__.py"
+    pkg = module if is_pkg else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            base = pkg.split(".")
+            mod = ".".join(base[: len(base) - (node.level - 1)] + ([node.module] if node.module else []))
+        else:
+            mod = node.module or ""
+        if mod.split(".")[0] not in SHIPPED:
+            continue
+        for a in node.names:
+            if a.name.startswith("_") and not a.name.startswith("__") and f"{mod}.{a.name}" not in MODULES:
+                found.append((node.lineno, f"{mod}.{a.name}"))
+    return found
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_private_name_is_imported_across_modules(module):
+    """A name with a leading underscore is its module's own: another module that needs it asks for
+    a public one (private modules, ``ktrace._lazy``, are modules and may be imported)."""
+    bad = _private_names(module, MODULES[module])
+    assert not bad, f"{MODULES[module].relative_to(ROOT)} imports private names: {bad}"
+
+
+def test_the_private_name_rule_can_fail(tmp_path):
+    bad = tmp_path / "p.py"
+    bad.write_text("from .stalls import waits, _holds\nfrom .. import _lazy\n\n\ndef f():\n    from ktrace.decode import _x\n")
+    assert _private_names("ktrace.analysis.p", bad) == [(1, "ktrace.analysis.stalls._holds"), (6, "ktrace.decode._x")]

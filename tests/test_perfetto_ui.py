@@ -103,7 +103,7 @@ def test_every_report_link_lands_on_its_finding(ui, tmp_path, suffix):
     import urllib.parse
 
     from ktrace.analysis import ReportConfig, build_report, report_json
-    from ktrace.analysis.report import link_range
+    from ktrace.links import link_range
 
     cap = str(DATA / "a2a_skip_4xh200.ktrace")
     trace = tmp_path / f"skip{suffix}"

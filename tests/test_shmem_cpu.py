@@ -26,7 +26,7 @@ from ktrace.shmem.symmetric import (
     verify,
 )
 from ktrace.testing.compile import TARGETS, compile_asm
-from ktrace.testing.launch import free_port
+from ktrace.launch import free_port
 
 # ---------------------------------------------------------------------------------------------
 # the symmetric rule, pure

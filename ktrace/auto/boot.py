@@ -40,7 +40,7 @@ def start() -> None:
     spec = os.environ.get(ENV)
     if not spec:
         return
-    from .hooks import _after_import, watch
+    from .hooks import after_import, watch
 
     if (_settings().get("config") or {}).get("symmetric_memory", True):
         watch()  # (before the program allocates: its rendezvous are recorded as they happen)
@@ -49,7 +49,7 @@ def start() -> None:
     if "triton" in sys.modules and "triton.runtime.autotuner" in sys.modules:
         _arm(sys.modules["triton"])
     else:
-        _after_import("triton", _arm)
+        after_import("triton", _arm)
 
 
 def _settings() -> dict:
@@ -95,12 +95,12 @@ def _hook_destroy() -> None:
         destroy_process_group.__ktrace_wrapped__ = True
         dist_mod.destroy_process_group = destroy_process_group
 
-    from .hooks import _after_import
+    from .hooks import after_import
 
     if "torch.distributed" in sys.modules:
         patch(sys.modules["torch.distributed"])
     else:
-        _after_import("torch.distributed", patch)
+        after_import("torch.distributed", patch)
 
 
 def _closing_calibration() -> None:

@@ -77,7 +77,7 @@ def watch() -> None:
             if "torch.distributed._symmetric_memory" in sys.modules:
                 _install_symm(sys.modules["torch.distributed._symmetric_memory"])
             else:
-                _after_import("torch.distributed._symmetric_memory", _install_symm)
+                after_import("torch.distributed._symmetric_memory", _install_symm)
 
 
 def _install_triton() -> None:
@@ -195,7 +195,9 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-def _after_import(name: str, callback) -> None:
+def after_import(name: str, callback) -> None:
+    """Call ``callback(module)`` once the module ``name`` is imported (a finder first on
+    ``sys.meta_path``)."""
     sys.meta_path.insert(0, _AfterImport(name, callback))
 
 

@@ -317,7 +317,7 @@ class Prepared:
 def _where(fn) -> tuple[str, int]:
     """The display path of a function's file (``pkg/mod.py`` or the file's name) and its
     ``def`` line."""
-    from ..regions import _display_path
+    from ..regions import display_path
 
     try:
         lines, first = inspect.getsourcelines(fn)
@@ -325,8 +325,8 @@ def _where(fn) -> tuple[str, int]:
         return "?", 1
     for i, ln in enumerate(lines):
         if ln.lstrip().startswith("def "):
-            return _display_path(fn), first + i
-    return _display_path(fn), first
+            return display_path(fn), first + i
+    return display_path(fn), first
 
 
 _lock = threading.RLock()

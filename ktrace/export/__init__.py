@@ -4,6 +4,8 @@
   notify -> wait flows (``ktrace.pairing``).
 - :mod:`ktrace.export.layout` — tracks, lanes, names and flows as pure functions.
 - :mod:`ktrace.export.writer` — the writer protocol and the one driver every format runs on.
+- :mod:`ktrace.export.formats` — the one registry of output formats: each a writer module declaring
+  its name, extensions, bytes per event and how it splits (``capture_file``, ``perfetto``, ``chrome``).
 - :mod:`ktrace.export.pool` — the worker processes and the run's shared state.
 - :mod:`ktrace.export.chrome`, :mod:`ktrace.export.perfetto` — the two formats.
 - :mod:`ktrace.export.profile` — a PyTorch profiler trace of the same run merged in (``ktrace merge
@@ -30,32 +32,20 @@ def write_perfetto(capture, path, **kw):
     return _w(capture, path, **kw)
 
 
-#: Output formats by name, and the file suffixes that select them.
-FORMATS = {"ktrace": (".ktrace",), "perfetto": (".pftrace", ".perfetto-trace", ".pb"), "chrome": (".json", ".json.gz")}
-
-
 def format_of(path) -> str:
-    """The output format a file name asks for; ValueError when its suffix says none."""
-    name = str(path).lower()
-    for fmt, suffixes in FORMATS.items():
-        if name.endswith(suffixes):
-            return fmt
-    raise ValueError(f"cannot tell the format of {path}: use a suffix among "
-                     f"{', '.join(s for v in FORMATS.values() for s in v)} or pass a format")
+    """The output format a file name asks for (``ktrace.export.formats``); ValueError when its
+    suffix says none."""
+    from .formats import format_of as _of
+
+    return _of(path)
 
 
 def write_trace(capture, path, fmt: str | None = None, **kw):
-    """Write ``capture`` as ``fmt`` (``ktrace``, ``perfetto`` or ``chrome``; default: by suffix)."""
-    fmt = fmt or format_of(path)
-    if fmt == "ktrace":
-        from ..captures import write_capture
+    """Write ``capture`` as ``fmt`` (a registered format, ``ktrace.export.formats``: ``ktrace``,
+    ``perfetto``, ``chrome``; default: by suffix)."""
+    from .formats import get
 
-        return write_capture(path, capture)
-    if fmt == "perfetto":
-        return write_perfetto(capture, path, **kw)
-    if fmt == "chrome":
-        return write_chrome_json(capture, path, **kw)
-    raise ValueError(f"unknown format {fmt!r} (ktrace, perfetto, chrome)")
+    return get(fmt or format_of(path)).write(capture, path, **kw)
 
 
-__all__ = ["FORMATS", "format_of", "write_chrome_json", "write_perfetto", "write_trace"]
+__all__ = ["format_of", "write_chrome_json", "write_perfetto", "write_trace"]

@@ -33,14 +33,16 @@ from . import _rows
 from .layout import (ACQUIRED, CLASS_KIND, COUNTER, INSTANT, NOTIFY, SPAN, WAIT, batch_flows, batch_lanes, event_class,
                      handoff_name, handoff_name_keys, notify_flow_ids)
 from .plan import TracePlan
+from .formats import SPLIT_BY_LAUNCHES, Format
 from .writer import write
 
 log = logging.getLogger("ktrace")
 
 #: Rows formatted at a time (bounds the writer's working memory).
 CHUNK = 262_144
-#: About the bytes of one event's row (what decides whether the output is written with direct I/O).
-_ROW_BYTES = 150
+#: About the bytes of one event's rows (sizes a split trace's parts; decides whether the output is
+#: written with direct I/O): an event row is 150-230 bytes, a wait's or notify's flow and mark more.
+_ROW_BYTES = 260
 
 
 def _j(x) -> bytes:
@@ -230,3 +232,11 @@ def write_chrome_json(capture, path: str | os.PathLike, *, model: ClockModel | N
 def _trailer(plan: TracePlan, tracks: dict[int, set]) -> bytes:
     # every event row ends in a comma; the metadata events close the array
     return b",\n".join(_j(m) for m in _meta_events(plan, tracks)) + b"\n]}\n"
+
+
+#: The Chrome JSON format (``ktrace.export.formats``): ``.json``, gzip-compressed as ``.json.gz``.
+#: Bytes per event of each kind and per launch: a least-squares fit of the sizes written for the
+#: bundled captures, the test fixtures and a constructed capture (13 captures; within 1 % on 12,
+#: 22 % on a 5-event one).
+FORMAT = Format(name="chrome", extensions=(".json", ".json.gz"), write=write_chrome_json, bytes_per_event=_ROW_BYTES,
+                bytes_by_kind=((113.8, 163.3, 163.3, 357.7, 231.5), 3354.0), split=SPLIT_BY_LAUNCHES, part_bytes=256 << 20)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..events import Batch
+from ..links import RANK_PROCESS_PREFIX
 from ..schema import EventKind
 from ..text import printable
 
@@ -264,24 +265,6 @@ OPEN_NAME = "still waiting for rank {peer} at the dump"
 NOTIFY_NAME = "releasing rank {peer}"
 
 
-#: The Perfetto UI workspace ktrace's links open: the ranks in rank order.
-RANKS_WORKSPACE = "ranks in order"
-
-
-def ui_startup_commands(ranks) -> list[dict]:
-    """Perfetto UI startup commands (a link's ``startupCommands``) that open the trace in a
-    workspace listing the ranks in rank order, each with all its tracks.
-
-    The UI lists processes by how much they hold (slice count first; v52's process ordering
-    reads nothing a trace can set), so the default workspace shows the busiest rank first. The
-    commands are the UI's own, from its allow-list for links: make a workspace, copy each
-    rank's process into it in turn, switch to it.
-    """
-    cmds = [{"id": "dev.perfetto.CreateWorkspace", "args": [RANKS_WORKSPACE]}]
-    cmds += [{"id": "dev.perfetto.CopyTracksToWorkspaceByRegex", "args": [f"^rank {int(r)} · ", RANKS_WORKSPACE]} for r in sorted(ranks)]
-    return cmds + [{"id": "dev.perfetto.SwitchWorkspace", "args": [RANKS_WORKSPACE]}]
-
-
 #: Names of mbarrier waits and releases (``ktrace.gluon``: the LOCAL flag), by barrier name.
 BARRIER_WAIT_NAME = "waiting for barrier {barrier}"
 BARRIER_RELEASE_NAME = "releasing barrier {barrier}"
@@ -320,7 +303,7 @@ def handoff_name(kind: int, key: int, region_name) -> str:
 def rank_title(rank: int, device: dict) -> str:
     dev = printable(device.get("name") or "unknown GPU")  # (names from a file: control characters escaped)
     where = f" (gpu {printable(device['index'])})" if "index" in device else ""
-    return f"rank {rank} · {dev}{where}"
+    return RANK_PROCESS_PREFIX.format(rank=rank) + f"{dev}{where}"  # (what a link's rank order finds: ktrace.links)
 
 
 def batch_lanes(b: Batch, n_programs: int, program: np.ndarray | None = None) -> np.ndarray:

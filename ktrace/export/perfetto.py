@@ -51,12 +51,14 @@ from . import pool as _pool
 from .layout import (ACQUIRED, CLASS_KIND, COUNTER, HW_FIELDS, INSTANT, NOTIFY, SPAN, WAIT, batch_flows, batch_lanes, event_class,
                      handoff_name, handoff_name_keys)
 from .plan import TracePlan
+from .formats import SPLIT_BY_LAUNCHES, Format
 from .writer import write
 
 log = logging.getLogger("ktrace")
 
-#: About the bytes of one event's packets (what decides whether the output is written with direct I/O).
-_PACKET_BYTES = 80
+#: About the bytes of one event's packets (sizes a split trace's parts; decides whether the output
+#: is written with direct I/O): measured 80-100, a wait's flow and mark more.
+_PACKET_BYTES = 110
 _DESC_SEQ = 1
 _EVENT_SEQ = 2  # the kernel slices, written by the calling process
 _FIRST_WORKER_SEQ = 3  # worker k writes the events of its launches on sequence 3 + k
@@ -79,7 +81,7 @@ _ARGS = tuple(dict.fromkeys([n for spec in _OWN_ARGS.values() for n, _ in spec] 
 _ARG_IID = {name: i + 1 for i, name in enumerate(_ARGS)}
 
 
-def _proc_uuid(rank: int) -> int:
+def proc_uuid(rank: int) -> int:
     """A rank's process track; its program tracks are ``| tid`` (tid < 2**31)."""
     return (rank + 1) << 32
 
@@ -116,7 +118,7 @@ def _process_descriptors(plan: TracePlan, kernels_names: dict | None = None) -> 
     named ``kernels_names[rank]`` where given."""
     out = []
     for r, rp in sorted(plan.ranks.items()):
-        pu = _proc_uuid(r)
+        pu = proc_uuid(r)
         out.append(_desc(uuid=pu, process=ProcessDescriptor(pid=rp.pid, process_name=rp.name)))
         out.append(_desc(uuid=pu | 1, thread=ThreadDescriptor(pid=rp.pid, tid=rp.pid, thread_name=(kernels_names or {}).get(r, "kernels"))))
     return b"".join(out)
@@ -501,7 +503,7 @@ class _Writer:
         track described by two workers gets two identical descriptors, which is harmless).
         """
         out = []
-        pu = _proc_uuid(rp.rank)
+        pu = proc_uuid(rp.rank)
         new_tids = [t for t in tids.tolist() if pu | t not in self.described]
         for code in counter_codes.tolist():
             if pu | _COUNTER_BIT | code in self.described:
@@ -534,7 +536,7 @@ class _Writer:
         # the trace's time: ns since the capture's first event (``plan.base_ns``), as in Chrome JSON
         s_ns, e_ns = ev["start_ns"] - plan.base_ns, ev["end_ns"] - plan.base_ns
         n_all = b.size
-        pu = _proc_uuid(b.rank)
+        pu = proc_uuid(b.rank)
         track = rp.track_program(ev["program"], ev["lane"])  # (the program, or its (program, lane))
         lanes = batch_lanes(b, rp.max_programs, track)
         groups = [plan.launches[li].group for li in b.launches]
@@ -667,7 +669,7 @@ def _kernels(plan: TracePlan) -> bytes:
         if not lp.n_events:
             continue
         name = lp.kernel + (f" ({lp.dropped} DROPPED)" if lp.dropped else "")
-        uu = _proc_uuid(lp.rank) | 1
+        uu = proc_uuid(lp.rank) | 1
         anns = [{"name_iid": _ARG_IID["rank"], "int_value": lp.rank}, {"name_iid": _ARG_IID["launch"], "int_value": lp.index},
                 {"name_iid": _ARG_IID["events"], "int_value": lp.n_events},
                 {"name_iid": _ARG_IID["dropped"], "int_value": lp.dropped}]
@@ -763,3 +765,11 @@ def write_perfetto(capture, path: str | os.PathLike, *, model: ClockModel | None
         The path written (atomically: a temporary file renamed into place).
     """
     return write(capture, path, PerfettoWriter(), model=model, plan=plan, workers=workers)
+
+
+#: The Perfetto protobuf format (``ktrace.export.formats``). Bytes per event of each kind and per
+#: launch: a least-squares fit of the sizes written for the bundled captures, the test fixtures and
+#: a constructed capture (13 captures; within 1 % on 12, 22 % on a 5-event one).
+FORMAT = Format(name="perfetto", extensions=(".pftrace", ".perfetto-trace", ".pb"), write=write_perfetto,
+                bytes_per_event=_PACKET_BYTES, bytes_by_kind=((61.0, 54.2, 54.2, 137.8, 106.2), 2387.0),
+                split=SPLIT_BY_LAUNCHES, part_bytes=512 << 20)

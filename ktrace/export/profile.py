@@ -558,7 +558,7 @@ def profile_packets(plan, profiles: dict[int, Profile], aligned: dict[int, RankA
                                                                      TrackEvent)
 
     from .layout import lanes_of
-    from .perfetto import _proc_uuid
+    from .perfetto import proc_uuid
 
     names: dict[int, str] = {}
     trace = Trace()
@@ -591,7 +591,7 @@ def profile_packets(plan, profiles: dict[int, Profile], aligned: dict[int, RankA
         uuid = np.full(prof.size, 0, np.int64)
         host_proc: dict[str, int] = {}
         gpu_proc = None
-        pu = _proc_uuid(r)
+        pu = proc_uuid(r)
         for t in np.unique(track_of).tolist():
             k, ln = t >> 8, t & 0xFF
             ks = str(uk[k])

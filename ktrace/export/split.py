@@ -28,14 +28,11 @@ import orjson
 from ..captures.file import Capture, RankCapture
 from ..clock.model import clock_model_of
 from ..events import iter_batches, launch_refs, record_slots
+from .formats import formats, split_names
 
 log = logging.getLogger("ktrace")
 
 INDEX_FORMAT = "ktrace-trace-index"
-#: Bytes of trace per event, about, by format (what sizes the parts; .pftrace measured ~80–100).
-BYTES_PER_EVENT = {"perfetto": 110, "chrome": 260}
-#: The default budget of one part: what the Perfetto UI opens comfortably.
-DEFAULT_PART_BYTES = {"perfetto": 512 << 20, "chrome": 256 << 20}
 
 
 def parse_ints(text: str | None, upper: int | None = None) -> list[int] | None:
@@ -202,7 +199,7 @@ def plan_parts(capture: Capture, budget_events: int) -> list[tuple[list[int], li
 
 def _part_name(path: Path, k: int, n: int) -> Path:
     name = path.name
-    for suffix in (".json.gz", ".pftrace", ".perfetto-trace", ".json", ".pb"):
+    for suffix in sorted((e for f in formats().values() if f.split for e in f.extensions), key=len, reverse=True):
         if name.endswith(suffix):
             return path.with_name(f"{name[: -len(suffix)]}.part{k + 1:0{max(3, len(str(n)))}d}{suffix}")
     return path.with_name(f"{name}.part{k + 1:03d}")
@@ -223,26 +220,28 @@ def write_split(capture: Capture, path: str | os.PathLike, fmt: str, *, part_byt
         capture: the capture.
         path: the trace's name: parts are ``<stem>.part001<suffix>``, ..., the index
             ``<name>.index.json`` (``out.pftrace.index.json``).
-        fmt: ``perfetto`` or ``chrome``.
-        part_bytes: the budget of one part (default :data:`DEFAULT_PART_BYTES`).
+        fmt: a format that splits (``ktrace.export.formats``: ``perfetto``, ``chrome``).
+        part_bytes: the budget of one part (default: the format's ``part_bytes``; its events are at
+            most this over the format's ``bytes_per_event``: ``ktrace.export.formats``).
         workers: worker processes per part.
 
     Returns:
         The index's path.
     """
-    from . import write_chrome_json, write_perfetto
     from .plan import plan_trace
 
     from ..fileio import OutputError, atomic_folder, write_bytes
 
-    if fmt not in BYTES_PER_EVENT:
-        raise ValueError(f"a trace is split into perfetto or chrome parts, not {fmt!r}")
-    budget = max(1, int(part_bytes or DEFAULT_PART_BYTES[fmt]) // BYTES_PER_EVENT[fmt])
+    form = formats().get(fmt)
+    if form is None or form.split is None:
+        raise ValueError(f"a trace is split into {' or '.join(split_names())} parts, not {fmt!r}")
+    part_bytes = int(part_bytes or form.part_bytes)
+    budget = max(1, part_bytes // form.bytes_per_event)
     path = Path(path)
     model = clock_model_of(capture)
     _, base = launch_times(capture, model)
     groups = plan_parts(capture, budget)
-    write = write_perfetto if fmt == "perfetto" else write_chrome_json
+    write = form.write
     parts: list[Part] = []
     # every part is written into a temporary folder next to the output and moved out only once all
     # are complete, the index last: an interrupted split leaves nothing, and an index never names
@@ -267,28 +266,24 @@ def write_split(capture: Capture, path: str | os.PathLike, fmt: str, *, part_byt
                 raise OutputError(e.errno, f"cannot write {path.parent / p.file}: {e.strerror or e}") from None
     idx = index_path(path)
     doc = {"format": INDEX_FORMAT, "version": 1, "trace_format": fmt, "time_base": "ns since the capture's first event",
-           "base_ns": base, "world_size": capture.world_size, "run_id": capture.run_id, "part_bytes": int(part_bytes or DEFAULT_PART_BYTES[fmt]),
+           "base_ns": base, "world_size": capture.world_size, "run_id": capture.run_id, "part_bytes": part_bytes,
            "parts": [p.__dict__ for p in parts]}
     write_bytes(idx, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
     return idx
 
 
-#: Bytes of trace per event of each kind (SPAN, INSTANT, COUNTER, WAIT, NOTIFY) and per launch, by
-#: format: a least-squares fit of the sizes written for the bundled captures, the test fixtures
-#: and a constructed capture (13 captures; within 1 % on 12, 22 % on a 5-event one).
-_BYTES_BY_KIND = {"perfetto": ((61.0, 54.2, 54.2, 137.8, 106.2), 2387.0), "chrome": ((113.8, 163.3, 163.3, 357.7, 231.5), 3354.0)}
-
-
 def estimate_bytes(capture: Capture, fmt: str) -> int:
     """About how large ``capture``'s trace in ``fmt`` would be: its events counted by kind (from
-    every buffer's tags, about a twentieth of a decode), times what each kind costs in ``fmt``."""
+    every buffer's tags, about a twentieth of a decode), times what each kind costs in ``fmt`` (its
+    writer's ``bytes_by_kind``: ``ktrace.export.formats``); 0 for a format that declares none."""
     from ..captures.file import read_buffers
     from ..decode import DecodeError, count_kinds, count_kinds_of
     from ..events import make_batches
 
-    if fmt not in _BYTES_BY_KIND:
+    form = formats().get(fmt)
+    if form is None or form.bytes_by_kind is None:
         return 0
-    per_kind, per_launch = _BYTES_BY_KIND[fmt]
+    per_kind, per_launch = form.bytes_by_kind
     refs = launch_refs(capture)
     kinds = np.zeros(16, np.int64)
     for batch in make_batches(refs):
@@ -394,5 +389,5 @@ def part_for(parts: list[Part], start_ns: int, end_ns: int, ranks=()) -> Part:
     return best
 
 
-__all__ = ["DEFAULT_PART_BYTES", "Part", "estimate_bytes", "index_path", "parse_ints", "parse_window", "part_for", "plan_parts",
+__all__ = ["Part", "estimate_bytes", "index_path", "parse_ints", "parse_window", "part_for", "plan_parts",
            "read_index", "select", "write_split"]

@@ -1,7 +1,7 @@
 """Host side of the symmetric heap: one block of symmetric memory per process group, sliced into
 tensors with torch-like constructors, plus the device table of heap bases.
 
-Usage (under ``torchrun``, ``srun``, ``python -m ktrace.testing.launch`` or ``torch.multiprocessing``)::
+Usage (under ``torchrun``, ``srun``, ``python -m ktrace.launch`` or ``torch.multiprocessing``)::
 
     import ktrace.shmem as shmem
 

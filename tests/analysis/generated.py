@@ -12,7 +12,8 @@ import sys
 import traceback
 from pathlib import Path
 
-from ktrace.analysis import build_report, render_text, report_json
+from ktrace.analysis import build_report, report_json
+from viewers.text import render_text
 from ktrace.captures import write_capture
 from ktrace.captures.generate import Case, draw
 

@@ -119,9 +119,9 @@ def _digest(records: list) -> str:
 
 
 def _full(t: np.ndarray) -> list:
-    from ktrace.analysis.report import _jsonable
+    from ktrace.analysis.document import jsonable
 
-    return _jsonable(table_to_records(t))
+    return jsonable(table_to_records(t))
 
 
 def results(dump: Path | None = None, config: ReportConfig | None = None) -> dict:

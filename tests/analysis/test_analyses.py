@@ -27,7 +27,6 @@ from ktrace.analysis import (
     overlap,
     prepare,
     release_pairs,
-    render_text,
     report_json,
     stall_totals,
     stragglers,
@@ -35,6 +34,7 @@ from ktrace.analysis import (
     workgroups,
 )
 from ktrace.analysis import hangs, scenario
+from viewers.text import render_text
 from ktrace.analysis.intervals import intersect_length, merge_intervals
 from ktrace.analysis.trace import empty_event_table
 from ktrace.keys import group_index, group_median

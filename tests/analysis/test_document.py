@@ -8,8 +8,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from ktrace.analysis import build_report, render_text, report_json
-from ktrace.analysis.document import link_range, load
+from ktrace.analysis import build_report, report_json
+from viewers.text import render_text
+from ktrace.analysis.document import FORMAT, VERSION, Claim, Finding, ReportDocument, Summary, dump, load
+from ktrace.links import link_range
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = ["tests/fixtures/scenarios/w1_handoff_late_tiles.ktrace", "tests/fixtures/scenarios/hang.ktrace",
@@ -24,7 +26,12 @@ def test_text_and_html_from_the_json_alone(path):
     doc = orjson.loads(orjson.dumps(report_json(rep)))  # what `ktrace report --json` writes, read back
     assert render_text(doc) == render_text(rep)
     assert render_html(doc) == render_html(rep)
-    assert load(doc) is doc
+    typed = load(doc)
+    assert isinstance(typed, ReportDocument) and isinstance(typed.summary, Summary)
+    assert all(isinstance(f, Finding) and all(isinstance(c, Claim) for c in f.claims) for f in typed.findings)
+    assert load(typed) is typed
+    # one load, one dump: the JSON read back and written again is the same bytes, key order included
+    assert orjson.dumps(dump(typed)) == orjson.dumps(doc)
     for f in doc["findings"]:
         assert f["label"] and isinstance(f["claims"], list)
         if f["start_ns"] is not None and f["end_ns"] is not None:
@@ -35,6 +42,21 @@ def test_text_and_html_from_the_json_alone(path):
 def test_not_a_report_document():
     with pytest.raises(ValueError):
         load({"format": "something else"})
+
+
+def test_a_version_it_does_not_read_is_refused_in_one_line(tmp_path):
+    p = tmp_path / "r.json"
+    p.write_text(orjson.dumps({"format": FORMAT, "version": VERSION + 1, "findings": []}).decode())
+    with pytest.raises(ValueError, match=f"version {VERSION + 1}.*reads version {VERSION}") as e:
+        load(str(p))
+    assert str(p) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_one_schema_version():
+    """The version the report writes is the one document module's constant (no second copy)."""
+    rep = build_report(str(ROOT / CASES[0]))
+    d = report_json(rep)
+    assert (d["format"], d["version"]) == (FORMAT, VERSION) and list(d)[:2] == ["format", "version"]
 
 
 def test_the_report_never_builds_the_full_event_table():

@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ktrace.analysis import build_report, prepare, render_text
+from ktrace.analysis import build_report, prepare
+from viewers.text import render_text
 from ktrace.analysis.stalls import notify_holds, release_pairs
 from ktrace.captures.file import read_capture
 from ktrace.schema import EventFlag, EventKind

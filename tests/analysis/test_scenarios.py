@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ktrace.analysis import build_report, prepare, render_text
+from ktrace.analysis import build_report, prepare
+from viewers.text import render_text
 from ktrace.analysis import causes as C
 from ktrace.analysis.names import flag_names
 from ktrace.regions import source_of

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ktrace.analysis import build_report, render_text
+from ktrace.analysis import build_report
+from viewers.text import render_text
 
 SCEN = Path(__file__).resolve().parents[1] / "fixtures" / "scenarios"
 W1 = sorted(p.name[: -len(".scenario.json")] for p in SCEN.glob("w1_*.scenario.json"))

@@ -91,7 +91,8 @@ def test_a_skipped_notify_inside_a_capture_with_a_heap_is_kept_and_reported(heap
         errs.append(f"the capture took {left_s:.1f} s")
     merged = cap.gather(dst=0)
     if r == 0:
-        from ktrace.analysis import build_report, render_text
+        from ktrace.analysis import build_report
+        from viewers.text import render_text
         from ktrace.clock import clock_model_of
 
         model = clock_model_of(merged)

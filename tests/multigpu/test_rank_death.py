@@ -45,7 +45,7 @@ def test_a_dead_rank_leaves_a_partial_capture_naming_it(tmp_path, monkeypatch, c
     from ktrace.cli import main
     import subprocess
 
-    from ktrace.testing.launch import free_port
+    from ktrace.launch import free_port
     from ktrace.text import ranges_text
 
     _gpus()

@@ -9,7 +9,7 @@ import numpy as np
 
 from ...text import ranges_text
 from ..trace import Trace
-from .model import CAUSE_DTYPE, Cause, CauseConfig, Context, _price, _sample, launch_makespans, replay_model
+from .model import CAUSE_DTYPE, Cause, CauseConfig, Context, price_cause, sample_codes, launch_makespans, replay_model
 from .registry import MODULES
 
 
@@ -51,11 +51,11 @@ def context(trace: Trace, config: CauseConfig = CauseConfig(), *, workgroups=Non
 def find(ctx: Context) -> list[Cause]:
     """Every registered kind's causes, each priced on its own sample of launches."""
     found = [c for m in MODULES for c in m.detect(ctx) if c.launches.size]
-    samples = [_sample(np.unique(c.launches), ctx.config.max_replay_launches) for c in found]
+    samples = [sample_codes(np.unique(c.launches), ctx.config.max_replay_launches) for c in found]
     if found:  # one model of every launch some cause is priced on
         m = replay_model(ctx.trace, np.unique(np.concatenate(samples)))
         for c, smp in zip(found, samples):
-            _price(m, c, smp, ctx.config)
+            price_cause(m, c, smp, ctx.config)
     found.sort(key=lambda c: (c.kind != "hang", -c.saving_ns, -c.excess_ns))
     return found
 

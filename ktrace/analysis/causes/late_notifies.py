@@ -19,7 +19,7 @@ from ...keys import dense_codes
 from ...schema import EventKind
 from ...text import fmt_ns, ranges_text
 from ..names import region_label
-from ..stalls import _holds
+from ..stalls import hold_columns
 from ..trace import Sparse, Trace, agent_of, has_lanes
 from .model import Cause, Changes, Claim, Context, Description
 from .words import agents, lane_text, launches_text, progs_text, rounds_claim, saving_text, worst_in_first_launch
@@ -81,7 +81,7 @@ def notify_rounds(trace: Trace, pos: np.ndarray | None = None) -> np.ndarray:
 
 def detect(ctx: Context) -> list[Cause]:
     trace, cfg = ctx.trace, ctx.config
-    h = _holds(trace)
+    h = hold_columns(trace)
     hx = h["held_excess_ns"]
     late = np.isfinite(hx) & (hx >= cfg.min_late_ns)
     if not late.any():
@@ -135,7 +135,7 @@ def describe(c: Cause, ctx: Context) -> Description:
             f"{launches_text(n, L)}. ")
     saving, more = saving_text(c, "Notified on time", ctx, named)
     start = end = None
-    hx = _holds(trace)
+    hx = hold_columns(trace)
     worst = worst_in_first_launch(ctx, c, hx["row"], d.rows, hx["held_excess_ns"])
     if worst is not None:
         s_n = int(hx["start_ns"][worst])

@@ -56,6 +56,7 @@ from ...captures import launch_count
 from ...keys import dense_codes, group_median, lexorder
 from ...schema import EventKind, arg_column, is_local, is_timeout
 from ...text import ranges_text
+from ..document import Claim  # (a cause's claims are the report document's)
 from ..intervals import last_at_or_before, segmented_cummax, segmented_cumsum
 from ..names import OUTSIDE
 from ..spans import coverage, covered, workgroup_starts
@@ -928,26 +929,6 @@ class Context:
 Agent = tuple
 
 
-@dataclass(frozen=True)
-class Claim:
-    """One thing a finding's text states, as data: what kind of statement, about which agents,
-    with which numbers (``tests/analysis/test_claims.py`` checks each against the raw events).
-
-    Attributes:
-        kind: the statement (``held_back``, ``started_late``, ``never_sent``, ...; the claim
-            kinds are listed in ``docs/analyses.md``).
-        agents: the agents it names, ``(rank, launch, program, lane)`` each (-1: any).
-        values: its numbers and names (ns, counts, region names, event rows).
-    """
-
-    kind: str
-    agents: tuple = ()
-    values: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "agents": [list(a) for a in self.agents], "values": dict(self.values)}
-
-
 @dataclass
 class Description:
     """What a kind's ``describe`` says about one cause.
@@ -966,7 +947,7 @@ class Description:
     claims: list = field(default_factory=list)
 
 
-def _sample(codes: np.ndarray, k: int) -> np.ndarray:
+def sample_codes(codes: np.ndarray, k: int) -> np.ndarray:
     if codes.size <= k:
         return codes
     return codes[np.unique(np.linspace(0, codes.size - 1, k).round().astype(np.int64))]
@@ -974,10 +955,10 @@ def _sample(codes: np.ndarray, k: int) -> np.ndarray:
 
 def sample_launches(trace: Trace, k: int) -> np.ndarray:
     """At most ``k`` launch indices of the capture, evenly spaced (all of them when there are few)."""
-    return _sample(launch_makespans(trace)[0], k)
+    return sample_codes(launch_makespans(trace)[0], k)
 
 
-def _price(m: _Model, cause: Cause, sample: np.ndarray, cfg: CauseConfig) -> None:
+def price_cause(m: _Model, cause: Cause, sample: np.ndarray, cfg: CauseConfig) -> None:
     """Replay the sampled launches of a cause (``m`` holds them) without it; the saving of all
     its launches is the sample's, scaled."""
     sub = m.take(_codes_of(m, sample))
@@ -1003,14 +984,14 @@ def _codes_of(m: _Model, launch_values) -> np.ndarray:
     return np.unique(k[m.launch_ids[k] == v]) if m.launch_ids.size else np.zeros(0, np.int64)
 
 
-def _role_codes(wg) -> tuple[np.ndarray, np.ndarray]:
+def roles_coded(wg) -> tuple[np.ndarray, np.ndarray]:
     """``(codes, roles)`` of a workgroups table's ``role`` column (given by ``load.workgroups``'
     table; made from the column for another table)."""
     known = wg.codes("role") if hasattr(wg, "codes") else None
-    return known if known is not None else _object_codes(wg["role"])
+    return known if known is not None else objects_coded(wg["role"])
 
 
-def _object_codes(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def objects_coded(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(codes, uniques)`` of an object array of strings, ``uniques`` sorted: the distinct values
     are few (kernel and region names), so one dict lookup per distinct value, not a sort of all."""
     x = np.asarray(x, dtype=object)

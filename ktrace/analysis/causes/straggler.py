@@ -21,7 +21,7 @@ import numpy as np
 from ...schema import EventKind
 from ...text import fmt_ns, ranges_text
 from ..names import region_label
-from ..stalls import MIN_ROUNDS, SLOW_ROUND_SHARE, _holds, notify_work
+from ..stalls import MIN_ROUNDS, SLOW_ROUND_SHARE, hold_columns, notify_work
 from ...keys import group_index
 from ..trace import Sparse, agent_of, has_lanes
 from .late_notifies import notify_rounds
@@ -166,5 +166,5 @@ def describe(c: Cause, ctx: Context) -> Description:
     worst = worst_in_first_launch(ctx, c, nw["row"], d.rows, nw["work_excess_ns"])
     if worst is not None:  # (from the round's start to its notify)
         end = ctx.rel(trace.column("start_ns")[nw["row"][worst]])
-        start = end - int(nw["work_ns"][worst]) - int(np.nan_to_num(_holds(trace)["held_ns"][worst]))
+        start = end - int(nw["work_ns"][worst]) - int(np.nan_to_num(hold_columns(trace)["held_ns"][worst]))
     return Description(text + saving, f"{who} was slow on rounds {rounds}", start, end, claims + more)

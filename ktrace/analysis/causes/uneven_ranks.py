@@ -15,7 +15,7 @@ from ...keys import group_median
 from ...text import ranks_text
 from ...text import fmt_ns
 from ..names import region_label
-from .model import Cause, Changes, Claim, Context, Description, _role_codes
+from .model import Cause, Changes, Claim, Context, Description, roles_coded
 from .uneven_work import role_values
 from .words import launches_text, saving_text
 
@@ -43,7 +43,7 @@ def detect(ctx: Context) -> list[Cause]:
         return []
     from ..load import region_time
 
-    role_inv, role_codes = _role_codes(wg)
+    role_inv, role_codes = roles_coded(wg)
     rank = wg["rank"].astype(np.int64)
     R = int(rank.max()) + 1
     out = []

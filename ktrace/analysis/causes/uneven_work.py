@@ -13,10 +13,10 @@ import numpy as np
 
 from ...keys import distinct, group_median
 from ...text import fmt_ns
-from ..load import _HANDOFF_ROLES, ROLE_SITES, notify_regions
+from ..load import HANDOFF_ROLES, ROLE_SITES, notify_regions
 from ..names import OUTSIDE, region_label
 from ..trace import Sparse
-from .model import Cause, Changes, Claim, Context, Description, _object_codes, _role_codes
+from .model import Cause, Changes, Claim, Context, Description, objects_coded, roles_coded
 from .words import launches_text, workgroup_agents, progs_text, saving_text
 
 KIND = "uneven_work"
@@ -63,10 +63,10 @@ def detect(ctx: Context) -> list[Cause]:
     over = np.flatnonzero(wg["overloaded"])
     # (their top region alone: not their whole rows, each lazy column made at them)
     top = wg.take("top_region", over) if hasattr(wg, "take") else wg["top_region"][over]
-    role_inv, role_codes = _role_codes(wg)
+    role_inv, role_codes = roles_coded(wg)
     med = group_median(role_inv, wg["work_ns"].astype(np.float64), role_codes.size)
     med_items = group_median(role_inv, wg["work_items"].astype(np.float64), role_codes.size)
-    reg_inv, reg_names = _object_codes(top)
+    reg_inv, reg_names = objects_coded(top)
     key = role_inv[over] * max(reg_names.size, 1) + reg_inv
     out = []
     for k in np.unique(key).tolist():  # (role, region): a handful
@@ -103,14 +103,14 @@ def _region_id_of(trace, name: str):
 def role_values(ctx: Context, role: str) -> dict:
     """What a claim says of the workgroups a role compares (the claims checker rebuilds the role
     from it): its name, its launches, the part its programs take in hand-offs when the kernel's
-    programs differ in it (``role_part``, an index of ``load._HANDOFF_ROLES``, -1 when they do
+    programs differ in it (``role_part``, an index of ``load.HANDOFF_ROLES``, -1 when they do
     not) and the call sites its programs notify at when they are what sets it apart
     (``role_notify``, else None)."""
     wg = ctx.workgroups
-    role_inv, role_codes = _role_codes(wg)
+    role_inv, role_codes = roles_coded(wg)
     ri = int(np.searchsorted(role_codes, role))
     members = np.flatnonzero(role_inv == ri)
-    part = next((i for i, n in sorted(enumerate(_HANDOFF_ROLES), key=lambda x: -len(x[1])) if role.endswith(" " + n)), -1)
+    part = next((i for i, n in sorted(enumerate(HANDOFF_ROLES), key=lambda x: -len(x[1])) if role.endswith(" " + n)), -1)
     sites = notify_regions(ctx.trace, int(members[0])) if members.size and f" {ROLE_SITES} " in role else None
     return {"role": role, "role_launches": distinct(wg["launch"][members]).tolist(), "role_part": part, "role_notify": sites}
 
