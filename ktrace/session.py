@@ -163,6 +163,8 @@ class PendingLaunch:
     meta: dict = field(default_factory=dict)
     #: a replay of a launch captured into a CUDA graph (``ktrace.graphs``): ``{"capture": n, "replay": r}``
     graph: dict | None = None
+    #: its buffer follows a delay table (``ktrace.inject``): launched with ``schema.INJECT_GATE``
+    injected: bool = False
 
 
 @dataclass
@@ -225,6 +227,12 @@ class Session:
             :meth:`save` also writes the profiler's Chrome trace beside the capture, once the
             profiler has stopped (``ktrace merge CAPTURE -o out.pftrace`` then merges both: see
             ``ktrace.export.profile``).
+        inject: a ``ktrace.inject.Injection``: every traced launch is compiled with the delay
+            injection points in and reads this rank's rows of it (set ``inject`` again between
+            launches to change the delays: no recompilation). Not with ``flight_recorder`` or CUDA
+            graphs.
+        probe_cost: what ``ktrace.measure_cost`` measured of the probes' cost on this program
+            (``ktrace.cost.ProbeCost``): kept in the capture's metadata (``probe_cost``).
 
     Leaving the ``with`` block never raises anything but the code's own error. Waits that timed
     out while it was open are kept in the capture (:attr:`RankCapture.timeouts`) and still
@@ -253,6 +261,8 @@ class Session:
     _auto: Any = field(default=None, repr=False)
     _own_heap: bool = field(default=False, repr=False)
     graph_ring: int = 256
+    inject: Any = None
+    probe_cost: Any = None
     _graphs: list = field(default_factory=list, repr=False)  # ktrace.graphs.recorder.GraphLaunch, in capture order
     _calib: dict = field(default_factory=dict, repr=False)
     _notes: list = field(default_factory=list, repr=False)
@@ -276,6 +286,8 @@ class Session:
             r, w = _dist_rank_world()
             self.rank = r if self.rank is None else self.rank
             self.world_size = w if self.world_size is None else self.world_size
+        if self.inject is not None and self.flight_recorder:
+            raise ValueError("inject: delays are injected into dense captures, not with flight_recorder")
         if self.auto not in (None, False):
             from .auto.config import config_of
 
@@ -496,6 +508,8 @@ class Session:
         if self._flight is not None:
             return self._ring_launch(kernel, grid, n_prog, device, meta)
         words = (schema.buffer_bytes(n_prog, capacity) + 7) // 8
+        pre = schema.INJECT_WORDS if self.inject is not None else 0  # (the delay table, before the buffer)
+        words += pre
         stream = torch.cuda.current_stream(device)
         arenas = self._arenas.setdefault(device, [])
         if not arenas or arenas[-1].used + words > arenas[-1].tensor.numel():
@@ -510,6 +524,9 @@ class Session:
             ar.waited.add(stream.cuda_stream)
         off = ar.used
         ar.used += -(-words // _ALIGN_WORDS) * _ALIGN_WORDS
+        if pre:  # (written on the launch's stream: every launch, so a baseline's work is a delay's)
+            ar.tensor[off:off + pre].copy_(torch.from_numpy(self.inject.table(int(self.rank))))
+            off, words = off + pre, words - pre
         pl = PendingLaunch(
             index=len(self.launches),
             kernel=kernel.name,
@@ -522,7 +539,8 @@ class Session:
             offset=off,
             stream=stream.cuda_stream,
             lanes=tuple(lanes),
-            meta=dict(meta or {}),
+            meta=dict(meta or {}, **({"inject": self.inject.to_meta()} if pre else {})),
+            injected=bool(pre),
         )
         self.launches.append(pl)
         self.kernels.setdefault(kernel.name, kernel)
@@ -765,6 +783,8 @@ class Session:
         recorded (``regions.source_table``) and, with a heap, its allocations (flags are then
         named by allocation and index instead of heap offset)."""
         meta: dict = {"sources": regions.source_table([k.jit_fn for k in self.kernels.values()])}
+        if self.probe_cost is not None:
+            meta["probe_cost"] = self.probe_cost.to_meta()
         if any(pl.meta.get("addresses") for pl in self.launches):  # (the spaces' names, for naming flags)
             from .auto.addresses import table
 

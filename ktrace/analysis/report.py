@@ -25,6 +25,7 @@ from . import compare as _diff
 from . import timeline as overlap
 from . import timeline as _path
 from .. import pairing
+from ..probe_cost import measured, measured_lines
 from ..keys import group_index
 from ..schema import is_local
 from ..text import MEASURES, count_text, diff_headline, fmt_ns, kernel_time_text, printable
@@ -608,6 +609,8 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
         summary["waits_notify_untraced"] = int(untraced_flags.size)
         summary["notify_untraced_kernels"] = sorted({trace.kernels.get((int(r), int(ln)), "?") for r, ln in
                                                     zip(w["peer"][untraced_flags].tolist(), w["launch"][untraced_flags].tolist())})
+    if (m := measured(trace.meta, [{"data": f.data} for f in findings])) is not None:  # (ktrace.probe_cost)
+        summary["measured"] = m
     summary["claims"] = [{"kind": "without_notify", "agents": [], "values": {
         "waits": int(none.size),
         "events": _event_key(trace, w["row"][none]) if none.size <= MAX_CLAIM_SEGMENTS else None}}]
@@ -811,6 +814,7 @@ def render_text(rep, *, max_findings: int = 10) -> str:
         lines.append(f"{MEASURES['wait_ns'][0].capitalize()} per rank: " + ", ".join(
             f"r{r['rank']} {fmt_ns(r['wait_ns'])} ({100 * r['wait_frac']:.0f}% of program time)" if r.get("wait_frac") is not None
             else f"r{r['rank']} {fmt_ns(r['wait_ns'])}" for r in tr))
+    lines += measured_lines(s)
     lines.append("Times are relative to the capture's first event (time 0 of its Perfetto trace).")
     return "\n".join(lines)
 
