@@ -132,6 +132,10 @@ def check_verify(rows) -> list:
             _name(r, k, w)
         _int(r, "rank", 0, 1 << 16, w)
         _int(r, "program", -1, (1 << 31) - 1, w)
+        progs = r.get("programs", [])
+        if not isinstance(progs, list) or len(progs) > 64 or not all(isinstance(x, int) and not isinstance(x, bool)
+                                                                    and 0 <= x < 1 << 31 for x in progs):
+            raise ValueError(f"{w} programs is not a list of at most 64 program numbers")
         _int(r, "delay_ns", 0, 10 ** 9, w)
         _int(r, "steps", 2, MAX_STEPS, w)
         for k in ("predicted_ns", "measured_ns", "lo_ns", "hi_ns"):
@@ -169,9 +173,14 @@ def verify_text(row: dict) -> str:
     miss = "" if ok else (f": the prediction MISSES by {fmt_ns(abs(row['predicted_ns'] - row['measured_ns']))}, beyond "
                           "the measurement's spread and 10 %")
     return (f"{printable(row['finding'])}: {fmt_ns(row['delay_ns'])} injected at rank {row['rank']} "
-            f"{'every program' if row['program'] < 0 else 'program ' + str(row['program'])} ({printable(row['site'])}): "
+            f"{_programs_words(row)} ({printable(row['site'])}): "
             f"predicted {_signed(row['predicted_ns'])}, measured {_signed(row['measured_ns'])} per launch "
             f"[{_signed(row['lo_ns'])} .. {_signed(row['hi_ns'])}], {row['steps']} launches each{miss}")
+
+
+def _programs_words(row: dict) -> str:
+    progs = row.get("programs") or ([row["program"]] if row["program"] >= 0 else [])
+    return "every program" if not progs else ("program " if len(progs) == 1 else "programs ") + ", ".join(map(str, progs))
 
 
 def _signed(ns: float) -> str:

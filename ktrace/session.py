@@ -22,6 +22,7 @@ ktrace (``ktrace.auto.launch``, through the launch hook :func:`route_auto_launch
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -79,13 +80,28 @@ def _stack() -> list:
 
 
 def active_session() -> "Session | None":
-    """The innermost open capture session of this thread, else the env-var session, else None."""
+    """The innermost open capture session of this thread, else the env-var session, else None
+    (None inside :func:`suspended`)."""
+    if getattr(_state, "suspended", False):
+        return None
     st = getattr(_state, "stack", None)
     if st:
         return st[-1]
     if _env_on():
         return _get_env_session()
     return None
+
+
+@contextlib.contextmanager
+def suspended():
+    """Launches made in this block (this thread) run untraced, as with no capture open: what
+    ``ktrace.measure_cost`` times a step's untraced calls in, between traced ones."""
+    before = getattr(_state, "suspended", False)
+    _state.suspended = True
+    try:
+        yield
+    finally:
+        _state.suspended = before
 
 
 def _get_env_session() -> "Session":
@@ -664,6 +680,15 @@ class Session:
                 text += f", {s['not_kept']} not kept (max_launches)"
             self._notes.append(text)
             (log.warning if lost or s["not_kept"] else log.info)("[rank %s] ktrace: %s", self.rank, text)
+
+    def reuse_buffers(self) -> None:
+        """Forget the launches recorded so far and hand their buffers out again, not zeroed (what
+        they hold is never read): a capture opened only to time traced launches (``ktrace.cost``)
+        allocates its arenas once. Call it with the device done with those launches."""
+        self.launches.clear()
+        for arenas in self._arenas.values():
+            for ar in arenas:
+                ar.used = 0
 
     def close(self) -> None:
         """Wait for the device, then copy each arena to the host once and release it; the replays

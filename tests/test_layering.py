@@ -37,7 +37,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("ktrace.export", "ktrace.analysis"),  # traces for Perfetto; the analyses and the report
     ("viewers",),  # the HTML report, serving traces to the Perfetto UI
     # the command line; the test harnesses of the real consumers (Perfetto's trace processor and UI)
-    ("ktrace.cli", "ktrace.demo", "ktrace.run", "ktrace.record", "ktrace.dump", "ktrace.testing.launch", "ktrace.testing.perfetto",
+    ("ktrace.cli", "ktrace.demo", "ktrace.run", "ktrace.check", "ktrace.record", "ktrace.dump", "ktrace.testing.launch", "ktrace.testing.perfetto",
      "instrumented_kernels"),  # (and the instrumented kernels, which the command line discovers and runs)
 ]
 

@@ -116,3 +116,16 @@ def test_a_finding_smaller_than_the_probe_cost_is_marked_and_a_larger_one_is_not
 def test_a_capture_without_measurements_has_no_measured_key():
     rep = build_report(G.build(*_held_case()).capture)
     assert "measured" not in rep.summary and "Probe cost" not in render_text(rep)
+
+
+def test_info_states_the_probe_cost_and_the_checked_predictions(tmp_path):
+    cap = G.draw(4).capture
+    cap.meta["probe_cost"] = P.cost_figures(*_timings(1.02), device="NVIDIA H100")
+    cap.meta["verify"] = [{"finding": "rank 1 notified late", "kind": "late_notifies", "site": "notify", "device": "NVIDIA H100",
+                           "rank": 1, "program": -1, "programs": [], "delay_ns": 10_000, "steps": 20, "predicted_ns": 13_000.0,
+                           "measured_ns": 9_500.0, "lo_ns": 9_000.0, "hi_ns": 10_000.0}]
+    path = write_capture(tmp_path / "c.ktrace", cap)
+    out = subprocess.run([sys.executable, "-m", "ktrace.cli", "info", str(path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "  probes: +2.0 % ± " in out.stdout and "50 launches each, NVIDIA H100" in out.stdout
+    assert "predicted +13.0 µs, measured +9.5 µs per launch" in out.stdout and "the prediction MISSES by 3.5 µs" in out.stdout

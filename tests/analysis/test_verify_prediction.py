@@ -54,12 +54,18 @@ def test_prediction_matches_the_simulated_truth(kind):
         assert (plan.rank, plan.where) == (inj.rank, WHERE[kind]), plan
         judged = slice(1 if shape.cold > 1 else 0, None)  # (the report leaves a cold first launch out)
         for size, predicted in zip(plan.sizes_ns, plan.predicted_ns):
-            truth = float(np.median((_durations(shape, replace(inj, magnitude_ns=inj.magnitude_ns + size), seed)
-                                     - _durations(shape, inj, seed))[judged]))
+            truth = float(np.mean((_durations(shape, replace(inj, magnitude_ns=inj.magnitude_ns + size), seed)
+                                   - _durations(shape, inj, seed))[judged]))
             assert truth > 0
             assert abs(predicted - truth) <= 0.05 * truth, (seed, shape.pattern, size, predicted, truth)
         checked += 1
     assert checked >= 2
+
+
+def test_default_sizes_grow_with_the_launch():
+    rep = build_report(G.build(*_cases("held", 1)[0]).capture)
+    sizes = V.default_sizes(rep)
+    assert len(sizes) == 3 and sizes[0] >= 2_000 and sizes[0] < sizes[1] < sizes[2] and all(s % 100 == 0 for s in sizes)
 
 
 def test_no_plan_for_a_hang():
