@@ -279,6 +279,7 @@ class Session:
     graph_ring: int = 256
     inject: Any = None
     probe_cost: Any = None
+    _inject_tables: dict = field(default_factory=dict, repr=False)
     _graphs: list = field(default_factory=list, repr=False)  # ktrace.graphs.recorder.GraphLaunch, in capture order
     _calib: dict = field(default_factory=dict, repr=False)
     _notes: list = field(default_factory=list, repr=False)
@@ -540,8 +541,8 @@ class Session:
             ar.waited.add(stream.cuda_stream)
         off = ar.used
         ar.used += -(-words // _ALIGN_WORDS) * _ALIGN_WORDS
-        if pre:  # (written on the launch's stream: every launch, so a baseline's work is a delay's)
-            ar.tensor[off:off + pre].copy_(torch.from_numpy(self.inject.table(int(self.rank))))
+        if pre:  # (copied on the launch's stream for every launch, so a baseline's work is a delay's)
+            ar.tensor[off:off + pre].copy_(self._inject_table(device))
             off, words = off + pre, words - pre
         pl = PendingLaunch(
             index=len(self.launches),
@@ -561,6 +562,18 @@ class Session:
         self.launches.append(pl)
         self.kernels.setdefault(kernel.name, kernel)
         return pl
+
+    def _inject_table(self, device: int):
+        """This rank's delay table on ``device``, kept per content: a launch copies it device to
+        device (a copy from the host would wait for the work queued before it, with the host)."""
+        tab = self.inject.table(int(self.rank))
+        key = (device, tab.tobytes())
+        have = self._inject_tables.get(key)
+        if have is None:
+            import torch
+
+            have = self._inject_tables[key] = torch.from_numpy(tab).to(f"cuda:{device}")
+        return have
 
     def _ring_launch(self, kernel, grid: tuple[int, int, int], n_prog: int, device: int, meta: dict | None = None):
         """A launch in ring mode: its buffer is a slice of the flight recorder's pinned arena."""
@@ -808,8 +821,11 @@ class Session:
         recorded (``regions.source_table``) and, with a heap, its allocations (flags are then
         named by allocation and index instead of heap offset)."""
         meta: dict = {"sources": regions.source_table([k.jit_fn for k in self.kernels.values()])}
-        if self.probe_cost is not None:
-            meta["probe_cost"] = self.probe_cost.to_meta()
+        if self.probe_cost is not None:  # (a ktrace.cost.ProbeCost, or its figures)
+            from .probe_cost import check_probe_cost
+
+            pc = self.probe_cost
+            meta["probe_cost"] = check_probe_cost(pc.to_meta() if hasattr(pc, "to_meta") else dict(pc))
         if any(pl.meta.get("addresses") for pl in self.launches):  # (the spaces' names, for naming flags)
             from .auto.addresses import table
 

@@ -104,3 +104,14 @@ def test_run_measures_the_cost_by_default_and_verifies_on_request():
     assert run.RunConfig.from_json(off.to_json()) == off
     with pytest.raises(ValueError, match="--cost-steps"):
         run.RunConfig(kernel="all_to_all", nproc=1, cost_steps=1)
+
+
+def test_a_capture_keeps_the_probe_cost_it_is_given():
+    from ktrace.probe_cost import cost_figures
+
+    figures = cost_figures([103.0, 104.0, 103.5], [100.0, 100.5, 100.2], device="virtual H100")
+    for given in (figures, cost.ProbeCost(figures, np.zeros(3), np.zeros(3))):
+        s = session.Session(probe_cost=given)
+        assert s.to_capture().meta["probe_cost"] == figures
+    with pytest.raises(ValueError, match="flight_recorder"):
+        session.Session(inject=Injection(()), flight_recorder=True)

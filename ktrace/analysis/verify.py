@@ -34,7 +34,9 @@ Accuracy, on GENERATED captures where the answer is known by construction
 (``tests/analysis/test_verify_prediction.py``): when the capture holds the cause (its waits on the
 culprit already late) the prediction is the simulated one; a delay that makes waits late that
 were not is priced with the pair of ranks' typical signal latency, which a capture of a healthy
-kernel may not measure well.
+kernel may not measure well. The replay keeps each program's SM free for it (no contention): a
+delay at the start of every program of a launch that runs in several waves delays each wave on
+the GPU, once in the replay.
 """
 
 from __future__ import annotations
