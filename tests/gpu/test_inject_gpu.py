@@ -44,9 +44,7 @@ def test_a_delay_in_a_region_lengthens_that_programs_span_only():
     assert 40_000 <= dur[l1 & (sp["program"] == 3)].min() < 60_000
     assert dur[l1 & (sp["program"] != 3)].max() < 20_000
     assert dur[l2].max() < 20_000  # (a delay at the start: before the span)
-    first = {k: sp["start"][sp["launch"] == k].min() for k in range(3)}
     assert all(m.get("inject") is not None for m in (ln.meta for ln in cap.to_capture().ranks[0].launches))
-    assert first[2] > 0
 
 
 def test_measure_cost_and_verify_run():
