@@ -130,6 +130,9 @@ def check_verify(rows) -> list:
             raise ValueError(f"{w} is a {type(r).__name__}, not an object")
         for k in ("finding", "site", "device"):
             _name(r, k, w)
+        for k in ("kind", "where"):  # (optional)
+            if k in r:
+                _name(r, k, w)
         _int(r, "rank", 0, 1 << 16, w)
         _int(r, "program", -1, (1 << 31) - 1, w)
         progs = r.get("programs", [])

@@ -37,7 +37,7 @@ def rows(folder: Path) -> tuple[list[str], list[str]]:
             out.append(f"| {name} | {cap.world_size} | {cost} | (no prediction checked) | | | | | |")
         for r in ver:
             devices.add(r["device"])
-            out.append(f"| {name} | {cap.world_size} | {cost} | {printable(r['finding'])} ({r['kind'] if 'kind' in r else ''}, "
+            out.append(f"| {name} | {cap.world_size} | {cost} | {printable(r['finding'])} ({printable(str(r.get('kind', '')))}, "
                        f"{printable(r['site'])}) | {fmt_ns(r['delay_ns'])} | {fmt_ns(r['predicted_ns'])} | {fmt_ns(r['measured_ns'])} | "
                        f"[{fmt_ns(r['lo_ns'])}, {fmt_ns(r['hi_ns'])}] | {'yes' if within_spread(r) else 'NO'} |")
     return out, sorted(devices)

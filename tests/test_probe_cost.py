@@ -68,7 +68,7 @@ def test_hostile_verify_rows_are_refused():
     good = {"finding": "f", "site": "notify", "device": "H100", "rank": 0, "program": -1, "delay_ns": 10_000,
             "steps": 20, "predicted_ns": 9_000.0, "measured_ns": 9_500.0, "lo_ns": 9_000.0, "hi_ns": 10_000.0}
     assert P.check_verify([good]) == [good]
-    for bad in ([dict(good, measured_ns=20_000.0)], [dict(good, rank="0")], [good] * 100, "rows", [1]):
+    for bad in ([dict(good, measured_ns=20_000.0)], [dict(good, rank="0")], [dict(good, kind=5)], [good] * 100, "rows", [1]):
         with pytest.raises(ValueError):
             P.check_verify(bad)
 
