@@ -73,3 +73,20 @@ def test_injection_gate_arithmetic():
     for bad in (0, g):
         with pytest.raises(ValueError):
             schema.inject_gate(bad)
+
+
+def test_the_notify_delay_is_before_its_release():
+    """In a wait followed by a notify (sm_90), injection adds two timer spins before the notify's
+    release atomic: the program's start, and the notify's own point (a held-back notify)."""
+    fn, sig, consts = inject_asm.cases()["relay_immediate"]
+    t = TARGETS["sm_90"]
+
+    def spins_before_release(asm):
+        lines = asm.splitlines()
+        rel = next(i for i, ln in enumerate(lines) if re.search(r"\batom\.[\w.]*release", ln))
+        return _spin_loops("\n".join(lines[:rel + 1]), "cuda")
+
+    off = inject_asm.stripped(compile_asm(fn, sig, consts, t))
+    on = inject_asm.stripped(compile_asm(fn, sig, {**consts, "KTRACE": schema.inject_gate(consts["KTRACE"])}, t))
+    assert spins_before_release(off) >= 1  # (the wait's own spin)
+    assert spins_before_release(on) == spins_before_release(off) + 2
