@@ -385,7 +385,11 @@ def _measure(cfg: RunConfig, drv, aligner, world_size: int, skips: bool) -> dict
     from .cost import measure_cost
 
     around, after, reduce = _timing_hooks(drv, aligner, world_size, skips)
-    pc = measure_cost(drv.step, n=cfg.cost_steps, around=around, after=after, reduce=reduce)
+    try:  # (the times are every rank's, gathered: every rank takes the same branch)
+        pc = measure_cost(drv.step, n=cfg.cost_steps, around=around, after=after, reduce=reduce)
+    except ValueError as e:
+        log.warning("ktrace run: the probes' cost could not be figured (%s); the capture does not state it", e)
+        return None
     log.info("ktrace run: %s", pc)
     return pc.to_meta()
 
@@ -411,7 +415,11 @@ def _verify(cfg: RunConfig, drv, aligner, dist, merged, skips: bool) -> list | N
     if shared is None:
         return None
     around, after, reduce = _timing_hooks(drv, aligner, dist.world_size, skips)
-    rows = verify(drv.step, Plan.from_dict(shared), n=cfg.verify_steps, around=around, after=after, reduce=reduce)
+    try:  # (as in _measure: the same times on every rank)
+        rows = verify(drv.step, Plan.from_dict(shared), n=cfg.verify_steps, around=around, after=after, reduce=reduce)
+    except ValueError as e:
+        log.warning("ktrace run --verify: the measurement could not be figured (%s)", e)
+        return None
     for r in rows:
         log.info("ktrace run --verify: %s", r["text"])
     return rows

@@ -27,6 +27,10 @@ def test_ratio_and_interval_hold_the_true_ratio():
     assert P.ratio_interval(traced, untraced) == (r, lo, hi)  # (a fixed seed: the same figures again)
     d, dlo, dhi = P.difference_interval(traced, untraced)
     assert dlo <= d <= dhi and abs(d - 3_000) < 600
+    # a lumpy sample (two values): the interval still holds the estimate, as a capture's must
+    for f in (P.ratio_interval, P.difference_interval):
+        est, lo, hi = f([1.0, 1, 1, 5, 5, 5], [1.0] * 6)
+        assert lo <= est <= hi
     with pytest.raises(ValueError):
         P.ratio_interval([1.0], [1.0])
     with pytest.raises(ValueError):
