@@ -292,21 +292,8 @@ def compile_only(*plans):
                 setattr(p, k, v)
 
 
-@triton.jit
-def spin_ns(delay_ns):
-    """Spin on the device timer until ``delay_ns`` ns have passed (every thread spins).
-
-    Args:
-        delay_ns: int32 or int64 nanoseconds; <= 0 returns after one timer read.
-
-    Cost: one timer read per iteration (about 32 ns per distinct value on H100/H200). No memory
-    operation: the delay orders nothing by itself.
-    """
-    t0 = kl.now()
-    limit = delay_ns.to(tl.int64) // ks.tick_ns()
-    t = t0
-    while t - t0 < limit:
-        t = kl.now()
+#: Spin on the device timer for ``delay_ns`` ns (the probe core's: the timer's tick converted per target).
+spin_ns = kl.spin_ns
 
 
 @triton.jit

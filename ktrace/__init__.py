@@ -12,6 +12,9 @@ names below that need them import them on first use):
   which wait in a table of events (``ktrace.pairing``, the one rule).
 - ``capture(auto=True)``, :func:`declare`, :func:`map_heap` — kernels traced without edits, their
   own signalling paired across ranks (``ktrace.auto``, docs/byok.md); ``ktrace record`` from outside.
+- :func:`measure_cost` — a step timed traced and untraced, interleaved: the probes' cost, kept in
+  a capture (``capture(probe_cost=...)``); :func:`verify` — the report's first prediction checked
+  by delays the probes inject (:class:`Injection`, :class:`Delay`; docs/probes.md).
 
 Device API: ``import ktrace.language as kl`` inside kernels.
 """
@@ -37,6 +40,10 @@ _LAZY = {
     "pair_table": ("ktrace.pairing", "pair_table"),
     "map_heap": ("ktrace.auto.hooks", "map_heap"),
     "declare": ("ktrace.auto.declarations", "declare"),
+    "measure_cost": ("ktrace.cost", "measure_cost"),
+    "verify": ("ktrace.check", "verify"),
+    "Delay": ("ktrace.inject", "Delay"),
+    "Injection": ("ktrace.inject", "Injection"),
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -84,6 +84,7 @@ def _cmd_info(args) -> int:
     from .decode import impossible_times
     from .events import is_raw
     from .schema import is_timeout
+    from .probe_cost import capture_lines
     from .text import MEASURES, count_text, printable as pr, programs_text, ranges_text
 
     path = args.capture
@@ -95,6 +96,7 @@ def _cmd_info(args) -> int:
                  f"{count_text('launches', cap.n_launches)} ({MEASURES['launches'][1]})"]
         n_events = 0
         lines += [f"  note: {pr(n)}" for n in cap.notes]
+        lines += [f"  {x}" for x in capture_lines(cap.meta)]  # (what ktrace.cost measured beside it)
         timed_out = 0
         for r, rc in sorted(cap.ranks.items()):
             dev = pr(rc.device.get("name", "?"))

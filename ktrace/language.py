@@ -85,6 +85,11 @@ _WORDS: tl.constexpr = tl.constexpr(_schema.RECORD_BYTES // 8)  # int64 words pe
 _HEADER_WORDS: tl.constexpr = tl.constexpr(_schema.HEADER_BYTES // 8)
 _NOW_WORDS: tl.constexpr = tl.constexpr(_schema.NOW_BYTES // 8)
 _RING_GATE = _schema.RING_GATE  # (a plain int: read by the constexpr functions below)
+_INJECT_GATE = _schema.INJECT_GATE
+_INJECT_ROWS: tl.constexpr = tl.constexpr(_schema.INJECT_ROWS)
+_INJECT_ROW_WORDS: tl.constexpr = tl.constexpr(_schema.INJECT_ROW_WORDS)
+_INJECT_WORDS: tl.constexpr = tl.constexpr(_schema.INJECT_WORDS)
+_INJECT_LAUNCH: tl.constexpr = tl.constexpr(_schema.INJECT_LAUNCH)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -132,6 +137,7 @@ def slots(gate):
     refused in one line (a non-negative int; ring mode's N a power of two >= 2)."""
     if isinstance(gate, bool) or not isinstance(gate, int) or gate < 0:
         raise TypeError(f"KTRACE must be a non-negative int (0 = off, N = event slots per program), got {gate!r}")
+    gate = gate & ~_INJECT_GATE  # (delay injection: ``_injects``)
     n = gate - _RING_GATE if gate >= _RING_GATE else gate
     if gate >= _RING_GATE and (n < 2 or n & (n - 1)):
         raise ValueError(f"ring mode needs a power of two >= 2 of slots per lane, got {n}")
@@ -140,7 +146,13 @@ def slots(gate):
 
 @triton.constexpr_function
 def _is_ring(n):
-    return n >= _RING_GATE
+    return (n & ~_INJECT_GATE) >= _RING_GATE
+
+
+@triton.constexpr_function
+def _injects(gate):
+    """Whether a ``KTRACE`` gate compiles the delay-injection points in (``schema.INJECT_GATE``)."""
+    return bool(gate & _INJECT_GATE) and slots(gate) > 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,9 +241,10 @@ class Tracer:
     ON: tl.constexpr
     RING: tl.constexpr  # ring mode (ktrace.flight): slot cur % CAP, dropped_ptr holds the head
     DEFER: tl.constexpr
+    INJECT: tl.constexpr  # delay injection compiled in (``delay``)
 
     @triton.constexpr_function
-    def __init__(self, recs, dropped_ptr, cur, nd, hw, lead, CAP, RING=False):
+    def __init__(self, recs, dropped_ptr, cur, nd, hw, lead, CAP, RING=False, INJECT=False):
         self.recs = recs
         self.dropped_ptr = dropped_ptr
         self.cur = cur
@@ -242,6 +255,7 @@ class Tracer:
         self.ON = tl.constexpr(True)
         self.RING = tl.constexpr(RING)
         self.DEFER = tl.constexpr(False)
+        self.INJECT = tl.constexpr(INJECT)
 
 
 @core._aggregate
@@ -306,9 +320,10 @@ class DeferredTracer:
     ON: tl.constexpr
     DEFER: tl.constexpr
     RING: tl.constexpr  # ring mode: slots ``slot % CAP``, dropped_ptr holds the head (stored prefix)
+    INJECT: tl.constexpr  # delay injection compiled in (``delay``)
 
     @triton.constexpr_function
-    def __init__(self, recs, dropped_ptr, cur, nd, hw, lead, w, n, sp, s0, s1, s2, s3, sgo, CAP, RING=False):
+    def __init__(self, recs, dropped_ptr, cur, nd, hw, lead, w, n, sp, s0, s1, s2, s3, sgo, CAP, RING=False, INJECT=False):
         self.recs = recs
         self.dropped_ptr = dropped_ptr
         self.cur = cur
@@ -329,6 +344,7 @@ class DeferredTracer:
         self.ON = tl.constexpr(True)
         self.DEFER = tl.constexpr(True)
         self.RING = tl.constexpr(RING)
+        self.INJECT = tl.constexpr(INJECT)
 
 
 @core._aggregate
@@ -339,6 +355,7 @@ class NoTracer:
     ON: tl.constexpr
     RING: tl.constexpr
     DEFER: tl.constexpr
+    INJECT: tl.constexpr
 
     @triton.constexpr_function
     def __init__(self):
@@ -346,6 +363,7 @@ class NoTracer:
         self.ON = tl.constexpr(False)
         self.RING = tl.constexpr(False)
         self.DEFER = tl.constexpr(False)
+        self.INJECT = tl.constexpr(False)
 
 
 @core._aggregate
@@ -419,9 +437,11 @@ def init(ktrace_buf, KTRACE: tl.constexpr):
     if slots(KTRACE) > 0:
         CAP: tl.constexpr = slots(KTRACE)
         recs, dropped, hw = _program_slots(ktrace_buf, CAP)
-        kt = Tracer(recs, dropped, tl.zeros((), tl.int32), tl.zeros((), tl.int32), hw, leader(), CAP, _is_ring(KTRACE))
+        kt = Tracer(recs, dropped, tl.zeros((), tl.int32), tl.zeros((), tl.int32), hw, leader(), CAP, _is_ring(KTRACE),
+                    _injects(KTRACE))
         if kt.RING:
             tl.store(now_slot(kt) + 4, now())  # the lane's start: a lane never stamped never started
+        _delay_at(kt, _INJECT_LAUNCH)
         return kt
     else:
         return NoTracer()
@@ -440,9 +460,10 @@ def init_deferred(ktrace_buf, KTRACE: tl.constexpr):
         z = tl.zeros((), tl.int64)
         n = tl.zeros((), tl.int32)
         kt = DeferredTracer(recs, dropped, n, n, hw, leader(), (n, n, z, z, z, n, n, n, z, n, n, n), (n, n, z, z, z, n, n, z, n),
-                            z, z, z, z, z, n, CAP, _is_ring(KTRACE))
+                            z, z, z, z, z, n, CAP, _is_ring(KTRACE), _injects(KTRACE))
         if kt.RING:
             tl.store(now_slot(kt) + 4, now())  # the lane's start, as in init
+        _delay_at(kt, _INJECT_LAUNCH)
         return kt
     else:
         return NoTracer()
@@ -601,7 +622,7 @@ def _write_slot(kt, t0, t1, tag, args):
     else:
         _store_words(p, t0, t1, kt.hw | tag, args, fits)
         tl.store(kt.dropped_ptr, nd, mask=fits == 0)
-    return Tracer(kt.recs, kt.dropped_ptr, kt.cur + 1, nd, kt.hw, kt.lead, kt.CAP, kt.RING)
+    return Tracer(kt.recs, kt.dropped_ptr, kt.cur + 1, nd, kt.hw, kt.lead, kt.CAP, kt.RING, kt.INJECT)
 
 
 @triton.jit
@@ -626,7 +647,7 @@ def _write_ext_slots(kt, t0, t1, tag, args, x0, x1, x23):
         _store_words(p, t0, t1, kt.hw | tag, args, fits)
         _store_words(p + _WORDS, x0, x1, dtag, x23, fits)
         tl.store(kt.dropped_ptr, nd, mask=fits == 0)
-    return Tracer(kt.recs, kt.dropped_ptr, kt.cur + 2, nd, kt.hw, kt.lead, kt.CAP, kt.RING)
+    return Tracer(kt.recs, kt.dropped_ptr, kt.cur + 2, nd, kt.hw, kt.lead, kt.CAP, kt.RING, kt.INJECT)
 
 
 @triton.jit
@@ -646,7 +667,7 @@ def _write_ring(kt, t0, t1, tag, args, HEAD: tl.constexpr = True):
     else:
         _store_words(p, t0, t1, kt.hw | tag, args, head > 0)
         tl.store(kt.dropped_ptr, head, mask=put_head != 0)
-    return Tracer(kt.recs, kt.dropped_ptr, head, kt.nd, kt.hw, kt.lead, kt.CAP, kt.RING)
+    return Tracer(kt.recs, kt.dropped_ptr, head, kt.nd, kt.hw, kt.lead, kt.CAP, kt.RING, kt.INJECT)
 
 
 @triton.jit
@@ -719,7 +740,7 @@ def _n(kt):
 def _deferred(kt, cur, nd, w, sp, s0, s1, s2, s3, sgo, n=None):
     if n is None:
         n = _n(kt)
-    return DeferredTracer(kt.recs, kt.dropped_ptr, cur, nd, kt.hw, kt.lead, w, n, sp, s0, s1, s2, s3, sgo, kt.CAP, kt.RING)
+    return DeferredTracer(kt.recs, kt.dropped_ptr, cur, nd, kt.hw, kt.lead, w, n, sp, s0, s1, s2, s3, sgo, kt.CAP, kt.RING, kt.INJECT)
 
 
 @triton.jit
@@ -862,6 +883,75 @@ def _pend_notify(kt, tag, t0, t1, peer, value, flag, seq):
 
 
 # ---------------------------------------------------------------------------------------------
+# Delay injection (``ktrace.inject``): compiled in only with ``schema.INJECT_GATE`` in the gate
+# ---------------------------------------------------------------------------------------------
+
+
+@core.extern
+def tick_ns(_semantic=None):
+    """Nanoseconds per tick of :func:`now` on the compile target (a compile-time int; 1 on NVIDIA)."""
+    if _backend(_semantic) == "cuda":
+        return core.constexpr(1)
+    arch = str(_semantic.builder.options.arch).split(":")[0]
+    hz = _schema.AMD_WALLCLOCK_HZ.get(arch, _schema.DEFAULT_TICK_HZ[_schema.TimerKind.AMD_MEMREALTIME])
+    return core.constexpr(max(1, 1_000_000_000 // hz))
+
+
+@triton.jit
+def _delay_at(kt, site: tl.constexpr):
+    """Spin for the delay the launch's table sets for this program at ``site`` (nothing when the
+    tracer does not inject: no instruction)."""
+    if kt.INJECT:
+        n0 = tl.num_programs(0)
+        n1 = tl.num_programs(1)
+        pid = (tl.program_id(2).to(tl.int64) * n1 + tl.program_id(1)) * n0 + tl.program_id(0)
+        # the table sits right before the buffer, whose start this program's first slot is
+        # counted from (as ``_program_slots`` counts it)
+        table = kt.recs - _HEADER_WORDS - pid * (kt.CAP * _WORDS) - _INJECT_WORDS
+        rows = tl.load(table)
+        # the program within its launch and its lane (``schema.virtual_grid``: lanes are the
+        # innermost programs of a launch traced per lane; a Triton kernel's one lane is 0)
+        d = tl.zeros((), tl.int64)
+        for i in tl.static_range(_INJECT_ROWS):
+            row = table + 1 + i * _INJECT_ROW_WORDS
+            prog = tl.load(row)
+            lane = tl.load(row + 1)
+            hit = (i < rows) & ((prog < 0) | (prog == pid)) & (lane <= 0) & (tl.load(row + 2) == site)
+            d += tl.where(hit, tl.load(row + 3), 0)
+        spin_ns(d)
+
+
+@triton.jit
+def spin_ns(delay_ns):
+    """Spin on the device timer until ``delay_ns`` ns have passed (every thread spins).
+
+    Args:
+        delay_ns: nanoseconds (an int); <= 0 returns after one timer read.
+
+    Cost: one timer read per iteration (%globaltimer steps every 32 ns on H100/H200;
+    ``s_memrealtime`` every 10 ns on MI300). No memory operation: the delay orders nothing by itself.
+    """
+    t0 = now()
+    limit = delay_ns.to(tl.int64) // tick_ns()
+    t = t0
+    while t - t0 < limit:
+        t = now()
+
+
+@triton.jit
+def delay(kt, name: tl.constexpr):
+    """An injection point of its own, at call site ``name``: spins for the delay the launch's
+    table sets for this program at ``kl.region(name)`` (``ktrace.inject``). ``kl.init`` (site
+    ``schema.INJECT_LAUNCH``), ``kl.begin`` (its region, inside the span) and ``ks.notify`` (its
+    name, before the release) are injection points already.
+
+    Cost: nothing unless the launch's gate has ``schema.INJECT_GATE`` (then 17 scalar loads of the
+    table and a timer read, plus the spin).
+    """
+    _delay_at(kt, region(name))
+
+
+# ---------------------------------------------------------------------------------------------
 # Probes
 # ---------------------------------------------------------------------------------------------
 
@@ -881,7 +971,9 @@ def begin(kt, name: tl.constexpr, arg0=0, arg1=0):
     Cost: one timer read. Nothing is written until :func:`end`.
     """
     if kt.ON:
-        return Span(now(), pack(arg0, arg1), region(name))
+        t0 = now()
+        _delay_at(kt, region(name))  # (injection: inside the span, as more work would be)
+        return Span(t0, pack(arg0, arg1), region(name))
     else:
         return NoSpan()
 
@@ -1017,6 +1109,6 @@ def record_notify(kt, name: tl.constexpr, t0, t1, peer, value, flag, seq, LOCAL:
 #: ``@gluon.jit`` kernel with Gluon's semantics, on its tracer of one lane), so a record is made in
 #: one place. A probe added here for both goes in this list (docs/architecture.md, "A new probe kind").
 SHARED = ("Tracer", "NoTracer", "Span", "NoSpan", "begin", "end", "mark", "counter", "timestamp", "now", "hw_id", "region",
-          "slots", "pack", "record_wait", "record_notify")
+          "slots", "pack", "record_wait", "record_notify", "delay", "spin_ns", "tick_ns")
 
 __all__ = [*SHARED, "DeferredTracer", "init", "init_deferred", "flush", "flush_single", "finish", "leader", "now_slot"]

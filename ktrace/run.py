@@ -99,6 +99,11 @@ class RunConfig:
         align: release each step's launches by a device-side barrier (``ktrace.shmem.align_launch``);
             False: by a host barrier and a device synchronisation (the ranks start their launches
             up to hundreds of µs apart: what a report then calls a late launch).
+        cost: after recording, time ``cost_steps`` steps traced and as many untraced, interleaved
+            (``ktrace.measure_cost``): the capture's ``probe_cost``, which the report states.
+        verify: then check the report's first prediction on the GPU (``ktrace.verify``: delays
+            injected at its culprit, ``verify_steps`` steps of each size and of none): the
+            capture's ``verify`` rows, printed as "predicted +X, measured +Y".
     """
 
     kernel: str
@@ -114,6 +119,10 @@ class RunConfig:
     check: bool = True
     nnodes: int = 1
     align: bool = True
+    cost: bool = True
+    cost_steps: int = 30
+    verify: bool = False
+    verify_steps: int = 20
 
     def __post_init__(self):
         specs = kernels()
@@ -125,6 +134,10 @@ class RunConfig:
                 raise ValueError(f"--{name} must be a positive int, got {v!r}")
         if not isinstance(self.steps, int) or not 1 <= self.steps <= 100:
             raise ValueError(f"--steps must be in 1..100, got {self.steps!r}")
+        for name in ("cost_steps", "verify_steps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not 4 <= v <= 1000:
+                raise ValueError(f"--{name.replace('_', '-')} must be in 4..1000, got {v!r}")
         specs[self.kernel].resolve(self.shape, self.world_size)
         if (self.delay_rank >= 0) != (self.delay_ns > 0):
             raise ValueError("a delay needs a rank and a positive time (--delay RANK:MICROSECONDS)")
@@ -353,6 +366,65 @@ def _after_step(drv, faulty: bool) -> None:
         drv.plan.reset()
 
 
+def _timing_hooks(drv, aligner, world_size: int, skips: bool):
+    """``(around, after, reduce)`` for ``ktrace.cost``: each timed step released by the launch
+    barrier (else a sleep holds the device while the host queues it), the ranks met after it,
+    and each step's time the slowest rank's."""
+    from .cost import max_over_ranks
+
+    around = (lambda: aligner.release(hold_us=ALIGN_HOLD_US)) if aligner is not None else None
+    reduce = max_over_ranks(drv.heap.all_gather_object) if world_size > 1 else None
+    return around, (lambda: _after_step(drv, skips)), reduce
+
+
+def _measure(cfg: RunConfig, drv, aligner, world_size: int, skips: bool) -> dict | None:
+    """``--cost`` (the default): the probes' cost on this kernel's steps (``ktrace.measure_cost``);
+    None when off, or under a skipped notify (a hang by design: nothing to time)."""
+    if not cfg.cost or skips:
+        return None
+    from .cost import measure_cost
+
+    around, after, reduce = _timing_hooks(drv, aligner, world_size, skips)
+    try:  # (the times are every rank's, gathered: every rank takes the same branch)
+        pc = measure_cost(drv.step, n=cfg.cost_steps, around=around, after=after, reduce=reduce)
+    except ValueError as e:
+        log.warning("ktrace run: the probes' cost could not be figured (%s); the capture does not state it", e)
+        return None
+    log.info("ktrace run: %s", pc)
+    return pc.to_meta()
+
+
+def _verify(cfg: RunConfig, drv, aligner, dist, merged, skips: bool) -> list | None:
+    """``--verify``: rank 0 plans the injection from the merged capture's report, every rank
+    times it (``ktrace.verify``); the rows, or None."""
+    if not cfg.verify or skips:
+        return None
+    from .analysis.verify import Plan
+    from .check import plan_of, verify
+
+    mine = None
+    if dist.rank == 0:
+        try:
+            p = plan_of(merged)
+            mine = p.to_dict() if p is not None else None
+            if p is None:
+                log.warning("ktrace run --verify: the report names no cause a delay can be injected for: nothing to check")
+        except Exception as e:  # (every rank must still meet below)
+            log.warning("ktrace run --verify: the capture could not be analysed for a plan (%s)", e)
+    shared = drv.heap.all_gather_object(mine)[0] if dist.world_size > 1 else mine
+    if shared is None:
+        return None
+    around, after, reduce = _timing_hooks(drv, aligner, dist.world_size, skips)
+    try:  # (as in _measure: the same times on every rank)
+        rows = verify(drv.step, Plan.from_dict(shared), n=cfg.verify_steps, around=around, after=after, reduce=reduce)
+    except ValueError as e:
+        log.warning("ktrace run --verify: the measurement could not be figured (%s)", e)
+        return None
+    for r in rows:
+        log.info("ktrace run --verify: %s", r["text"])
+    return rows
+
+
 def worker(cfg: RunConfig) -> int:
     """The per-rank body of ``ktrace run`` (started through torchrun by :func:`launch_run`);
     returns an exit status."""
@@ -408,7 +480,9 @@ def worker(cfg: RunConfig) -> int:
     if cfg.check and not skips:
         torch.cuda.synchronize()
         err = drv.check()  # raises MismatchError naming the rank
+    measured = _measure(cfg, drv, aligner, dist.world_size, skips)
     merged = cap.gather(dst=0)
+    rows = _verify(cfg, drv, aligner, dist, merged, skips)
     every = drv.heap.all_gather_object({"timeouts": timeouts, "rel_err": err, "device": torch.cuda.get_device_name(),
                                         "align": align})
     if dist.rank == 0:
@@ -416,6 +490,7 @@ def worker(cfg: RunConfig) -> int:
         out.mkdir(parents=True, exist_ok=True)
         merged.meta.update(made_by="ktrace run", kernel=cfg.kernel, params=cfg.params, steps=cfg.steps,
                            launch_alignment=launch_alignment(cfg.align, released, [e["align"] for e in every]))
+        merged.meta.update({k: v for k, v in (("probe_cost", measured), ("verify", rows)) if v})
         path = ktrace.write_capture(cfg.capture_path, merged, compress=True)
         info = {
             "kernel": cfg.kernel, "world_size": dist.world_size, "params": cfg.params, "steps": cfg.steps, "seed": seed,
@@ -518,7 +593,8 @@ def config_from_args(args) -> RunConfig:
     sr, sn = _parse_rank_value(args.skip, "--skip") if args.skip else (-1, -1)
     return RunConfig(kernel=args.kernel, nproc=args.nproc, shape=shape, out=args.out or f"ktrace-run-{args.kernel}",
                      steps=args.steps, delay_rank=dr, delay_ns=dn, skip_rank=sr, skip_notify=sn, timeout_ms=args.timeout_ms,
-                     check=not args.no_check, nnodes=args.nnodes, align=not args.no_align)
+                     check=not args.no_check, nnodes=args.nnodes, align=not args.no_align, cost=not args.no_cost,
+                     cost_steps=args.cost_steps, verify=args.verify, verify_steps=args.verify_steps)
 
 
 def report_skew(capture_path: Path, run_json: Path) -> str:
@@ -632,6 +708,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--no-align", action="store_true",
                    help="release each step by a host barrier and a device synchronisation instead of a device-side barrier "
                         "(the ranks then start hundreds of µs apart, as a host-timed program does)")
+    s.add_argument("--no-cost", action="store_true",
+                   help="do not measure the probes' cost (by default COST_STEPS steps are timed traced and untraced, "
+                        "interleaved, after recording; the report states the cost)")
+    s.add_argument("--cost-steps", type=int, default=30, help="steps of each timed for the probes' cost (default 30)")
+    s.add_argument("--verify", action="store_true",
+                   help="check the report's first prediction on the GPU: delays of three sizes injected at its culprit, "
+                        "the kernel timed with and without them (\"predicted +X µs, measured +Y µs\")")
+    s.add_argument("--verify-steps", type=int, default=20, help="steps timed per delay size with --verify (default 20)")
     s.add_argument("--timeout", type=float, default=900.0, help="seconds before a rank is stopped (default 900)")
     s.add_argument("--max-findings", type=int, default=10, help="findings printed (default 10)")
     s.add_argument("--list", action="store_true", help="list the kernels and their parameters")

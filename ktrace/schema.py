@@ -474,6 +474,46 @@ def ring_gate(slots: int) -> int:
     return RING_GATE | slots
 
 
+# ---------------------------------------------------------------------------------------------
+# Delay injection (``ktrace.inject``: what-if checks of the report's predictions on the GPU)
+#
+# A launch traced with injection gets ``KTRACE = INJECT_GATE | N``: its probes then read a table
+# of delays that the host writes in the INJECT_WORDS int64 words right before the launch's buffer
+# (its header stays at the buffer's start)::
+#
+#     [0]                            rows in use (0..INJECT_ROWS)
+#     [1 + 4*i .. 1 + 4*i + 4)       row i: program (-1: every one), lane (-1: every one), site, ns
+#
+# A site is a region id (``kl.region(name)``: a span's ``kl.begin`` delays after its start, a
+# notify of that name delays before its release) or INJECT_LAUNCH (``kl.init``: the program's
+# start). Without the bit every injection point compiles to nothing (the assembly is unchanged).
+# ---------------------------------------------------------------------------------------------
+
+#: Bit of the ``KTRACE`` gate that compiles the delay-injection points in.
+INJECT_GATE = 1 << 23
+#: Rows of a launch's delay table (the device checks every one at each injection point).
+INJECT_ROWS = 4
+#: int64 words per row: program, lane, site, delay (ns).
+INJECT_ROW_WORDS = 4
+#: int64 words the table takes before the buffer (a multiple of 32: buffers stay 256-byte aligned).
+INJECT_WORDS = 32
+#: The site of a delay at a program's start (``kl.init``).
+INJECT_LAUNCH = -1
+assert 1 + INJECT_ROWS * INJECT_ROW_WORDS <= INJECT_WORDS and INJECT_GATE < RING_GATE
+
+
+def inject_gate(gate: int) -> int:
+    """The ``KTRACE`` value of ``gate`` (dense N, or ring mode's) with delay injection compiled in."""
+    if int(gate) <= 0 or int(gate) & INJECT_GATE:
+        raise ValueError(f"delay injection needs a traced gate without the injection bit, got {gate}")
+    return int(gate) | INJECT_GATE
+
+
+def injects(gate: int) -> bool:
+    """Whether a ``KTRACE`` gate compiles delay injection in."""
+    return bool(int(gate) & INJECT_GATE)
+
+
 def heads_offset(n_programs: int, slots: int) -> int:
     """Byte offset of a ring buffer's per-lane heads (where the dense layout counts drops)."""
     return dropped_offset(n_programs, slots)

@@ -22,6 +22,7 @@ ktrace (``ktrace.auto.launch``, through the launch hook :func:`route_auto_launch
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -79,13 +80,28 @@ def _stack() -> list:
 
 
 def active_session() -> "Session | None":
-    """The innermost open capture session of this thread, else the env-var session, else None."""
+    """The innermost open capture session of this thread, else the env-var session, else None
+    (None inside :func:`suspended`)."""
+    if getattr(_state, "suspended", False):
+        return None
     st = getattr(_state, "stack", None)
     if st:
         return st[-1]
     if _env_on():
         return _get_env_session()
     return None
+
+
+@contextlib.contextmanager
+def suspended():
+    """Launches made in this block (this thread) run untraced, as with no capture open: what
+    ``ktrace.measure_cost`` times a step's untraced calls in, between traced ones."""
+    before = getattr(_state, "suspended", False)
+    _state.suspended = True
+    try:
+        yield
+    finally:
+        _state.suspended = before
 
 
 def _get_env_session() -> "Session":
@@ -163,6 +179,8 @@ class PendingLaunch:
     meta: dict = field(default_factory=dict)
     #: a replay of a launch captured into a CUDA graph (``ktrace.graphs``): ``{"capture": n, "replay": r}``
     graph: dict | None = None
+    #: its buffer follows a delay table (``ktrace.inject``): launched with ``schema.INJECT_GATE``
+    injected: bool = False
 
 
 @dataclass
@@ -225,6 +243,12 @@ class Session:
             :meth:`save` also writes the profiler's Chrome trace beside the capture, once the
             profiler has stopped (``ktrace merge CAPTURE -o out.pftrace`` then merges both: see
             ``ktrace.export.profile``).
+        inject: a ``ktrace.inject.Injection``: every traced launch is compiled with the delay
+            injection points in and reads this rank's rows of it (set ``inject`` again between
+            launches to change the delays: no recompilation). Not with ``flight_recorder`` or CUDA
+            graphs.
+        probe_cost: what ``ktrace.measure_cost`` measured of the probes' cost on this program
+            (``ktrace.cost.ProbeCost``): kept in the capture's metadata (``probe_cost``).
 
     Leaving the ``with`` block never raises anything but the code's own error. Waits that timed
     out while it was open are kept in the capture (:attr:`RankCapture.timeouts`) and still
@@ -253,6 +277,9 @@ class Session:
     _auto: Any = field(default=None, repr=False)
     _own_heap: bool = field(default=False, repr=False)
     graph_ring: int = 256
+    inject: Any = None
+    probe_cost: Any = None
+    _inject_tables: dict = field(default_factory=dict, repr=False)
     _graphs: list = field(default_factory=list, repr=False)  # ktrace.graphs.recorder.GraphLaunch, in capture order
     _calib: dict = field(default_factory=dict, repr=False)
     _notes: list = field(default_factory=list, repr=False)
@@ -276,6 +303,8 @@ class Session:
             r, w = _dist_rank_world()
             self.rank = r if self.rank is None else self.rank
             self.world_size = w if self.world_size is None else self.world_size
+        if self.inject is not None and self.flight_recorder:
+            raise ValueError("inject: delays are injected into dense captures, not with flight_recorder")
         if self.auto not in (None, False):
             from .auto.config import config_of
 
@@ -496,6 +525,8 @@ class Session:
         if self._flight is not None:
             return self._ring_launch(kernel, grid, n_prog, device, meta)
         words = (schema.buffer_bytes(n_prog, capacity) + 7) // 8
+        pre = schema.INJECT_WORDS if self.inject is not None else 0  # (the delay table, before the buffer)
+        words += pre
         stream = torch.cuda.current_stream(device)
         arenas = self._arenas.setdefault(device, [])
         if not arenas or arenas[-1].used + words > arenas[-1].tensor.numel():
@@ -510,6 +541,9 @@ class Session:
             ar.waited.add(stream.cuda_stream)
         off = ar.used
         ar.used += -(-words // _ALIGN_WORDS) * _ALIGN_WORDS
+        if pre:  # (copied on the launch's stream for every launch, so a baseline's work is a delay's)
+            ar.tensor[off:off + pre].copy_(self._inject_table(device))
+            off, words = off + pre, words - pre
         pl = PendingLaunch(
             index=len(self.launches),
             kernel=kernel.name,
@@ -522,11 +556,24 @@ class Session:
             offset=off,
             stream=stream.cuda_stream,
             lanes=tuple(lanes),
-            meta=dict(meta or {}),
+            meta=dict(meta or {}, **({"inject": self.inject.to_meta()} if pre else {})),
+            injected=bool(pre),
         )
         self.launches.append(pl)
         self.kernels.setdefault(kernel.name, kernel)
         return pl
+
+    def _inject_table(self, device: int):
+        """This rank's delay table on ``device``, kept per content: a launch copies it device to
+        device (a copy from the host would wait for the work queued before it, with the host)."""
+        tab = self.inject.table(int(self.rank))
+        key = (device, tab.tobytes())
+        have = self._inject_tables.get(key)
+        if have is None:
+            import torch
+
+            have = self._inject_tables[key] = torch.from_numpy(tab).to(f"cuda:{device}")
+        return have
 
     def _ring_launch(self, kernel, grid: tuple[int, int, int], n_prog: int, device: int, meta: dict | None = None):
         """A launch in ring mode: its buffer is a slice of the flight recorder's pinned arena."""
@@ -647,6 +694,15 @@ class Session:
             self._notes.append(text)
             (log.warning if lost or s["not_kept"] else log.info)("[rank %s] ktrace: %s", self.rank, text)
 
+    def reuse_buffers(self) -> None:
+        """Forget the launches recorded so far and hand their buffers out again, not zeroed (what
+        they hold is never read): a capture opened only to time traced launches (``ktrace.cost``)
+        allocates its arenas once. Call it with the device done with those launches."""
+        self.launches.clear()
+        for arenas in self._arenas.values():
+            for ar in arenas:
+                ar.used = 0
+
     def close(self) -> None:
         """Wait for the device, then copy each arena to the host once and release it; the replays
         of launches captured into CUDA graphs become launches."""
@@ -765,6 +821,11 @@ class Session:
         recorded (``regions.source_table``) and, with a heap, its allocations (flags are then
         named by allocation and index instead of heap offset)."""
         meta: dict = {"sources": regions.source_table([k.jit_fn for k in self.kernels.values()])}
+        if self.probe_cost is not None:  # (a ktrace.cost.ProbeCost, or its figures)
+            from .probe_cost import check_probe_cost
+
+            pc = self.probe_cost
+            meta["probe_cost"] = check_probe_cost(pc.to_meta() if hasattr(pc, "to_meta") else dict(pc))
         if any(pl.meta.get("addresses") for pl in self.launches):  # (the spaces' names, for naming flags)
             from .auto.addresses import table
 

@@ -117,6 +117,10 @@ class Traced:
         if pl is None:
             return self.untraced(grid, args, kwargs)
         gate = getattr(pl, "gate", 0) or cap
+        if getattr(pl, "injected", False):  # (its buffer follows a delay table: ``ktrace.inject``)
+            from .schema import inject_gate
+
+            gate = inject_gate(gate)
         kwargs = dict(kwargs, ktrace_buf=pl.buffer, KTRACE=gate, **self.extra_kwargs())
         if self.lanes:
             kwargs["KTRACE_LANES"] = len(self.lanes)

@@ -20,11 +20,11 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Floors, lowest first: each entry is a module or package name (a package covers its modules,
 #: unless one of them is named on its own). Kept in step with docs/architecture.md.
 FLOORS: list[tuple[str, ...]] = [
-    ("ktrace", "ktrace._lazy", "ktrace._memory", "ktrace.fileio", "ktrace.links", "ktrace.schema", "ktrace.text"),  # layouts, names, words, safe files, Perfetto UI links
+    ("ktrace", "ktrace._lazy", "ktrace._memory", "ktrace.fileio", "ktrace.links", "ktrace.schema", "ktrace.text", "ktrace.probe_cost"),  # layouts, names, words, safe files, Perfetto UI links, the probes' cost in words
     ("ktrace.device", "ktrace.dist_env", "ktrace.keys"),  # device and rank facts; sorting and grouping machinery
     ("ktrace.regions", "ktrace.decode", "ktrace.pairing", "ktrace.flight.ring", "ktrace.flight.stream",
      "ktrace.graphs.ring", "ktrace.graphs.inductor", "ktrace.auto.transform", "ktrace.auto.declarations",
-     "ktrace.auto.known", "ktrace.auto.addresses", "ktrace.auto.config"),  # region names, raw buffer -> columns, notify -> wait; ring buffers -> dense; replay rings -> launch buffers; a kernel's source with probes, sync declarations, addresses -> locations
+     "ktrace.auto.known", "ktrace.auto.addresses", "ktrace.auto.config", "ktrace.inject"),  # region names, raw buffer -> columns, notify -> wait; ring buffers -> dense; replay rings -> launch buffers; a kernel's source with probes, sync declarations, addresses -> locations
     ("ktrace.language", "ktrace.gluon", "ktrace.testing", "ktrace.testing.compile", "ktrace.auto.probes",
      "ktrace.auto.prepare", "ktrace.auto.hooks"),  # device probes (triton, gluon); kernels prepared without edits, the launch hook
     ("ktrace.captures",),  # capture files, synthetic captures, gathering ranks
@@ -33,11 +33,11 @@ FLOORS: list[tuple[str, ...]] = [
     ("ktrace.shmem", "ktrace.shmem.align"),  # the symmetric heap and its traced device API; the launch barrier
     ("ktrace.clock.calibrate",),  # the ping-pong that measures the clocks (over the heap)
     ("ktrace.traced", "ktrace.session", "ktrace.decorator", "ktrace.flight", "ktrace.graphs", "ktrace.auto", "ktrace.auto.launch",
-     "ktrace.auto.boot", "ktrace.auto._site"),  # the traced launch, capture sessions, the decorator; the flight recorder; CUDA graph replays; kernels traced without edits, launched; ktrace record's side in the program
+     "ktrace.auto.boot", "ktrace.auto._site", "ktrace.cost"),  # the traced launch, capture sessions, the decorator; the flight recorder; CUDA graph replays; kernels traced without edits, launched; ktrace record's side in the program
     ("ktrace.export", "ktrace.analysis"),  # traces for Perfetto; the analyses and the report
     ("viewers",),  # the HTML report, serving traces to the Perfetto UI
     # the command line; the test harnesses of the real consumers (Perfetto's trace processor and UI)
-    ("ktrace.cli", "ktrace.demo", "ktrace.run", "ktrace.record", "ktrace.dump", "ktrace.launch", "ktrace.testing.launch",
+    ("ktrace.cli", "ktrace.demo", "ktrace.run", "ktrace.check", "ktrace.record", "ktrace.dump", "ktrace.launch", "ktrace.testing.launch",
      "ktrace.testing.perfetto",
      "instrumented_kernels"),  # (and the instrumented kernels, which the command line discovers and runs)
 ]

@@ -32,6 +32,7 @@ import numpy as np
 
 from ktrace.analysis.document import dump as dump_document
 from ktrace.text import MEASURES as M, diff_headline, fmt_ns, kernel_time_value
+from ktrace.probe_cost import measured_lines
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d2330;background:#fff;max-width:1240px}
@@ -387,6 +388,7 @@ def render_html(report) -> str:
         ("timeouts", s["timeouts"]), ("waits without a captured notify", s["waits_unreleased"]),
     ] + ([("waits not matched to one notify (their flag's notifies captured)", unmatched)] if unmatched else [])
     summ = "<table>" + "".join(f"<tr><th class='l'>{_e(k)}</th><td class='l'>{_e(v)}</td></tr>" for k, v in summary_rows) + "</table>"
+    summ += "".join(f"<p class='note'>{_e(x)}</p>" for x in measured_lines(s))  # (probe cost, checked predictions)
     perfetto_note = (
         "<p class='note'>Times are relative to the capture's first event, which is time 0 of the trace that "
         "<code>ktrace merge</code> writes. Each finding's link opens ui.perfetto.dev at its time range"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ktrace.analysis.document import load as load_document
+from ktrace.probe_cost import measured_lines
 from ktrace.text import MEASURES, RANK_MEASURES, count_text, diff_headline, fmt_ns, kernel_time_text, printable
 
 #: How a finding's severity is marked in the text.
@@ -76,6 +77,7 @@ def render_text(report, *, max_findings: int = 10) -> str:
         lines.append(f"{MEASURES['wait_ns'][0].capitalize()} per rank: " + ", ".join(
             f"r{r['rank']} {fmt_ns(r['wait_ns'])} ({100 * r['wait_frac']:.0f}% of program time)" if r.get("wait_frac") is not None
             else f"r{r['rank']} {fmt_ns(r['wait_ns'])}" for r in tr))
+    lines += measured_lines(s)
     lines.append("Times are relative to the capture's first event (time 0 of its Perfetto trace).")
     return "\n".join(lines)
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from . import causes
 from ..links import perfetto_link
+from ..probe_cost import measured
 from ..text import fmt_ns
 from .causes.words import share_text
 from .document import Lazy, ReportDocument, Summary, Table, Views, jsonable
@@ -97,6 +98,7 @@ def summary(trace: Trace, w, wait_totals, ctx: causes.Context, sampled: int, n_l
     if accounting.notify_untraced.size:
         s.waits_notify_untraced = int(accounting.notify_untraced.size)
         s.notify_untraced_kernels = accounting.notify_untraced_kernels
+    s.measured = measured(trace.meta, [{"data": f.data} for f in findings])
     s.claims = accounting.claims(trace, w)
     return s
 

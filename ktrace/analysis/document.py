@@ -142,6 +142,8 @@ class Summary:
         release_untraced_ns, waits_notify_untraced, notify_untraced_kernels: (only when there
             are some) the time of waits whose release the probe density does not record, the
             flag waits whose sender recorded no notify, and the senders' kernels.
+        measured: (only when the capture holds them) the probes' measured cost, the findings
+            that save no more than it, the predictions checked on the GPU (``ktrace.probe_cost``).
         claims: the statements the summary's wait accounting makes (:class:`Claim`).
     """
 
@@ -176,6 +178,7 @@ class Summary:
     release_untraced_ns: float | None = _omitted_when_none()
     waits_notify_untraced: int | None = _omitted_when_none()
     notify_untraced_kernels: list | None = _omitted_when_none()
+    measured: dict | None = _omitted_when_none()
     claims: list = field(default_factory=list)
 
     def to_dict(self) -> dict:

@@ -862,6 +862,13 @@ def _capture_extras(meta) -> dict:
             raise TypeError("meta live reason is not a word")
         if live.get("dump_ns") is not None:
             _checked_int(live["dump_ns"], "meta live dump_ns")
+    if meta.get("probe_cost") is not None or meta.get("verify") is not None:  # (measured beside it: ``ktrace.cost``)
+        from ..probe_cost import check_probe_cost, check_verify
+
+        if meta.get("probe_cost") is not None:
+            check_probe_cost(meta["probe_cost"])
+        if meta.get("verify") is not None:
+            check_verify(meta["verify"])
     return meta
 
 

@@ -146,16 +146,7 @@ def _is_cuda(_semantic):
     return "gfx" not in str(getattr(opts, "arch", ""))
 
 
-@core.extern
-def tick_ns(_semantic=None):
-    """Nanoseconds per tick of ``kl.now()`` on the compile target (a compile-time int; 1 on NVIDIA)."""
-    if _is_cuda(_semantic):
-        return core.constexpr(1)
-    from ktrace import schema
-
-    arch = str(_semantic.builder.options.arch).split(":")[0]
-    hz = schema.AMD_WALLCLOCK_HZ.get(arch, schema.DEFAULT_TICK_HZ[schema.TimerKind.AMD_MEMREALTIME])
-    return core.constexpr(max(1, 1_000_000_000 // hz))
+from ..language import tick_ns  # noqa: E402 (the probe core's: ns per tick of ``kl.now()`` on the target)
 
 
 @core.extern
@@ -478,6 +469,7 @@ def notify(
     # needs no load after the release.
     my_base = heap_base(heap_bases, rank)
     remote = _moved(flag, heap_base(heap_bases, peer) - my_base)
+    kl.delay(kt, name)  # (delay injection, ``ktrace.inject``: a held-back notify; nothing when not injecting)
     tl.debug_barrier()
     if kt.ON:
         t0 = kl.now()

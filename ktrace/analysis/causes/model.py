@@ -259,6 +259,9 @@ class Changes:
         latency: per wait, a new release latency (NaN: unchanged).
         release_timeouts: timed-out waits are released: never-signalled ones when they start,
             cut-short ones by the notify that came after (only waits where this is True).
+        added_gap: per wait, time added right before it (a delay injected after the notify or
+            wait before it: ``analysis.verify``); a negative ``hold`` adds time before a notify.
+        added_tail: per workgroup, time added after its last wait and notify.
     """
 
     shift: np.ndarray | None = None
@@ -266,6 +269,8 @@ class Changes:
     hold: np.ndarray | None = None
     latency: np.ndarray | None = None
     release_timeouts: np.ndarray | None = None
+    added_gap: np.ndarray | None = None
+    added_tail: np.ndarray | None = None
 
 
 @dataclass
@@ -551,6 +556,10 @@ def replay(model: _Model, changes: Changes | None = None, *, max_iterations: int
         to_tail = np.zeros(nwg, np.int64)
         np.add.at(to_tail, m.n_wg[~has_next], h[~has_next])
         tail = np.maximum(tail - to_tail, 0)
+    if ch.added_gap is not None:
+        gap = gap + np.round(ch.added_gap).astype(np.int64)
+    if ch.added_tail is not None:
+        tail = tail + np.round(ch.added_tail).astype(np.int64)
     lat = m.w_lat
     if ch.latency is not None:
         lat = np.where(np.isfinite(ch.latency), np.minimum(np.round(np.nan_to_num(ch.latency)).astype(np.int64), lat), lat)

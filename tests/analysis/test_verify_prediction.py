@@ -1,0 +1,76 @@
+"""The replay's prediction of an injected delay (``ktrace.analysis.verify``), against the answer
+known by construction: GENERATED captures (``ktrace.captures.generate``, labelled so in their
+metadata) of a cause, simulated again with that cause larger by the delay.
+
+The GPU side (the delay injected for real, the kernel timed) is ``scripts/gpu_cost.sh``'s.
+"""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from ktrace.analysis import verify as V
+from ktrace.analysis.report import build_report
+from ktrace.captures import generate as G
+
+DELAY_NS = 10_000
+#: What each cause is injected as, at its culprit.
+WHERE = {"held": "notify", "straggler": "region", "late_launch": "launch"}
+
+
+def _durations(shape, inj, seed) -> np.ndarray:
+    return np.array([d for _, _, d in G.simulate(shape, inj, seed)], np.float64)
+
+
+def _cases(kind: str, n: int = 4):
+    """Up to ``n`` drawn cases of ``kind`` made to hold the cause in every round and launch (a
+    delay injected at a call site acts on every notify there): (shape, cause, seed)."""
+    out = []
+    for seed in range(40):
+        try:
+            case = G.draw(seed, kind)
+        except ValueError:  # (a shape that cannot hold this cause)
+            continue
+        s, inj = case.shape, case.injected
+        # an all-to-all's straggler counts rounds per notify, not per round of work; per-lane agents
+        # are not injected into
+        if s.pattern == "gluon" or inj.lane >= 0 or (kind == "straggler" and s.pattern == "a2a"):
+            continue
+        out.append((s, replace(inj, rounds=tuple(range(100_000)) if inj.rounds else (), launches=tuple(range(s.launches))), seed))
+        if len(out) == n:
+            break
+    return out
+
+
+@pytest.mark.parametrize("kind", sorted(WHERE))
+def test_prediction_matches_the_simulated_truth(kind):
+    checked = 0
+    for shape, inj, seed in _cases(kind):
+        rep = build_report(G.build(shape, inj, seed).capture)
+        plan = V.plan(rep, (DELAY_NS, 2 * DELAY_NS))
+        if plan is None:  # (the report names no cause of a kind a delay is injected for)
+            continue
+        assert (plan.rank, plan.where) == (inj.rank, WHERE[kind]), plan
+        judged = slice(1 if shape.cold > 1 else 0, None)  # (the report leaves a cold first launch out)
+        for size, predicted in zip(plan.sizes_ns, plan.predicted_ns):
+            truth = float(np.mean((_durations(shape, replace(inj, magnitude_ns=inj.magnitude_ns + size), seed)
+                                   - _durations(shape, inj, seed))[judged]))
+            assert truth > 0
+            assert abs(predicted - truth) <= 0.05 * truth, (seed, shape.pattern, size, predicted, truth)
+        checked += 1
+    assert checked >= 2
+
+
+def test_default_sizes_grow_with_the_launch():
+    rep = build_report(G.build(*_cases("held", 1)[0]).capture)
+    sizes = V.default_sizes(rep)
+    assert len(sizes) == 3 and sizes[0] >= 2_000 and sizes[0] < sizes[1] < sizes[2] and all(s % 100 == 0 for s in sizes)
+
+
+def test_no_plan_for_a_hang():
+    case = G.draw(next(s for s in range(40) if G.draw(s).injected.kind == "hang"))
+    rep = build_report(case.capture)
+    assert rep.findings[0].kind == "hang"
+    plan = V.plan(rep)
+    assert plan is None or plan.kind != "hang"
