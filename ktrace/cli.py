@@ -500,11 +500,12 @@ def _cmd_report(args) -> int:
     except (CaptureError, AnalysisError, ValueError) as e:
         return _fail("ktrace report", e, path)
     from viewers.report import write_html
+    from viewers.terminal import render as first_screen, use_color
 
     # (a live dump: the wait-for graph at the dump comes first, and goes into the JSON)
     failed = _emit("ktrace report", args, lambda: report_json(rep) | ({"live": live.to_json()} if live else {}),
                    lambda: ("\n".join(live.lines()) + "\n\n" if live is not None else "")
-                   + render_text(rep, max_findings=args.max_findings),
+                   + (render_text(rep, max_findings=args.max_findings) if args.verbose else first_screen(rep, color=use_color(sys.stdout))),
                    lambda path: write_html(rep, path), "report")
     if failed is not None:
         return failed
@@ -558,6 +559,8 @@ def _register_analysis(subparsers: argparse._SubParsersAction) -> None:
                         "launches the capture marks as warm-up, else a kernel's first launch when it ran slow)")
     s.add_argument("--fail-on-hang", action="store_true", help="exit 1 when the capture shows a hang")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    s.add_argument("-v", "--verbose", action="store_true",
+                   help="every finding in full and the capture's numbers (default: the verdict and the first headlines)")
     s.set_defaults(func=_cmd_report)
 
     d = subparsers.add_parser("diff", help="compare two captures of the same kernel: biggest movers first",

@@ -35,7 +35,7 @@ def _run(capsys, *argv) -> str:
 
 def _report(capsys, cap: Path, tmp: Path):
     j, h = tmp / f"{cap.stem}.json", tmp / f"{cap.stem}.html"
-    text = _run(capsys, "report", cap, "-q", "--json", j, "--html", h, "--max-findings", "0")
+    text = _run(capsys, "report", cap, "-q", "-v", "--json", j, "--html", h, "--max-findings", "0")
     return text, json.loads(j.read_text()), html.unescape(h.read_text())
 
 

@@ -29,6 +29,7 @@ from ..keys import group_index
 from ..schema import is_local
 from ..text import MEASURES, count_text, diff_headline, fmt_ns, kernel_time_text, printable
 from .causes.words import share_text
+from .finding_view import finding_views
 from .names import OUTSIDE
 from .document import MIN_LINK_NS, PERFETTO_UI, Finding, link_range, perfetto_link
 from .document import jsonable as _jsonable
@@ -641,7 +642,7 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
          "stragglers": lambda n: _head_of(stalls.straggler_table(trace, "rank", w), n),
          "straggler_workgroups": lambda n: (_producers(trace, w), stalls.straggler_table(trace, "workgroup", w, head=n))})
     views = Tables({}, {"launch": lambda: _launch_view(trace, wg, w, findings), "heat": lambda: _heat_view(wg),
-                        "wait_hist": lambda: _hist_view(w)})
+                        "wait_hist": lambda: _hist_view(w), "findings": lambda: finding_views(trace, w, wg, findings)})
     if progress:
         progress("done", len(steps), len(steps))
     return Report(source=trace.source, origin_ns=trace.origin_ns, summary=summary, findings=findings, tables=tables,
