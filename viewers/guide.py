@@ -1,8 +1,8 @@
 """The guide "Reading a ktrace report" (``docs/reading-a-report.md``) as a section of the HTML report.
 
 The HTML report links its first screen to this section (``#guide``), so the guide travels with the
-page. The guide's Markdown uses headings, paragraphs, lists and inline code only; this renders
-that subset (anything else shows as text). Where the guide is not beside the package (an install
+page. The guide's Markdown uses headings, paragraphs, lists, fenced blocks and inline code; this
+renders that subset (anything else shows as text; its pictures are left out). Where the guide is not beside the package (an install
 without the source tree), the section names it instead.
 """
 
@@ -23,7 +23,8 @@ def _inline(text: str) -> str:
 
 
 def to_html(md: str) -> str:
-    """The guide's Markdown subset (``#`` headings, paragraphs, ``-`` lists, `code`, **bold**) as HTML."""
+    """The guide's Markdown subset (``#`` headings, paragraphs, ``-`` lists, fenced blocks, `code`,
+    **bold**) as HTML; pictures (``![..](..)``) are left out: the page draws its own."""
     out, para, items = [], [], []
 
     def flush():
@@ -34,8 +35,22 @@ def to_html(md: str) -> str:
             out.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in items) + "</ul>")
             items.clear()
 
+    fence = None
     for line in md.splitlines():
         st = line.strip()
+        if fence is not None:  # inside a ``` block: as it is
+            if st.startswith("```"):
+                out.append(f"<pre>{html.escape(chr(10).join(fence))}</pre>")
+                fence = None
+            else:
+                fence.append(line)
+            continue
+        if st.startswith("```"):
+            flush()
+            fence = []
+            continue
+        if st.startswith("!["):  # a picture of the docs: the page has its own
+            continue
         m = re.match(r"(#{1,4})\s+(.*)", st)
         if not st:
             flush()

@@ -10,7 +10,7 @@ from the trace.
 
 from __future__ import annotations
 
-from ktrace.text import fmt_ns, printable
+from ktrace.text import fmt_ns, printable, ranges_text
 
 #: Headlines on a first screen.
 FIRST = 3
@@ -52,13 +52,18 @@ def _what(f: dict) -> str:
         many = d.get("min_ns") is not None and d.get("max_ns") is not None and d["min_ns"] != d["max_ns"]
         return f"{who} {verb} {fmt_ns(mag)} late" + (" (median)" if many else "")
     if kind == "uneven_work" and d.get("work_ns") and d.get("median_work_ns"):
+        progs = d.get("programs") or {}
+        n = d.get("n_workgroups")
         if label.startswith("uneven work: "):
             who = label[len("uneven work: "):]
+        elif len(progs) == 1:  # one rank: name it (and its programs, when few)
+            (r, ps), = progs.items()
+            who = f"rank {r} program{'s' if len(ps) > 1 else ''} {ranges_text(ps)}" if len(ps) <= 4 else \
+                f"{len(ps):,} workgroups of rank {r}"
         else:
-            n = d.get("n_workgroups")
             who = f"{n:,} workgroups" if n else "some workgroups"
-        role = f" in {printable(d['role'])}" if d.get("role") else ""
-        return f"{who} worked {d['work_ns'] / d['median_work_ns']:.1f}x the median{role}"
+        where = f", extra in '{printable(d['region'])}'" if d.get("region") else ""
+        return f"{who} worked {d['work_ns'] / d['median_work_ns']:.1f}x the median{where}"
     if kind == "uneven_ranks" and d.get("ratio") and d.get("light_rank") is not None:
         heavy = d.get("heavy") or [d.get("rank")]
         who = "rank " + ", ".join(map(str, heavy)) if len(heavy) <= 3 else f"{len(heavy)} ranks"

@@ -2,8 +2,9 @@
 terminal one as text (helpers of ``test_first_screen.py``).
 
 ``python -m tests.analysis.first_screen OUT_DIR CAPTURE...`` writes each capture's first-screen
-screenshot (PNG) and terminal text into OUT_DIR and prints its measures (what the docs' images
-were made with).
+screenshot (``first_screen_<capture>.png``, 64 colours) and terminal text into OUT_DIR and prints
+its measures (what ``docs/images/first_screen_*.png`` were made with; a synthetic capture from
+``ktrace.captures.generate`` is named ``synthetic_<kind>`` there).
 """
 
 from __future__ import annotations
@@ -135,8 +136,12 @@ def main(argv: list[str]) -> int:
         name = Path(cap).stem
         page = write_html(rep, out / f"{name}.html")
         m = measure(page)
-        screenshot(page, out / f"{name}.png")
-        (out / f"{name}.txt").write_text(render(rep) + "\n", encoding="utf-8")
+        png = out / f"first_screen_{name}.png"
+        screenshot(page, png)
+        from PIL import Image  # (matplotlib's own dependency)
+
+        Image.open(png).convert("RGB").quantize(colors=64).save(png, optimize=True)
+        (out / f"first_screen_{name}.txt").write_text(render(rep) + "\n", encoding="utf-8")
         page.unlink()
         print(f"{name}: {len(words(m))} words above the fold; picture {m['picture']}; headlines {len(m['headlines'])}")
     return 0
