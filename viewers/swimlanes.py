@@ -115,8 +115,8 @@ def render(view: dict, *, ident: str, width: int = 1180, plot_height: int = 380,
     for r in range(n):  # each row's life in the launch
         rect("running", LIFE, X(rows["start_ns"][r]), X(rows["end_ns"][r]), Y(r) + 1, rowh - 2)
     c = view["culprit"]
-    for r, s, e in zip(c["row"], c["start_ns"], c["end_ns"]):  # the culprit, under the waits
-        rect(f"culprit: {c['what'][0]}", CULPRIT, X(s), X(e), Y(r) + 1, rowh - 2)
+    for r, s, e, what in zip(c["row"], c["start_ns"], c["end_ns"], c["what"]):  # the culprit, under the waits
+        rect(f"culprit: {what}", CULPRIT, X(s), X(e), Y(r) + 1, rowh - 2)
     # the waits, in sub-lanes of their row
     w = view["waits"]
     names = view["why_names"]
@@ -143,9 +143,10 @@ def render(view: dict, *, ident: str, width: int = 1180, plot_height: int = 380,
     for r, s, e in zip(c["row"], c["start_ns"], c["end_ns"]):  # the culprit's outline, over everything
         parts.append(f"<rect data-mark='culprit' x='{X(s):.1f}' y='{Y(r) + 1:.1f}' width='{max(X(e) - X(s), 2.0):.1f}' "
                      f"height='{rowh - 2:.1f}' fill='none' stroke='{INK}' stroke-width='2'/>")
-    if labels and c["row"]:
-        r0, s0, e0 = c["row"][0], c["start_ns"][0], c["end_ns"][0]
-        txt = f"{c['what'][0]} ({fmt_ns(e0 - s0)})" if c["what"][0] in ("started late", "no signal came") else c["what"][0]
+    firsts = [c["what"].index(x) for x in dict.fromkeys(c["what"])] if labels else []
+    for i in firsts:  # each kind of mark labelled once, at its first
+        r0, s0, e0 = c["row"][i], c["start_ns"][i], c["end_ns"][i]
+        txt = f"{c['what'][i]} ({fmt_ns(e0 - s0)})" if c["what"][i] in ("started late", "no signal came") else c["what"][i]
         need = 7 * len(txt) + 10
         if X(e0) - X(s0) >= need:  # inside the mark
             xt, anchor = (X(s0) + X(e0)) / 2, "middle"
@@ -156,6 +157,14 @@ def render(view: dict, *, ident: str, width: int = 1180, plot_height: int = 380,
         parts.append(f"<text data-mark='culprit-label' x='{xt:.1f}' y='{Y(r0) + rowh / 2 + 4:.1f}' text-anchor='{anchor}' "
                      f"font-size='11' font-weight='600' fill='{INK}' stroke='#fff' stroke-width='3' paint-order='stroke'>"
                      f"{_e(txt)}</text>")
+    ms = view.get("missing") or {"from_row": [], "from_ns": [], "to_row": [], "to_ns": []}
+    if ms["from_row"]:
+        used.setdefault("missing", INK)
+    for fr, ft, tr, tt in zip(ms["from_row"], ms["from_ns"], ms["to_row"], ms["to_ns"]):  # notifies never sent
+        x1, y1, x2, y2 = X(ft), Y(fr) + rowh / 2, X(tt), Y(tr) + rowh / 2
+        mid = (y1 + y2) / 2
+        parts.append(f"<path data-key='missing' d='M{x1:.1f},{y1:.1f} C{x1:.1f},{mid:.1f} {x2:.1f},{mid:.1f} {x2:.1f},{y2:.1f}' "
+                     f"fill='none' stroke='{INK}' stroke-width='1.4' stroke-dasharray='5,4' marker-end='url(#{ident}-head)'/>")
     a = view["arrows"]
     if a["from_row"]:
         used.setdefault("arrow", INK)
@@ -180,16 +189,17 @@ def render(view: dict, *, ident: str, width: int = 1180, plot_height: int = 380,
     height = ay + 22
     if legend:
         order = ["running"] + [k for k in used if k.startswith("culprit")] + [k for k in names if k in used] \
-            + [k for k in ("other waits", "arrow") if k in used]
+            + [k for k in ("other waits", "arrow", "missing") if k in used]
         x, y = left, height + 4
         for key in order:
-            label = {"arrow": "notify → wait released", "running": "alive"}.get(key, key)
+            label = {"arrow": "notify → wait released", "missing": "notify never sent", "running": "alive"}.get(key, key)
             wdt = 22 + 6.6 * len(label) + 16
             if x + wdt > width:
                 x, y = left, y + 18
-            if key == "arrow":
-                parts.append(f"<line data-legend='arrow' x1='{x}' y1='{y + 6}' x2='{x + 16}' y2='{y + 6}' stroke='{used[key]}' "
-                             f"stroke-width='1.4' marker-end='url(#{ident}-head)'/>")
+            if key in ("arrow", "missing"):
+                dash = " stroke-dasharray='5,4'" if key == "missing" else ""
+                parts.append(f"<line data-legend='{key}' x1='{x}' y1='{y + 6}' x2='{x + 16}' y2='{y + 6}' stroke='{used[key]}' "
+                             f"stroke-width='1.4'{dash} marker-end='url(#{ident}-head)'/>")
             else:
                 extra = f" stroke='{INK}' stroke-width='1.5'" if key.startswith("culprit") else ""
                 parts.append(f"<rect data-legend='{_e(key)}' x='{x}' y='{y}' width='16' height='12' fill='{used[key]}'{extra}/>")

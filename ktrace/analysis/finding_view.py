@@ -168,6 +168,7 @@ def _view(trace, w, wg, f, agents, ln: int, split: dict) -> dict:
 
     # what the culprit is, and which waits it caused
     kind = f.kind
+    missing = {"from_row": [], "from_ns": [], "to_row": [], "to_ns": []}
     marks = {"row": [], "start_ns": [], "end_ns": [], "what": []}
     if kind == "hang":
         caused = timed_out | (~has_n & (dur > 0))
@@ -178,6 +179,29 @@ def _view(trace, w, wg, f, agents, ln: int, split: dict) -> dict:
             marks["start_ns"].append(int(w_s[k]))
             marks["end_ns"].append(int(w_e[k]))
             marks["what"].append("no signal came")
+        # the producer that never sent: from its last event to the launch's end, with a dashed
+        # arrow from there to each waiting row's wait that gave up ("missing")
+        prod = f.data.get("producer")
+        if prod is not None and np.any(row_rank == int(prod)):
+            mine = row_rank == int(prod)
+            senders = [int(x) for x in f.data.get("senders") or ()]
+            if per_wg and senders and np.any(mine & (row_prog == senders[0])):  # the program that should have sent
+                mine &= row_prog == senders[0]
+            prow = int(np.flatnonzero(mine)[0])
+            stuck = per_wg and int(row_prog[prow]) in [int(x) for x in f.data.get("stuck") or ()]
+            last = f.data.get("stuck_since_ns") if stuck else f.data.get("last_event_ns")
+            since = int(last) - o if last is not None and int(last) >= 0 else int(life_s[prow])
+            since = min(max(since, t0), t1)
+            marks["row"].append(prow)
+            marks["start_ns"].append(since)
+            marks["end_ns"].append(t1)
+            marks["what"].append("stuck, never sent" if stuck else "never sent")
+            ks = np.flatnonzero(caused)
+            ks = ks[np.argsort(-dur[ks], kind="stable")]
+            krow = row(w_rank[ks], w_prog[ks]) if ks.size else np.zeros(0, np.int64)
+            _, first = np.unique(krow, return_index=True)
+            ks, krow = ks[np.sort(first)][:MAX_ARROWS], krow[np.sort(first)][:MAX_ARROWS]
+            missing = {"from_row": [prow] * ks.size, "from_ns": [since] * ks.size, "to_row": krow, "to_ns": w_e[ks]}
     else:
         caused = (has_n & _match(n_rank, n_prog, agents)) | _match(root_r, root_p, agents)
         # (the culprit's own waits are not its consequences)
@@ -265,7 +289,7 @@ def _view(trace, w, wg, f, agents, ln: int, split: dict) -> dict:
         "rows": {"rank": row_rank, "program": row_prog, "start_ns": life_s, "end_ns": life_e},
         "waits": {"row": wrow, "start_ns": w_s[pick], "end_ns": w_e[pick], "why": why[pick], "caused": caused[pick]},
         "why_names": [name for _c, name in WHY],
-        "culprit": marks, "arrows": arrows,
+        "culprit": marks, "arrows": arrows, "missing": missing,
         "waits_total": int((dur > 0).sum()), "caused_total": int(caused.sum()),
         "arrows_total": int((caused & has_n).sum()),
     }

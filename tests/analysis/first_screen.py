@@ -111,10 +111,10 @@ def legend_mismatches(svg: str) -> list[str]:
     drawn: dict[str, set] = {}
     for key, fill in re.findall(r"<rect data-key='([^']*)'[^>]*? fill='(#[0-9a-f]{6})'", svg):
         drawn.setdefault(key, set()).add(fill)
-    for stroke in re.findall(r"<path data-key='arrow'[^>]*? stroke='(#[0-9a-f]{6})'", svg):
-        drawn.setdefault("arrow", set()).add(stroke)
+    for key, stroke in re.findall(r"<path data-key='(arrow|missing)'[^>]*? stroke='(#[0-9a-f]{6})'", svg):
+        drawn.setdefault(key, set()).add(stroke)
     legend = dict(re.findall(r"<rect data-legend='([^']*)'[^>]*? fill='(#[0-9a-f]{6})'", svg))
-    legend.update(re.findall(r"<line data-legend='(arrow)'[^>]*? stroke='(#[0-9a-f]{6})'", svg))
+    legend.update(re.findall(r"<line data-legend='(arrow|missing)'[^>]*? stroke='(#[0-9a-f]{6})'", svg))
     bad = [f"{k}: drawn {sorted(v)}, legend {legend.get(k)}" for k, v in drawn.items() if v != {legend.get(k)}]
     bad += [f"{k}: in the legend, drawn nowhere" for k in legend if k not in drawn]
     return bad

@@ -144,6 +144,15 @@ def test_pictures_mark_the_culprit_and_arrows_reach_its_waits(pages, case):
         hit = [a for _k, a in caused if abs(_nums("x", a) + _nums("width", a) - x) <= 1.0
                and _nums("y", a) - 0.5 <= y <= _nums("y", a) + _nums("height", a) + 0.5]
         assert hit, (case, x, y)
+    # a hang's dashed arrows (the notify never sent) end where a wait that gave up ended
+    gave_up = [a for k, a in re.findall(r"<rect data-key='([^']*)'([^>]*)>", svg) if k == "culprit: no signal came"]
+    missing = re.findall(r"<path data-key='missing' d='M[-\d.]+,[-\d.]+ C[-\d.]+,[-\d.]+ [-\d.]+,[-\d.]+ ([-\d.]+),([-\d.]+)'", svg)
+    assert len(missing) == len(view.get("missing", {}).get("from_row", []))
+    assert bool(missing) == (doc["findings"][0]["kind"] == "hang")
+    for x, y in missing:
+        x, y = float(x), float(y)
+        assert [a for a in gave_up if abs(_nums("x", a) + _nums("width", a) - x) <= 1.0
+                and _nums("y", a) <= y <= _nums("y", a) + _nums("height", a)], (case, x, y)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -211,3 +220,13 @@ def test_the_guide_is_in_the_page(pages):
     text = page.read_text(encoding="utf-8")
     assert "href='#guide'" in text and "<section id='guide'>" in text
     assert "How a saving is priced" in text and "What summed wait time is" in text
+
+
+def test_the_guide_shows_the_terminal_first_screen_as_it_is(pages):
+    """docs/reading-a-report.md quotes the bundled capture's terminal first screen: word for word."""
+    from viewers.terminal import render
+
+    doc, _page = pages["bundled:a2a_skewed_4xh200.ktrace"]
+    guide = (ROOT / "docs" / "reading-a-report.md").read_text(encoding="utf-8")
+    quoted = re.search(r"```\n(ktrace report: .*?)\n```", guide, re.S).group(1)
+    assert quoted == render(doc).replace(str(DATA / "a2a_skewed_4xh200.ktrace"), "ktrace/data/a2a_skewed_4xh200.ktrace")
