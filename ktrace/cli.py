@@ -530,9 +530,11 @@ def _cmd_diff(args) -> int:
     except (CaptureError, AnalysisError, ValueError) as e:
         return _fail("ktrace diff", e)
     from viewers.report import write_diff_html
+    from viewers.terminal import render_diff, use_color
 
-    return _emit("ktrace diff", args, lambda: diff_json(d), lambda: render_diff_text(d), lambda path: write_diff_html(d, path),
-                 "diff") or 0
+    return _emit("ktrace diff", args, lambda: diff_json(d),
+                 lambda: render_diff_text(d) if args.verbose else render_diff(diff_json(d), color=use_color(sys.stdout)),
+                 lambda path: write_diff_html(d, path), "diff") or 0
 
 
 def _register_analysis(subparsers: argparse._SubParsersAction) -> None:
@@ -573,6 +575,7 @@ def _register_analysis(subparsers: argparse._SubParsersAction) -> None:
     d.add_argument("--indent", action="store_true", help="with --json: indent the JSON (default: compact)")
     d.add_argument("--top", type=_int_in(0, 1 << 20), default=10, help="region movers listed (default 10)")
     d.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    d.add_argument("-v", "--verbose", action="store_true", help="every mover in full and the per-rank table")
     d.set_defaults(func=_cmd_diff)
 
 

@@ -46,6 +46,11 @@ def _wrap(text: str, indent: str = "") -> list[str]:
                          break_long_words=True, break_on_hyphens=False) or [""]
 
 
+def _fit(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters (an ellipsis marks the cut)."""
+    return text if len(text) <= width else text[: max(width - 1, 0)].rstrip() + "…"
+
+
 def render(rep, *, color: bool = False) -> str:
     """The first screen of a report (a Report or its document), at most :data:`COLUMNS` wide."""
     doc = _doc(rep)
@@ -70,6 +75,7 @@ def render(rep, *, color: bool = False) -> str:
         for (f, what, saving), n in zip(rows, num):
             tag, code = _SEV.get(f["severity"], _SEV["info"])
             head = f"{c(code, tag)} {n:>{nw}} "
+            what = _fit(what, COLUMNS - (3 + nw + 1))
             if aligned:
                 lines.append(f"{head}{what:<{ww}}  {c(_SAVE, saving)}".rstrip())
             else:
@@ -95,4 +101,25 @@ def render(rep, *, color: bool = False) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["COLUMNS", "GUIDE", "render", "use_color"]
+def render_diff(doc: dict, *, color: bool = False) -> str:
+    """The first screen of a diff (``ktrace.analysis.diff_json``'s document): what changed in a
+    line or two, the biggest movers as headlines, at most :data:`COLUMNS` wide."""
+    from ktrace.text import diff_headline
+
+    lines = _wrap(f"ktrace diff: A = {printable(doc['a'])}") + _wrap(f"             B = {printable(doc['b'])}")
+    lines += [f"{_BOLD}{ln}{_RESET}" if color else ln for ln in _wrap(diff_headline(doc["summary"]))]
+    fs = doc.get("findings") or []
+    top = headlines.first(doc)
+    if top:
+        lines.append("")
+        nw = len(f"{len(top)}.")
+        for i, f in enumerate(top, 1):
+            lines.append(f"   {f'{i}.':>{nw}} " + _fit(headlines.headline(f), COLUMNS - (3 + nw + 1)))
+    more = len(fs) - len(top)
+    if more > 0:
+        lines.append(f"   {more:,} more finding{'s' if more > 1 else ''}: -v prints every one and the per-rank table; "
+                     "--html draws them")
+    return "\n".join(lines)
+
+
+__all__ = ["COLUMNS", "GUIDE", "render", "render_diff", "use_color"]

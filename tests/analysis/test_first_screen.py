@@ -230,3 +230,17 @@ def test_the_guide_shows_the_terminal_first_screen_as_it_is(pages):
     guide = (ROOT / "docs" / "reading-a-report.md").read_text(encoding="utf-8")
     quoted = re.search(r"```\n(ktrace report: .*?)\n```", guide, re.S).group(1)
     assert quoted == render(doc).replace(str(DATA / "a2a_skewed_4xh200.ktrace"), "ktrace/data/a2a_skewed_4xh200.ktrace")
+
+
+def test_diff_first_screen_in_the_terminal():
+    a, b = str(SCEN / "healthy.ktrace"), str(SCEN / "late_notifies.ktrace")
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    short = subprocess.run([sys.executable, "-m", "ktrace.cli", "diff", "-q", a, b], capture_output=True, text=True, cwd=ROOT,
+                           env=env, timeout=300)
+    assert short.returncode == 0 and "\x1b" not in short.stdout
+    lines = short.stdout.splitlines()
+    assert all(len(ln) <= 100 for ln in lines) and len(lines) <= 40
+    assert "1. 'tile_wait' on rank 0: 794.0 µs more per launch" in short.stdout
+    full = subprocess.run([sys.executable, "-m", "ktrace.cli", "diff", "-q", "-v", a, b], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=300)
+    assert "Biggest movers:" in full.stdout and "Per rank (per launch;" in full.stdout
