@@ -358,6 +358,12 @@ document.addEventListener('DOMContentLoaded',function(){
 </script>"""
 
 
+#: A finding's data shown in its numbers table, less these: times on the capture's clock (not
+#: durations), internal ids and the kind (its badge says it).
+_NOT_NUMBERS = frozenset({"kind", "since_ns", "gave_up_ns", "stuck_since_ns", "stuck_until_ns", "last_event_ns",
+                          "region_id"})
+
+
 def _range(f: dict) -> str:
     if f.get("start_ns") is None:
         return ""
@@ -380,11 +386,16 @@ def _findings_html(findings: list, pictures: dict | None = None) -> str:
             small = _plot(swimlanes.render(pic, ident=f"f{i}", width=900, plot_height=min(200, 22 * len(pic["rows"]["rank"]))),
                           "Where it costs most: " + swimlanes.caption(pic) + ".")
         nxt = headlines.NEXT.get(f["kind"])
+        nums = [(k, v) for k, v in (f.get("data") or {}).items()
+                if isinstance(v, (int, float, str)) and not isinstance(v, bool) and k not in _NOT_NUMBERS][:16]
+        table = ("<table class='numbers'>" + "".join(f"<tr><th class='l'>{_e(k)}</th>{_cell(k, v)}</tr>" for k, v in nums)
+                 + "</table>") if nums else ""
         items.append(
             f"<details class='finding' id='f{i + 1}'><summary><span class='sev {f['severity']}'>{_e(f['kind'])}</span>"
             f"{i + 1}. {_e(headlines.headline(f))}</summary><p>{_e(f['text'])}{_range(f)}</p>"
             + (f"<p class='next'>What to do next: {_e(nxt)} (<a href='#guide'>guide</a>)</p>" if nxt else "")
-            + small + "</details>")
+            + small + (f"<details><summary class='sub'>its numbers</summary>{table}</details>" if table else "")
+            + "</details>")
     return "".join(items)
 
 
