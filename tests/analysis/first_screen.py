@@ -1,5 +1,5 @@
 """Measuring a report's first screen: the HTML one in headless Chromium at 1400 x 900, the
-terminal one as text (helpers of ``test_first_screen.py``).
+terminal one as text (what ``test_first_screen.py`` calls).
 
 ``python -m tests.analysis.first_screen OUT_DIR CAPTURE...`` writes each capture's first-screen
 screenshot (``first_screen_<capture>.png``, 64 colours) and terminal text into OUT_DIR and prints
