@@ -513,11 +513,12 @@ def _cmd_report(args) -> int:
     except (CaptureError, AnalysisError, ValueError) as e:
         return _fail("ktrace report", e, path)
     from viewers.report import write_html
+    from viewers.terminal import render as first_screen, use_color
 
     # (a live dump: the wait-for graph at the dump comes first, and goes into the JSON)
     failed = _emit("ktrace report", args, lambda: report_json(rep) | ({"live": live.to_json()} if live else {}),
                    lambda: ("\n".join(live.lines()) + "\n\n" if live is not None else "")
-                   + render_text(rep, max_findings=args.max_findings),
+                   + (render_text(rep, max_findings=args.max_findings) if args.verbose else first_screen(rep, color=use_color(sys.stdout))),
                    lambda path: write_html(rep, path), "report")
     if failed is not None:
         return failed
@@ -544,9 +545,11 @@ def _cmd_diff(args) -> int:
     except (CaptureError, AnalysisError, ValueError) as e:
         return _fail("ktrace diff", e)
     from viewers.report import write_diff_html
+    from viewers.terminal import render_diff, use_color
 
-    return _emit("ktrace diff", args, lambda: diff_json(d), lambda: render_diff_text(d), lambda path: write_diff_html(d, path),
-                 "diff") or 0
+    return _emit("ktrace diff", args, lambda: diff_json(d),
+                 lambda: render_diff_text(d) if args.verbose else render_diff(diff_json(d), color=use_color(sys.stdout)),
+                 lambda path: write_diff_html(d, path), "diff") or 0
 
 
 def _register_analysis(subparsers: argparse._SubParsersAction) -> None:
@@ -573,6 +576,8 @@ def _register_analysis(subparsers: argparse._SubParsersAction) -> None:
                         "launches the capture marks as warm-up, else a kernel's first launch when it ran slow)")
     s.add_argument("--fail-on-hang", action="store_true", help="exit 1 when the capture shows a hang")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    s.add_argument("-v", "--verbose", action="store_true",
+                   help="every finding in full and the capture's numbers (default: the verdict and the first headlines)")
     s.set_defaults(func=_cmd_report)
 
     d = subparsers.add_parser("diff", help="compare two captures of the same kernel: biggest movers first",
@@ -585,6 +590,7 @@ def _register_analysis(subparsers: argparse._SubParsersAction) -> None:
     d.add_argument("--indent", action="store_true", help="with --json: indent the JSON (default: compact)")
     d.add_argument("--top", type=_int_in(0, 1 << 20), default=10, help="region movers listed (default 10)")
     d.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    d.add_argument("-v", "--verbose", action="store_true", help="every mover in full and the per-rank table")
     d.set_defaults(func=_cmd_diff)
 
 

@@ -35,7 +35,7 @@ def _run(capsys, *argv) -> str:
 
 def _report(capsys, cap: Path, tmp: Path):
     j, h = tmp / f"{cap.stem}.json", tmp / f"{cap.stem}.html"
-    text = _run(capsys, "report", cap, "-q", "--json", j, "--html", h, "--max-findings", "0")
+    text = _run(capsys, "report", cap, "-q", "-v", "--json", j, "--html", h, "--max-findings", "0")
     return text, json.loads(j.read_text()), html.unescape(h.read_text())
 
 
@@ -106,7 +106,7 @@ def test_diff_prints_the_reports_figures(b, capsys, tmp_path):
     sa = _report(capsys, a_cap, tmp_path)[1]["summary"]
     sb = _report(capsys, b_cap, tmp_path)[1]["summary"]
     j, h = tmp_path / "diff.json", tmp_path / "diff.html"
-    text = _run(capsys, "diff", a_cap, b_cap, "-q", "--json", j, "--html", h)
+    text = _run(capsys, "diff", a_cap, b_cap, "-q", "-v", "--json", j, "--html", h)
     d = json.loads(j.read_text())["summary"]
     for k in KEYS:
         assert d[k] == [sa[k], sb[k]], k

@@ -34,6 +34,8 @@ from ktrace.analysis.document import dump as dump_document
 from ktrace.text import MEASURES as M, diff_headline, fmt_ns, kernel_time_value
 from ktrace.probe_cost import measured_lines
 
+from . import guide, headlines, swimlanes
+
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d2330;background:#fff;max-width:1240px}
 h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #dde;padding-bottom:4px}
@@ -45,6 +47,13 @@ margin-right:6px;color:#fff} .error{background:#c0392b} .warning{background:#b97
 .range{color:#667;font-size:12px} .verdict{font-size:15px;font-weight:600;margin:10px 0}
 .plot{margin:10px 0 18px} .plot svg{max-width:100%;height:auto} .caption{font-size:12.5px;color:#445;max-width:1000px}
 .note{font-size:12.5px;color:#445;background:#f6f7fb;padding:8px 10px;border-radius:6px}
+section.first{min-height:calc(100vh - 40px)} header{display:flex;align-items:baseline;gap:14px} header .sub{flex:1} .guide{font-size:13px}
+ol.headlines{margin:6px 0 8px;padding-left:22px} ol.headlines li{margin:3px 0;font-size:14px;line-height:1.35}
+ol.headlines a,details summary a{color:inherit;text-decoration:none}
+figure.picture{margin:6px 0 0} figure.picture figcaption{font-size:13px;color:#445;margin:0 0 2px}
+details.finding{border:1px solid #e3e5ec;border-radius:6px;margin:6px 0;padding:4px 10px}
+details.finding summary{cursor:pointer;font-size:14px} details.finding p{margin:6px 0;line-height:1.45;font-size:13.5px}
+details.finding .next{font-size:13px;color:#2b4a2b} section#guide h1{font-size:18px} section#guide{font-size:13.5px;max-width:980px}
 """
 
 _RUN, _WAIT, _LATE = "#2f6fb3", "#d0453b", "#e8a33d"
@@ -350,20 +359,63 @@ document.addEventListener('DOMContentLoaded',function(){
 </script>"""
 
 
-def _findings_html(findings: list) -> str:
-    """Findings as the document has them (dicts: kind, severity, text, range, Perfetto link)."""
+#: A finding's data shown in its numbers table, less these: times on the capture's clock (not
+#: durations), internal ids and the kind (its badge says it).
+_NOT_NUMBERS = frozenset({"kind", "since_ns", "gave_up_ns", "stuck_since_ns", "stuck_until_ns", "last_event_ns",
+                          "region_id"})
+
+
+def _range(f: dict) -> str:
+    if f.get("start_ns") is None:
+        return ""
+    end = f" .. +{_e(fmt_ns(f['end_ns']))}" if f.get("end_ns") is not None else ""
+    link = (f" <a href='{_e(f['perfetto'])}' target='_blank' rel='noopener'>view in Perfetto</a>"
+            if f.get("perfetto") else "")
+    return f" <span class='range'>[+{_e(fmt_ns(f['start_ns']))}{end}]{link}</span>"
+
+
+def _findings_html(findings: list, pictures: dict | None = None) -> str:
+    """Findings as the document has them (dicts: kind, severity, text, range, Perfetto link): each
+    a headline, folded over its full text, its range, what to do next and its own small picture."""
     if not findings:
         return "<p>No findings.</p>"
     items = []
-    for f in findings:
-        rng = ""
-        if f.get("start_ns") is not None:
-            end = f" .. +{_e(fmt_ns(f['end_ns']))}" if f.get("end_ns") is not None else ""
-            link = (f" <a href='{_e(f['perfetto'])}' target='_blank' rel='noopener'>view in Perfetto</a>"
-                    if f.get("perfetto") else "")
-            rng = f" <span class='range'>[+{_e(fmt_ns(f['start_ns']))}{end}]{link}</span>"
-        items.append(f"<li><span class='sev {f['severity']}'>{_e(f['kind'])}</span>{_e(f['text'])}{rng}</li>")
-    return "<ol class='findings'>" + "".join(items) + "</ol>"
+    for i, f in enumerate(findings):
+        pic = (pictures or {}).get(str(i))
+        small = ""
+        if pic:
+            small = _plot(swimlanes.render(pic, ident=f"f{i}", width=900, plot_height=min(200, 22 * len(pic["rows"]["rank"]))),
+                          "Where it costs most: " + swimlanes.caption(pic) + ".")
+        nxt = headlines.NEXT.get(f["kind"])
+        nums = [(k, v) for k, v in (f.get("data") or {}).items()
+                if isinstance(v, (int, float, str)) and not isinstance(v, bool) and k not in _NOT_NUMBERS][:16]
+        table = ("<table class='numbers'>" + "".join(f"<tr><th class='l'>{_e(k)}</th>{_cell(k, v)}</tr>" for k, v in nums)
+                 + "</table>") if nums else ""
+        items.append(
+            f"<details class='finding' id='f{i + 1}'><summary><span class='sev {f['severity']}'>{_e(f['kind'])}</span>"
+            f"{i + 1}. {_e(headlines.headline(f))}</summary><p>{_e(f['text'])}{_range(f)}</p>"
+            + (f"<p class='next'>What to do next: {_e(nxt)} (<a href='#guide'>guide</a>)</p>" if nxt else "")
+            + small + (f"<details><summary class='sub'>its numbers</summary>{table}</details>" if table else "")
+            + "</details>")
+    return "".join(items)
+
+
+def _first_screen(doc: dict, verdict: str) -> str:
+    """The verdict, at most three headlines and the first finding's picture."""
+    fs = doc["findings"]
+    top = headlines.first(doc)
+    items = "".join(f"<li><a href='#f{fs.index(f) + 1}'><span class='sev {f['severity']}'>{_e(f['kind'])}</span>"
+                    f"{_e(headlines.headline(f))}</a></li>" for f in top)
+    out = f"<p class='verdict' id='verdict'>{_e(verdict)}</p>" + (f"<ol class='headlines' id='headlines'>{items}</ol>" if items else "")
+    pics = (doc.get("views") or {}).get("findings") or {}
+    if top:
+        k = str(fs.index(top[0]))
+        if k in pics:
+            rows = len(pics[k]["rows"]["rank"])
+            svg = swimlanes.render(pics[k], ident="first", width=1180, plot_height=min(470, max(240, 30 * rows)))
+            out += (f"<figure class='picture' id='picture'><figcaption>Finding {int(k) + 1}, "
+                    f"{_e(swimlanes.caption(pics[k]))}:</figcaption><div class='plot'>{svg}</div></figure>")
+    return out
 
 
 def _plot(svg: str, caption: str) -> str:
@@ -434,10 +486,11 @@ def render_html(report) -> str:
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>ktrace report: "
         + _e(doc["source"]) + f"</title><style>{_CSS}</style>{_SCRIPT}</head><body>"
-        + f"<h1>ktrace report</h1><div class='sub'>{_e(doc['source'])}</div>"
-        + f"<p class='verdict'>{_e(s.get('verdict', ''))}</p>"
-        + f"<h2>Findings</h2>{_findings_html(doc['findings'])}{perfetto_note}"
-        + f"<h2>Summary</h2>{summ}<h2>Plots</h2>{plots}<h2>Tables</h2>{tables}</body></html>"
+        + f"<section class='first'><header><h1>ktrace report</h1><div class='sub'>{_e(doc['source'])}</div>"
+        + "<a class='guide' href='#guide'>How to read this report</a></header>"
+        + _first_screen(doc, s.get("verdict", "")) + "</section>"
+        + f"<h2>Findings</h2>{_findings_html(doc['findings'], (doc.get('views') or {}).get('findings'))}{perfetto_note}"
+        + f"<h2>Summary</h2>{summ}<h2>Plots</h2>{plots}<h2>Tables</h2>{tables}{guide.section()}</body></html>"
     )
 
 
@@ -474,12 +527,14 @@ def _diff_bars(t: np.ndarray, n: int = 15) -> str:
 def render_diff_html(d) -> str:
     """A diff report (``ktrace.analysis.build_diff``) as one self-contained HTML page."""
     bars = _diff_bars(d.tables["regions"])
+    movers = [f.to_dict() for f in d.findings]
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>ktrace diff</title>"
         f"<style>{_CSS}</style>{_SCRIPT}</head><body><h1>ktrace diff</h1>"
-        f"<div class='sub'>A = {_e(d.a)}<br>B = {_e(d.b)}</div>"
-        f"<p>{_e(diff_headline(d.summary))}</p>"
-        f"<h2>Biggest movers</h2>{_findings_html([f.to_dict() for f in d.findings])}{_plot(bars, 'Per region and rank, how much time changed per launch.')}"
+        f"<section class='first'><div class='sub'>A = {_e(d.a)}<br>B = {_e(d.b)}</div>"
+        + _first_screen({"findings": movers, "views": {}}, diff_headline(d.summary))
+        + _plot(bars, 'Per region and rank, how much time changed per launch.') + "</section>"
+        + f"<h2>Biggest movers</h2>{_findings_html(movers)}"
         "<h2>Tables</h2>"
         + _table(d.tables["regions"], ["region", "rank", "a_ns", "b_ns", "delta_ns", "rel_change", "a_count", "b_count"], n=25, title="Per region and rank")
         + _table(d.tables["ranks"], ["rank", "measure", "a_ns", "b_ns", "delta_ns", "rel_change"], n=40, title="Per rank")

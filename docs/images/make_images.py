@@ -113,7 +113,7 @@ def main() -> int:
     os.chdir(BUNDLED_CAPTURE.parent)  # the report names the capture by its file name only
     with tempfile.TemporaryDirectory() as tmp:
         o = analyse(Path(BUNDLED_CAPTURE.name), tmp)
-        _shot(o.html.as_uri(), HERE / "report.png", "1100,880")
+        _shot(o.html.as_uri(), HERE / "report.png", "1400,900")  # (the first screen)
         print(trace_png(o.trace, HERE / "trace.png"))
         from ktrace.export import write_perfetto
         from ktrace.captures import read_capture

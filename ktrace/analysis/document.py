@@ -304,7 +304,7 @@ class Lazy(Mapping):
 
 
 #: The views a document holds, in order.
-VIEW_NAMES = ("launch", "heat", "wait_hist")
+VIEW_NAMES = ("launch", "heat", "wait_hist", "findings")
 
 
 class Views(Lazy):
@@ -320,6 +320,9 @@ class Views(Lazy):
             ``n_programs``, ``bins``, ``busy_us`` and ``wait_us`` (rank x bin).
         wait_hist: wait times per rank on log-spaced bins: ``edges`` and per rank ``counts``,
             ``positive``, ``waits``.
+        findings: the picture of each of the first findings, by its index as a string: its
+            launch as swimlanes, the culprit's marks and the arrows to the waits it caused
+            (``analysis.finding_view``).
     """
 
     def __init__(self, makers: Mapping[str, Callable[[], dict]]):
@@ -336,6 +339,10 @@ class Views(Lazy):
     @property
     def wait_hist(self) -> dict:
         return self.get("wait_hist") or {}
+
+    @property
+    def findings(self) -> dict:
+        return self.get("findings") or {}
 
 
 @dataclass

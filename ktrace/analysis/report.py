@@ -25,6 +25,7 @@ import numpy as np
 from . import accounting, assemble, causes, findings, hangs, lanes, load, stalls, warmup
 from . import timeline as overlap
 from . import views as _views
+from .finding_view import finding_views
 from .document import SEVERITIES, Finding, Lazy, ReportDocument, Summary, dump
 from .document import load as load_document
 from .trace import Progress, Trace, drop_launches, prepare
@@ -205,7 +206,7 @@ def build_report(source, config: ReportConfig = ReportConfig(), *, progress: Pro
                "straggler_workgroups": lambda n: (_producers(trace, w),
                                                   stalls.straggler_table(trace, "workgroup", w, head=n))})
     views = Lazy({"launch": lambda: _views.launch(trace, wg, w, found), "heat": lambda: _views.heat(wg),
-                  "wait_hist": lambda: _views.wait_hist(w)})
+                  "wait_hist": lambda: _views.wait_hist(w), "findings": lambda: finding_views(trace, w, wg, found)})
     if progress:
         progress("done", len(steps), len(steps))
     return Report(source=trace.source, origin_ns=trace.origin_ns, summary=summary, findings=found, tables=tables,

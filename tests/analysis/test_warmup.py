@@ -104,7 +104,7 @@ def test_cli_skip_warmup(cold):
         return subprocess.run([sys.executable, "-m", "ktrace.cli", "report", str(cold), "-q", *args], capture_output=True,
                               text=True, timeout=300, cwd=ROOT)
 
-    r = run("--skip-warmup", "1")
+    r = run("--skip-warmup", "1", "-v")  # (-v: every finding in full; the first screen names causes only)
     assert r.returncode == 0, r.stderr
     assert "warm-up: launch 0 left out of the findings (--skip-warmup 1" in r.stdout
     assert "2 launches of generated_ring (and 1 warm-up launch left out)" in r.stdout
