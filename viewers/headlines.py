@@ -106,12 +106,22 @@ def headline(f: dict) -> str:
     return f"{what} · {saving}" if saving else what
 
 
+def _worth_a_headline(f: dict) -> bool:
+    """Hangs, warnings, a diff's movers, and root causes whose fix would save time: a cause the
+    replay prices at nothing per launch ("a fix would not shorten launches") is left to the full
+    list, so a healthy capture's first screen is its verdict."""
+    if f["kind"] == "diff" or f["severity"] in ("error", "warning"):
+        return True
+    if f["kind"] not in CAUSES:
+        return False
+    d = f.get("data") or {}
+    return "saving_per_launch_ns" not in d or (d["saving_per_launch_ns"] or 0.0) > 0
+
+
 def first(doc: dict, n: int = FIRST) -> list[dict]:
-    """The findings a first screen shows: the first ``n`` root causes (hangs first, as the report
-    orders them; a diff's movers; warnings), information such as exposed communication is left to
-    the full list."""
-    return [f for f in doc.get("findings") or [] if f["kind"] in CAUSES or f["kind"] == "diff"
-            or f["severity"] in ("error", "warning")][:n]
+    """The findings a first screen shows: the first ``n`` worth a headline (hangs first, as the
+    report orders them); information such as exposed communication is left to the full list."""
+    return [f for f in doc.get("findings") or [] if _worth_a_headline(f)][:n]
 
 
 __all__ = ["CAUSES", "FIRST", "NEXT", "WIDTH", "first", "headline", "parts"]

@@ -408,6 +408,9 @@ def _first_screen(doc: dict, verdict: str) -> str:
                     f"{_e(headlines.headline(f))}</a></li>" for f in top)
     out = f"<p class='verdict' id='verdict'>{_e(verdict)}</p>" + (f"<ol class='headlines' id='headlines'>{items}</ol>" if items else "")
     pics = (doc.get("views") or {}).get("findings") or {}
+    if not top and fs:  # (nothing worth a headline: say what is below the fold, and where)
+        out += (f"<p class='sub' id='below'>No finding worth a headline. <a href='#findings'>{len(fs)} "
+                f"finding{'s' if len(fs) != 1 else ''} below</a>, for information.</p>")
     if top:
         k = str(fs.index(top[0]))
         if k in pics:
@@ -489,7 +492,7 @@ def render_html(report) -> str:
         + f"<section class='first'><header><h1>ktrace report</h1><div class='sub'>{_e(doc['source'])}</div>"
         + "<a class='guide' href='#guide'>How to read this report</a></header>"
         + _first_screen(doc, s.get("verdict", "")) + "</section>"
-        + f"<h2>Findings</h2>{_findings_html(doc['findings'], (doc.get('views') or {}).get('findings'))}{perfetto_note}"
+        + f"<h2 id='findings'>Findings</h2>{_findings_html(doc['findings'], (doc.get('views') or {}).get('findings'))}{perfetto_note}"
         + f"<h2>Summary</h2>{summ}<h2>Plots</h2>{plots}<h2>Tables</h2>{tables}{guide.section()}</body></html>"
     )
 

@@ -244,3 +244,21 @@ def test_diff_first_screen_in_the_terminal():
     full = subprocess.run([sys.executable, "-m", "ktrace.cli", "diff", "-q", "-v", a, b], capture_output=True, text=True,
                           cwd=ROOT, env=env, timeout=300)
     assert "Biggest movers:" in full.stdout and "Per rank (per launch;" in full.stdout
+
+
+def test_a_healthy_capture_with_causes_priced_at_nothing_shows_its_verdict_alone():
+    """A healthy ring (tests/fixtures/byok, 4 x H100) whose report lists held-back notifies the
+    replay prices at 0 ns per launch: no headline, no picture, the findings pointed to below."""
+    from viewers.headlines import first
+    from viewers.report import render_html
+    from viewers.terminal import render
+
+    rep = build_report(Path(__file__).resolve().parents[1] / "fixtures" / "byok" / "asm_none_w4.ktrace")
+    doc = json.loads(json.dumps(report_json(rep)))
+    zero = [f for f in doc["findings"] if (f.get("data") or {}).get("saving_per_launch_ns") == 0]
+    assert doc["summary"]["healthy"] and zero, "the fixture no longer has causes priced at nothing"
+    assert first(doc) == []
+    page = render_html(doc)
+    assert "id='headlines'" not in page and "id='picture'" not in page and "id='below'" in page
+    text = render(doc)
+    assert "Nothing is wrong" in text and f"{len(doc['findings'])} findings of information" in text
