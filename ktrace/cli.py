@@ -484,8 +484,6 @@ def _live(path):
 
 
 def _cmd_report(args) -> int:
-    from viewers.text import render_text
-
     from .analysis import AnalysisError, LoadConfig, ReportConfig, build_report, report_json
     from .captures import CaptureError
 
@@ -513,12 +511,12 @@ def _cmd_report(args) -> int:
     except (CaptureError, AnalysisError, ValueError) as e:
         return _fail("ktrace report", e, path)
     from viewers.report import write_html
-    from viewers.terminal import render as first_screen, use_color
+    from viewers.terminal import report_text
 
     # (a live dump: the wait-for graph at the dump comes first, and goes into the JSON)
     failed = _emit("ktrace report", args, lambda: report_json(rep) | ({"live": live.to_json()} if live else {}),
                    lambda: ("\n".join(live.lines()) + "\n\n" if live is not None else "")
-                   + (render_text(rep, max_findings=args.max_findings) if args.verbose else first_screen(rep, color=use_color(sys.stdout))),
+                   + report_text(rep, verbose=args.verbose, max_findings=args.max_findings),
                    lambda path: write_html(rep, path), "report")
     if failed is not None:
         return failed

@@ -161,7 +161,7 @@ def next_steps(o: Outputs) -> str:
 
 
 def _cmd_demo(args) -> int:
-    from viewers.text import render_text
+    from viewers.terminal import report_text
 
     from .analysis import AnalysisError
     from .captures import CaptureError
@@ -186,7 +186,7 @@ def _cmd_demo(args) -> int:
                       f"shape {_shape_text(sc.get('shape', {}))}, fault {_fault_text(sc.get('fault', {}))}\n")
         except (DemoError, StopIteration, ValueError):
             pass
-    print(render_text(o.report, max_findings=args.max_findings))
+    print(report_text(o.report, verbose=args.verbose, max_findings=args.max_findings))
     print(next_steps(o))
     return 0
 
@@ -214,5 +214,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("capture", nargs="?", default=None,
                    help=f"a bundled capture ({', '.join(BUNDLED)}; default skewed) or a .ktrace file")
     s.add_argument("--out", default=DEFAULT_DEMO_OUT, metavar="DIR", help=f"output folder (default ./{DEFAULT_DEMO_OUT})")
-    s.add_argument("--max-findings", type=int, default=10, help="findings printed (default 10)")
+    s.add_argument("--max-findings", type=int, default=10, help="findings printed with -v (default 10)")
+    s.add_argument("-v", "--verbose", action="store_true",
+                   help="every finding's full paragraph and the headline numbers (default: the first screen)")
     s.set_defaults(func=_cmd_demo)

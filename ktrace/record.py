@@ -138,7 +138,7 @@ def _cmd_record(args) -> int:
         return 2
     if rc != 0:
         print(f"ktrace record: the command exited with status {rc}; analysing what it recorded", file=sys.stderr)
-    from viewers.text import render_text
+    from viewers.terminal import report_text
 
     from .analysis import AnalysisError
     from .captures import CaptureError
@@ -162,7 +162,7 @@ def _cmd_record(args) -> int:
         print(f"ktrace record: the capture was recorded ({path}) but cannot be analysed: {e}", file=sys.stderr)
         return rc or 1
     print()
-    print(render_text(o.report, max_findings=args.max_findings))
+    print(report_text(o.report, verbose=args.verbose, max_findings=args.max_findings))
     print(next_steps(o))
     return rc
 
@@ -189,6 +189,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--no-symmetric-memory", action="store_true",
                    help="do not record torch symmetric memory's mappings (its addresses then stay unpaired across ranks)")
     s.add_argument("--no-report", action="store_true", help="merge the ranks' captures only")
-    s.add_argument("--max-findings", type=int, default=10, help="findings printed (default 10)")
+    s.add_argument("--max-findings", type=int, default=10, help="findings printed with -v (default 10)")
+    s.add_argument("-v", "--verbose", action="store_true",
+                   help="every finding's full paragraph and the headline numbers (default: the first screen)")
     s.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
     s.set_defaults(func=_cmd_record)

@@ -662,7 +662,7 @@ def _cmd_run(args) -> int:
         print(f"ktrace run: this node's ranks finished; the node of rank 0 wrote the capture and the report "
               f"({cfg.capture_path} there)")
         return 0
-    from viewers.text import render_text
+    from viewers.terminal import report_text
 
     from .analysis import AnalysisError
     from .captures import CaptureError
@@ -676,7 +676,7 @@ def _cmd_run(args) -> int:
         return 1
     print(skew)
     print()
-    print(render_text(o.report, max_findings=args.max_findings))
+    print(report_text(o.report, verbose=args.verbose, max_findings=args.max_findings))
     print(next_steps(o))
     return 0
 
@@ -717,7 +717,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "the kernel timed with and without them (\"predicted +X µs, measured +Y µs\")")
     s.add_argument("--verify-steps", type=int, default=20, help="steps timed per delay size with --verify (default 20)")
     s.add_argument("--timeout", type=float, default=900.0, help="seconds before a rank is stopped (default 900)")
-    s.add_argument("--max-findings", type=int, default=10, help="findings printed (default 10)")
+    s.add_argument("--max-findings", type=int, default=10, help="findings printed with -v (default 10)")
+    s.add_argument("-v", "--verbose", action="store_true",
+                   help="every finding's full paragraph and the headline numbers (default: the first screen)")
     s.add_argument("--list", action="store_true", help="list the kernels and their parameters")
     add_rendezvous_args(s)
     s.set_defaults(func=_cmd_run)

@@ -75,7 +75,7 @@ for part in $PARTS; do
       done
       # rank N-1 skips the first notify to rank 0 of the combine stage: a hang in the report
       step run_skip 300 python3 -m ktrace.cli run all_to_all --nproc "$N" --out "$L/run_skip" \
-        -s max_tokens=64 -s skew=0 --skip "$((N - 1)):$((64 * N))" --steps 1
+        -s max_tokens=64 -s skew=0 --skip "$((N - 1)):$((64 * N))" --steps 1 -v
       expect run_skip "HANG: rank 0 .* from rank $((N - 1))"
       # a rank stuck for 60 s in a wait whose notify never comes: --timeout stops every rank and names it
       EXPECT_RC=1 step run_hang_timeout 240 python3 -m ktrace.cli run all_to_all --nproc "$N" --out "$L/run_hang" \

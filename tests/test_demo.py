@@ -76,7 +76,8 @@ def test_demo_writes_trace_and_report(tmp_path, capsys):
     stem = demo.BUNDLED_CAPTURE.name.removesuffix(".ktrace")
     trace, html, js = out / f"{stem}.pftrace", out / f"{stem}.report.html", out / f"{stem}.report.json"
     assert f"ktrace open {trace}" in text
-    assert "Bundled capture: all_to_all on 4 x NVIDIA H200" in text and "Findings" in text
+    assert "Bundled capture: all_to_all on 4 x NVIDIA H200" in text and "causes worth fixing" in text
+    assert "1. rank 0 launched 11.8 µs late" in text and "Findings (hangs first" not in text  # (the first screen)
     # the trace parses back with Perfetto's own classes and holds every rank's events
     t = Trace()
     t.ParseFromString(trace.read_bytes())
@@ -92,7 +93,9 @@ def test_demo_writes_trace_and_report(tmp_path, capsys):
 
 def test_demo_takes_another_bundled_capture_or_a_file(tmp_path, capsys):
     assert _call(["demo", "skip", "--out", str(tmp_path / "a")]) == 0
-    assert "HANG" in capsys.readouterr().out
+    assert "hang: rank 0 waited on rank 3" in capsys.readouterr().out
+    assert _call(["demo", "skip", "-v", "--out", str(tmp_path / "a")]) == 0
+    assert "HANG" in capsys.readouterr().out  # (-v: every finding's paragraph)
     src = tmp_path / "mine.ktrace"
     shutil.copy(demo.bundled_capture("delay20us"), src)
     assert _call(["demo", str(src), "--out", str(tmp_path / "b")]) == 0
@@ -186,7 +189,7 @@ def test_run_analyses_what_the_ranks_wrote(monkeypatch, tmp_path, capsys):
     text = capsys.readouterr().out
     cfg = seen["cfg"]
     assert cfg.params["skew"] == 0.5 and cfg.steps == 3 and cfg.nproc == 4
-    assert f"ktrace open {out / 'all_to_all.pftrace'}" in text and "Findings" in text
+    assert f"ktrace open {out / 'all_to_all.pftrace'}" in text and "How to read this report" in text
     assert (out / "all_to_all.report.html").is_file()
 
 

@@ -14,6 +14,7 @@ from a capture against.
 from __future__ import annotations
 
 import os
+import sys
 import textwrap
 
 from ktrace.analysis.document import load as load_document
@@ -124,4 +125,15 @@ def render_diff(doc: dict, *, color: bool = False) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["COLUMNS", "GUIDE", "render", "render_diff", "use_color"]
+def report_text(rep, *, verbose: bool = False, max_findings: int = 10, stream=None) -> str:
+    """What a command prints of a report (``ktrace report``, ``demo``, ``run``, ``record``): its
+    first screen (coloured when ``stream``, standard output by default, is a terminal), or with
+    ``verbose`` every finding's paragraph and the headline numbers (``viewers.text``)."""
+    if verbose:
+        from .text import render_text
+
+        return render_text(rep, max_findings=max_findings)
+    return render(rep, color=use_color(sys.stdout if stream is None else stream))
+
+
+__all__ = ["report_text", "COLUMNS", "GUIDE", "render", "render_diff", "use_color"]

@@ -102,7 +102,7 @@ def test_ktrace_run_skip_fault_is_a_hang(tmp_path, capsys):
     M = 64
     out = tmp_path / "skip"
     rc = _ktrace_run(["all_to_all", "--nproc", str(n), "--out", str(out), "-s", f"max_tokens={M}", "-s", "skew=0",
-                      "--skip", f"{n - 1}:{M * n}", "--steps", "1"])
+                      "--skip", f"{n - 1}:{M * n}", "--steps", "1", "-v"])
     assert rc == 0
     text = capsys.readouterr().out
     assert re.search(rf"HANG: rank 0 .* from rank {n - 1}", text), text[-3000:]
