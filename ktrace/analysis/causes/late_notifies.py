@@ -21,7 +21,7 @@ from ...text import fmt_ns, ranges_text
 from ..names import region_label
 from ..stalls import hold_columns
 from ..trace import Sparse, Trace, agent_of, has_lanes
-from .model import Cause, Changes, Claim, Context, Description
+from .model import Cause, Changes, Context, Description
 from .words import agents, lane_text, launches_text, progs_text, rounds_claim, saving_text, worst_in_first_launch
 
 KIND = "late_notifies"
@@ -79,6 +79,22 @@ def notify_rounds(trace: Trace, pos: np.ndarray | None = None) -> np.ndarray:
     return out if pos is None else out[pos]
 
 
+def site_groups(rank: np.ndarray, reg: np.ndarray, lane: np.ndarray, li: np.ndarray):
+    """The notifies at positions ``li`` (of the per-notify columns ``rank``, ``reg``, ``lane``)
+    grouped by (rank, call site, lane): per group (a handful), its rank, region id, lane and which
+    of ``li`` are in it."""
+    gk = (rank[li] * (1 << 24) + reg[li]) * 64 + lane[li]
+    for key in np.unique(gk).tolist():
+        yield (key >> 6) >> 24, (key >> 6) & ((1 << 24) - 1), key & 63, gk == key
+
+
+def held_less(sel: np.ndarray, excess: np.ndarray, rows: np.ndarray):
+    """The replay's change for a cause of the notifies at sorted positions ``sel`` (of the
+    notifies whose rows are ``rows``): each held back ``excess`` less."""
+    hold = Sparse(sel, excess[sel], 0.0)
+    return lambda sub: Changes(hold=hold(np.searchsorted(rows, sub.n_row)))
+
+
 def detect(ctx: Context) -> list[Cause]:
     trace, cfg = ctx.trace, ctx.config
     h = hold_columns(trace)
@@ -95,20 +111,14 @@ def detect(ctx: Context) -> list[Cause]:
     lanes = has_lanes(trace)
     lane = trace.column("lane")[h["row"]].astype(np.int64) if lanes else np.zeros(rank.size, np.int64)
     # one cause per (rank, call site, lane): the partitions of a program are agents of their own
-    gk = (rank[li] * (1 << 24) + reg[li]) * 64 + lane[li]
-    for key in np.unique(gk).tolist():  # (rank, call site, lane): a handful
-        sel = li[gk == key]
+    for r, rid, ln, at in site_groups(rank, reg, lane, li):
+        sel = li[at]
         floor = max(float(cfg.min_late_ns), SHARE_OF_WORST * float(hx[sel].max()))
         sel = sel[hx[sel] >= floor]
-        r, rid, ln = (key >> 6) >> 24, (key >> 6) & ((1 << 24) - 1), key & 63
         mine = (rank == r) & (reg == rid)
         codes = np.unique(h["launch"][sel]).astype(np.int64)
-
-        def changes(sub, hold=Sparse(sel, hx[sel], 0.0)):  # (sel: sorted positions among the notifies)
-            return Changes(hold=hold(np.searchsorted(h["row"], sub.n_row)))
-
         base = h["baseline_ns"][sel]
-        out.append(Cause(KIND, int(r), (int(r),), codes, changes=changes, excess_ns=float(hx[sel].sum()), detail=Detail(
+        out.append(Cause(KIND, int(r), (int(r),), codes, changes=held_less(sel, hx, h["row"]), excess_ns=float(hx[sel].sum()), detail=Detail(
             region_id=int(rid), magnitude_ns=float(np.median(hx[sel])), max_ns=float(hx[sel].max()),
             baseline_ns=float(np.nanmedian(base)) if np.isfinite(base).any() else math.nan,
             n_late=int(sel.size), n_notifies=int(mine.sum()),

@@ -23,9 +23,9 @@ from ...text import fmt_ns, ranges_text
 from ..names import region_label
 from ..stalls import MIN_ROUNDS, SLOW_ROUND_SHARE, hold_columns, notify_work
 from ...keys import group_index
-from ..trace import Sparse, agent_of, has_lanes
-from .late_notifies import notify_rounds
-from .model import Cause, Changes, Context, Description
+from ..trace import agent_of, has_lanes
+from .late_notifies import held_less, notify_rounds, site_groups
+from .model import Cause, Context, Description
 from .words import agents, lane_text, launches_text, progs_text, rounds_claim, saving_text, worst_in_first_launch
 
 KIND = "straggler"
@@ -70,18 +70,11 @@ def detect(ctx: Context) -> list[Cause]:
         return []
     li = np.flatnonzero(late)
     rounds = notify_rounds(trace, li)
-    gk = (rank[li] * (1 << 24) + reg[li]) * 64 + lane[li]
     out = []
-    for key in np.unique(gk).tolist():  # (rank, call site, lane): a handful
-        at = gk == key
+    for r, rid, ln, at in site_groups(rank, reg, lane, li):  # (rank, call site, lane)
         sel = li[at]
-        r, rid, ln = (key >> 6) >> 24, (key >> 6) & ((1 << 24) - 1), key & 63
         codes = np.unique(launch[sel]).astype(np.int64)
-
-        def changes(sub, hold=Sparse(sel, ex[sel], 0.0)):  # (sel: sorted positions among the notifies)
-            return Changes(hold=hold(np.searchsorted(rows, sub.n_row)))
-
-        out.append(Cause(KIND, int(r), (int(r),), codes, changes=changes, excess_ns=float(ex[sel].sum()), detail=Detail(
+        out.append(Cause(KIND, int(r), (int(r),), codes, changes=held_less(sel, ex, rows), excess_ns=float(ex[sel].sum()), detail=Detail(
             region_id=int(rid), magnitude_ns=float(np.median(ex[sel])), max_ns=float(ex[sel].max()),
             baseline_ns=float(np.median(base[sel])), n_late=int(sel.size),
             n_notifies=int(np.count_nonzero((rank == r) & (reg == rid) & (lane == ln))),
