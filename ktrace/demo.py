@@ -204,6 +204,13 @@ def _fault_text(f: dict) -> str:
     return "; ".join(parts) or "none"
 
 
+def report_arguments(s: argparse.ArgumentParser) -> None:
+    """The options of a command that prints a report as ``report_text`` does (demo, run, record)."""
+    s.add_argument("--max-findings", type=int, default=10, help="findings printed with -v (default 10)")
+    s.add_argument("-v", "--verbose", action="store_true",
+                   help="every finding's full paragraph and the headline numbers (default: the first screen)")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``demo`` to the ``ktrace`` command's subparsers."""
     s = subparsers.add_parser(
@@ -214,7 +221,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("capture", nargs="?", default=None,
                    help=f"a bundled capture ({', '.join(BUNDLED)}; default skewed) or a .ktrace file")
     s.add_argument("--out", default=DEFAULT_DEMO_OUT, metavar="DIR", help=f"output folder (default ./{DEFAULT_DEMO_OUT})")
-    s.add_argument("--max-findings", type=int, default=10, help="findings printed with -v (default 10)")
-    s.add_argument("-v", "--verbose", action="store_true",
-                   help="every finding's full paragraph and the headline numbers (default: the first screen)")
+    report_arguments(s)
     s.set_defaults(func=_cmd_demo)

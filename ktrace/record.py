@@ -169,6 +169,7 @@ def _cmd_record(args) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``record`` to the ``ktrace`` command's subparsers."""
     from .auto.config import DEFAULT_EVENTS, DEFAULT_WAIT_TIMEOUT_NS
+    from .demo import report_arguments
 
     s = subparsers.add_parser(
         "record", help="run a program and trace its Triton kernels without edits (then merge and report)",
@@ -188,8 +189,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--no-symmetric-memory", action="store_true",
                    help="do not record torch symmetric memory's mappings (its addresses then stay unpaired across ranks)")
     s.add_argument("--no-report", action="store_true", help="merge the ranks' captures only")
-    s.add_argument("--max-findings", type=int, default=10, help="findings printed with -v (default 10)")
-    s.add_argument("-v", "--verbose", action="store_true",
-                   help="every finding's full paragraph and the headline numbers (default: the first screen)")
+    report_arguments(s)
     s.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
     s.set_defaults(func=_cmd_record)

@@ -684,6 +684,7 @@ def _cmd_run(args) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``run`` to the ``ktrace`` command's subparsers."""
     from .launch import add_rendezvous_args
+    from .demo import report_arguments
 
     try:
         names = f"one of: {', '.join(kernels())}"
@@ -717,9 +718,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "the kernel timed with and without them (\"predicted +X µs, measured +Y µs\")")
     s.add_argument("--verify-steps", type=int, default=20, help="steps timed per delay size with --verify (default 20)")
     s.add_argument("--timeout", type=float, default=900.0, help="seconds before a rank is stopped (default 900)")
-    s.add_argument("--max-findings", type=int, default=10, help="findings printed with -v (default 10)")
-    s.add_argument("-v", "--verbose", action="store_true",
-                   help="every finding's full paragraph and the headline numbers (default: the first screen)")
+    report_arguments(s)
     s.add_argument("--list", action="store_true", help="list the kernels and their parameters")
     add_rendezvous_args(s)
     s.set_defaults(func=_cmd_run)

@@ -81,14 +81,22 @@ def _what(f: dict) -> str:
     return f"{label}: {fmt_ns(cost)}" if cost and kind != "critical_path" else label
 
 
-def _saving(f: dict) -> str:
+def _saving_ns(f: dict) -> float | None:
+    """What the replay prices a cause's fix at per launch (0 for nothing); None for a finding
+    without a price (not a cause, or a cause the replay does not price)."""
     d = f.get("data") or {}
     if f["kind"] not in CAUSES or "saving_per_launch_ns" not in d:
+        return None
+    return d["saving_per_launch_ns"] or 0.0
+
+
+def _saving(f: dict) -> str:
+    s = _saving_ns(f)
+    if s is None:
         return ""
-    s = d.get("saving_per_launch_ns") or 0.0
     if s <= 0:
         return "a fix would not shorten launches"
-    return f"fix saves {fmt_ns(s)} per launch{_pct(d.get('share'))}"
+    return f"fix saves {fmt_ns(s)} per launch{_pct((f.get('data') or {}).get('share'))}"
 
 
 def parts(f: dict) -> tuple[str, str]:
@@ -114,8 +122,8 @@ def _worth_a_headline(f: dict) -> bool:
         return True
     if f["kind"] not in CAUSES:
         return False
-    d = f.get("data") or {}
-    return "saving_per_launch_ns" not in d or (d["saving_per_launch_ns"] or 0.0) > 0
+    s = _saving_ns(f)
+    return s is None or s > 0
 
 
 def first(doc: dict, n: int = FIRST) -> list[dict]:

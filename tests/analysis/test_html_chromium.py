@@ -9,7 +9,6 @@ one (``tests/fixtures/scenarios/late_notifies.ktrace``, 2 x H200).
 from __future__ import annotations
 
 import html as html_mod
-import os
 import re
 import shutil
 import subprocess
@@ -19,8 +18,9 @@ import pytest
 
 from ktrace.analysis import Trace, build_diff, build_report
 from ktrace.analysis import scenario
+from ktrace.testing.perfetto.cdp import find_chromium
 
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = find_chromium()  # ($KTRACE_CHROMIUM, else the first on the PATH; None: not installed)
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 
 
@@ -77,7 +77,7 @@ def test_html_is_self_contained(pages):
     assert "<svg" in diff_html.read_text(encoding="utf-8")
 
 
-@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is absent: install it (apt-get install -y chromium) to run the browser test")
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed: install it (apt-get install -y chromium, or set KTRACE_CHROMIUM) to run the browser test")
 @pytest.mark.parametrize("which", ["report", "diff", "real"])
 def test_html_renders_in_headless_chromium(pages, which):
     html = {"report": pages[0], "diff": pages[1], "real": pages[3]}[which]
