@@ -265,8 +265,9 @@ class TracedKernel(Traced):
             # compiled into the caller's graph, as without the decorator; with one open it is left
             # out (a graph break) and runs here at every call, traced (the global read is guarded:
             # opening or closing a capture recompiles the caller)
-            if not session.tracing():
-                return getattr(self.jit_fn, "ktrace_original", self.jit_fn)[grid](*args, **kwargs)
+            original = getattr(self.jit_fn, "ktrace_original", self.jit_fn)
+            if not session.tracing() and _inductor_can_emit(original):
+                return original[grid](*args, **kwargs)
             return _outside_compiled_graph()(self, grid, args, kwargs)
         return self._launch_now(grid, args, kwargs)
 
@@ -284,6 +285,43 @@ def _compiling() -> bool:
 
 
 _OUTSIDE: list = []
+_EMITTABLE: dict = {}
+
+
+def _inductor_can_emit(jit_fn) -> bool:
+    """Whether Inductor can compile ``jit_fn`` into a caller's graph: it re-emits a user kernel's
+    source, and the ``@triton.jit`` functions, numbers and strings that source names, into a module
+    of its own that imports ``triton`` and ``triton.language as tl`` and nothing else; a kernel
+    that names any other module (``kl.init`` of ``import ktrace.language as kl``) fails there
+    (``NameError``). Such a kernel is left out of the compiled graph, traced or not (one graph
+    break). Checked through the ``@triton.jit`` functions it calls; cached per function."""
+    import types
+
+    key = id(jit_fn)
+    hit = _EMITTABLE.get(key)
+    if hit is not None and hit[0] is jit_fn:
+        return hit[1]
+    ok, seen, todo = True, set(), [jit_fn]
+    while todo and ok:
+        fn = todo.pop()
+        if id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        py = getattr(fn, "fn", None)
+        code, glob = getattr(py, "__code__", None), getattr(py, "__globals__", None)
+        if code is None or glob is None:
+            ok = False
+            break
+        for name in code.co_names:
+            sym = glob.get(name)
+            if isinstance(sym, types.ModuleType):
+                ok = (name, sym.__name__) in (("tl", "triton.language"), ("triton", "triton"))
+                if not ok:
+                    break
+            elif hasattr(sym, "fn") and hasattr(sym, "arg_names"):  # (a @triton.jit function it calls)
+                todo.append(sym)
+    _EMITTABLE[key] = (jit_fn, ok)
+    return ok
 
 
 def _outside_compiled_graph():

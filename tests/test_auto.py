@@ -436,3 +436,28 @@ def test_a_declared_wait_is_polled_by_ktrace_first_with_the_deadline():
     sig = {**RING_SIG}
     traced = _traced(R.ring_asm, sig, {"n_tiles": 4, "TILE": 256})
     assert traced.count("ld.volatile.global") >= 2  # (the poll's reads, besides the helper's own ld.acquire)
+
+
+def test_record_arms_at_the_import_even_after_a_find_spec_lookup(tmp_path):
+    """``ktrace record``'s hook on Triton's import fires at the import itself, also when the
+    program asked ``importlib.util.find_spec`` for the module first (as torch's
+    ``has_triton_package`` does before a program imports its kernels): before, that lookup took
+    the hook away and nothing was traced."""
+    mod = tmp_path / "kt_late_import_probe.py"
+    mod.write_text("VALUE = 7\n")
+    code = (
+        "import importlib.util, sys\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from ktrace.auto import hooks\n"
+        "seen = []\n"
+        "hooks.after_import('kt_late_import_probe', lambda m: seen.append(m.VALUE))\n"
+        "assert importlib.util.find_spec('kt_late_import_probe') is not None\n"
+        "assert seen == [], seen\n"
+        "import kt_late_import_probe\n"
+        "assert seen == [7], seen\n"
+        "import importlib; importlib.reload(kt_late_import_probe)\n"
+        "assert seen == [7], seen\n"
+        "assert not any(type(f).__name__ == '_AfterImport' for f in sys.meta_path)\n"
+        "print('ok')\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr

@@ -17,7 +17,7 @@ CAPTURES = sorted(FIX.glob("*_w*.ktrace"))
 def test_every_style_fault_and_world_size_is_there():
     names = {p.stem for p in CAPTURES}
     want = {f"{s}_{f}_w{w}" for s in ("plain", "asm", "iris") for f in ("none", "straggler", "skip") for w in (1, 2, 4)
-            if not (s == "asm" and f == "skip")}
+            if not (s == "asm" and f == "skip" and w == 4)}  # (asm skip: recorded on 2 x H200, no 4-GPU run since)
     assert names == want
     assert all(p.stat().st_size <= 200_000 for p in CAPTURES)
 

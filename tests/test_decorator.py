@@ -219,3 +219,14 @@ def test_init_imported_by_name_is_prepared_too():
     src = ktrace.trace(k).jit_fn.src
     assert "kt = _ktrace_language_.init_deferred(ktrace_buf, KTRACE)" in src
     assert src.rstrip().endswith("_ktrace_language_.finish(kt)")
+
+
+def test_inductor_can_emit_a_kernel_naming_only_triton_and_tl():
+    """torch.compile compiles a kernel as written into the caller's graph only when Inductor can
+    re-emit it (it names no module but ``triton`` and ``triton.language as tl``); a kernel written
+    with ``ktrace.language`` (``kl.init``) is left out of the graph instead of failing there."""
+    from tests.byok.ring_plain import ring_plain
+
+    assert decorator._inductor_can_emit(ring_plain)
+    assert not decorator._inductor_can_emit(pk.copy_kernel.jit_fn.ktrace_original)
+    assert decorator._inductor_can_emit(ring_plain)  # (cached: the same answer)

@@ -166,28 +166,40 @@ def _group_ranks(args, kwargs):
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs a callback on a module right after it is first imported."""
+    """Runs a callback on a module right after it is first imported.
+
+    It stays on ``sys.meta_path`` until the module is imported, not merely looked up: a program
+    (torch's ``has_triton_package``, for one) may ask ``importlib.util.find_spec(name)`` long before
+    it imports the module, and a finder that left at that first question would never see the
+    import."""
 
     def __init__(self, name: str, callback):
         self.name, self.callback = name, callback
+        self._looking = threading.local()
+        self.done = False
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != self.name:
+        if fullname != self.name or self.done or getattr(self._looking, "on", False):
             return None
-        sys.meta_path.remove(self)
+        self._looking.on = True  # (the lookup below asks the finders again: not this one)
         try:
             spec = importlib.util.find_spec(fullname)
         finally:
-            pass
-        if spec is None or spec.loader is None:
+            self._looking.on = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         exec_module = spec.loader.exec_module
-        callback = self.callback
+        finder = self
 
         def exec_and_patch(module):
             exec_module(module)
+            if finder.done:
+                return
+            finder.done = True
+            if finder in sys.meta_path:
+                sys.meta_path.remove(finder)
             try:
-                callback(module)
+                finder.callback(module)
             except Exception as e:
                 log.warning("ktrace: could not hook %s: %s", fullname, e)
 

@@ -15,7 +15,11 @@ warm-up makes): a stream to allocate on, the commit kernel compiled and loaded, 
   kernel (one more graph node per replay, logged once);
 * allocates its replay ring (``ktrace.graphs.ring``: never zeroed, it keys its counts) with the
   prepared stream current, so that it comes from the allocator's ordinary pool, not the graph's
-  private one (whose blocks ``torch.compile``'s CUDA graph trees may hand to another graph);
+  private one (whose blocks ``torch.compile``'s CUDA graph trees may hand to another graph). The
+  allocator may call ``cudaMalloc`` for it, which a capture in the default (global) mode forbids
+  to the capturing thread (``cudaErrorStreamCaptureUnsupported``, and the user's capture is
+  invalidated): the thread is switched to the relaxed capture mode for that allocation alone, as
+  PyTorch does for the graph's own pool (:func:`relaxed_capture_mode`);
 * after the traced kernel, captures the commit kernel (``ktrace.graphs.device``) on the same stream.
 
 The memory of a captured launch is kept for the life of the process (:data:`_KEPT`): the graph may
@@ -24,6 +28,7 @@ be replayed after the capture that recorded it has closed, and its kernels keep 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import threading
@@ -128,6 +133,51 @@ def _carve(device: int, words: int):
     return t
 
 
+#: cuThreadExchangeStreamCaptureMode / hipThreadExchangeStreamCaptureMode's mode (same values in both).
+_CAPTURE_MODE_RELAXED = 2
+_exchange = None
+
+
+def _exchange_fn():
+    """The driver's ``cuThreadExchangeStreamCaptureMode`` (HIP's on ROCm), or None if not loadable."""
+    global _exchange
+    if _exchange is None:
+        import ctypes
+
+        import torch
+
+        names = (("libamdhip64.so", "hipThreadExchangeStreamCaptureMode") if getattr(torch.version, "hip", None) else
+                 ("libcuda.so.1", "cuThreadExchangeStreamCaptureMode"))
+        try:
+            fn = getattr(ctypes.CDLL(names[0]), names[1])
+            fn.argtypes, fn.restype = (ctypes.POINTER(ctypes.c_int),), ctypes.c_int
+            _exchange = fn
+        except (OSError, AttributeError):
+            _exchange = False
+    return _exchange or None
+
+
+@contextlib.contextmanager
+def relaxed_capture_mode():
+    """This thread in the relaxed stream-capture mode inside the block (then back to its mode):
+    an allocation made there may call ``cudaMalloc`` while the user's graph is captured in the
+    global mode without invalidating that capture. Raises RuntimeError, calling nothing, when the
+    mode cannot be switched (the caller then leaves the launch untraced)."""
+    import ctypes
+
+    fn = _exchange_fn()
+    if fn is None:
+        raise RuntimeError("the stream-capture mode cannot be switched here (no cuThreadExchangeStreamCaptureMode): "
+                           "memory for the replays cannot be allocated during the capture")
+    mode = ctypes.c_int(_CAPTURE_MODE_RELAXED)
+    if fn(ctypes.byref(mode)) != 0:
+        raise RuntimeError("the stream-capture mode could not be switched to relaxed")
+    try:
+        yield
+    finally:
+        fn(ctypes.byref(mode))  # (back to the mode the thread had)
+
+
 def refusal(device: int) -> str | None:
     """Why a launch captured now on ``device`` cannot be traced, or None."""
     if device not in _PREPARED:
@@ -202,7 +252,7 @@ class GraphLaunch:
             words = -(-nbytes // 8)
             stage = _carve(device, words)
             if stage is None:
-                with torch.cuda.stream(prep.stream):  # (the ordinary pool: see the module docstring)
+                with torch.cuda.stream(prep.stream), relaxed_capture_mode():  # (the ordinary pool: see the module docstring)
                     stage = torch.empty(-(-words // _ALIGN_WORDS) * _ALIGN_WORDS, dtype=torch.int64, device=f"cuda:{device}")
                 stage.zero_()  # captured: a memset before the kernel, every replay
                 memset = True
@@ -217,7 +267,7 @@ class GraphLaunch:
                       f"replays, not {ring_slots} (ktrace.graphs.recorder.RING_BYTES); drain_replays at least that often")
             ring_slots = fit
         shape = gring.RingShape(ring_slots=ring_slots, programs=programs, nbytes=nbytes)
-        with torch.cuda.stream(prep.stream):
+        with torch.cuda.stream(prep.stream), relaxed_capture_mode():
             ring = torch.empty(shape.words, dtype=torch.int64, device=f"cuda:{device}")
         if mirror is None:
             mirror = ring[shape.mirror_at : shape.mirror_at + 1]

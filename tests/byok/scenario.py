@@ -114,6 +114,10 @@ class Ring:
         torch.cuda.synchronize()
         dist.barrier()
         self.epoch = 0
+        #: the bench's timing: a GPU-side sleep queued before the first event, so that the events
+        #: time what the launch queues on the GPU (ktrace's work there included), not the host's
+        #: time to queue it (which the host-timed figure keeps)
+        self.queue_ahead = False
 
     def launch(self, fault: str):
         """One launch (every rank), outputs poisoned first; returns the host-timed ms."""
@@ -138,8 +142,12 @@ class Ring:
         t0 = time.perf_counter()
         ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         with aligned():
+            if self.queue_ahead:  # (the GPU busy until the host has queued the launch and its second event)
+                torch.cuda._sleep(QUEUE_AHEAD_CYCLES)
             ev0.record()  # (behind the barrier kernel: the events time the kernel alone)
+            q0 = time.perf_counter()
             self._launch(common)
+            self.queue_us = (time.perf_counter() - q0) * 1e6  # (the host's time to queue the launch)
             ev1.record()
         torch.cuda.synchronize()
         ms = (time.perf_counter() - t0) * 1e3
@@ -191,6 +199,10 @@ def aligned():
         return align_launch(hold_us=HOLD_US)
     return contextlib.nullcontext()
 
+
+#: cycles of the bench's GPU-side sleep before its first event (about 1 ms at the H100's and
+#: H200's clocks: longer than a traced launch takes its host to queue)
+QUEUE_AHEAD_CYCLES = 2_000_000
 
 #: release recorded launches by ktrace's device barrier (``--no-align``: the host barrier alone)
 ALIGN = True
@@ -268,7 +280,8 @@ def record(args, rank: int, world: int) -> None:
 
 def bench(args, rank: int, world: int) -> None:
     """Traced and untraced launches of each style, interleaved (healthy ring), host-timed around a
-    synchronised launch; the median of each and their ratio."""
+    synchronised launch and timed on the GPU by CUDA events (behind a GPU-side sleep, so that the
+    host's time to queue the launch is not in them); the median of each and their ratio."""
     import statistics
 
     import torch
@@ -283,9 +296,10 @@ def bench(args, rank: int, world: int) -> None:
     res = {}
     for style in args.style:
         ring = Ring(style, rank, world)
+        ring.queue_ahead = True
         for _ in range(3):
             ring.launch("none")
-        traced, plain, traced_dev, plain_dev = [], [], [], []
+        traced, plain, traced_dev, plain_dev, traced_q, plain_q = [], [], [], [], [], []
         cfg = AutoConfig(kernels=f"ring_{style}", wait_timeout_ns=0)
         with ktrace.capture(auto=cfg, max_launches=args.bench, run_id=f"byok-bench-{style}-w{world}"):
             for i in range(args.bench):
@@ -293,14 +307,17 @@ def bench(args, rank: int, world: int) -> None:
                     if which:
                         traced.append(ring.launch("none")[0])
                         traced_dev.append(ring.device_ms)
+                        traced_q.append(ring.queue_us)
                     else:
                         with hooks.quiet():  # (the kernel as written, while the capture is open)
                             plain.append(ring.launch("none")[0])
                         plain_dev.append(ring.device_ms)
+                        plain_q.append(ring.queue_us)
         t, u = statistics.median(traced), statistics.median(plain)
         td, ud = statistics.median(traced_dev), statistics.median(plain_dev)
         res[style] = {"traced_ms": t, "untraced_ms": u, "ratio": t / u, "traced_device_ms": td, "untraced_device_ms": ud,
-                      "device_ratio": td / ud, "n": args.bench}
+                      "device_ratio": td / ud, "traced_queue_us": statistics.median(traced_q),
+                      "untraced_queue_us": statistics.median(plain_q), "n": args.bench}
         del ring
     if rank == 0:
         out = Path(args.out)
@@ -308,10 +325,10 @@ def bench(args, rank: int, world: int) -> None:
         info = {"world_size": world, "device": torch.cuda.get_device_name(), "styles": res}
         (out / f"bench_w{world}.json").write_text(json.dumps(info, indent=1))
         for s, r in res.items():
-            print(f"[bench] {s} w{world} {info['device']}: step (host-timed) traced {r['traced_ms']:.3f} ms / untraced "
-                  f"{r['untraced_ms']:.3f} ms = {r['ratio']:.4f}; kernel (CUDA events) {r['traced_device_ms'] * 1e3:.1f} us / "
-                  f"{r['untraced_device_ms'] * 1e3:.1f} us = {r['device_ratio']:.4f} (median of {r['n']} each, interleaved)",
-                  flush=True)
+            print(f"[bench] {s} w{world} {info['device']}: kernel (CUDA events) {r['traced_device_ms'] * 1e3:.1f} us / "
+                  f"{r['untraced_device_ms'] * 1e3:.1f} us = {r['device_ratio']:.4f}; the host's time to queue the launch "
+                  f"traced {r['traced_queue_us']:.1f} us / untraced {r['untraced_queue_us']:.1f} us (median of {r['n']} each, "
+                  f"interleaved)", flush=True)
     dist.barrier()
 
 

@@ -64,5 +64,5 @@ def test_replayed_all_to_all_every_replay_a_launch_paired_aligned_and_reported(h
     report = build_report(info["capture"])
     f = report.findings[0]
     assert f.kind == "late_notifies" and f.data["rank"] == world - 1 and f.data["programs"] == [1], f.text
-    named = {x for cl in f.claims for x in cl["values"].get("launches", [])}
+    named = {x for cl in f.claims for x in cl.values.get("launches", [])}
     assert named and named <= set(range(50, 60)), (named, f.text)
