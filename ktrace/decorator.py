@@ -309,9 +309,8 @@ def _inductor_can_emit(jit_fn) -> bool:
         seen.add(id(fn))
         py = getattr(fn, "fn", None)
         code, glob = getattr(py, "__code__", None), getattr(py, "__globals__", None)
-        if code is None or glob is None:
-            ok = False
-            break
+        if code is None or glob is None:  # (not a Triton function: Dynamo decides what it does with it)
+            continue
         for name in code.co_names:
             sym = glob.get(name)
             if isinstance(sym, types.ModuleType):
