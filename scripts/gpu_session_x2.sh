@@ -5,14 +5,15 @@
 # (CALL=2 on one GPU: the two lanes one after the other, the steps at 2 ranks skipped).
 #     CALL=1 OUT=out bash scripts/gpu_session_x2.sh   # GPU tier | byok at 1 rank; byok at 2 ranks
 #     CALL=2 OUT=out bash scripts/gpu_session_x2.sh   # CUDA graphs | the rest of the tier, byok cost, --verify; at 2 ranks
-#     CALL=3 OUT=out bash scripts/gpu_session_x2.sh   # the multi-GPU tier and the scenarios at 2 ranks
+#     CALL=3 OUT=out bash scripts/gpu_session_x2.sh   # one GPU: graphs, record, bench again; --verify of the rest
+#     CALL=4 OUT=out bash scripts/gpu_session_x2.sh   # two GPUs: the multi-GPU tier, graphs and bench at 2 ranks
 # Every step has its own time limit. Logs: $OUT/logs/<step>.log, each lane's output in
 # $OUT/logs/lane<A|B>.out; byok captures in $OUT/logs/byok; all packed into $OUT/logs.tgz. The
 # last line names the steps that failed.
 set -uo pipefail
 OUT=${OUT:-out}; L="$OUT/logs"; B="$L/byok"; mkdir -p "$L" "$B"
 CALL=${CALL:-1}
-STEPS=${STEPS:-"gpu graphs rec1 rec2 cli ex00 bench check ex08 gbench run1 run2 scen2 gmulti table tier2"}
+STEPS=${STEPS:-"gpu graphs rec1 rec2 cli ex00 bench check ex08 gbench run1 run2 scen1 scen2 gmulti table tier2"}
 STEP_GREP="passed|failed|error|Error|Traceback|FAILED|verdict|Nothing is wrong|first finding|ratio|predicted|within|skew"; TAIL=8
 source "$(dirname "$0")/_gpu_prelude.sh"
 K="python3 -m ktrace.cli"
@@ -76,11 +77,34 @@ if [ "$CALL" = 2 ]; then
   step table 60 python3 scripts/cost_table.py "$L" "$L/cost_table.md"; pack
 fi
 
-if [ "$CALL" = 3 ]; then
+if [ "$CALL" = 3 ]; then  # on one GPU (or more): what call 2 found broken, again; then --verify of the other kernels
+  BUDGET=${BUDGET:-540}
+  bstep() {  # step, skipped when less than its limit is left of BUDGET
+    local name=$1 lim=$2
+    if [ $((BUDGET - SECONDS)) -lt "$lim" ]; then echo "=== $name: skipped, $((BUDGET - SECONDS)) s left"; return; fi
+    step "$@"; pack
+  }
+  export CUDA_VISIBLE_DEVICES=0
+  bstep graphs 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/gpu/test_graphs_gpu.py
+  bstep cli:asm1 45 $K record -o "$L/rec_asm1" --declare tests/byok/ring_asm.json -- \
+    python3 -m tests.byok.scenario --style asm --fault none,straggler
+  bstep cli:skip1 45 $K record -o "$L/rec_iris1" --wait-timeout-ms 20 -- python3 -m tests.byok.scenario --style iris --fault skip
+  bstep bench:1 40 python3 -m tests.byok.scenario --style plain,asm,iris --bench 60 --out "$B"
+  bstep run1:all_reduce 60 $K run all_reduce --nproc 1 --delay 0:20 --verify --steps 4 --out "$L/run1_all_reduce" --timeout 55
+  for k in ${KS:-gemm_all_scatter ag_gemm gemm_rs gluon_gemm}; do
+    bstep "run1:$k" 80 $K run "$k" --nproc 1 --delay 0:20 --verify --steps 4 --out "$L/run1_$k" --timeout 75
+  done
+  bstep scen1 200 python3 -m ktrace.testing.launch -n 1 --timeout 190 --log-dir "$L/scen1/logs" -- \
+    python3 -m tests.fixtures.make_scenario_captures "$L/scen1" handoff_late_tiles handoff_heavy handoff_late_start --verify
+  bstep table 30 python3 scripts/cost_table.py "$L" "$L/cost_table.md"
+fi
+
+if [ "$CALL" = 4 ]; then  # two GPUs: the multi-GPU tier and what needs 2 ranks
   step tier2 300 python3 -m ktrace.testing.launch -n 2 --timeout 290 --log-dir "$L/tier2" -- \
     python3 -m pytest -q -p no:cacheprovider -rfE -m multigpu tests/multigpu tests/kernels; pack
-  step scen2 200 python3 -m ktrace.testing.launch -n 2 --timeout 190 --log-dir "$L/scen2/logs" -- \
-    python3 -m tests.fixtures.make_scenario_captures "$L/scen2" late_notifies late_launch heavy_workgroup --verify; pack
+  step gmulti 90 python3 -m ktrace.testing.launch -n 2 --timeout 80 -- \
+    python3 -m pytest -m multigpu tests/multigpu/test_graphs_multigpu.py -q -p no:cacheprovider -rfE; pack
+  step bench:2 60 torchrun --standalone --nproc-per-node 2 -m tests.byok.scenario --style plain,asm,iris --bench 60 --out "$B"; pack
 fi
 
 pack

@@ -170,8 +170,11 @@ def changes(trace: Trace, m, where: str, site: str, rank: int, programs: tuple, 
     n_t = trace.column("start_ns")[m.n_row] - origin if nn else np.zeros(0, np.int64)
     n_ord = np.lexsort((n_t, m.n_wg)) if nn else np.zeros(0, np.int64)
     n_at = _next_event(m.n_wg[n_ord], n_t[n_ord], sg, st)
-    n_at = np.where(n_at >= 0, n_ord[np.maximum(n_at, 0)], -1)
-    use_n = (n_at >= 0) & ((w_at < 0) | (n_t[np.maximum(n_at, 0)] <= m.w_start[np.maximum(w_at, 0)] if nw else True))
+    if nn:  # (a launch with no notify, or no wait, has nothing to index: each is then never used)
+        n_at = np.where(n_at >= 0, n_ord[np.maximum(n_at, 0)], -1)
+    n_first = n_t[np.maximum(n_at, 0)] if nn else np.zeros(n_at.size, np.int64)
+    w_first = m.w_start[np.maximum(w_at, 0)] if nw else np.zeros(w_at.size, np.int64)
+    use_n = (n_at >= 0) & ((w_at < 0) | (n_first <= w_first))
     use_w = ~use_n & (w_at >= 0)
     tail = ~use_n & ~use_w
     np.add.at(hold, n_at[use_n], -float(ns))

@@ -74,3 +74,19 @@ def test_no_plan_for_a_hang():
     assert rep.findings[0].kind == "hang"
     plan = V.plan(rep)
     assert plan is None or plan.kind != "hang"
+
+
+def test_a_plan_for_a_region_of_a_kernel_that_sends_no_notify():
+    """A real capture (``ktrace run all_reduce --nproc 1 --delay 0:20`` on an H200,
+    ``tests/fixtures/runs/all_reduce_1xh200_delay.ktrace``): at one rank the one-shot all-reduce
+    notifies nobody, so the region's spans have no notify to hold; the plan delays the region's
+    stretch up to the program's end. (It raised IndexError on the empty notify table before.)"""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "all_reduce_1xh200_delay.ktrace"
+    rep = build_report(path)
+    assert rep.trace.world_size == 1
+    plan = V.plan(rep)
+    assert plan is not None and plan.where == "region"
+    # one program's tail grows by the delay: a launch grows by it at most, and by most of it here
+    assert all(0.9 * s <= p <= s for s, p in zip(plan.sizes_ns, plan.predicted_ns)), plan
