@@ -254,7 +254,7 @@ class GraphLaunch:
             if stage is None:
                 with torch.cuda.stream(prep.stream), relaxed_capture_mode():  # (the ordinary pool: see the module docstring)
                     stage = torch.empty(-(-words // _ALIGN_WORDS) * _ALIGN_WORDS, dtype=torch.int64, device=f"cuda:{device}")
-                stage.zero_()  # captured: a memset before the kernel, every replay
+                stage.zero_()  # captured: a node zeroing it before the kernel (a fill kernel or a memset), every replay
                 memset = True
                 warn_once(f"memset{device}", f"the stage arena of device {device} is full: captured launches' buffers are "
                           "zeroed by a memset in the graph (one more node per replay); raise "
