@@ -372,7 +372,9 @@ def _timing_hooks(drv, aligner, world_size: int, skips: bool):
     and each step's time the slowest rank's."""
     from .cost import max_over_ranks
 
-    around = (lambda: aligner.release(hold_us=ALIGN_HOLD_US)) if aligner is not None else None
+    # (at one rank the barrier queues nothing: the sleep then holds the device, or the host's time
+    # to queue each step would be timed with it)
+    around = (lambda: aligner.release(hold_us=ALIGN_HOLD_US)) if aligner is not None and world_size > 1 else None
     reduce = max_over_ranks(drv.heap.all_gather_object) if world_size > 1 else None
     return around, (lambda: _after_step(drv, skips)), reduce
 
