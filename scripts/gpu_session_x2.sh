@@ -99,12 +99,20 @@ if [ "$CALL" = 3 ]; then  # on one GPU (or more): what call 2 found broken, agai
   bstep table 30 python3 scripts/cost_table.py "$L" "$L/cost_table.md"
 fi
 
-if [ "$CALL" = 4 ]; then  # two GPUs: the multi-GPU tier and what needs 2 ranks
-  step tier2 300 python3 -m ktrace.testing.launch -n 2 --timeout 290 --log-dir "$L/tier2" -- \
-    python3 -m pytest -q -p no:cacheprovider -rfE -m multigpu tests/multigpu tests/kernels; pack
-  step gmulti 90 python3 -m ktrace.testing.launch -n 2 --timeout 80 -- \
-    python3 -m pytest -m multigpu tests/multigpu/test_graphs_multigpu.py -q -p no:cacheprovider -rfE; pack
-  step bench:2 60 torchrun --standalone --nproc-per-node 2 -m tests.byok.scenario --style plain,asm,iris --bench 60 --out "$B"; pack
+if [ "$CALL" = 4 ]; then  # two GPUs: the multi-GPU tier (its CUDA-graph tests too), byok cost and --verify at 2 ranks
+  BUDGET=${BUDGET:-520}
+  bstep() {
+    local name=$1 lim=$2
+    if [ $((BUDGET - SECONDS)) -lt "$lim" ]; then echo "=== $name: skipped, $((BUDGET - SECONDS)) s left"; return; fi
+    step "$@"; pack
+  }
+  bstep tier2 280 python3 -m ktrace.testing.launch -n 2 --timeout 270 --log-dir "$L/tier2" -- \
+    python3 -m pytest -q -p no:cacheprovider -rfE -m multigpu tests/multigpu tests/kernels
+  bstep bench:2 60 torchrun --standalone --nproc-per-node 2 -m tests.byok.scenario --style plain,asm,iris --bench 60 --out "$B"
+  for k in ${KS:-ag_gemm all_reduce all_to_all}; do
+    bstep "run2:$k" 60 $K run "$k" --nproc 2 --delay 1:20 --verify --steps 4 --out "$L/run2_$k" --timeout 55
+  done
+  bstep table 20 python3 scripts/cost_table.py "$L" "$L/cost_table.md"
 fi
 
 pack
