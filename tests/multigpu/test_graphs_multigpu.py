@@ -43,7 +43,10 @@ def test_replayed_all_to_all_every_replay_a_launch_paired_aligned_and_reported(h
         pytest.skip("needs two ranks")
     ex = _example08()
     faults = ex.Faults(slow_rank=world - 1, slow_prog=1, slow_from=52, slow_to=62, slow_ns=60_000, slow_mask=0b111100)
-    info = ex.record(tmp_path, replays=200, drain_every=100, faults=faults, heap=heap)
+    # drained at the end only: a drain in the middle blocks each host until its GPU has caught up
+    # and then reads the ring, and the replay after it leaves one host later than the other (on 2 x
+    # H200: rank 1's replay 100 started 2.79 ms late, rightly the report's first finding)
+    info = ex.record(tmp_path, replays=200, drain_every=0, faults=faults, heap=heap)
     g = info["graphs"][0]
     assert info["output_ok"] and (g["replays"], g["recorded"], g["overwritten"], g["torn"]) == (200, 200, 0, 0), info
     heap.check()  # no wait timed out on any rank
