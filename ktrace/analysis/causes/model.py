@@ -53,7 +53,7 @@ import numpy as np
 
 from ... import pairing
 from ...captures import launch_count
-from ...keys import dense_codes, group_median, lexorder
+from ...keys import dense_codes, group_median, group_min, lexorder
 from ...schema import EventKind, arg_column, is_local, is_timeout
 from ...text import ranges_text
 from ..document import Claim  # (a cause's claims are the report document's)
@@ -312,17 +312,48 @@ def saw_signal(trace: Trace) -> np.ndarray:
     """Per wait (the waits table's order), whether it was spinning when its signal arrived, so
     that its end is its notify's start plus the signal's trip: its producer was late, or it spun
     at least the pair's calibrated round trip (twice the one-way latency: a read of a flag already
-    set takes less; such a wait says nothing of the trip, however slow its read). Cached."""
+    set takes less; such a wait says nothing of the trip, however slow its read) and began while
+    its signal could still be on its way (:func:`_signal_in_flight`). Cached."""
     def build():
         w = _waits(trace)
         if w.size == 0:
             return np.zeros(0, bool)
         late = np.nan_to_num(w["producer_late_ns"]) > 0
         paired = w["notify_row"] >= 0
-        cal = one_way_pairs(trace, w["peer"].astype(np.int64), w["rank"].astype(np.int64))
-        return paired & (late | (w["wait_ns"] >= 2 * np.nan_to_num(cal, nan=np.inf)))
+        rank, peer = w["rank"].astype(np.int64), w["peer"].astype(np.int64)
+        cal = one_way_pairs(trace, peer, rank)
+        spun = paired & ~late & (w["wait_ns"] >= 2 * np.nan_to_num(cal, nan=np.inf))
+        out = paired & late
+        out[spun] = _signal_in_flight(w, np.flatnonzero(spun), rank, peer, cal)
+        return out
 
     return trace.cached(("saw_signal",), build)
+
+
+def _signal_in_flight(w, idx: np.ndarray, rank: np.ndarray, peer: np.ndarray, cal: np.ndarray) -> np.ndarray:
+    """Of the waits ``idx`` whose notify started before they began, those that began less than
+    their pair's longest possible trip after it: the signal may still have been on its way.
+
+    Every completed wait of a (producer, consumer) pair found its signal arrived by its end, so
+    the pair's trip takes at most the shortest notify-to-end of them (the clocks' offset between
+    the two ranks cancels: it is in both times); never less than the calibrated round trip. A
+    wait that began later than that after its notify found its flag set, however long its read
+    then took: its notify-to-end is no signal's trip (a rank that started a launch 88 µs after
+    its peer notified, its read taking 4 µs, would make a 92 µs link of a 1.4 µs one).
+    """
+    if idx.size == 0:
+        return np.zeros(0, bool)
+    done = np.flatnonzero((w["notify_row"] >= 0) & ~w["timed_out"] & (peer >= 0))  # (an mbarrier's waits name no peer)
+    R = int(max(rank.max(initial=0), peer.max(initial=0))) + 1
+    key = np.clip(peer, 0, R - 1) * R + np.clip(rank, 0, R - 1)  # (the pairs that occur, not a table of every pair)
+    pairs, inv = np.unique(key[done], return_inverse=True)
+    trip = (w["end_ns"][done] - w["notify_start_ns"][done]).astype(np.float64)
+    longest = group_min(inv.reshape(-1), trip, pairs.size)
+    at = np.clip(np.searchsorted(pairs, key[idx]), 0, max(pairs.size - 1, 0))
+    seen = np.where(pairs[at] == key[idx], longest[at], np.nan) if pairs.size else np.full(idx.size, np.nan)
+    bound = np.fmax(seen, 2 * cal[idx])  # (NaN: no bound from the pair)
+    early = (w["start_ns"][idx] - w["notify_start_ns"][idx]).astype(np.float64)
+    return ~(early >= bound)
 
 
 #: A pair's typical latency is its waits' median when at least this many saw their signal arrive.

@@ -77,5 +77,7 @@ def describe(c: Cause, ctx: Context) -> Description:
     text = (f"slow link: signals from rank {c.rank} to rank {d.consumer} took {fmt_ns(d.magnitude_ns)} "
             f"(median over {d.n_waits:,} waits) vs {fmt_ns(d.calibrated_ns)} one way measured by the "
             f"capture's clock calibration; {launches_text(n, L)}. ")
-    saving, more = saving_text(c, "At the calibrated latency", ctx, named)
+    # (what the change moves is the consumer's waits: "other work" is any but the consumer's, the
+    # producer's included; with two ranks, naming both would leave no other work to end the launch)
+    saving, more = saving_text(c, "At the calibrated latency", ctx, named[1:])
     return Description(text + saving, f"slow link rank {c.rank} -> rank {d.consumer}", None, None, claims + more)
