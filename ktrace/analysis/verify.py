@@ -32,7 +32,7 @@ untouched). So each kernel's launches count by that kernel's share of the captur
 those left out as warm-up too (:func:`launch_weights`); a plain mean over the launches analysed
 would be short whenever warm-up left a kernel out once: a capture of 4 steps of (dispatch,
 combine) whose first dispatch is warm-up holds 3 dispatches in 7 launches, where a step holds 1
-in 2 (a prediction 14 % short of a delay in the dispatch, as measured on an H200). A kernel none
+in 2 (3/7 of a delay in the dispatch against 1/2: 11-14 % short of an H200's measurement). A kernel none
 of whose launches is analysed counts as untouched.
 
 Accuracy, on GENERATED captures where the answer is known by construction
