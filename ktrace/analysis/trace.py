@@ -113,6 +113,9 @@ class Trace:
         self._load_events = load_events
         #: launches the capture marks as warm-up (``ktrace.capture(warmup=N)``)
         self.warmup_marked: frozenset = frozenset()
+        #: (rank, launch) -> kernel name of the capture's launches left out of this trace
+        #: (:func:`drop_launches`: warm-up); with ``kernels``, the mix of kernels its steps ran
+        self.left_out: dict[tuple[int, int], str] = {}
         if events is None:
             if columns is None:
                 raise AnalysisError("a Trace needs an aligned event table (or prepare() a capture)")
@@ -714,6 +717,7 @@ def drop_launches(trace: Trace, launches) -> Trace:
               clock=trace.clock, source=trace.source, meta=trace.meta,
               lanes={k: v for k, v in trace.lanes.items() if k[1] not in drop})
     t.warmup_marked = trace.warmup_marked - drop
+    t.left_out = {**trace.left_out, **{k: v for k, v in trace.kernels.items() if k[1] in drop}}
     t._cache["origin"] = trace.origin_ns
     return t
 
