@@ -484,15 +484,18 @@ def worker(cfg: RunConfig) -> int:
         err = drv.check()  # raises MismatchError naming the rank
     measured = _measure(cfg, drv, aligner, dist.world_size, skips)
     merged = cap.gather(dst=0)
-    rows = _verify(cfg, drv, aligner, dist, merged, skips)
     every = drv.heap.all_gather_object({"timeouts": timeouts, "rel_err": err, "device": torch.cuda.get_device_name(),
                                         "align": align})
+    if dist.rank == 0:  # (before --verify plans from it: the plan is the report's first finding on this capture)
+        merged.meta.update(made_by="ktrace run", kernel=cfg.kernel, params=cfg.params, steps=cfg.steps,
+                           launch_alignment=launch_alignment(cfg.align, released, [e["align"] for e in every]))
+        merged.meta.update({k: v for k, v in (("probe_cost", measured),) if v})
+    rows = _verify(cfg, drv, aligner, dist, merged, skips)
     if dist.rank == 0:
         out = Path(cfg.out)
         out.mkdir(parents=True, exist_ok=True)
-        merged.meta.update(made_by="ktrace run", kernel=cfg.kernel, params=cfg.params, steps=cfg.steps,
-                           launch_alignment=launch_alignment(cfg.align, released, [e["align"] for e in every]))
-        merged.meta.update({k: v for k, v in (("probe_cost", measured), ("verify", rows)) if v})
+        if rows:
+            merged.meta["verify"] = rows
         path = ktrace.write_capture(cfg.capture_path, merged, compress=True)
         info = {
             "kernel": cfg.kernel, "world_size": dist.world_size, "params": cfg.params, "steps": cfg.steps, "seed": seed,
