@@ -14,9 +14,13 @@ spin as a wait on that flag, the ``tl.atomic_xchg(..., sem="release", scope="sys
 rank's flag as a notify, with the addresses they touched. It finds where torch symmetric memory
 maps each rank's buffers, pairs every wait with the notify that released it across ranks, puts
 the ranks on one clock and writes the trace and the report into ``ktrace-record/``. With
-``--slow-rank 2`` that rank's programs hold back every chunk they forward by ``--delay-us``: the
-report's first finding names rank 2, its programs, the steps and the delay. (One GPU works too:
-a ring of one rank has nothing to pass on, so its kernel only copies its own chunk.)
+``--slow-rank 2`` that rank's programs hold back every chunk they forward by ``--delay-us``.
+This program releases its launches by a host barrier, so the ranks' launches leave tens of µs
+apart: recorded on 2 x H200 with ``--slow-rank 1``, rank 0 started 47-142 µs after rank 1, more
+than rank 1's 30 µs hold, and the report's first finding was that late launch ("rank 0 launched
+late ... 51.9 µs shorter per launch"), true by the events. A hold well beyond that skew
+(``--delay-us 300``) is meant to put the slow rank first; that run has not been made yet. (One GPU works too: a ring of one rank has
+nothing to pass on, so its kernel only copies its own chunk.)
 """
 
 import argparse
