@@ -11,8 +11,8 @@ warm-up makes): a stream to allocate on, the commit kernel compiled and loaded, 
 
 * carves its stage (its buffer, at the fixed address the graph keeps) from the stage arena:
   zeroed before the capture began (``torch.cuda.graph`` synchronises the device when it opens);
-  when the arena is full, the stage is allocated and zeroed by a memset captured before the
-  kernel (one more graph node per replay, logged once);
+  when the arena is full, the stage is allocated and zeroed by a node captured before the kernel
+  (torch's ``zero_``, a fill kernel; one more graph node per replay, logged once);
 * allocates its replay ring (``ktrace.graphs.ring``: never zeroed, it keys its counts) with the
   prepared stream current, so that it comes from the allocator's ordinary pool, not the graph's
   private one (whose blocks ``torch.compile``'s CUDA graph trees may hand to another graph). The
@@ -213,7 +213,7 @@ class GraphLaunch:
     key: int
     zero_from: int  # words of the stage the commit kernel does not re-zero
     host_ns: int
-    memset: bool = False  # the stage is zeroed by a memset captured before the kernel
+    memset: bool = False  # the stage is zeroed by a node captured before the kernel (the summary's "memset")
     taken: int = 0  # replays taken so far
     overwritten: int = 0  # replays lost to the ring before they were taken (exact)
     torn: int = 0  # replays whose slot held another replay when read (counted lost)
@@ -257,7 +257,7 @@ class GraphLaunch:
                 stage.zero_()  # captured: a node zeroing it before the kernel (a fill kernel or a memset), every replay
                 memset = True
                 warn_once(f"memset{device}", f"the stage arena of device {device} is full: captured launches' buffers are "
-                          "zeroed by a memset in the graph (one more node per replay); raise "
+                          "zeroed by a node in the graph (one more per replay); raise "
                           "ktrace.graphs.recorder.ARENA_BYTES")
         n_words = -(-nbytes // 8)
         programs = -(-n_words // COMMIT_BLOCK)
