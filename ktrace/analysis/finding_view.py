@@ -55,9 +55,7 @@ def _launch_of(trace, wg, f, agents) -> int | None:
         b = (f.end_ns if f.end_ns is not None else f.start_ns) + o
         hit = (wg["start_ns"] <= b + 1) & (wg["end_ns"] >= a)
         if agents:
-            mine = np.zeros(wg.size, bool)
-            for r, _ln, p in agents:
-                mine |= ((wg["rank"] == r) | (r < 0)) & ((wg["program"] == p) | (p < 0))
+            mine = _match(wg["rank"], wg["program"], agents)
             if (hit & mine).any():
                 hit &= mine
         if hit.any():
@@ -73,9 +71,28 @@ def _launch_of(trace, wg, f, agents) -> int | None:
 
 
 def _match(rank, program, agents) -> np.ndarray:
-    out = np.zeros(np.asarray(rank).size, bool)
+    """Whether each (rank, program) is one of ``agents`` (``(rank, launch, program)``, -1: any;
+    the launch is not looked at): a pass per rank named, not per agent (a finding may name
+    hundreds of thousands of workgroups)."""
+    rank, program = np.asarray(rank), np.asarray(program)
+    out = np.zeros(rank.size, bool)
+    any_rank, any_program, by_rank = set(), set(), {}
     for r, _ln, p in agents:
-        out |= ((rank == r) | (r < 0)) & ((program == p) | (p < 0))
+        if r < 0 and p < 0:
+            out[:] = True
+            return out
+        if r < 0:
+            any_program.add(p)
+        elif p < 0:
+            any_rank.add(r)
+        else:
+            by_rank.setdefault(r, set()).add(p)
+    if any_program:
+        out |= np.isin(program, np.fromiter(any_program, np.int64, len(any_program)))
+    if any_rank:
+        out |= np.isin(rank, np.fromiter(any_rank, np.int64, len(any_rank)))
+    for r, ps in by_rank.items():
+        out |= (rank == r) & np.isin(program, np.fromiter(ps, np.int64, len(ps)))
     return out
 
 

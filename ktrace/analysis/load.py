@@ -216,7 +216,7 @@ def _handoff_roles(trace: Trace, kcode: np.ndarray, knames: np.ndarray) -> tuple
     both = (part == 3) & ~mixed[kcode]
     n_kinds = np.zeros(K, np.int64)
     if both.any():
-        kk = np.unique(np.stack([kcode[both], sites[both]], axis=1), axis=0)
+        kk = group_index(kcode[both], sites[both])[1]  # (the distinct (kernel, site) pairs)
         n_kinds = np.bincount(kk[:, 0], minlength=K)
     split = both & (n_kinds[kcode] > 1)
     S = max(len(site_names), 1)
@@ -255,7 +255,9 @@ def _notify_sites(trace: Trace, nrows: np.ndarray, W: int) -> tuple[np.ndarray, 
     width = int(n_per.max())
     table = np.full((first.size, width), -1, np.int64)
     table[np.repeat(np.arange(first.size), n_per), np.arange(pairs.shape[0]) - np.repeat(first, n_per)] = pairs[:, 1]
-    sets, code = np.unique(table, axis=0, return_inverse=True)
+    # (the distinct rows in order, as ``np.unique(axis=0)`` gives them: a packed 1-D key, not a
+    # sort of rows as records, which was most of a report's roles at millions of workgroups)
+    code, sets = group_index(*table.T)
     out = np.zeros(W, np.int64)
     out[pairs[first, 0]] = code.reshape(-1) + 1
     names = [""] + [", ".join(repr(trace.region_name(r)) for r in row if r >= 0) for row in sets.tolist()]

@@ -1,7 +1,9 @@
 """The faster paths of the report and its exports give what the plain ones give, on the bundled and
 scenario captures: the wait causes of a capture made a window of launches at a time, the
 report's columns decoded in one pass (``ktrace.events.capture_columns``) against the batches,
-and the pairs of the waits of two halves of the ranks against those of all at once."""
+the pairs of the waits of two halves of the ranks against those of all at once, the calibrated
+latency of each wait looked up in a table of rank pairs against computed one by one, and a
+finding's agents matched a rank at a time against one at a time."""
 
 from __future__ import annotations
 
@@ -67,3 +69,43 @@ def _refuse(*a, **k):  # (the checked path: the batches)
     from ktrace.events import NotDecoded
 
     raise NotDecoded()
+
+
+@pytest.mark.parametrize("path", CAPTURES[:4], ids=lambda p: p.stem)
+def test_one_way_pairs_by_table(path, monkeypatch):
+    from ktrace import keys
+    from ktrace.analysis.stalls import waits
+
+    trace = prepare(path)
+    w = waits(trace)
+    # the waits' pairs, and ranks no calibration covers (negative, past the world)
+    extra = np.array([-1, 0, 3, int(trace.world_size) + 3, -7], np.int64)
+    p = np.r_[w["peer"].astype(np.int64), extra, extra[::-1]]
+    c = np.r_[w["rank"].astype(np.int64), extra[::-1], extra]
+    monkeypatch.setattr(keys, "LARGE", 1 << 62)  # (one by one)
+    plain = M.one_way_pairs(trace, p, c)
+    monkeypatch.setattr(keys, "LARGE", 0)  # (by the table)
+    tabled = M.one_way_pairs(trace, p, c)
+    assert np.isfinite(plain).any()
+    assert plain.dtype == tabled.dtype and plain.tobytes() == tabled.tobytes()
+
+
+def test_finding_agents_matched_by_rank():
+    from ktrace.analysis.finding_view import _match
+
+    def one_by_one(rank, program, agents):
+        out = np.zeros(rank.size, bool)
+        for r, _ln, p in agents:
+            out |= ((rank == r) | (r < 0)) & ((program == p) | (p < 0))
+        return out
+
+    rng = np.random.default_rng(7)
+    for _ in range(500):
+        n = int(rng.integers(0, 60))
+        rank, program = rng.integers(-1, 4, n).astype(np.int32), rng.integers(-1, 6, n).astype(np.int32)
+        agents = [tuple(int(x) for x in rng.integers(-1, 5, 3)) for _ in range(int(rng.integers(0, 8)))]
+        if rng.random() < 0.8:  # (an agent that is any rank's any program matches every row: rarer)
+            agents = [a for a in agents if a[0] >= 0 or a[2] >= 0]
+        want = one_by_one(rank, program, agents)
+        got = _match(rank, program, agents)
+        assert got.dtype == bool and np.array_equal(got, want), (rank, program, agents)

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ... import pairing
+from ... import keys, pairing
 from ...captures import launch_count
 from ...keys import dense_codes, group_median, group_min, lexorder
 from ...schema import EventKind, arg_column, is_local, is_timeout
@@ -135,12 +135,35 @@ def one_way_pairs(trace: Trace, producer, consumer) -> np.ndarray:
     The calibration measures round trips between the reference rank and each other rank; half
     the smallest is the one-way latency of that pair. Between two ranks neither of which is the
     reference, the mean of their two one-way latencies to the reference is used. Per pair, from
-    one value per rank: nothing is sized by the number of ranks squared.
+    one value per rank: nothing is sized by the number of ranks squared (a long column is looked
+    up in a table of the combinations its ranges hold, at most :data:`_PAIR_TABLE`).
     """
     ow, ref = one_way_per_rank(trace)
     p = np.asarray(producer, np.int64)
     c = np.asarray(consumer, np.int64)
+    if p.size >= keys.LARGE and p.size and p.ndim == 1 and p.shape == c.shape:
+        # (a value per wait: looked up in a table of the few (producer, consumer) combinations
+        # the columns' ranges hold; two temporaries of the waits' length instead of a dozen,
+        # whose fresh pages cost more than the arithmetic)
+        p0, c0 = int(p.min()), int(c.min())
+        n_p, n_c = int(p.max()) - p0 + 1, int(c.max()) - c0 + 1
+        if n_p * n_c <= _PAIR_TABLE:
+            pp, cc = np.divmod(np.arange(n_p * n_c, dtype=np.int64), n_c)
+            table = _one_way(ow, ref, pp + p0, cc + c0)
+            key = p - p0
+            key *= n_c
+            key += c
+            key -= c0
+            return table[key]
+    return _one_way(ow, ref, p, c)
 
+
+#: Most (producer, consumer) combinations :func:`one_way_pairs` tabulates for a long column.
+_PAIR_TABLE = 1 << 16
+
+
+def _one_way(ow: np.ndarray, ref: int, p: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """:func:`one_way_pairs` from the per-rank latencies ``ow`` and the reference rank ``ref``."""
     def at(r):
         inside = (r >= 0) & (r < ow.size)
         return np.where(inside, ow[np.clip(r, 0, ow.size - 1)], np.nan)
