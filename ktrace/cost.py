@@ -143,6 +143,25 @@ def _timing_capture(**kwargs):
             s.reuse_buffers()
 
 
+def _counted(s, launches: list, before: Callable[[], object] | None = None):
+    """A variant for :func:`timed_rounds`: each call in it appends to ``launches`` how many
+    launches the capture ``s`` recorded (after ``before()``, which sets the variant up)."""
+    @contextlib.contextmanager
+    def variant():
+        if before is not None:
+            before()
+        n0 = len(s.launches)
+        yield
+        launches.append(len(s.launches) - n0)
+
+    return variant
+
+
+def _per_step(launches: list) -> int:
+    """The traced launches one step makes: the median over the calls counted (at least 1)."""
+    return max(1, int(np.median(launches))) if launches else 1
+
+
 def measure_cost(step: Callable[[], object], n: int = 50, *, warmup: int = 3, around=None, after=None, reduce=None,
                  device_name: str | None = None) -> ProbeCost:
     """Time ``step`` traced and untraced, alternately (see the module docstring).
@@ -158,17 +177,10 @@ def measure_cost(step: Callable[[], object], n: int = 50, *, warmup: int = 3, ar
     """
     torch = require_torch()
     launches = []
-
-    @contextlib.contextmanager
-    def traced():
-        n0 = len(s.launches)
-        yield
-        launches.append(len(s.launches) - n0)
-
     with _timing_capture() as s:
-        t = timed_rounds(step, [traced, _session.suspended], n, warmup=warmup, around=around, after=after, reduce=reduce,
-                         each_round=s.reuse_buffers)
-    per_step = max(1, int(np.median(launches))) if launches else 1
+        t = timed_rounds(step, [_counted(s, launches), _session.suspended], n, warmup=warmup, around=around, after=after,
+                         reduce=reduce, each_round=s.reuse_buffers)
+    per_step = _per_step(launches)
     if not any(launches):
         log.warning("ktrace: measure_cost: the step launched no traced kernel (is it decorated with @ktrace.trace?)")
     name = device_name or torch.cuda.get_device_name()
@@ -191,21 +203,14 @@ def measure_delays(step: Callable[[], object], injection_of: Callable[[int], obj
     """
     sizes = [0] + [int(x) for x in sizes_ns]
     launches = []
-
-    def variant(size):
-        @contextlib.contextmanager
-        def v():
-            s.inject = injection_of(size)
-            n0 = len(s.launches)
-            yield
-            launches.append(len(s.launches) - n0)
-        return v
-
     with _timing_capture(inject=injection_of(0)) as s:
-        t = timed_rounds(step, [variant(x) for x in sizes], n, warmup=warmup, around=around, after=after, reduce=reduce,
-                         each_round=s.reuse_buffers)
+        def inject(size):
+            return lambda: setattr(s, "inject", injection_of(size))
+
+        t = timed_rounds(step, [_counted(s, launches, inject(x)) for x in sizes], n, warmup=warmup, around=around,
+                         after=after, reduce=reduce, each_round=s.reuse_buffers)
     out: dict = {x: difference_interval(t[:, j], t[:, 0]) for j, x in enumerate(sizes) if j}
-    out["launches_per_step"] = max(1, int(np.median(launches))) if launches else 1
+    out["launches_per_step"] = _per_step(launches)
     out["steps"] = int(n)
     return out
 

@@ -489,7 +489,8 @@ def worker(cfg: RunConfig) -> int:
     if dist.rank == 0:  # (before --verify plans from it: the plan is the report's first finding on this capture)
         merged.meta.update(made_by="ktrace run", kernel=cfg.kernel, params=cfg.params, steps=cfg.steps,
                            launch_alignment=launch_alignment(cfg.align, released, [e["align"] for e in every]))
-        merged.meta.update({k: v for k, v in (("probe_cost", measured),) if v})
+        if measured:
+            merged.meta["probe_cost"] = measured
     rows = _verify(cfg, drv, aligner, dist, merged, skips)
     if dist.rank == 0:
         out = Path(cfg.out)
