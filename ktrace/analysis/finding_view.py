@@ -50,20 +50,18 @@ def _launch_of(trace, wg, f, agents) -> int | None:
     """The launch a finding is drawn in: where most workgroups are alive over its range, else the
     first launch its agents name."""
     o = trace.origin_ns
+    mine = _match(wg["rank"], wg["program"], agents) if agents else np.zeros(wg.size, bool)
     if f.start_ns is not None:
         a = f.start_ns + o
         b = (f.end_ns if f.end_ns is not None else f.start_ns) + o
         hit = (wg["start_ns"] <= b + 1) & (wg["end_ns"] >= a)
-        if agents:
-            mine = _match(wg["rank"], wg["program"], agents)
-            if (hit & mine).any():
-                hit &= mine
+        if (hit & mine).any():
+            hit &= mine
         if hit.any():
             return int(np.bincount(wg["launch"][hit]).argmax())
     named = [ln for _r, ln, _p in agents if ln >= 0]
     if named:
         return min(named)
-    mine = _match(wg["rank"], wg["program"], agents) if agents else np.zeros(wg.size, bool)
     if mine.any():  # no range: the launch where the agents' workgroups took longest
         k = np.flatnonzero(mine)
         return int(wg["launch"][k[np.argmax(wg["end_ns"][k] - wg["start_ns"][k])]])
